@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs every native dependency of spore from Debian's packages. Idempotent and quiet: it only calls
+# apt-get when something is missing, so re-running it costs a dpkg query.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build ccache pkg-config python3
+      libdnnl-dev libhwy-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+      libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

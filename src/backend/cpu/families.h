@@ -1,0 +1,12 @@
+#pragma once
+#include "ops/kernel.h"
+
+namespace spore::cpu {
+void register_elementwise(KernelRegistry& r);
+void register_binary(KernelRegistry& r);
+void register_reduce(KernelRegistry& r);
+void register_linalg(KernelRegistry& r);
+void register_conv(KernelRegistry& r);
+void register_norm(KernelRegistry& r);
+void register_shape(KernelRegistry& r);
+}  // namespace spore::cpu

@@ -1,0 +1,49 @@
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/families.h"
+
+namespace spore {
+
+namespace {
+// identity: a plain copy (graph mode runs it as a kernel; eager mode returns a view).
+void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
+}  // namespace
+
+void register_cpu_kernels(KernelRegistry& r) {
+  r.add(Backend::cpu, OpId::identity, dtypes::all, identity_kernel, "copy");
+  cpu::register_elementwise(r);
+  cpu::register_binary(r);
+  cpu::register_reduce(r);
+  cpu::register_linalg(r);
+  cpu::register_conv(r);
+  cpu::register_norm(r);
+  cpu::register_shape(r);
+}
+
+void cpu_set_num_threads(int n) { omp_set_num_threads(n); }
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+}
+
+std::string cpu_features() {
+  std::string s;
+  auto add = [&](bool ok, const char* name) {
+    if (ok) s += (s.empty() ? "" : " ") + std::string(name);
+  };
+  __builtin_cpu_init();
+  add(__builtin_cpu_supports("avx2"), "avx2");
+  add(__builtin_cpu_supports("fma"), "fma");
+  add(__builtin_cpu_supports("avx512f"), "avx512f");
+  add(__builtin_cpu_supports("avx512bw"), "avx512bw");
+  add(__builtin_cpu_supports("avx512vl"), "avx512vl");
+  add(__builtin_cpu_supports("avx512vnni"), "avx512_vnni");
+  add(__builtin_cpu_supports("avx512bf16"), "avx512_bf16");
+  return s;
+}
+
+}  // namespace spore

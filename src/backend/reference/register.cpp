@@ -1,0 +1,20 @@
+#include "backend/reference/families.h"
+#include "backend/reference/reference.h"
+
+namespace spore {
+namespace {
+// identity: a plain copy (graph mode runs it as a kernel; eager mode returns a view).
+void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
+}  // namespace
+
+void register_reference_kernels(KernelRegistry& r) {
+  r.add(Backend::reference, OpId::identity, dtypes::all, identity_kernel, "copy");
+  reference::register_elementwise(r);
+  reference::register_binary(r);
+  reference::register_reduce(r);
+  reference::register_linalg(r);
+  reference::register_conv(r);
+  reference::register_norm(r);
+  reference::register_shape(r);
+}
+}  // namespace spore

@@ -1,0 +1,140 @@
+#include "base/thread_pool.h"
+
+#include <sched.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+
+namespace spore {
+namespace {
+
+thread_local bool tls_in_parallel = false;
+
+class ThreadPool {
+ public:
+  ~ThreadPool() { resize(1); }
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void resize(int n) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+    stop_ = false;
+    const uint64_t g = generation_;
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, g] { worker_loop(g); });
+  }
+
+  void run(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
+    if (num_tasks <= 0) return;
+    if (workers_.empty() || num_tasks == 1 || tls_in_parallel) {
+      bool prev = tls_in_parallel;
+      tls_in_parallel = true;
+      try {
+        for (int64_t t = 0; t < num_tasks; ++t) fn(t);
+      } catch (...) {
+        tls_in_parallel = prev;
+        throw;
+      }
+      tls_in_parallel = prev;
+      return;
+    }
+    std::lock_guard<std::mutex> job_lock(job_mu_);  // one parallel region at a time
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      fn_ = &fn;
+      num_tasks_ = num_tasks;
+      next_.store(0);
+      pending_workers_ = static_cast<int>(workers_.size());
+      error_ = nullptr;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [this] { return pending_workers_ == 0; });
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void work() {
+    tls_in_parallel = true;
+    for (;;) {
+      int64_t t = next_.fetch_add(1);
+      if (t >= num_tasks_) break;
+      try {
+        (*fn_)(t);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+    tls_in_parallel = false;
+  }
+
+  void worker_loop(uint64_t seen) {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stop_) return;
+      }
+      work();
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        --pending_workers_;
+      }
+      done_cv_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_, job_mu_;
+  std::condition_variable cv_, done_cv_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t num_tasks_ = 0;
+  std::atomic<int64_t> next_{0};
+  int pending_workers_ = 0;
+  std::exception_ptr error_;
+};
+
+ThreadPool& pool() {
+  static ThreadPool p;
+  static bool init = [] { p.resize(hardware_threads()); return true; }();
+  (void)init;
+  return p;
+}
+
+}  // namespace
+
+int hardware_threads() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void set_num_threads(int n) {
+  SPORE_CHECK(n >= 1 && n <= 1024, ErrorCode::invalid_argument, "thread count must be in 1..1024, got {}", n);
+  if (pool().size() != n) pool().resize(n);
+}
+
+int num_threads() { return pool().size(); }
+
+void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn) { pool().run(num_tasks, fn); }
+
+}  // namespace spore

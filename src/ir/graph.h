@@ -1,0 +1,118 @@
+#pragma once
+// The SSA graph. The Graph owns every Node and Value in arenas (stable addresses, no shared_ptr
+// webs); values keep use-lists; nodes are kept in a topological order.
+//
+//   Graph g("main");
+//   Value* x = g.add_input(TensorType(DType::f32, {Dim::symbol("batch"), 3}), "x");
+//   Node* n = g.add_node(OpId::relu, {x}, {}, {x->type}, "act");   // types usually come from ops::infer
+//   g.set_outputs({n->output(0)});
+//   verify(g);  print_graph(g);
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_set>
+#include <string>
+#include <vector>
+
+#include "base/attrs.h"
+#include "ir/op_id.h"
+#include "ir/type.h"
+#include "tensor/tensor.h"
+
+namespace spore {
+
+struct Node;
+
+struct Use {
+  Node* user;
+  int index;  // which input of `user`
+};
+
+struct Value {
+  int64_t id = 0;
+  std::string name;  // unique within the graph (the printer's %name)
+  TensorType type;
+  Node* producer = nullptr;
+  int output_index = 0;
+  std::vector<Use> uses;
+  int64_t arena_offset = -1;  // written by the memory-planning pass; -1 = not planned
+};
+
+struct Node {
+  int64_t id = 0;
+  OpId op = OpId::identity;
+  std::string name;  // user-facing node name (import names, layer names); may be empty
+  std::vector<Value*> inputs;
+  std::vector<Value*> outputs;
+  Attrs attrs;
+  Tensor payload;  // the data of a `constant` node
+  bool dead = false;
+
+  Value* input(int i) const { return inputs.at(i); }
+  Value* output(int i = 0) const { return outputs.at(i); }
+  // "relu 'act' (%3)" for error messages.
+  std::string label() const;
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "main") : name_(std::move(name)) {}
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  Value* add_input(TensorType type, std::string name = "");
+  Value* add_constant(Tensor value, std::string name = "");
+  // Appends a node (it must come after its inputs' producers; call topo_sort() after out-of-order edits).
+  Node* add_node(OpId op, std::vector<Value*> inputs, Attrs attrs, std::vector<TensorType> out_types,
+                 std::string name = "");
+  void set_outputs(std::vector<Value*> outs);
+
+  void set_input(Node* n, int index, Value* v);  // keeps use-lists right
+  // Gives a value a new unique name; throws invalid_argument if the name is taken.
+  void rename_value(Value* v, std::string name);
+  void replace_all_uses(Value* from, Value* to);  // including graph outputs
+  // Removes a node whose outputs have no uses (and are not graph outputs).
+  void erase_node(Node* n);
+  // Restores a topological order after rewrites (stable: keeps the existing order where it can).
+  void topo_sort();
+
+  // Live nodes in order (input nodes first, in declaration order).
+  const std::vector<Node*>& nodes() const;
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  bool is_output(const Value* v) const;
+  Value* find_value(std::string_view name) const;
+  size_t num_live_nodes() const { return nodes().size(); }
+
+  // Deep copy; `map` (optional) receives old->new value mapping by value id.
+  std::unique_ptr<Graph> clone() const;
+
+ private:
+  Value* new_value(TensorType type, std::string name);
+  std::string unique_name(std::string base);
+
+  std::string name_;
+  std::deque<Node> node_arena_;
+  std::deque<Value> value_arena_;
+  mutable std::vector<Node*> order_;
+  mutable bool order_dirty_ = false;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::unordered_set<std::string> names_in_use_;
+  int64_t next_value_id_ = 0;
+  int64_t next_node_id_ = 0;
+};
+
+// Structural checks (SSA, def-before-use, use-lists, types present). Errors name the node.
+// ops::verify_graph adds op-level checks (arity, attrs, inferred types).
+void verify_structure(const Graph& g);
+
+// Text IR; print -> parse -> print is the identity.
+std::string print_graph(const Graph& g);
+std::unique_ptr<Graph> parse_graph(std::string_view text, std::string_view source_name = "<text>");
+// Graphviz DOT.
+std::string graph_to_dot(const Graph& g);
+
+}  // namespace spore

@@ -1,0 +1,57 @@
+#pragma once
+// Kernels: backends register a function per (backend, op, dispatch dtype). A kernel never sees the
+// IR: it gets a KernelContext with input tensors (contiguous unless the op has Trait::view or the
+// kernel says otherwise), preallocated contiguous outputs, the op's normalized attributes and scratch.
+//
+//   void relu_f32(KernelContext& k) { ... k.in(0).data<float>() ... k.out(0).data<float>() ... }
+//   void register_cpu_kernels(KernelRegistry& r) { r.add(Backend::cpu, OpId::relu, {DType::f32}, relu_f32, "hwy"); }
+#include <array>
+#include <span>
+#include <vector>
+
+#include "base/attrs.h"
+#include "ir/op_id.h"
+#include "tensor/tensor.h"
+
+namespace spore {
+
+enum class Backend : uint8_t { reference, cpu, null };
+inline constexpr int num_backends = 3;
+std::string_view backend_name(Backend b);
+
+struct KernelContext {
+  std::span<const Tensor> inputs;
+  std::span<Tensor> outputs;
+  const Attrs& attrs;
+  OpId op;
+
+  const Tensor& in(int i) const { return inputs[i]; }
+  Tensor& out(int i = 0) const { return outputs[i]; }
+  int num_inputs() const { return static_cast<int>(inputs.size()); }
+  // Zeroed-on-request scratch memory that lives until the kernel returns (per call, not shared).
+  void* scratch(size_t bytes);
+
+  std::vector<std::shared_ptr<Storage>> scratch_blocks;  // owned by this call
+};
+
+using KernelFn = void (*)(KernelContext&);
+
+struct KernelInfo {
+  KernelFn fn = nullptr;
+  const char* impl = "";  // "onednn", "hwy", "scalar", ...
+};
+
+class KernelRegistry {
+ public:
+  void add(Backend b, OpId op, DTypeSet dtypes, KernelFn fn, const char* impl = "scalar");
+  const KernelInfo* find(Backend b, OpId op, DType dtype) const;
+  DTypeSet dtypes_of(Backend b, OpId op) const;
+
+ private:
+  // [backend][op][dtype]; grows for custom ops.
+  std::vector<std::array<KernelInfo, num_dtypes>> table_[num_backends];
+};
+
+KernelRegistry& kernel_registry();
+
+}  // namespace spore

@@ -1,0 +1,152 @@
+#pragma once
+// OpDef: everything about one op, in one place (docs/ARCHITECTURE.md, "Defining an op"):
+// schema (inputs, typed attributes with defaults), one dtype + symbolic-shape inference used by
+// eager and graph mode, traits as data, gradient rule, optional decomposition and eager view.
+//
+//   void register_unary_ops(OpRegistry& r) {
+//     r.def(OpId::relu).doc("max(x, 0)").inputs({"x"}).dtypes(dtypes::signed_numeric)
+//         .traits(Trait::elementwise | Trait::inplace_ok, FusionKind::elementwise, AmpPolicy::follow)
+//         .infer(infer::same_as_input);
+//   }
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/attrs.h"
+#include "ir/op_id.h"
+#include "ir/type.h"
+#include "tensor/tensor.h"
+
+namespace spore {
+
+enum class Trait : uint32_t {
+  elementwise = 1u << 0,     // out[i] depends only on in[i] (same shapes)
+  broadcast = 1u << 1,       // elementwise with NumPy broadcasting of inputs
+  injective = 1u << 2,       // each output element is one input element (reshape, transpose, slice...)
+  reduction = 1u << 3,
+  commutative = 1u << 4,     // binary op with f(a,b) == f(b,a)
+  inplace_ok = 1u << 5,      // output 0 may reuse input 0's buffer when it dies here
+  view = 1u << 6,            // eager mode may return a view of input 0 (no copy)
+  random = 1u << 7,          // uses the counter-based RNG (deterministic for a seed)
+  nondeterministic = 1u << 8,  // a kernel may give different bits run to run (deterministic mode refuses)
+  no_grad = 1u << 9,         // not differentiable (comparisons, argmax, casts to int...)
+  graph_structure = 1u << 10,  // input/constant: not executed as a kernel
+};
+struct TraitSet {
+  uint32_t bits = 0;
+  constexpr TraitSet() = default;
+  constexpr TraitSet(Trait t) : bits(static_cast<uint32_t>(t)) {}  // NOLINT
+  constexpr bool has(Trait t) const { return bits & static_cast<uint32_t>(t); }
+  constexpr TraitSet operator|(TraitSet o) const { TraitSet s; s.bits = bits | o.bits; return s; }
+};
+constexpr TraitSet operator|(Trait a, Trait b) { return TraitSet(a) | TraitSet(b); }
+
+// How an op can take part in fusion (TVM's OpPatternKind).
+enum class FusionKind : uint8_t { elementwise, broadcast, injective, reduce, out_fusable, opaque };
+// Mixed-precision policy: `low` ops compute in f16/bf16 when allowed (matmul, conv), `follow` ops take
+// their inputs' type, `keep_f32` ops stay f32 (softmax, norms, reductions, exp/log).
+enum class AmpPolicy : uint8_t { low, follow, keep_f32 };
+
+struct AttrSpec {
+  std::string name;
+  AttrKind kind;
+  std::optional<AttrValue> default_value;  // nullopt: required
+};
+
+struct OpDef;
+
+// What shape inference sees. `where` names the node ("conv2d 'conv1' (%4)") for error messages.
+struct InferContext {
+  const OpDef& def;
+  std::span<const TensorType> inputs;
+  const Attrs& attrs;  // normalized: every schema attribute present
+  std::string_view where;
+
+  const TensorType& in(int i) const { return inputs[i]; }
+  int num_inputs() const { return static_cast<int>(inputs.size()); }
+  // Throws Error(code, "[op] msg (node ...)").
+  [[noreturn]] void fail(ErrorCode code, const std::string& msg) const;
+  void check(bool cond, ErrorCode code, const std::string& msg) const {
+    if (!cond) fail(code, msg);
+  }
+};
+using InferFn = std::function<std::vector<TensorType>(const InferContext&)>;
+
+// Gradient rule, written with ops:: (runs eagerly or is traced into the backward graph).
+// Returns one gradient per input (undefined Tensor = no gradient).
+struct GradContext {
+  std::span<const Tensor> inputs;
+  std::span<const Tensor> outputs;
+  std::span<const Tensor> output_grads;  // undefined where an output got no gradient
+  const Attrs& attrs;
+};
+using GradFn = std::function<std::vector<Tensor>(const GradContext&)>;
+
+// Decomposition into other ops, written with ops:: (the fallback when no kernel exists).
+using DecomposeFn = std::function<std::vector<Tensor>(std::span<const Tensor> inputs, const Attrs& attrs)>;
+// Eager view: returns a view of inputs[0] sharing storage (only for Trait::view ops), or an
+// undefined Tensor when this particular case needs a copy (the kernel then runs).
+using ViewFn = std::function<Tensor(std::span<const Tensor> inputs, const Attrs& attrs, const TensorType& out)>;
+
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+};
+// Cost from normalized attrs and static input/output types; default: bytes of inputs + outputs,
+// one flop per output element for elementwise ops.
+using CostFn = std::function<OpCost(std::span<const TensorType> inputs, std::span<const TensorType> outputs, const Attrs&)>;
+
+struct OpDef {
+  OpId id{};
+  std::string name;
+  std::string doc;
+  std::vector<std::string> input_names;
+  int min_inputs = 0;
+  int max_inputs = 0;  // -1: variadic
+  std::vector<AttrSpec> attrs;
+  DTypeSet dtypes = dtypes::floating;  // accepted dtypes of the dispatch input
+  int dispatch_input = 0;  // whose dtype picks the kernel; -1: output 0's dtype (ops with no inputs)
+  TraitSet traits;
+  FusionKind fusion = FusionKind::opaque;
+  AmpPolicy amp = AmpPolicy::follow;
+  InferFn infer;
+  GradFn grad;
+  DecomposeFn decompose;
+  ViewFn view;
+  CostFn cost;
+
+  const AttrSpec* find_attr(std::string_view n) const;
+  // Fills defaults, coerces int->float, rejects unknown or ill-typed attributes; errors name the op.
+  Attrs normalize(const Attrs& given, std::string_view where = {}) const;
+  DType dispatch_dtype(std::span<const TensorType> ins, std::span<const TensorType> outs) const;
+  // Checks arity and the dispatch dtype, then runs `infer`.
+  std::vector<TensorType> infer_types(std::span<const TensorType> ins, const Attrs& normalized, std::string_view where = {}) const;
+  OpCost cost_of(std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) const;
+};
+
+// Fluent builder returned by OpRegistry::def.
+class OpDefBuilder {
+ public:
+  explicit OpDefBuilder(OpDef& d) : d_(d) {}
+  OpDefBuilder& doc(std::string s) { d_.doc = std::move(s); return *this; }
+  // Fixed inputs; names ending in '?' are optional trailing inputs ("bias?").
+  OpDefBuilder& inputs(std::vector<std::string> names);
+  OpDefBuilder& variadic_inputs(std::string name, int min_count = 1);
+  OpDefBuilder& attr(std::string name, AttrKind kind, std::optional<AttrValue> def = std::nullopt);
+  OpDefBuilder& dtypes(DTypeSet s) { d_.dtypes = s; return *this; }
+  OpDefBuilder& dispatch_on(int input) { d_.dispatch_input = input; return *this; }
+  OpDefBuilder& traits(TraitSet t, FusionKind f, AmpPolicy a) { d_.traits = t; d_.fusion = f; d_.amp = a; return *this; }
+  OpDefBuilder& infer(InferFn f) { d_.infer = std::move(f); return *this; }
+  OpDefBuilder& grad(GradFn f) { d_.grad = std::move(f); return *this; }
+  OpDefBuilder& decompose(DecomposeFn f) { d_.decompose = std::move(f); return *this; }
+  OpDefBuilder& view(ViewFn f) { d_.view = std::move(f); return *this; }
+  OpDefBuilder& cost(CostFn f) { d_.cost = std::move(f); return *this; }
+
+ private:
+  OpDef& d_;
+};
+
+}  // namespace spore

@@ -1,0 +1,69 @@
+#include "ops/registry.h"
+
+#include "ops/families.h"
+
+namespace spore {
+
+OpDefBuilder OpRegistry::def(OpId id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto i = static_cast<size_t>(id);
+  SPORE_ASSERT(i < max_ops && by_id_[i] == nullptr, "op {} defined twice", op_name(id));
+  OpDef& d = defs_.emplace_back();
+  d.id = id;
+  d.name = std::string(op_name(id));
+  by_id_[i] = &d;
+  return OpDefBuilder(d);
+}
+
+const OpDef& OpRegistry::add_custom(OpDef def) {
+  SPORE_CHECK(!def.name.empty(), ErrorCode::invalid_argument, "custom op needs a name");
+  SPORE_CHECK(def.infer != nullptr, ErrorCode::invalid_argument, "custom op '{}' needs an inference function", def.name);
+  const OpId id = register_op_name(def.name);
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto i = static_cast<size_t>(id);
+  SPORE_CHECK(i < max_ops, ErrorCode::invalid_argument, "too many ops");
+  def.id = id;
+  OpDef& d = defs_.emplace_back(std::move(def));
+  by_id_[i] = &d;
+  return d;
+}
+
+const OpDef* OpRegistry::find(OpId id) const {
+  const auto i = static_cast<size_t>(id);
+  return i < max_ops ? by_id_[i] : nullptr;
+}
+
+const OpDef& OpRegistry::get(OpId id) const {
+  const OpDef* d = find(id);
+  SPORE_CHECK(d != nullptr, ErrorCode::not_found, "op '{}' has no definition", op_name(id));
+  return *d;
+}
+
+const OpDef* OpRegistry::find(std::string_view name) const {
+  auto id = op_from_name(name);
+  return id ? find(*id) : nullptr;
+}
+
+std::vector<const OpDef*> OpRegistry::all() const {
+  std::vector<const OpDef*> out;
+  for (const OpDef* d : by_id_) if (d) out.push_back(d);
+  return out;
+}
+
+OpRegistry& op_registry() {
+  static OpRegistry* r = [] {
+    auto* reg = new OpRegistry();  // never destroyed: kernels and plans may outlive static teardown
+    register_structure_ops(*reg);
+    register_elementwise_ops(*reg);
+    register_binary_ops(*reg);
+    register_reduce_ops(*reg);
+    register_linalg_ops(*reg);
+    register_conv_ops(*reg);
+    register_norm_ops(*reg);
+    register_shape_ops(*reg);
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace spore

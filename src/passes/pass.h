@@ -1,0 +1,77 @@
+#pragma once
+// Passes and the PassManager.
+//
+//   PassManager pm(PassOptions{.verify_each = true});
+//   pm.add(make_dce_pass()).add(make_cse_pass()).add(make_fold_constants_pass());
+//   pm.run(graph);            // names, timing and verify-after-each are the manager's job
+//   for (auto& r : pm.records()) fmt::print("{} {:.3f} ms changed={}\n", r.name, r.ms, r.changed);
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace spore {
+
+struct PassOptions {
+  int opt_level = 1;
+  bool verify_each = false;
+  std::vector<std::string> disabled;  // pass names to skip
+  std::string save_graphs_dir;        // if set, writes NN_<pass>.ir after each pass
+  int memory_optimize_level = 1;
+  size_t max_memory = 0;  // 0 = unlimited; memory planning fails above it
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string name() const = 0;
+  virtual int min_opt_level() const { return 0; }
+  // Returns true if the graph changed.
+  virtual bool run(Graph& g, const PassOptions& opts) = 0;
+};
+
+struct PassRecord {
+  std::string name;
+  double ms = 0;
+  bool changed = false;
+  bool skipped = false;
+};
+
+class PassManager {
+ public:
+  explicit PassManager(PassOptions o = {}) : opts_(std::move(o)) {}
+  PassManager& add(std::unique_ptr<Pass> p) {
+    passes_.push_back(std::move(p));
+    return *this;
+  }
+  void run(Graph& g);
+  const std::vector<PassRecord>& records() const { return records_; }
+  const PassOptions& options() const { return opts_; }
+
+ private:
+  PassOptions opts_;
+  std::vector<std::unique_ptr<Pass>> passes_;
+  std::vector<PassRecord> records_;
+};
+
+std::unique_ptr<Pass> make_dce_pass();
+std::unique_ptr<Pass> make_cse_pass();
+std::unique_ptr<Pass> make_fold_constants_pass();
+// Assigns arena offsets to intermediate values (Value::arena_offset); see memory_plan.cpp.
+std::unique_ptr<Pass> make_memory_plan_pass();
+
+// Result of memory planning, readable after the pass ran.
+struct MemoryPlanInfo {
+  int64_t arena_bytes = 0;   // arena size (peak of simultaneously live intermediates, with packing)
+  int64_t total_bytes = 0;   // sum of all intermediate sizes (what O0 would use)
+  int64_t num_buffers = 0;
+};
+MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory);
+
+// The default pipeline for graph mode: dce, cse, constant folding, dce, memory plan.
+// (Decomposition of ops without kernels happens before, in the runtime's lowering.)
+void add_default_pipeline(PassManager& pm);
+
+}  // namespace spore

@@ -1,0 +1,54 @@
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "ops/graph_ops.h"
+#include "passes/pass.h"
+
+namespace spore {
+
+void PassManager::run(Graph& g) {
+  records_.clear();
+  int index = 0;
+  auto save = [&](const std::string& name) {
+    if (opts_.save_graphs_dir.empty()) return;
+    std::filesystem::create_directories(opts_.save_graphs_dir);
+    const std::string base = fmt::format("{}/{:02d}_{}", opts_.save_graphs_dir, index, name);
+    std::ofstream(base + ".ir") << print_graph(g);
+    std::ofstream(base + ".dot") << graph_to_dot(g);
+  };
+  save("input");
+  for (auto& p : passes_) {
+    ++index;
+    PassRecord rec;
+    rec.name = p->name();
+    const bool disabled = std::find(opts_.disabled.begin(), opts_.disabled.end(), rec.name) != opts_.disabled.end();
+    if (disabled || opts_.opt_level < p->min_opt_level()) {
+      rec.skipped = true;
+      records_.push_back(rec);
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    rec.changed = p->run(g, opts_);
+    rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (opts_.verify_each) {
+      try {
+        verify_graph(g);
+      } catch (const Error& e) {
+        SPORE_FAIL(e.code(), "graph invalid after pass '{}': {}", rec.name, e.what());
+      }
+    }
+    save(rec.name);
+    records_.push_back(rec);
+  }
+}
+
+void add_default_pipeline(PassManager& pm) {
+  pm.add(make_dce_pass());
+  pm.add(make_cse_pass());
+  pm.add(make_fold_constants_pass());
+  pm.add(make_dce_pass());
+  pm.add(make_memory_plan_pass());
+}
+
+}  // namespace spore

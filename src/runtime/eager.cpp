@@ -1,0 +1,57 @@
+#include "runtime/eager.h"
+
+#include "runtime/profiler.h"
+#include "runtime/runtime.h"
+#include "runtime/trace.h"
+
+namespace spore {
+
+std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> inputs, const Attrs& attrs,
+                                 std::span<const TensorType> out_types, Backend backend) {
+  if (def.view && def.traits.has(Trait::view) && backend != Backend::null) {
+    Tensor v = def.view(inputs, attrs, out_types[0]);
+    if (v.defined()) return {v};
+  }
+  std::vector<TensorType> in_types;
+  in_types.reserve(inputs.size());
+  for (const Tensor& t : inputs) in_types.push_back(TensorType::of(t.dtype(), t.shape()));
+  const DType dt = def.dispatch_dtype(in_types, out_types);
+  const KernelInfo* k = kernel_registry().find(backend, def.id, dt);
+  if (!k) {
+    if (def.decompose) return def.decompose(inputs, attrs);
+    SPORE_FAIL(ErrorCode::unsupported, "[{}] no {} kernel for dtype {} and no decomposition", def.name,
+               backend_name(backend), dtype_name(dt));
+  }
+  std::vector<Tensor> ins;
+  ins.reserve(inputs.size());
+  for (const Tensor& t : inputs) ins.push_back(t.is_contiguous() ? t : t.contiguous());
+  std::vector<Tensor> outs;
+  outs.reserve(out_types.size());
+  for (const TensorType& t : out_types) outs.push_back(Tensor::empty(t.shape(), t.dtype));
+  KernelContext ctx{ins, outs, attrs, def.id, {}};
+  if (Profiler* p = Profiler::active()) {
+    const int64_t t0 = Profiler::now_ns();
+    k->fn(ctx);
+    p->record_kernel(def, "", k->impl, in_types, out_types, attrs, t0, Profiler::now_ns());
+  } else {
+    k->fn(ctx);
+  }
+  return outs;
+}
+
+std::vector<Tensor> EagerDispatcher::call(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  const OpDef& def = op_registry().get(op);
+  const Attrs a = def.normalize(attrs);
+  if (Tracer* t = Tracer::active()) return t->record(def, inputs, a);
+  std::vector<TensorType> in_types;
+  in_types.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    SPORE_CHECK(!t.is_symbolic(), ErrorCode::invalid_argument,
+                "[{}] got a symbolic tensor (made by {}) outside of its trace", def.name, t.symbolic_ref()->producer);
+    in_types.push_back(TensorType::of(t.dtype(), t.shape()));
+  }
+  const auto out_types = def.infer_types(in_types, a);
+  return run_op_eager(def, inputs, a, out_types, current_backend());
+}
+
+}  // namespace spore

@@ -1,0 +1,19 @@
+#pragma once
+// The dispatcher behind every ops:: call: records a node while a trace is active on this thread,
+// otherwise runs the op now (view, kernel, or decomposition, in that order).
+#include "ops/dispatch.h"
+#include "ops/kernel.h"
+#include "ops/registry.h"
+
+namespace spore {
+
+class EagerDispatcher final : public Dispatcher {
+ public:
+  std::vector<Tensor> call(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) override;
+};
+
+// Runs one op eagerly on `backend` with already-normalized attrs and inferred output types.
+std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> inputs, const Attrs& attrs,
+                                 std::span<const TensorType> out_types, Backend backend);
+
+}  // namespace spore

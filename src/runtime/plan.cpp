@@ -1,0 +1,212 @@
+#include "runtime/plan.h"
+
+#include <unordered_map>
+
+#include "ops/graph_ops.h"
+#include "runtime/profiler.h"
+#include "runtime/trace.h"
+
+namespace spore {
+namespace {
+
+std::vector<TensorType> types_of(const std::vector<Value*>& vs) {
+  std::vector<TensorType> t;
+  for (const Value* v : vs) t.push_back(v->type);
+  return t;
+}
+
+bool has_kernel(const Node* n, Backend b) {
+  const OpDef& def = op_registry().get(n->op);
+  if (def.traits.has(Trait::graph_structure)) return true;
+  const auto ins = types_of(n->inputs), outs = types_of(n->outputs);
+  return kernel_registry().find(b, n->op, def.dispatch_dtype(ins, outs)) != nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> decompose_unsupported(Graph& g, Backend backend) {
+  std::vector<std::string> missing;
+  bool changed = true;
+  for (int round = 0; changed && round < 16; ++round) {
+    changed = false;
+    missing.clear();
+    for (Node* n : std::vector<Node*>(g.nodes())) {
+      if (n->dead || has_kernel(n, backend)) continue;
+      const OpDef& def = op_registry().get(n->op);
+      if (!def.decompose) {
+        const auto ins = types_of(n->inputs), outs = types_of(n->outputs);
+        missing.push_back(fmt::format("{} ({})", n->label(), dtype_name(def.dispatch_dtype(ins, outs))));
+        continue;
+      }
+      // Trace the decomposition with this node's inputs bound to their existing values.
+      std::vector<Tensor> outs;
+      {
+        Tracer tracer(g);
+        std::vector<Tensor> ins;
+        for (Value* v : n->inputs) ins.push_back(tracer.symbolic(v));
+        outs = def.decompose(ins, n->attrs);
+        SPORE_ASSERT(outs.size() == n->outputs.size(), "decomposition of {} gave {} outputs", def.name, outs.size());
+        for (size_t i = 0; i < outs.size(); ++i) {
+          Value* nv = tracer.value_of(outs[i]);
+          SPORE_CHECK(nv->type == n->outputs[i]->type, ErrorCode::internal, "decomposition of {} changed type {} -> {}",
+                      n->label(), n->outputs[i]->type.str(), nv->type.str());
+          g.replace_all_uses(n->outputs[i], nv);
+        }
+      }
+      g.erase_node(n);
+      changed = true;
+    }
+    g.topo_sort();
+  }
+  return missing;
+}
+
+Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
+  for (const Value* v : g->inputs())
+    SPORE_CHECK(v->type.is_static(), ErrorCode::shape_mismatch, "cannot compile: input %{} has symbolic type {}; bind its shape",
+                v->name, v->type.str());
+  reinfer_types(*g);
+  auto missing = decompose_unsupported(*g, o.backend);
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += "\n  " + m;
+    SPORE_FAIL(ErrorCode::unsupported, "cannot compile for backend {}: {} node(s) have no kernel and no decomposition:{}",
+               backend_name(o.backend), missing.size(), list);
+  }
+  PassOptions po;
+  po.opt_level = o.opt_level;
+  po.verify_each = o.verify_each;
+  po.disabled = o.disabled_passes;
+  po.save_graphs_dir = o.save_graphs_dir;
+  po.memory_optimize_level = o.memory_optimize_level;
+  po.max_memory = o.max_memory;
+  if (o.backend == Backend::null) po.disabled.push_back("fold_constants");  // null kernels compute nothing
+  PassManager pm(po);
+  add_default_pipeline(pm);
+  pm.run(*g);
+
+  Plan p;
+  p.pass_records_ = pm.records();
+  p.input_types_ = types_of(g->inputs());
+  p.output_types_ = types_of(g->outputs());
+  int64_t arena = 0;
+  for (Node* n : g->nodes())
+    for (Value* v : n->outputs)
+      if (v->arena_offset >= 0)
+        arena = std::max<int64_t>(arena, v->arena_offset + static_cast<int64_t>(std::max<int64_t>(v->type.numel(), 1) * dtype_size(v->type.dtype)));
+  p.arena_bytes_ = arena;
+  p.arena_ = Storage::allocate(static_cast<size_t>(arena), "plan arena");
+
+  std::unordered_map<const Value*, int> input_index, output_index;
+  for (size_t i = 0; i < g->inputs().size(); ++i) input_index[g->inputs()[i]] = static_cast<int>(i);
+  for (size_t i = 0; i < g->outputs().size(); ++i) output_index.emplace(g->outputs()[i], static_cast<int>(i));
+
+  auto tensor_for = [&](const Value* v) -> Tensor {
+    if (v->producer->op == OpId::constant) return v->producer->payload;
+    if (v->arena_offset >= 0) {
+      const Shape s = v->type.shape();
+      return Tensor::from_storage(p.arena_, s, contiguous_strides(s), v->arena_offset / static_cast<int64_t>(dtype_size(v->type.dtype)),
+                                  v->type.dtype);
+    }
+    return Tensor();  // patched at run time (graph input or output)
+  };
+
+  for (Node* n : g->nodes()) {
+    const OpDef& def = op_registry().get(n->op);
+    if (def.traits.has(Trait::graph_structure)) continue;
+    Plan::Step st;
+    st.def = &def;
+    st.attrs = &n->attrs;
+    st.in_types = types_of(n->inputs);
+    st.out_types = types_of(n->outputs);
+    const KernelInfo* k = kernel_registry().find(o.backend, n->op, def.dispatch_dtype(st.in_types, st.out_types));
+    SPORE_ASSERT(k != nullptr, "no kernel for {} after decomposition", n->label());
+    st.fn = k->fn;
+    st.impl = k->impl;
+    st.label = n->name.empty() ? n->outputs[0]->name : n->name;
+    const int step_index = static_cast<int>(p.steps_.size());
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Value* v = n->inputs[i];
+      st.ins.push_back(tensor_for(v));
+      if (!st.ins.back().defined()) {
+        if (input_index.count(v)) p.patches_.push_back({step_index, false, static_cast<int>(i), input_index[v]});
+        else if (output_index.count(v)) p.patches_.push_back({step_index, false, static_cast<int>(i), -1 - output_index[v]});
+      }
+    }
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      const Value* v = n->outputs[i];
+      st.outs.push_back(tensor_for(v));
+      if (!st.outs.back().defined()) {
+        // A graph output: written into a fresh tensor every run. An unused, unplanned extra output
+        // (e.g. topk's indices nobody reads) gets a private buffer.
+        if (output_index.count(v)) p.patches_.push_back({step_index, true, static_cast<int>(i), output_index[v]});
+        else st.outs.back() = Tensor::empty(v->type.shape(), v->type.dtype);
+      }
+    }
+    p.steps_.push_back(std::move(st));
+  }
+  p.output_from_input_.assign(g->outputs().size(), -2);
+  p.output_constants_.resize(g->outputs().size());
+  for (size_t i = 0; i < g->outputs().size(); ++i) {
+    const Value* v = g->outputs()[i];
+    if (input_index.count(v)) p.output_from_input_[i] = input_index[v];
+    else if (v->producer->op == OpId::constant) {
+      p.output_from_input_[i] = -1;
+      p.output_constants_[i] = v->producer->payload;
+    } else if (output_index.at(v) != static_cast<int>(i)) {
+      p.output_from_input_[i] = -3 - output_index.at(v);
+    }
+  }
+  p.graph_ = std::move(g);
+  return p;
+}
+
+std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
+  SPORE_CHECK(inputs.size() == input_types_.size(), ErrorCode::invalid_argument, "plan takes {} inputs, got {}",
+              input_types_.size(), inputs.size());
+  std::vector<Tensor> ins(inputs.begin(), inputs.end());
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const TensorType& t = input_types_[i];
+    SPORE_CHECK(ins[i].dtype() == t.dtype && TensorType::of(t.dtype, ins[i].shape()) == t, ErrorCode::shape_mismatch,
+                "input {} (%{}): expected {}, got {}{}", i, graph_->inputs()[i]->name, t.str(), dtype_name(ins[i].dtype()),
+                shape_str(ins[i].shape()));
+    if (!ins[i].is_contiguous()) ins[i] = ins[i].contiguous();
+  }
+  std::vector<Tensor> outs(output_types_.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (output_from_input_[i] >= 0) outs[i] = ins[output_from_input_[i]];
+    else if (output_from_input_[i] == -1) outs[i] = output_constants_[i];
+    else if (output_from_input_[i] <= -3) continue;
+    else outs[i] = Tensor::empty(output_types_[i].shape(), output_types_[i].dtype);
+  }
+  for (const Patch& pt : patches_) {
+    Step& st = steps_[pt.step];
+    const Tensor& t = pt.slot >= 0 ? (pt.is_output ? outs[pt.slot] : ins[pt.slot]) : outs[-1 - pt.slot];
+    (pt.is_output ? st.outs : st.ins)[pt.index] = t;
+  }
+  Profiler* prof = Profiler::active();
+  for (Step& st : steps_) {
+    const Attrs& attrs = *st.attrs;
+    KernelContext ctx{st.ins, st.outs, attrs, st.def->id, {}};
+    if (prof) {
+      const int64_t t0 = Profiler::now_ns();
+      st.fn(ctx);
+      prof->record_kernel(*st.def, st.label, st.impl, st.in_types, st.out_types, attrs, t0, Profiler::now_ns());
+    } else {
+      st.fn(ctx);
+    }
+  }
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (output_from_input_[i] <= -3) outs[i] = outs[-3 - output_from_input_[i]];
+  // Drop references to caller tensors so the plan does not keep them alive.
+  for (const Patch& pt : patches_) (pt.is_output ? steps_[pt.step].outs : steps_[pt.step].ins)[pt.index] = Tensor();
+  return outs;
+}
+
+std::string Plan::describe() const {
+  std::string s = fmt::format("plan: {} kernels, arena {} bytes\n", steps_.size(), arena_bytes_);
+  for (const Step& st : steps_) s += fmt::format("  {} [{}] {}\n", st.def->name, st.impl, st.label);
+  return s;
+}
+
+}  // namespace spore

@@ -1,0 +1,81 @@
+#pragma once
+// A Plan is a compiled graph: a linear schedule of kernel calls whose intermediate buffers all live
+// in one arena at offsets chosen by the memory-planning pass. Compile once per input signature,
+// then replay: run() binds inputs, allocates outputs and calls each kernel, nothing else.
+//
+//   auto g = trace_function(fn, {TensorType::of(DType::f32, {8, 4})});
+//   Plan plan = compile_plan(std::move(g), {});
+//   std::vector<Tensor> y = plan.run({x});
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ops/kernel.h"
+#include "ops/registry.h"
+#include "passes/pass.h"
+
+namespace spore {
+
+struct CompileOptions {
+  Backend backend = Backend::cpu;
+  int opt_level = 1;
+  int memory_optimize_level = 1;
+  size_t max_memory = 0;
+  bool verify_each = false;
+  std::vector<std::string> disabled_passes;
+  std::string save_graphs_dir;
+};
+
+class Plan {
+ public:
+  // Runs the plan. Inputs must match the compiled signature (dtype, shape).
+  std::vector<Tensor> run(std::span<const Tensor> inputs);
+
+  const Graph& graph() const { return *graph_; }
+  int64_t arena_bytes() const { return arena_bytes_; }
+  int64_t num_kernels() const { return static_cast<int64_t>(steps_.size()); }
+  const std::vector<PassRecord>& pass_records() const { return pass_records_; }
+  std::string describe() const;  // the schedule, one kernel per line
+
+ private:
+  friend Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o);
+  struct Step {
+    KernelFn fn;
+    const OpDef* def;
+    const Attrs* attrs;  // the node's (the plan owns the graph)
+    const char* impl;
+    std::string label;
+    std::vector<Tensor> ins;
+    std::vector<Tensor> outs;
+    std::vector<TensorType> in_types, out_types;
+  };
+  struct Patch {  // where run() writes graph inputs/outputs into the prebuilt step tensors
+    int step;
+    bool is_output;
+    int index;
+    int slot;  // graph input or output index
+  };
+  std::unique_ptr<Graph> graph_;
+  std::vector<Step> steps_;
+  std::vector<Patch> patches_;
+  std::vector<TensorType> input_types_, output_types_;
+  // Graph outputs that are not computed by a step: input passthrough (>=0 input index) or constants.
+  std::vector<int> output_from_input_;  // -2: computed, -1: constant, -3-j: same value as output j
+  std::vector<Tensor> output_constants_;
+  std::shared_ptr<Storage> arena_;
+  int64_t arena_bytes_ = 0;
+  std::vector<PassRecord> pass_records_;
+};
+
+// Lowers a graph: binds nothing (input types must be static), decomposes ops without a kernel on
+// the backend, runs the pass pipeline and builds the schedule. Fails at compile time (never at run
+// time) when an op has neither a kernel nor a decomposition, listing every such node.
+Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o);
+
+// Replaces nodes without a kernel on `backend` by their decomposition (repeatedly); returns the
+// nodes that have neither, as "op 'name' (dtype)" strings.
+std::vector<std::string> decompose_unsupported(Graph& g, Backend backend);
+
+}  // namespace spore

@@ -1,0 +1,84 @@
+#include "tensor/storage.h"
+
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "base/error.h"
+
+namespace spore {
+namespace {
+std::atomic<size_t> g_limit{0}, g_in_use{0}, g_peak{0};
+}
+
+std::shared_ptr<Storage> Storage::allocate(size_t bytes, const char* what) {
+  const size_t rounded = (bytes + tensor_alignment - 1) / tensor_alignment * tensor_alignment;
+  const size_t limit = g_limit.load();
+  const size_t now = g_in_use.fetch_add(rounded) + rounded;
+  if (limit != 0 && now > limit) {
+    g_in_use.fetch_sub(rounded);
+    SPORE_FAIL(ErrorCode::out_of_memory,
+               "out of memory: allocating {} bytes{}{} would exceed the memory limit of {} bytes ({} in use)",
+               bytes, what ? " for " : "", what ? what : "", limit, now - rounded);
+  }
+  void* p = rounded == 0 ? nullptr : std::aligned_alloc(tensor_alignment, rounded);
+  if (rounded != 0 && p == nullptr) {
+    g_in_use.fetch_sub(rounded);
+    SPORE_FAIL(ErrorCode::out_of_memory, "out of memory: the system refused {} bytes{}{}", bytes,
+               what ? " for " : "", what ? what : "");
+  }
+  size_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {}
+  auto s = std::shared_ptr<Storage>(new Storage());
+  s->data_ = p;
+  s->size_ = rounded;
+  s->owned_ = true;
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, std::function<void()> release) {
+  auto s = std::shared_ptr<Storage>(new Storage());
+  s->data_ = data;
+  s->size_ = bytes;
+  s->release_ = std::move(release);
+  return s;
+}
+
+Storage::~Storage() {
+  if (owned_) {
+    std::free(data_);
+    g_in_use.fetch_sub(size_);
+  } else if (release_) {
+    release_();
+  }
+}
+
+void set_memory_limit(size_t bytes) { g_limit.store(bytes); }
+size_t memory_limit() { return g_limit.load(); }
+size_t memory_in_use() { return g_in_use.load(); }
+size_t memory_peak() { return g_peak.load(); }
+void reset_memory_peak() { g_peak.store(g_in_use.load()); }
+
+size_t parse_byte_size(const char* text) {
+  std::string s(text ? text : "");
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  SPORE_CHECK(i > 0, ErrorCode::invalid_argument, "bad byte size '{}': expected e.g. 512MB, 2GiB, 1000", s);
+  double v = std::strtod(s.substr(0, i).c_str(), nullptr);
+  std::string unit = s.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mul = 0;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KB") mul = 1e3;
+  else if (unit == "M" || unit == "MB") mul = 1e6;
+  else if (unit == "G" || unit == "GB") mul = 1e9;
+  else if (unit == "KIB") mul = 1024.0;
+  else if (unit == "MIB") mul = 1024.0 * 1024;
+  else if (unit == "GIB") mul = 1024.0 * 1024 * 1024;
+  SPORE_CHECK(mul != 0, ErrorCode::invalid_argument, "bad byte size '{}': unknown unit '{}'", s, unit);
+  return static_cast<size_t>(v * mul);
+}
+
+}  // namespace spore

@@ -1,0 +1,46 @@
+#pragma once
+// Host memory: 64-byte aligned blocks counted against a process-wide budget. Exceeding the budget
+// (set_memory_limit) fails with an out_of_memory error that says how much was asked and what is in use,
+// instead of letting the OS kill the process later.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace spore {
+
+inline constexpr size_t tensor_alignment = 64;
+
+class Storage {
+ public:
+  // Allocates `bytes` (64-byte aligned). `what` names the tensor in the error if the budget is exceeded.
+  static std::shared_ptr<Storage> allocate(size_t bytes, const char* what = nullptr);
+  // Wraps memory owned elsewhere (an mmap'd file, an arena); `release` runs when the last user goes.
+  static std::shared_ptr<Storage> wrap(void* data, size_t bytes, std::function<void()> release = {});
+
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  bool owned_ = false;
+  std::function<void()> release_;
+};
+
+// Process-wide cap on bytes allocated through Storage::allocate (0 = unlimited).
+void set_memory_limit(size_t bytes);
+size_t memory_limit();
+size_t memory_in_use();
+size_t memory_peak();
+void reset_memory_peak();
+
+// Parses "512MB", "2GiB", "1000" (bytes); throws invalid_argument on anything else.
+size_t parse_byte_size(const char* text);
+
+}  // namespace spore

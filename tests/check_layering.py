@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Fails if a file in src/<layer> includes a header from a layer above it (docs/ARCHITECTURE.md)."""
+import os
+import re
+import sys
+
+# layer -> layers it may include (besides itself). Mirrors the CMake link graph.
+ALLOWED = {
+    "base": set(),
+    "tensor": {"base"},
+    "ir": {"base", "tensor"},
+    "ops": {"base", "tensor", "ir"},
+    "passes": {"base", "tensor", "ir", "ops"},
+    "backend/reference": {"base", "tensor", "ir", "ops"},
+    "backend/null": {"base", "tensor", "ir", "ops"},
+    "backend/cpu": {"base", "tensor", "ir", "ops"},
+    "runtime": {"base", "tensor", "ir", "ops", "passes", "backend/reference", "backend/null", "backend/cpu"},
+}
+ALLOWED["autodiff"] = {"base", "tensor", "ir", "ops"}
+for upper, below in {
+    "io": {"base", "tensor", "ir", "ops"},
+    "data": {"base", "tensor"},
+    "nn": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime"},
+}.items():
+    ALLOWED[upper] = below
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+
+
+def layer_of(path):
+    for layer in sorted(ALLOWED, key=len, reverse=True):
+        if path == layer or path.startswith(layer + "/"):
+            return layer
+    return None
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else "."
+    src = os.path.join(root, "src")
+    errors = []
+    for dirpath, _, files in os.walk(src):
+        for f in files:
+            if not f.endswith((".h", ".cpp", ".inc")):
+                continue
+            full = os.path.join(dirpath, f)
+            rel = os.path.relpath(full, src)
+            me = layer_of(rel)
+            if me is None:
+                errors.append(f"{rel}: file is in no known layer (add it to tests/check_layering.py)")
+                continue
+            with open(full, encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    m = INCLUDE.match(line)
+                    if not m:
+                        continue
+                    target = layer_of(m.group(1))
+                    if target is None or target == me:
+                        continue
+                    if target not in ALLOWED[me]:
+                        errors.append(f"src/{rel}:{lineno}: layer '{me}' includes '{m.group(1)}' from layer '{target}'")
+    for e in errors:
+        print(e)
+    print(f"layering: {len(errors)} violation(s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

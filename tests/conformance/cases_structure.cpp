@@ -1,0 +1,7 @@
+#include "conformance/harness.h"
+
+namespace spore::conformance {
+void add_structure_cases(CaseList& c, ErrorList& e) {
+  c.push_back(OpCase("identity", OpId::identity, {{3, 4}}));
+}
+}  // namespace spore::conformance

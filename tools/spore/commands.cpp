@@ -1,0 +1,46 @@
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "base/error.h"
+#include "tools/spore/commands.h"
+
+namespace spore::cli {
+namespace {
+constexpr Command commands[] = {
+    {"info", "version, build, CPU ISA in use, threads, library versions", cmd_info},
+    {"ops", "every registered op: dtypes, backends with kernels, traits (--json)", cmd_ops},
+    {"graph", "parse, verify and print a text-IR graph file (--dot for Graphviz)", cmd_graph},
+    {"demo", "a small graph-mode demo: trace, compile, run, profile", cmd_demo},
+};
+
+void usage(FILE* f) {
+  std::fprintf(f, "usage: spore <command> [options]\n\ncommands:\n");
+  for (const auto& c : commands) std::fprintf(f, "  %-8s %s\n", c.name, c.summary);
+  std::fprintf(f, "\nrun 'spore <command> --help' for a command's options\n");
+}
+}  // namespace
+
+int main_dispatch(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) argv[1] = const_cast<char*>("info");
+  for (const auto& c : commands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const spore::Error& e) {
+      std::fprintf(stderr, "spore %s: error: %s\n", c.name, e.what());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "spore %s: error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "spore: unknown command '%s' (run 'spore --help' for the list)\n", argv[1]);
+  return 2;
+}
+
+}  // namespace spore::cli

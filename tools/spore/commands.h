@@ -1,0 +1,19 @@
+#pragma once
+// The spore CLI: one file per subcommand (cmd_<name>.cpp), listed once in commands.cpp.
+// Every command has --help, prints one clear line and exits non-zero on bad input.
+namespace spore::cli {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);  // argv[0] is the command name
+};
+
+int cmd_info(int argc, char** argv);
+int cmd_ops(int argc, char** argv);
+int cmd_graph(int argc, char** argv);
+int cmd_demo(int argc, char** argv);
+
+int main_dispatch(int argc, char** argv);
+
+}  // namespace spore::cli
