@@ -22,9 +22,10 @@ std::string Graph::unique_name(std::string base) {
 
 Value* Graph::new_value(TensorType type, std::string name) {
   Value& v = value_arena_.emplace_back();
-  v.id = next_value_id_++;
+  v.id = next_value_id_;
   v.type = std::move(type);
-  v.name = unique_name(std::move(name));
+  v.name = unique_name(std::move(name));  // an unnamed value is named after its id
+  ++next_value_id_;
   return &v;
 }
 

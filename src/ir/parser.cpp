@@ -1,7 +1,13 @@
 // Recursive-descent parser for the text IR written by print_graph (see docs/ARCHITECTURE.md).
 // Errors carry source:line:col. Types are taken as written; ops::verify_graph re-infers them.
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <unordered_map>
 
 #include "ir/graph.h"
@@ -16,7 +22,7 @@ class Parser {
   std::unique_ptr<Graph> parse() {
     expect_word("graph");
     expect('@');
-    auto g = std::make_unique<Graph>(ident("graph name"));
+    auto g = std::make_unique<Graph>(peek() == '"' ? string_lit() : ident("graph name"));
     g_ = g.get();
     expect('(');
     if (!accept(')')) {
@@ -52,8 +58,18 @@ class Parser {
  private:
   void statement() {
     std::vector<std::string> names;
-    do names.push_back(value_name()); while (accept(','));
+    std::vector<size_t> name_pos;  // errors about a result point at its name
+    do {
+      skip_ws();
+      name_pos.push_back(pos_);
+      names.push_back(value_name());
+      if (values_.count(names.back()) || std::count(names.begin(), names.end(), names.back()) > 1) {
+        pos_ = name_pos.back();
+        SPORE_FAIL(ErrorCode::parse_error, "{}: value %{} is defined twice", where(), names.back());
+      }
+    } while (accept(','));
     expect('=');
+    skip_ws();
     const size_t op_pos = pos_;
     std::string opname = ident("op name");
     auto op = op_from_name(opname);
@@ -73,8 +89,10 @@ class Parser {
     expect(':');
     std::vector<TensorType> types;
     do types.push_back(type()); while (accept(','));
-    SPORE_CHECK(types.size() == names.size(), ErrorCode::parse_error, "{}: {} results but {} types", where(), names.size(),
-                types.size());
+    if (types.size() != names.size()) {
+      pos_ = name_pos[0];
+      SPORE_FAIL(ErrorCode::parse_error, "{}: {} results but {} types", where(), names.size(), types.size());
+    }
     std::string node_name;
     std::unordered_map<int, int64_t> offsets;
     while (accept('!')) {
@@ -83,7 +101,11 @@ class Parser {
       if (key == "name") {
         node_name = string_lit();
       } else if (key.rfind("offset", 0) == 0) {
-        int idx = std::stoi(key.substr(6).empty() ? "0" : key.substr(6));
+        const std::string digits = key.substr(6).empty() ? "0" : key.substr(6);
+        int idx = -1;
+        auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), idx);
+        SPORE_CHECK(ec == std::errc() && ptr == digits.data() + digits.size() && idx < static_cast<int>(names.size()),
+                    ErrorCode::parse_error, "{}: bad annotation '!{}' (expected !offset<result index>)", where(), key);
         offsets[idx] = integer();
       } else {
         SPORE_FAIL(ErrorCode::parse_error, "{}: unknown annotation '!{}'", where(), key);
@@ -104,15 +126,23 @@ class Parser {
         SPORE_CHECK(hi >= 0 && lo >= 0, ErrorCode::parse_error, "{}: bad hex digit in constant data", where());
         p[i] = static_cast<unsigned char>(hi * 16 + lo);
       }
-    } else {
-      SPORE_CHECK(*op != OpId::constant, ErrorCode::parse_error, "{}: constant %{} has no data (= hex\"...\")", where(), names[0]);
+    } else if (*op == OpId::constant) {
+      pos_ = name_pos[0];
+      SPORE_FAIL(ErrorCode::parse_error, "{}: constant %{} has no data (= hex\"...\")", where(), names[0]);
     }
-    SPORE_CHECK(*op != OpId::input, ErrorCode::parse_error, "{}: inputs are declared in the graph signature", where());
+    if (*op == OpId::input) {
+      pos_ = op_pos;
+      SPORE_FAIL(ErrorCode::parse_error, "{}: inputs are declared in the graph signature", where());
+    }
     Node* n = g_->add_node(*op, std::move(ins), std::move(attrs), types, "");
     n->payload = payload;
     n->name = node_name;
+    // The graph named the results itself ("7", "8"); move them out of the way first so a result
+    // written as %8 never collides with a sibling's generated name.
+    if (names.size() > 1) {
+      for (Value* v : n->outputs) g_->rename_value(v, "\x01tmp" + std::to_string(v->id));
+    }
     for (size_t i = 0; i < names.size(); ++i) {
-      SPORE_CHECK(!values_.count(names[i]), ErrorCode::parse_error, "{}: value %{} is defined twice", where(), names[i]);
       g_->rename_value(n->outputs[i], names[i]);
       values_[names[i]] = n->outputs[i];
       if (offsets.count(static_cast<int>(i))) n->outputs[i]->arena_offset = offsets[static_cast<int>(i)];
@@ -177,6 +207,10 @@ class Parser {
       pos_ += 3;
       return AttrValue(s_[start] == '-' ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity());
     }
+    if (s_.substr(pos_, 3) == "nan") {  // float lists may hold nan too
+      pos_ += 3;
+      return AttrValue(std::numeric_limits<double>::quiet_NaN());
+    }
     bool is_float = false;
     while (pos_ < s_.size()) {
       char c = s_[pos_];
@@ -187,12 +221,18 @@ class Parser {
     }
     std::string text(s_.substr(start, pos_ - start));
     SPORE_CHECK(!text.empty() && text != "-" && text != "+", ErrorCode::parse_error, "{}: expected a number", where());
-    try {
-      if (is_float) return AttrValue(std::stod(text));
-      return AttrValue(static_cast<int64_t>(std::stoll(text)));
-    } catch (const std::exception&) {
-      SPORE_FAIL(ErrorCode::parse_error, "{}: bad number '{}'", where(), text);
+    // strtod, not stod: stod rejects subnormals (5e-324) as out of range.
+    char* end = nullptr;
+    errno = 0;
+    if (is_float) {
+      const double d = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() + text.size() && !(errno == ERANGE && std::isinf(d))) return AttrValue(d);
+    } else {
+      const long long i = std::strtoll(text.c_str(), &end, 10);
+      if (end == text.c_str() + text.size() && errno != ERANGE) return AttrValue(static_cast<int64_t>(i));
     }
+    pos_ = start;
+    SPORE_FAIL(ErrorCode::parse_error, "{}: bad number '{}'", where(), text);
   }
 
   int64_t integer() {
@@ -210,9 +250,24 @@ class Parser {
     expect('[');
     if (accept(']')) return t;
     do {
+      // Symbolic dims made by inference may hold '*', '-' or '+' ("batch*3", "h_k3s1p-1"): read the
+      // whole token; all digits is a static size.
       skip_ws();
-      if (std::isdigit(static_cast<unsigned char>(peek()))) t.dims.emplace_back(integer());
-      else t.dims.push_back(Dim::symbol(ident("dimension")));
+      const size_t start = pos_;
+      while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || std::strchr("_.*+-", s_[pos_]))) ++pos_;
+      const std::string_view tok = s_.substr(start, pos_ - start);
+      if (tok.empty()) SPORE_FAIL(ErrorCode::parse_error, "{}: expected a dimension", where());
+      if (std::all_of(tok.begin(), tok.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+        int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+        if (ec != std::errc()) {
+          pos_ = start;
+          SPORE_FAIL(ErrorCode::parse_error, "{}: dimension {} is out of range", where(), tok);
+        }
+        t.dims.emplace_back(v);
+      } else {
+        t.dims.push_back(Dim::symbol(std::string(tok)));
+      }
     } while (accept(','));
     expect(']');
     return t;
@@ -249,6 +304,8 @@ class Parser {
         char e = s_[pos_++];
         if (e == 'n') out += '\n';
         else if (e == 'x' && pos_ + 1 < s_.size()) {
+          SPORE_CHECK(hexval(s_[pos_]) >= 0 && hexval(s_[pos_ + 1]) >= 0, ErrorCode::parse_error,
+                      "{}: bad \\x escape in a string", where());
           out += static_cast<char>(hexval(s_[pos_]) * 16 + hexval(s_[pos_ + 1]));
           pos_ += 2;
         } else out += e;

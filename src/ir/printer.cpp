@@ -34,7 +34,7 @@ std::string hex(const Tensor& t) {
 }  // namespace
 
 std::string print_graph(const Graph& g) {
-  std::string out = "graph @" + g.name() + "(";
+  std::string out = "graph @" + (plain_ident(g.name()) ? g.name() : format_attr_value(AttrValue(g.name()))) + "(";
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const Value* v = g.inputs()[i];
     out += (i ? ", " : "") + ref(v) + ": " + v->type.str();

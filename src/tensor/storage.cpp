@@ -63,9 +63,14 @@ void reset_memory_peak() { g_peak.store(g_in_use.load()); }
 
 size_t parse_byte_size(const char* text) {
   std::string s(text ? text : "");
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  SPORE_CHECK(i > 0, ErrorCode::invalid_argument, "bad byte size '{}': expected e.g. 512MB, 2GiB, 1000", s);
+  size_t i = 0, digits = 0, dots = 0;
+  for (; i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.'); ++i) {
+    if (s[i] == '.') ++dots;
+    else ++digits;
+  }
+  // "1.2.3" and "." used to parse as 1 and 0 bytes; a number is digits with at most one point.
+  SPORE_CHECK(digits > 0 && dots <= 1, ErrorCode::invalid_argument,
+              "bad byte size '{}': expected e.g. 512MB, 2GiB, 1000", s);
   double v = std::strtod(s.substr(0, i).c_str(), nullptr);
   std::string unit = s.substr(i);
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -78,6 +83,8 @@ size_t parse_byte_size(const char* text) {
   else if (unit == "MIB") mul = 1024.0 * 1024;
   else if (unit == "GIB") mul = 1024.0 * 1024 * 1024;
   SPORE_CHECK(mul != 0, ErrorCode::invalid_argument, "bad byte size '{}': unknown unit '{}'", s, unit);
+  // Converting a double >= 2^64 to size_t is undefined behaviour, so refuse it by name.
+  SPORE_CHECK(v * mul < 18446744073709551616.0, ErrorCode::invalid_argument, "bad byte size '{}': too large", s);
   return static_cast<size_t>(v * mul);
 }
 

@@ -1,8 +1,375 @@
-// TODO(issue 2): cpu kernels of the binary family.
+// CPU kernels of the binary family. Broadcasting is reduced to contiguous runs: the output's dims
+// are collapsed (size-1 dims dropped, neighbours merged where every input is contiguous across them),
+// so the innermost dim is a run in which each input is either a vector (stride 1) or a scalar
+// (stride 0). Same shape, scalar operand, [N,C]+[C] and [N,C,H,W]+[C,1,1] all become long runs.
+// Work is split into fixed-size chunks of the flat output (independent of the thread count); each
+// chunk writes only its own outputs, and elements do not depend on where a chunk starts.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
 #include "backend/cpu/families.h"
+#include "base/thread_pool.h"
 
 namespace spore::cpu {
 
-void register_binary(KernelRegistry& r) {}
+// Highway loops from binary_simd.cpp. op: 0 add, 1 sub, 2 mul, 3 div, 4 max, 5 min;
+// mode: 0 both vectors, 1 b scalar, 2 a scalar.
+void simd_binary(int op, const float* a, const float* b, float* out, size_t n, int mode);
+void simd_binary(int op, const double* a, const double* b, double* out, size_t n, int mode);
+void simd_binary(int op, const f16* a, const f16* b, f16* out, size_t n, int mode);
+void simd_binary(int op, const bf16* a, const bf16* b, bf16* out, size_t n, int mode);
+
+namespace {
+
+constexpr int kMaxInputs = 3;
+constexpr int64_t kGrainCheap = 1 << 15;   // elements per task for memory-bound loops
+constexpr int64_t kGrainCostly = 1 << 12;  // pow, fmod, and scalar f16/bf16 conversions
+
+// One contiguous run: `in[k]` points at input k's first element; bit k of `scalar_mask` says input
+// k is a scalar for the whole run (stride 0). `user` carries per-op data (e.g. the simd op code).
+using RunFn = void (*)(const void* user, char* out, const char* const* in, int64_t len, unsigned scalar_mask);
+
+struct Plan {
+  std::vector<int64_t> shape;                // collapsed output dims (at least one)
+  std::vector<int64_t> strides[kMaxInputs];  // per input, in elements; 0 on broadcast dims
+};
+
+Plan make_plan(const Shape& out, std::span<const Tensor> ins) {
+  const int r = static_cast<int>(out.size());
+  const int n_in = static_cast<int>(ins.size());
+  std::vector<int64_t> st[kMaxInputs];
+  for (int k = 0; k < n_in; ++k) {
+    const Shape& s = ins[k].shape();
+    const int lead = r - static_cast<int>(s.size());
+    st[k].assign(r, 0);
+    int64_t acc = 1;
+    for (int i = static_cast<int>(s.size()) - 1; i >= 0; --i) {
+      st[k][lead + i] = s[i] == 1 ? 0 : acc;
+      acc *= s[i];
+    }
+  }
+  Plan p;
+  for (int i = 0; i < r; ++i) {
+    if (out[i] == 1) continue;
+    bool merge = !p.shape.empty();
+    for (int k = 0; k < n_in && merge; ++k) merge = p.strides[k].back() == st[k][i] * out[i];
+    if (merge) {
+      p.shape.back() *= out[i];
+      for (int k = 0; k < n_in; ++k) p.strides[k].back() = st[k][i];
+    } else {
+      p.shape.push_back(out[i]);
+      for (int k = 0; k < n_in; ++k) p.strides[k].push_back(st[k][i]);
+    }
+  }
+  if (p.shape.empty()) {  // a single element
+    p.shape.push_back(1);
+    for (int k = 0; k < n_in; ++k) p.strides[k].push_back(0);
+  }
+  return p;
+}
+
+void for_each_run(const KernelContext& k, RunFn fn, const void* user, int64_t grain) {
+  const Tensor& out = k.out();
+  const int64_t numel = out.numel();
+  if (numel == 0) return;
+  const int n_in = k.num_inputs();
+  const Plan p = make_plan(out.shape(), k.inputs);
+  const int r = static_cast<int>(p.shape.size());
+  const int64_t inner = p.shape.back();
+  unsigned mask = 0;
+  const char* base[kMaxInputs] = {};
+  int64_t esize[kMaxInputs] = {};
+  for (int i = 0; i < n_in; ++i) {
+    if (p.strides[i].back() == 0) mask |= 1u << i;
+    base[i] = static_cast<const char*>(k.in(i).raw_data());
+    esize[i] = static_cast<int64_t>(dtype_size(k.in(i).dtype()));
+  }
+  char* obase = static_cast<char*>(out.raw_data());
+  const int64_t oesize = static_cast<int64_t>(dtype_size(out.dtype()));
+  parallel_for(num_chunks(numel, grain), [&](int64_t c) {
+    int64_t pos = c * grain;
+    const int64_t end = std::min(pos + grain, numel);
+    std::vector<int64_t> idx(r);
+    for (int64_t d = r - 1, rem = pos; d >= 0; --d) {
+      idx[d] = rem % p.shape[d];
+      rem /= p.shape[d];
+    }
+    while (pos < end) {
+      const int64_t len = std::min(inner - idx[r - 1], end - pos);
+      const char* ptrs[kMaxInputs] = {};
+      for (int i = 0; i < n_in; ++i) {
+        int64_t off = 0;
+        for (int d = 0; d < r; ++d) off += idx[d] * p.strides[i][d];
+        ptrs[i] = base[i] + off * esize[i];
+      }
+      fn(user, obase + pos * oesize, ptrs, len, mask);
+      pos += len;
+      idx[r - 1] += len;
+      for (int d = r - 1; d > 0 && idx[d] == p.shape[d]; --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  });
+}
+
+// ---- Highway-backed floating arithmetic
+
+template <typename T>
+void run_simd(const void* user, char* out, const char* const* in, int64_t len, unsigned mask) {
+  const int mode = (mask & 2u) ? 1 : (mask & 1u) ? 2 : 0;  // both scalar only when len == 1
+  simd_binary(*static_cast<const int*>(user), reinterpret_cast<const T*>(in[0]), reinterpret_cast<const T*>(in[1]),
+              reinterpret_cast<T*>(out), static_cast<size_t>(len), mode);
+}
+
+// ---- scalar loops: integers, comparisons, pow/mod, logical. C is the compute type.
+
+template <typename T> using Unsigned = std::make_unsigned_t<T>;
+// Integer arithmetic wraps (two's complement, like NumPy) without signed-overflow UB.
+struct IAdd { template <class T> static T f(T a, T b) { return static_cast<T>(Unsigned<T>(a) + Unsigned<T>(b)); } };
+struct ISub { template <class T> static T f(T a, T b) { return static_cast<T>(Unsigned<T>(a) - Unsigned<T>(b)); } };
+struct IMul { template <class T> static T f(T a, T b) { return static_cast<T>(Unsigned<T>(a) * Unsigned<T>(b)); } };
+// Zero divisors are rejected before the loop; MIN / -1 would trap on x86, so -1 is negation.
+struct IDiv {
+  template <class T> static T f(T a, T b) {
+    if constexpr (std::is_signed_v<T>) if (b == -1) return static_cast<T>(Unsigned<T>(0) - Unsigned<T>(a));
+    return static_cast<T>(a / b);
+  }
+};
+struct IModPy {
+  template <class T> static T f(T a, T b) {
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return 0;
+      T r = static_cast<T>(a % b);
+      if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+      return r;
+    } else {
+      return static_cast<T>(a % b);
+    }
+  }
+};
+struct IModC {
+  template <class T> static T f(T a, T b) {
+    if constexpr (std::is_signed_v<T>) if (b == -1) return 0;
+    return static_cast<T>(a % b);
+  }
+};
+struct Max { template <class T> static T f(T a, T b) { return std::max(a, b); } };
+struct Min { template <class T> static T f(T a, T b) { return std::min(a, b); } };
+struct FPow { template <class T> static T f(T a, T b) { return std::pow(a, b); } };
+struct FModC { template <class T> static T f(T a, T b) { return std::fmod(a, b); } };
+struct FModPy {
+  template <class T> static T f(T a, T b) {
+    T r = std::fmod(a, b);
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+  }
+};
+struct Eq { template <class T> static bool f(T a, T b) { return a == b; } };
+struct Ne { template <class T> static bool f(T a, T b) { return a != b; } };
+struct Lt { template <class T> static bool f(T a, T b) { return a < b; } };
+struct Le { template <class T> static bool f(T a, T b) { return a <= b; } };
+struct Gt { template <class T> static bool f(T a, T b) { return a > b; } };
+struct Ge { template <class T> static bool f(T a, T b) { return a >= b; } };
+struct And { template <class T> static bool f(T a, T b) { return a && b; } };
+struct Or { template <class T> static bool f(T a, T b) { return a || b; } };
+
+// T: stored input type, C: compute type (float for f16/bf16), R: stored output type.
+template <typename T, typename C, typename R, class F>
+void run_loop(const void*, char* out, const char* const* in, int64_t len, unsigned mask) {
+  const T* a = reinterpret_cast<const T*>(in[0]);
+  const T* b = reinterpret_cast<const T*>(in[1]);
+  R* o = reinterpret_cast<R*>(out);
+  const auto res = [](C x, C y) { return static_cast<R>(F::f(x, y)); };
+  if (mask == 0) {
+    for (int64_t j = 0; j < len; ++j) o[j] = res(static_cast<C>(a[j]), static_cast<C>(b[j]));
+  } else if (mask == 2u) {
+    const C y = static_cast<C>(b[0]);
+    for (int64_t j = 0; j < len; ++j) o[j] = res(static_cast<C>(a[j]), y);
+  } else if (mask == 1u) {
+    const C x = static_cast<C>(a[0]);
+    for (int64_t j = 0; j < len; ++j) o[j] = res(x, static_cast<C>(b[j]));
+  } else {
+    const R v = res(static_cast<C>(a[0]), static_cast<C>(b[0]));
+    for (int64_t j = 0; j < len; ++j) o[j] = v;
+  }
+}
+
+template <typename T> using ComputeOf = std::conditional_t<std::is_same_v<T, f16> || std::is_same_v<T, bf16>, float, T>;
+
+template <typename T, class F>
+RunFn loop_same() { return run_loop<T, ComputeOf<T>, T, F>; }
+template <typename T, class F>
+RunFn loop_bool() { return run_loop<T, ComputeOf<T>, bool, F>; }
+
+struct Choice {
+  RunFn fn = nullptr;
+  int64_t grain = kGrainCheap;
+};
+
+template <class F>
+Choice integer_loop(DType t) {
+  switch (t) {
+    case DType::i64: return {loop_same<int64_t, F>()};
+    case DType::i32: return {loop_same<int32_t, F>()};
+    case DType::i8: return {loop_same<int8_t, F>()};
+    case DType::u8: return {loop_same<uint8_t, F>()};
+    default: return {};
+  }
+}
+
+template <class F>
+Choice floating_loop(DType t) {
+  switch (t) {
+    case DType::f64: return {loop_same<double, F>(), kGrainCostly};
+    case DType::f32: return {loop_same<float, F>(), kGrainCostly};
+    case DType::f16: return {loop_same<f16, F>(), kGrainCostly};
+    case DType::bf16: return {loop_same<bf16, F>(), kGrainCostly};
+    default: return {};
+  }
+}
+
+template <class F>
+Choice compare_loop(DType t) {
+  switch (t) {
+    case DType::f64: return {loop_bool<double, F>()};
+    case DType::f32: return {loop_bool<float, F>()};
+    case DType::f16: return {loop_bool<f16, F>(), kGrainCostly};
+    case DType::bf16: return {loop_bool<bf16, F>(), kGrainCostly};
+    case DType::i64: return {loop_bool<int64_t, F>()};
+    case DType::i32: return {loop_bool<int32_t, F>()};
+    case DType::i8: return {loop_bool<int8_t, F>()};
+    case DType::u8: return {loop_bool<uint8_t, F>()};
+    case DType::boolean: return {loop_bool<bool, F>()};
+  }
+  return {};
+}
+
+Choice simd_choice(DType t) {
+  switch (t) {
+    case DType::f64: return {run_simd<double>};
+    case DType::f32: return {run_simd<float>};
+    case DType::f16: return {run_simd<f16>};
+    case DType::bf16: return {run_simd<bf16>};
+    default: return {};
+  }
+}
+
+int simd_op_code(OpId op) {
+  switch (op) {
+    case OpId::add: return 0;
+    case OpId::sub: return 1;
+    case OpId::mul: return 2;
+    case OpId::div: return 3;
+    case OpId::maximum: return 4;
+    case OpId::minimum: return 5;
+    default: return -1;
+  }
+}
+
+template <typename T>
+bool any_zero(const Tensor& t) {
+  const T* p = t.data<T>();
+  const int64_t n = t.numel();
+  bool zero = false;
+  for (int64_t i = 0; i < n; ++i) zero |= p[i] == 0;
+  return zero;
+}
+
+void check_divisor(const KernelContext& k) {
+  const Tensor& b = k.in(1);
+  bool zero = false;
+  switch (b.dtype()) {
+    case DType::i64: zero = any_zero<int64_t>(b); break;
+    case DType::i32: zero = any_zero<int32_t>(b); break;
+    case DType::i8: zero = any_zero<int8_t>(b); break;
+    case DType::u8: zero = any_zero<uint8_t>(b); break;
+    default: return;
+  }
+  SPORE_CHECK(!zero, ErrorCode::invalid_argument, "[{}] integer division by zero: divisor b ({}{}) has a zero element",
+              op_name(k.op), dtype_name(b.dtype()), shape_str(b.shape()));
+}
+
+Choice integer_arith(OpId op, DType t, bool fmod) {
+  switch (op) {
+    case OpId::add: return integer_loop<IAdd>(t);
+    case OpId::sub: return integer_loop<ISub>(t);
+    case OpId::mul: return integer_loop<IMul>(t);
+    case OpId::div: return integer_loop<IDiv>(t);
+    case OpId::maximum: return integer_loop<Max>(t);
+    case OpId::minimum: return integer_loop<Min>(t);
+    case OpId::mod: return fmod ? integer_loop<IModC>(t) : integer_loop<IModPy>(t);
+    default: return {};
+  }
+}
+
+Choice pick(const KernelContext& k) {
+  const DType t = k.in(0).dtype();
+  switch (k.op) {
+    case OpId::pow: return floating_loop<FPow>(t);
+    case OpId::mod:
+      if (is_floating(t)) return k.attrs.b("fmod") ? floating_loop<FModC>(t) : floating_loop<FModPy>(t);
+      return integer_arith(k.op, t, k.attrs.b("fmod"));
+    case OpId::eq: return compare_loop<Eq>(t);
+    case OpId::ne: return compare_loop<Ne>(t);
+    case OpId::lt: return compare_loop<Lt>(t);
+    case OpId::le: return compare_loop<Le>(t);
+    case OpId::gt: return compare_loop<Gt>(t);
+    case OpId::ge: return compare_loop<Ge>(t);
+    case OpId::logical_and: return {loop_same<bool, And>()};
+    case OpId::logical_or: return {loop_same<bool, Or>()};
+    default: return is_floating(t) ? simd_choice(t) : integer_arith(k.op, t, false);
+  }
+}
+
+void binary_kernel(KernelContext& k) {
+  if (k.op == OpId::div || k.op == OpId::mod) check_divisor(k);
+  const Choice c = pick(k);
+  SPORE_ASSERT(c.fn != nullptr, "no cpu loop for {} on {}", op_name(k.op), dtype_name(k.in(0).dtype()));
+  const int code = simd_op_code(k.op);
+  for_each_run(k, c.fn, &code, c.grain);
+}
+
+// where selects bytes, so one loop per element size serves every dtype.
+template <typename U>
+void run_where(const void*, char* out, const char* const* in, int64_t len, unsigned mask) {
+  const bool* c = reinterpret_cast<const bool*>(in[0]);
+  const U* a = reinterpret_cast<const U*>(in[1]);
+  const U* b = reinterpret_cast<const U*>(in[2]);
+  U* o = reinterpret_cast<U*>(out);
+  if (mask == 0) {
+    for (int64_t j = 0; j < len; ++j) o[j] = c[j] ? a[j] : b[j];
+    return;
+  }
+  const int64_t sc = (mask & 1u) ? 0 : 1, sa = (mask & 2u) ? 0 : 1, sb = (mask & 4u) ? 0 : 1;
+  for (int64_t j = 0; j < len; ++j) o[j] = c[j * sc] ? a[j * sa] : b[j * sb];
+}
+
+void where_kernel(KernelContext& k) {
+  RunFn fn = nullptr;
+  switch (dtype_size(k.out().dtype())) {
+    case 1: fn = run_where<uint8_t>; break;
+    case 2: fn = run_where<uint16_t>; break;
+    case 4: fn = run_where<uint32_t>; break;
+    default: fn = run_where<uint64_t>; break;
+  }
+  for_each_run(k, fn, nullptr, kGrainCheap);
+}
+
+}  // namespace
+
+void register_binary(KernelRegistry& r) {
+  const DTypeSet num = dtypes::numeric;
+  for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum})
+    r.add(Backend::cpu, op, num, binary_kernel, "hwy");
+  for (OpId op : {OpId::mod, OpId::lt, OpId::le, OpId::gt, OpId::ge}) r.add(Backend::cpu, op, num, binary_kernel, "scalar");
+  r.add(Backend::cpu, OpId::pow, dtypes::floating, binary_kernel, "scalar");
+  r.add(Backend::cpu, OpId::eq, num | dtypes::boolean, binary_kernel, "scalar");
+  r.add(Backend::cpu, OpId::ne, num | dtypes::boolean, binary_kernel, "scalar");
+  r.add(Backend::cpu, OpId::logical_and, dtypes::boolean, binary_kernel, "scalar");
+  r.add(Backend::cpu, OpId::logical_or, dtypes::boolean, binary_kernel, "scalar");
+  r.add(Backend::cpu, OpId::where, dtypes::all, where_kernel, "scalar");
+}
 
 }  // namespace spore::cpu

@@ -1,9 +1,89 @@
-// TODO(issue 2): reference kernels of the binary family.
+// Reference kernels of the binary family: one scalar loop over the output, each input read through
+// its NumPy-broadcast index, math in double. Integer results wrap like NumPy (two's complement).
+#include <cmath>
+
 #include "backend/reference/families.h"
 #include "backend/reference/util.h"
 
 namespace spore::reference {
+namespace {
 
-void register_binary(KernelRegistry& r) {}
+// Wraps an exact integer result into the dtype's range (i64 is stored as is: doubles cannot wrap it).
+double wrap_integer(DType t, double v) {
+  if (!is_integral(t) || t == DType::i64) return v;
+  const double range = std::ldexp(1.0, static_cast<int>(8 * dtype_size(t)));
+  const double lo = t == DType::u8 ? 0.0 : -range / 2;
+  return v - range * std::floor((v - lo) / range);
+}
+
+double python_mod(double a, double b) {
+  double r = std::fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+double apply(OpId op, double a, double b, bool fmod, DType t) {
+  const bool integral = is_integral(t);
+  switch (op) {
+    case OpId::add: return a + b;
+    case OpId::sub: return a - b;
+    case OpId::mul: return a * b;
+    case OpId::div: return integral ? std::trunc(a / b) : a / b;
+    case OpId::pow: return std::pow(a, b);
+    case OpId::maximum: return std::isnan(a) ? a : std::isnan(b) ? b : std::max(a, b);
+    case OpId::minimum: return std::isnan(a) ? a : std::isnan(b) ? b : std::min(a, b);
+    case OpId::mod: return fmod ? std::fmod(a, b) : python_mod(a, b);
+    case OpId::eq: return a == b;
+    case OpId::ne: return a != b;
+    case OpId::lt: return a < b;
+    case OpId::le: return a <= b;
+    case OpId::gt: return a > b;
+    case OpId::ge: return a >= b;
+    case OpId::logical_and: return a != 0 && b != 0;
+    case OpId::logical_or: return a != 0 || b != 0;
+    default: SPORE_ASSERT(false, "op {} is not a binary op", op_name(op));
+  }
+  return 0;
+}
+
+void binary_kernel(KernelContext& k) {
+  const Tensor &a = k.in(0), &b = k.in(1), &out = k.out();
+  const DType t = a.dtype();
+  if ((k.op == OpId::div || k.op == OpId::mod) && is_integral(t)) {
+    for (int64_t i = 0; i < b.numel(); ++i)
+      SPORE_CHECK(get(b, i) != 0, ErrorCode::invalid_argument, "[{}] integer division by zero (divisor element {})",
+                  op_name(k.op), i);
+  }
+  const bool fmod = k.op == OpId::mod && k.attrs.b("fmod");
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const auto idx = unravel(i, out.shape());
+    const double v = apply(k.op, get(a, broadcast_index(idx, a.shape())), get(b, broadcast_index(idx, b.shape())), fmod, t);
+    put(out, i, wrap_integer(out.dtype(), v));
+  }
+}
+
+void where_kernel(KernelContext& k) {
+  const Tensor &c = k.in(0), &a = k.in(1), &b = k.in(2), &out = k.out();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const auto idx = unravel(i, out.shape());
+    const bool pick_a = get(c, broadcast_index(idx, c.shape())) != 0;
+    put(out, i, pick_a ? get(a, broadcast_index(idx, a.shape())) : get(b, broadcast_index(idx, b.shape())));
+  }
+}
+
+}  // namespace
+
+void register_binary(KernelRegistry& r) {
+  const DTypeSet num = dtypes::numeric;
+  for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum, OpId::mod, OpId::lt,
+                  OpId::le, OpId::gt, OpId::ge})
+    r.add(Backend::reference, op, num, binary_kernel);
+  r.add(Backend::reference, OpId::pow, dtypes::floating, binary_kernel);
+  r.add(Backend::reference, OpId::eq, num | dtypes::boolean, binary_kernel);
+  r.add(Backend::reference, OpId::ne, num | dtypes::boolean, binary_kernel);
+  r.add(Backend::reference, OpId::logical_and, dtypes::boolean, binary_kernel);
+  r.add(Backend::reference, OpId::logical_or, dtypes::boolean, binary_kernel);
+  r.add(Backend::reference, OpId::where, dtypes::all, where_kernel);
+}
 
 }  // namespace spore::reference

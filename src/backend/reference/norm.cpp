@@ -1,9 +1,117 @@
-// TODO(issue 2): reference kernels of the norm family.
+// Reference kernels of the norm family: two-pass statistics in double.
+#include <cmath>
+
 #include "backend/reference/families.h"
 #include "backend/reference/util.h"
+#include "base/rng.h"
 
 namespace spore::reference {
+namespace {
 
-void register_norm(KernelRegistry& r) {}
+void batch_norm_kernel(KernelContext& k) {
+  const Tensor& xt = k.in(0);
+  const int64_t c = xt.dim(1);
+  const int64_t inner = xt.numel() / std::max<int64_t>(xt.dim(0) * c, 1);
+  const double eps = k.attrs.f("epsilon");
+  const auto x = xt.to_doubles(), scale = k.in(1).to_doubles(), bias = k.in(2).to_doubles();
+  const auto mean = k.in(3).to_doubles(), var = k.in(4).to_doubles();
+  for (int64_t i = 0; i < xt.numel(); ++i) {
+    const int64_t ch = (i / inner) % c;
+    put(k.out(0), i, (x[i] - mean[ch]) / std::sqrt(var[ch] + eps) * scale[ch] + bias[ch]);
+  }
+}
+
+// Rows of `size` elements: everything from `axis` on is one row.
+int64_t row_size(const Tensor& x, int64_t axis) {
+  if (axis < 0) axis += x.rank();
+  int64_t s = 1;
+  for (int i = static_cast<int>(axis); i < x.rank(); ++i) s *= x.shape()[i];
+  return s;
+}
+
+void layer_norm_kernel(KernelContext& k) {
+  const int64_t size = row_size(k.in(0), k.attrs.i("axis"));
+  const int64_t rows = size ? k.in(0).numel() / size : 0;
+  const double eps = k.attrs.f("epsilon");
+  const auto x = k.in(0).to_doubles();
+  const auto w = k.num_inputs() > 1 ? k.in(1).to_doubles() : std::vector<double>(size, 1.0);
+  const auto b = k.num_inputs() > 2 ? k.in(2).to_doubles() : std::vector<double>(size, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = x.data() + r * size;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < size; ++i) mean += row[i];
+    mean /= static_cast<double>(size);
+    for (int64_t i = 0; i < size; ++i) var += (row[i] - mean) * (row[i] - mean);
+    var /= static_cast<double>(size);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < size; ++i) put(k.out(0), r * size + i, (row[i] - mean) * inv * w[i] + b[i]);
+  }
+}
+
+void rms_norm_kernel(KernelContext& k) {
+  const int64_t size = row_size(k.in(0), k.attrs.i("axis"));
+  const int64_t rows = size ? k.in(0).numel() / size : 0;
+  const double eps = k.attrs.f("epsilon");
+  const auto x = k.in(0).to_doubles();
+  const auto w = k.num_inputs() > 1 ? k.in(1).to_doubles() : std::vector<double>(size, 1.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = x.data() + r * size;
+    double ss = 0;
+    for (int64_t i = 0; i < size; ++i) ss += row[i] * row[i];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(size) + eps);
+    for (int64_t i = 0; i < size; ++i) put(k.out(0), r * size + i, row[i] * inv * w[i]);
+  }
+}
+
+void group_norm_kernel(KernelContext& k) {
+  const Tensor& xt = k.in(0);
+  const int64_t n = xt.dim(0), c = xt.dim(1), groups = k.attrs.i("num_groups");
+  const int64_t inner = xt.numel() / std::max<int64_t>(n * c, 1);
+  const int64_t size = c / groups * inner;  // elements of one (sample, group)
+  const double eps = k.attrs.f("epsilon");
+  const auto x = xt.to_doubles();
+  const auto w = k.num_inputs() > 1 ? k.in(1).to_doubles() : std::vector<double>(c, 1.0);
+  const auto b = k.num_inputs() > 2 ? k.in(2).to_doubles() : std::vector<double>(c, 0.0);
+  for (int64_t r = 0; r < n * groups; ++r) {
+    const double* row = x.data() + r * size;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < size; ++i) mean += row[i];
+    mean /= static_cast<double>(size);
+    for (int64_t i = 0; i < size; ++i) var += (row[i] - mean) * (row[i] - mean);
+    var /= static_cast<double>(size);
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < size; ++i) {
+      const int64_t ch = (r % groups) * (c / groups) + i / inner;
+      put(k.out(0), r * size + i, (row[i] - mean) * inv * w[ch] + b[ch]);
+    }
+  }
+}
+
+// The mask rule is part of the op's definition: keep element i iff philox_uniform(seed, 0, i) >= p.
+void dropout_kernel(KernelContext& k) {
+  const double p = k.attrs.f("p");
+  const bool training = k.attrs.b("training");
+  const uint64_t seed = static_cast<uint64_t>(k.attrs.i("seed"));
+  const double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+  const auto x = k.in(0).to_doubles();
+  for (int64_t i = 0; i < k.in(0).numel(); ++i) {
+    if (!training) {
+      put(k.out(0), i, x[i]);
+      continue;
+    }
+    const bool keep = static_cast<double>(philox_uniform(seed, 0, static_cast<uint64_t>(i))) >= p;
+    put(k.out(0), i, keep ? x[i] * scale : 0.0);
+  }
+}
+
+}  // namespace
+
+void register_norm(KernelRegistry& r) {
+  r.add(Backend::reference, OpId::batch_norm, dtypes::floating, batch_norm_kernel);
+  r.add(Backend::reference, OpId::layer_norm, dtypes::floating, layer_norm_kernel);
+  r.add(Backend::reference, OpId::rms_norm, dtypes::floating, rms_norm_kernel);
+  r.add(Backend::reference, OpId::group_norm, dtypes::floating, group_norm_kernel);
+  r.add(Backend::reference, OpId::dropout, dtypes::floating, dropout_kernel);
+}
 
 }  // namespace spore::reference

@@ -58,6 +58,10 @@ RewriteStats apply_greedy(Graph& g, const RewriteSet& rules, int64_t max_rewrite
     work.pop_front();
     queued.erase(n);
     if (n->dead || n->outputs.empty()) continue;
+    // Dead code is DCE's business; rewriting it would keep "applying" rules forever.
+    const bool unused = std::all_of(n->outputs.begin(), n->outputs.end(),
+                                    [&](const Value* o) { return o->uses.empty() && !g.is_output(o); });
+    if (unused) continue;
     for (const RewriteRule* r : rules.rules_for(n->op)) {
       Match mt;
       mt.root = n;
@@ -75,6 +79,10 @@ RewriteStats apply_greedy(Graph& g, const RewriteSet& rules, int64_t max_rewrite
         SPORE_FAIL(ErrorCode::internal, "[rewrite {}] no fixed point after {} rewrites; rule '{}' keeps firing (cycle?)",
                    rules.name(), st.applied, top->first);
       }
+      // A root the rule bypassed is erased now so it cannot match again (its inputs' users change).
+      const bool root_unused = std::all_of(n->outputs.begin(), n->outputs.end(),
+                                           [&](const Value* o) { return o->uses.empty() && !g.is_output(o); });
+      if (root_unused && !n->dead) g.erase_node(n);
       for (Node* c : rw.created()) users.push_back(c);
       for (Node* u : users) if (!u->dead && queued.insert(u).second) work.push_back(u);
       break;

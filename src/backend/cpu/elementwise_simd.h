@@ -1,0 +1,31 @@
+#pragma once
+// Highway (runtime-dispatched) array kernels of the elementwise family; elementwise_hwy.cpp defines them.
+// Each call processes one contiguous block; callers split work into fixed-size chunks for determinism.
+// x and y may alias (in-place). f16/bf16 are passed as their uint16_t bit patterns.
+#include <cstddef>
+#include <cstdint>
+
+namespace spore::cpu {
+
+enum class UnaryOp : int {
+  neg, abs, exp, log, sqrt, rsqrt, reciprocal, tanh, sigmoid, relu, leaky_relu, gelu_erf, gelu_tanh, silu, erf,
+  sin, cos, floor, ceil, round, sign, clip,
+};
+// leaky_relu: a = alpha; clip: a = min, b = max (already representable in the element dtype).
+struct UnaryParams {
+  float a = 0;
+  float b = 0;
+};
+
+void unary_f32(UnaryOp op, const float* x, float* y, size_t n, UnaryParams p);
+// Converts blocks to f32, computes, rounds back to nearest even.
+void unary_f16(UnaryOp op, const uint16_t* x, uint16_t* y, size_t n, UnaryParams p);
+void unary_bf16(UnaryOp op, const uint16_t* x, uint16_t* y, size_t n, UnaryParams p);
+
+// Exact widening and round-to-nearest-even narrowing conversions (nan stays nan, inf stays inf).
+void f16_to_f32(const uint16_t* x, float* y, size_t n);
+void bf16_to_f32(const uint16_t* x, float* y, size_t n);
+void f32_to_f16(const float* x, uint16_t* y, size_t n);
+void f32_to_bf16(const float* x, uint16_t* y, size_t n);
+
+}  // namespace spore::cpu

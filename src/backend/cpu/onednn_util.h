@@ -1,0 +1,50 @@
+#pragma once
+// Shared plumbing of the oneDNN-backed kernels (linalg, conv, norm): one process-wide engine, a stream
+// per thread, a small primitive cache so graph replays do not recreate primitives, and f16/bf16 <-> f32
+// staging for CPUs without native low-precision support.
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "ops/kernel.h"
+
+namespace spore::cpu {
+
+dnnl::engine& dnnl_engine();
+dnnl::stream& dnnl_stream();  // one per calling thread: streams are not shared across threads
+
+// Primitive (plus whatever the op needs beside it) per shape/attr key. Creation is rare, so it runs
+// under the lock. Cleared when it grows past `capacity` so dynamic shapes cannot grow it without bound.
+template <typename Entry>
+class PrimitiveCache {
+ public:
+  Entry get(const std::string& key, const std::function<Entry()>& make) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = map_.find(key);
+    if (it != map_.end()) return it->second;
+    if (map_.size() >= capacity) map_.clear();
+    return map_.emplace(key, make()).first->second;
+  }
+
+ private:
+  static constexpr size_t capacity = 1024;
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> map_;
+};
+
+// A user buffer as oneDNN memory (no copy). oneDNN takes non-const pointers even for inputs.
+dnnl::memory user_memory(const dnnl::memory::desc& md, const Tensor& t);
+
+// Whether oneDNN runs bf16 primitives natively here (avx512_bf16 / AMX); else bf16 is staged through f32.
+bool native_bf16();
+
+// Runs `f32_kernel` on f32 copies of the f16/bf16 inputs and rounds its f32 outputs back (RNE).
+void run_in_f32(KernelContext& k, KernelFn f32_kernel);
+
+// "[2,3,4]" for cache keys.
+std::string key_dims(const dnnl::memory::dims& d);
+
+}  // namespace spore::cpu

@@ -1,0 +1,284 @@
+// CPU kernels of the index ops (gather, index_select, embedding, gather_elements, scatter, one_hot) and the
+// creation ops (arange, full). Indices are checked serially before anything is written, so a bad index
+// gives the same error for any thread count; the copies then run in fixed-size chunks with disjoint outputs.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "backend/cpu/families.h"
+#include "base/thread_pool.h"
+
+namespace spore::cpu {
+namespace {
+
+constexpr int64_t chunk_bytes = 64 << 10;
+
+template <typename Fn>
+void with_elem(size_t es, Fn&& fn) {
+  switch (es) {
+    case 1: fn(uint8_t{}); break;
+    case 2: fn(uint16_t{}); break;
+    case 4: fn(uint32_t{}); break;
+    default: fn(uint64_t{}); break;
+  }
+}
+template <typename T>
+inline T load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <typename T>
+inline void store(char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+const char* in_bytes(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
+char* out_bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
+int64_t norm_axis(int64_t axis, int rank) { return axis < 0 ? axis + rank : axis; }
+int64_t prod(const Shape& s, size_t b, size_t e) {
+  int64_t p = 1;
+  for (size_t i = b; i < e; ++i) p *= s[i];
+  return p;
+}
+
+// Index tensors are i32 or i64 (checked by shape inference).
+struct Indices {
+  const void* p;
+  bool wide;
+  explicit Indices(const Tensor& t) : p(t.raw_data()), wide(t.dtype() == DType::i64) {}
+  int64_t operator[](int64_t i) const { return wide ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i]; }
+};
+inline int64_t wrap(int64_t v, int64_t n) { return v < 0 ? v + n : v; }
+
+// Fails on the first index (in order) outside [-bound, bound).
+void check_indices(const Tensor& idx, int64_t bound, OpId op, int64_t axis) {
+  const Indices ix(idx);
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    const int64_t v = ix[i];
+    SPORE_CHECK(v >= -bound && v < bound, ErrorCode::invalid_argument,
+                "[{}] index {} is out of range for axis {} of size {}", op_name(op), v, axis, bound);
+  }
+}
+
+void parallel_memcpy(char* dst, const char* src, int64_t bytes) {
+  const int64_t grain = 4 * chunk_bytes;
+  parallel_for(num_chunks(bytes, grain), [&](int64_t c) {
+    const int64_t b = c * grain;
+    std::memcpy(dst + b, src + b, static_cast<size_t>(std::min(bytes, b + grain) - b));
+  });
+}
+
+// out[o, j, :] = x[o, idx[j], :] for x viewed as [outer, n, inner]: one memcpy per row.
+void take_rows(const Tensor& x, const Tensor& idx, const Tensor& out, int64_t outer, int64_t n, int64_t inner, OpId op,
+               int64_t axis) {
+  check_indices(idx, n, op, axis);
+  const int64_t nidx = idx.numel(), rows = outer * nidx;
+  if (rows == 0 || inner == 0) return;
+  const int64_t ies = static_cast<int64_t>(dtype_size(x.dtype())), row_bytes = inner * ies;
+  const int64_t grain = std::max<int64_t>(1, chunk_bytes / row_bytes);
+  const char* xp = in_bytes(x);
+  char* op_ = out_bytes(out);
+  const Indices ix(idx);
+  with_elem(static_cast<size_t>(ies), [&](auto t) {
+    using T = decltype(t);
+    parallel_for(num_chunks(rows, grain), [&](int64_t c) {
+      const int64_t r0 = c * grain, r1 = std::min(rows, r0 + grain);
+      for (int64_t q = r0; q < r1; ++q) {
+        const int64_t o = q / nidx, j = q % nidx;
+        const char* s = xp + (o * n + wrap(ix[j], n)) * row_bytes;
+        if (inner == 1) store<T>(op_ + q * ies, load<T>(s));
+        else std::memcpy(op_ + q * row_bytes, s, static_cast<size_t>(row_bytes));
+      }
+    });
+  });
+}
+
+void gather(KernelContext& k) {
+  const Tensor& x = k.in(0);
+  const size_t axis = static_cast<size_t>(norm_axis(k.attrs.i("axis"), x.rank()));
+  const Shape& s = x.shape();
+  take_rows(x, k.in(1), k.out(), prod(s, 0, axis), s[axis], prod(s, axis + 1, s.size()), k.op, static_cast<int64_t>(axis));
+}
+
+void embedding(KernelContext& k) {
+  const Shape& s = k.in(0).shape();
+  take_rows(k.in(0), k.in(1), k.out(), 1, s[0], s[1], k.op, 0);
+}
+
+// out has the shape of idx; a row (all dims but the last) finds its x offset once, the axis coordinate
+// of each element comes from idx.
+void gather_elements(KernelContext& k) {
+  const Tensor& x = k.in(0);
+  const Tensor& idx = k.in(1);
+  const int r = x.rank();
+  const int64_t axis = norm_axis(k.attrs.i("axis"), r), n = x.shape()[axis];
+  check_indices(idx, n, k.op, axis);
+  if (idx.numel() == 0) return;
+  const Strides xs = contiguous_strides(x.shape());
+  const Shape& is = idx.shape();
+  const int64_t nl = is[r - 1], rows = idx.numel() / nl, ax_stride = xs[axis];
+  const bool last_axis = axis == r - 1;
+  const int64_t ies = static_cast<int64_t>(dtype_size(x.dtype()));
+  const int64_t grain = std::max<int64_t>(1, chunk_bytes / (nl * ies));
+  const char* xp = in_bytes(x);
+  char* op_ = out_bytes(k.out());
+  const Indices ix(idx);
+  with_elem(static_cast<size_t>(ies), [&](auto t) {
+    using T = decltype(t);
+    parallel_for(num_chunks(rows, grain), [&](int64_t c) {
+      const int64_t r0 = c * grain, r1 = std::min(rows, r0 + grain);
+      for (int64_t row = r0; row < r1; ++row) {
+        int64_t base = 0, rem = row;
+        for (int d = r - 2; d >= 0; --d) {
+          const int64_t i = rem % is[d];
+          rem /= is[d];
+          if (d != axis) base += i * xs[d];
+        }
+        const int64_t e0 = row * nl;
+        for (int64_t j = 0; j < nl; ++j) {
+          const int64_t off = base + wrap(ix[e0 + j], n) * ax_stride + (last_axis ? 0 : j);
+          store<T>(op_ + (e0 + j) * ies, load<T>(xp + off * ies));
+        }
+      }
+    });
+  });
+}
+
+// Scatter reductions in the dtype's compute type: f32 for f16/bf16, wrapping integers, or/and for bool.
+template <typename T>
+T reduce_pair(T a, T b, bool mul) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return mul ? (a && b) : (a || b);
+  } else if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
+    return T(mul ? float(a) * float(b) : float(a) + float(b));
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(mul ? static_cast<U>(static_cast<U>(a) * static_cast<U>(b)) : static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return mul ? a * b : a + b;
+  }
+}
+
+// Every update line (all coordinates but the axis fixed) only writes the matching line of out, so lines
+// run in parallel and each applies its updates in order: with "none", the last repeated index wins.
+template <typename T>
+void scatter_typed(KernelContext& k, int64_t axis, int red) {
+  const Tensor& x = k.in(0);
+  const Tensor& upd = k.in(2);
+  const int r = x.rank();
+  const Shape& is = upd.shape();
+  const Strides xs = contiguous_strides(x.shape()), ist = contiguous_strides(is);
+  const int64_t na = is[axis], n = x.shape()[axis];
+  const int64_t lines = upd.numel() / na, grain = std::max<int64_t>(1, 4096 / na);
+  const T* up = upd.data<T>();
+  T* op_ = k.out().data<T>();
+  const Indices ix(k.in(1));
+  parallel_for(num_chunks(lines, grain), [&](int64_t c) {
+    const int64_t l0 = c * grain, l1 = std::min(lines, l0 + grain);
+    for (int64_t line = l0; line < l1; ++line) {
+      int64_t ib = 0, ob = 0, rem = line;
+      for (int d = r - 1; d >= 0; --d) {
+        if (d == axis) continue;
+        const int64_t i = rem % is[d];
+        rem /= is[d];
+        ib += i * ist[d];
+        ob += i * xs[d];
+      }
+      for (int64_t a = 0; a < na; ++a) {
+        const int64_t e = ib + a * ist[axis];
+        T& dst = op_[ob + wrap(ix[e], n) * xs[axis]];
+        dst = red == 0 ? up[e] : reduce_pair<T>(dst, up[e], red == 2);
+      }
+    }
+  });
+}
+
+void scatter(KernelContext& k) {
+  const Tensor& x = k.in(0);
+  const int64_t axis = norm_axis(k.attrs.i("axis"), x.rank());
+  check_indices(k.in(1), x.shape()[axis], k.op, axis);
+  parallel_memcpy(out_bytes(k.out()), in_bytes(x), static_cast<int64_t>(x.nbytes()));
+  if (k.in(2).numel() == 0) return;
+  const std::string& red = k.attrs.s("reduction");
+  const int mode = red == "add" ? 1 : red == "mul" ? 2 : 0;
+  visit_dtype(x.dtype(), [&](auto t) { scatter_typed<decltype(t)>(k, axis, mode); });
+}
+
+// out viewed as [outer, depth, inner] (inner = the index dims after the axis): each task fills a block of
+// inner positions with off_value for every depth, then sets on_value where the index points.
+void one_hot(KernelContext& k) {
+  const Tensor& idx = k.in(0);
+  const Tensor& out = k.out();
+  if (out.numel() == 0) return;
+  const int64_t depth = k.attrs.i("depth");
+  const size_t axis = static_cast<size_t>(norm_axis(k.attrs.i("axis"), out.rank()));
+  const int64_t outer = prod(idx.shape(), 0, axis), inner = prod(idx.shape(), axis, idx.shape().size());
+  const int64_t ies = static_cast<int64_t>(dtype_size(out.dtype()));
+  char on[8], off[8];
+  store_from_double(on, out.dtype(), k.attrs.f("on_value"));
+  store_from_double(off, out.dtype(), k.attrs.f("off_value"));
+  const int64_t grain = std::max<int64_t>(1, chunk_bytes / (depth * ies));
+  const int64_t blocks = num_chunks(inner, grain);
+  char* ob = out_bytes(out);
+  const Indices ix(idx);
+  with_elem(static_cast<size_t>(ies), [&](auto t) {
+    using T = decltype(t);
+    const T von = load<T>(on), voff = load<T>(off);
+    parallel_for(outer * blocks, [&](int64_t task) {
+      const int64_t o = task / blocks, i0 = (task % blocks) * grain, i1 = std::min(inner, i0 + grain);
+      char* base = ob + o * depth * inner * ies;
+      for (int64_t d = 0; d < depth; ++d)
+        for (int64_t i = i0; i < i1; ++i) store<T>(base + (d * inner + i) * ies, voff);
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t v = wrap(ix[o * inner + i], depth);
+        if (v >= 0 && v < depth) store<T>(base + (v * inner + i) * ies, von);
+      }
+    });
+  });
+}
+
+void arange(KernelContext& k) {
+  const double start = k.attrs.f("start"), step = k.attrs.f("step");
+  const Tensor& out = k.out();
+  const int64_t n = out.numel(), ies = static_cast<int64_t>(dtype_size(out.dtype())), grain = 16384;
+  char* ob = out_bytes(out);
+  const DType dt = out.dtype();
+  parallel_for(num_chunks(n, grain), [&](int64_t c) {
+    const int64_t b = c * grain, e = std::min(n, b + grain);
+    for (int64_t i = b; i < e; ++i) store_from_double(ob + i * ies, dt, start + static_cast<double>(i) * step);
+  });
+}
+
+void full(KernelContext& k) {
+  const Tensor& out = k.out();
+  const size_t es = dtype_size(out.dtype());
+  char value[8];
+  store_from_double(value, out.dtype(), k.attrs.f("value"));
+  const int64_t n = out.numel(), grain = chunk_bytes / static_cast<int64_t>(es);
+  char* ob = out_bytes(out);
+  with_elem(es, [&](auto t) {
+    using T = decltype(t);
+    const T v = load<T>(value);
+    parallel_for(num_chunks(n, grain), [&](int64_t c) {
+      const int64_t b = c * grain, e = std::min(n, b + grain);
+      for (int64_t i = b; i < e; ++i) store<T>(ob + i * sizeof(T), v);
+    });
+  });
+}
+
+}  // namespace
+
+void register_shape_index(KernelRegistry& r) {
+  r.add(Backend::cpu, OpId::gather, dtypes::all, gather, "memcpy");
+  r.add(Backend::cpu, OpId::index_select, dtypes::all, gather, "memcpy");
+  r.add(Backend::cpu, OpId::embedding, dtypes::all, embedding, "memcpy");
+  r.add(Backend::cpu, OpId::gather_elements, dtypes::all, gather_elements, "copy");
+  r.add(Backend::cpu, OpId::scatter, dtypes::all, scatter, "copy");
+  r.add(Backend::cpu, OpId::one_hot, dtypes::index, one_hot, "fill");
+  r.add(Backend::cpu, OpId::arange, dtypes::numeric, arange, "fill");
+  r.add(Backend::cpu, OpId::full, dtypes::numeric, full, "fill");
+}
+
+}  // namespace spore::cpu

@@ -1,0 +1,178 @@
+// The rewrite engine: fixed points, cycle reports that name the rule, and capture semantics.
+#include <gtest/gtest.h>
+
+#include "ir/rewrite/rewrite.h"
+#include "ir/test_ops.h"
+
+namespace spore {
+namespace {
+
+using namespace spore::rewrite;
+using test::test_ops;
+using test::use_lists_valid;
+
+// identity(identity(x)) -> identity(x)
+RewriteSet double_identity_rules() {
+  RewriteSet rules("simplify");
+  rules.add({"double_identity", m::op(OpId::identity, {m::op(OpId::identity, {m::any("x")}, "inner")}),
+             [](Match& mt, Rewriter& rw) {
+               rw.replace(mt.root->output(0), mt["inner"]);
+               return true;
+             }});
+  return rules;
+}
+
+TEST(Rewrite, IdentityChainReachesFixedPoint) {
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {Dim::symbol("n")}), "x");
+  Value* v = x;
+  for (int i = 0; i < 6; ++i) v = g.add_node(OpId::identity, {v}, {}, {x->type})->output(0);
+  g.set_outputs({v});
+  const RewriteStats st = apply_greedy(g, double_identity_rules());
+  EXPECT_EQ(st.applied, 5);
+  EXPECT_EQ(st.per_rule.at("double_identity"), 5);
+  // The output is now one identity away from x; the bypassed nodes are unused.
+  const Node* out = g.outputs()[0]->producer;
+  EXPECT_EQ(out->op, OpId::identity);
+  EXPECT_EQ(out->input(0), x);
+  verify_structure(g);
+  EXPECT_TRUE(use_lists_valid(g));
+  // A second run finds nothing to do.
+  EXPECT_EQ(apply_greedy(g, double_identity_rules()).applied, 0);
+}
+
+TEST(Rewrite, CollapseToInputThroughNewNodes) {
+  // identity(x) -> x, written as a rule that builds a replacement (t_neg(t_neg(x))) and a second
+  // rule that removes double negation: the driver must revisit the nodes the first rule created.
+  const auto& t = test_ops();
+  RewriteSet rules("lower");
+  rules.add({"identity_to_negneg", m::op(OpId::identity, {m::any("x")}), [&t](Match& mt, Rewriter& rw) {
+               Value* x = mt["x"];
+               Node* a = rw.add(t.neg, {x}, {}, {x->type});
+               Node* b = rw.add(t.neg, {a->output(0)}, {}, {x->type});
+               rw.replace(mt.root->output(0), b->output(0));
+               return true;
+             }});
+  rules.add({"negneg", m::op(t.neg, {m::op(t.neg, {m::any("x")})}), [](Match& mt, Rewriter& rw) {
+               rw.replace(mt.root->output(0), mt["x"]);
+               return true;
+             }});
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {3}), "x");
+  Node* id = g.add_node(OpId::identity, {x}, {}, {x->type});
+  Node* s = g.add_node(t.scale, {id->output(0)}, Attrs{{"alpha", 2.0}}, {x->type});
+  g.set_outputs({s->output(0)});
+  const RewriteStats st = apply_greedy(g, rules);
+  EXPECT_EQ(st.per_rule.at("identity_to_negneg"), 1);
+  EXPECT_EQ(st.per_rule.at("negneg"), 1);
+  EXPECT_EQ(s->input(0), x);
+  verify_structure(g);
+  EXPECT_TRUE(use_lists_valid(g));
+}
+
+TEST(Rewrite, PingPongIsReportedAsCycleNamingTheRule) {
+  const auto& t = test_ops();
+  RewriteSet rules("pingpong");
+  rules.add({"ping_to_pong", m::op(t.ping, {m::any("x")}), [&t](Match& mt, Rewriter& rw) {
+               Node* n = rw.add(t.pong, {mt["x"]}, {}, {mt["x"]->type});
+               rw.replace(mt.root->output(0), n->output(0));
+               return true;
+             }});
+  rules.add({"pong_to_ping", m::op(t.pong, {m::any("x")}), [&t](Match& mt, Rewriter& rw) {
+               Node* n = rw.add(t.ping, {mt["x"]}, {}, {mt["x"]->type});
+               rw.replace(mt.root->output(0), n->output(0));
+               return true;
+             }});
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {3}), "x");
+  Node* p = g.add_node(t.ping, {x}, {}, {x->type});
+  g.set_outputs({p->output(0)});
+  try {
+    apply_greedy(g, rules, 200);
+    FAIL() << "expected a cycle report";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("[rewrite pingpong]"), std::string::npos) << m;
+    EXPECT_TRUE(m.find("'ping_to_pong'") != std::string::npos || m.find("'pong_to_ping'") != std::string::npos) << m;
+    EXPECT_NE(m.find("cycle"), std::string::npos) << m;
+  }
+}
+
+TEST(Rewrite, RepeatedCaptureMustBindTheSameValue) {
+  const auto& t = test_ops();
+  RewriteSet rules("double");
+  // x + x -> 2 * x
+  rules.add({"add_self", m::op(t.add, {m::any("x"), m::any("x")}), [&t](Match& mt, Rewriter& rw) {
+               Node* n = rw.add(t.scale, {mt["x"]}, Attrs{{"alpha", 2.0}}, {mt["x"]->type});
+               rw.replace(mt.root->output(0), n->output(0));
+               return true;
+             }});
+  Graph g;
+  Value* a = g.add_input(TensorType(DType::f32, {3}), "a");
+  Value* b = g.add_input(TensorType(DType::f32, {3}), "b");
+  Node* same = g.add_node(t.add, {a, a}, {}, {a->type}, "same");
+  Node* diff = g.add_node(t.add, {a, b}, {}, {a->type}, "diff");
+  g.set_outputs({same->output(0), diff->output(0)});
+  const RewriteStats st = apply_greedy(g, rules);
+  EXPECT_EQ(st.applied, 1);
+  EXPECT_EQ(g.outputs()[0]->producer->op, t.scale);
+  EXPECT_EQ(g.outputs()[1], diff->output(0));
+  EXPECT_TRUE(use_lists_valid(g));
+}
+
+TEST(Rewrite, ConstantPatternAndDecliningRules) {
+  const auto& t = test_ops();
+  RewriteSet rules("fold_scale_one");
+  int declined = 0;
+  // scale(x) with alpha == 1 -> x; the predicate lives in the callback, which may decline.
+  rules.add({"scale_one", m::op(t.scale, {m::any("x")}), [&declined](Match& mt, Rewriter& rw) {
+               if (mt.root->attrs.f("alpha") != 1.0) {
+                 ++declined;
+                 return false;
+               }
+               rw.replace(mt.root->output(0), mt["x"]);
+               return true;
+             }});
+  rules.add({"neg_const", m::op(t.neg, {m::constant("c")}), [](Match& mt, Rewriter& rw) {
+               const Node* c = mt.node("c");
+               std::vector<float> v(c->payload.data<float>(), c->payload.data<float>() + c->payload.numel());
+               for (float& f : v) f = -f;
+               rw.replace(mt.root->output(0), rw.graph().add_constant(test::f32_tensor(v, c->payload.shape())));
+               return true;
+             }});
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {2}), "x");
+  Value* c = g.add_constant(test::f32_tensor({1, -2}, {2}), "c");
+  Node* n1 = g.add_node(t.scale, {x}, Attrs{{"alpha", 1.0}}, {x->type});
+  Node* n2 = g.add_node(t.scale, {n1->output(0)}, Attrs{{"alpha", 3.0}}, {x->type});
+  Node* n3 = g.add_node(t.neg, {c}, {}, {c->type});
+  Node* n4 = g.add_node(t.neg, {x}, {}, {x->type});
+  g.set_outputs({n2->output(0), n3->output(0), n4->output(0)});
+  const RewriteStats st = apply_greedy(g, rules);
+  EXPECT_EQ(st.per_rule.at("scale_one"), 1);
+  EXPECT_EQ(st.per_rule.at("neg_const"), 1);
+  EXPECT_GE(declined, 1);
+  EXPECT_EQ(n2->input(0), x);
+  const Node* folded = g.outputs()[1]->producer;
+  ASSERT_EQ(folded->op, OpId::constant);
+  EXPECT_EQ(folded->payload.to_doubles(), (std::vector<double>{-1, 2}));
+  EXPECT_EQ(g.outputs()[2], n4->output(0));  // t_neg of a non-constant is left alone
+  verify_structure(g);  // the new constant was appended after its users: topo_sort fixed it
+  EXPECT_TRUE(use_lists_valid(g));
+}
+
+TEST(Rewrite, RulesAreIndexedByRootOp) {
+  const auto& t = test_ops();
+  RewriteSet rules("idx");
+  rules.add({"a", m::op(t.neg, {m::any()}), [](Match&, Rewriter&) { return false; }});
+  rules.add({"b", m::op(t.neg, {m::any()}), [](Match&, Rewriter&) { return false; }});
+  rules.add({"c", m::op(t.add, {m::any(), m::any()}), [](Match&, Rewriter&) { return false; }});
+  EXPECT_EQ(rules.size(), 3u);
+  EXPECT_EQ(rules.rules_for(t.neg).size(), 2u);
+  EXPECT_EQ(rules.rules_for(t.add).size(), 1u);
+  EXPECT_TRUE(rules.rules_for(t.scale).empty());
+  EXPECT_THROW(rules.add({"bad", m::any(), [](Match&, Rewriter&) { return false; }}), Error);
+}
+
+}  // namespace
+}  // namespace spore
