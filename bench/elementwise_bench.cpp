@@ -97,11 +97,12 @@ BENCHMARK(BM_add)
 
 int main(int argc, char** argv) {
   spore::init();
-  spore::bench::print_machine_line();
-  spore::bench::SummaryReporter rep;
+  spore::bench::Results rep;
   if (!spore::bench::run_benchmarks(argc, argv, rep)) return 1;
-  std::printf("\nops::add f32 n=%lld vs STREAM triad f32 of the same size (this run):\n", static_cast<long long>(kLarge));
-  std::printf("  %-8s %-6s %10s %10s %8s\n", "threads", "mode", "add GB/s", "triad GB/s", "ratio");
+  std::fprintf(rep.out, "\n");
+  spore::bench::print_machine_line(rep.out);
+  std::fprintf(rep.out, "\n## ops::add f32 n=%lld vs STREAM triad f32 of the same size (this run):\n", static_cast<long long>(kLarge));
+  std::fprintf(rep.out, "  %-8s %-6s %10s %10s %8s\n", "threads", "mode", "add GB/s", "triad GB/s", "ratio");
   for (int t : {1, 2}) {
     const double triad = rep.get(fmt::format("BM_triad_f32/n:{}/threads:{}/real_time", kLarge, t), "GB/s");
     for (int g : {0, 1, 2}) {
@@ -110,10 +111,10 @@ int main(int argc, char** argv) {
           g == 2 ? rep.get(fmt::format("BM_add_kernel/n:{}/threads:{}/real_time", kLarge, t), "GB/s")
                  : rep.get(fmt::format("BM_add/n:{}/threads:{}/graph:{}/real_time", kLarge, t, g), "GB/s");
       if (add < 0 || triad <= 0) {
-        std::printf("  %-8d %-6s %10s\n", t, mode, "n/a");
+        std::fprintf(rep.out, "  %-8d %-6s %10s\n", t, mode, "n/a");
         continue;
       }
-      std::printf("  %-8d %-6s %10.2f %10.2f %7.0f%%\n", t, mode, add, triad, 100.0 * add / triad);
+      std::fprintf(rep.out, "  %-8d %-6s %10.2f %10.2f %7.0f%%\n", t, mode, add, triad, 100.0 * add / triad);
     }
   }
   return 0;

@@ -52,10 +52,11 @@ BENCHMARK(BM_triad_f64)
 
 int main(int argc, char** argv) {
   spore::init();
-  spore::bench::print_machine_line();
-  spore::bench::SummaryReporter rep;
+  spore::bench::Results rep;
   if (!spore::bench::run_benchmarks(argc, argv, rep)) return 1;
-  std::printf("\nSTREAM triad (f64, 3 x 256 MiB): 1 thread %.2f GB/s, 2 threads %.2f GB/s\n",
+  std::fprintf(rep.out, "\n");
+  spore::bench::print_machine_line(rep.out);
+  std::fprintf(rep.out, "\n## STREAM triad (f64, 3 x 256 MiB): 1 thread %.2f GB/s, 2 threads %.2f GB/s\n",
               rep.get("BM_triad_f64/n:33554432/threads:1/real_time", "GB/s"),
               rep.get("BM_triad_f64/n:33554432/threads:2/real_time", "GB/s"));
   return 0;

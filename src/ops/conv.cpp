@@ -37,12 +37,14 @@ const std::string& pad_mode_of(const InferContext& c) {
 }
 
 // Output size of one spatial axis of a sliding window (conv or pool).
-Dim window_out(const InferContext& c, const char* axis, const Dim& in, int64_t k, int64_t s, int64_t d, int64_t pad_begin,
-               int64_t pad_end, const std::string& mode, bool ceil_mode, bool pool) {
+Dim window_out(const InferContext& c, const char* axis, const Dim& in, int64_t k, int64_t s, int64_t d,
+               int64_t pad_begin, int64_t pad_end, const std::string& mode, bool ceil_mode, bool pool) {
   const int64_t eff = (k - 1) * d + 1;
   if (!in.is_static()) {  // symbolic: a name that records the window so different windows give different dims
     return Dim::symbol(fmt::format("{}_k{}s{}p{}{}", in.sym, eff, s, mode == "pad" ? pad_begin + pad_end : -1,
-                                   mode == "same" ? "same" : ceil_mode ? "ceil" : ""));
+                                   mode == "same" ? "same"
+                                   : ceil_mode    ? "ceil"
+                                                  : ""));
   }
   const int64_t n = in.size;
   if (mode == "valid") pad_begin = pad_end = 0;
@@ -100,7 +102,8 @@ std::vector<TensorType> infer_conv2d(const InferContext& c) {
             fmt::format("bias must be [{}], got {}", w[0].size, dims_str(b)));
   }
   const Dim h = window_out(c, "H", x[2], w[2].size, stride[0], dilation[0], padding[0], padding[2], mode, false, false);
-  const Dim wd = window_out(c, "W", x[3], w[3].size, stride[1], dilation[1], padding[1], padding[3], mode, false, false);
+  const Dim wd =
+      window_out(c, "W", x[3], w[3].size, stride[1], dilation[1], padding[1], padding[3], mode, false, false);
   return {TensorType(t, {x[0], w[0], h, wd})};
 }
 
@@ -154,19 +157,24 @@ std::vector<TensorType> infer_pool(const InferContext& c, bool is_max) {
   const auto& kernel = ints_of_len(c, "kernel", 2, 1);
   const auto& padding = ints_of_len(c, "padding", 4, 0);
   std::vector<int64_t> stride = c.attrs.ints("stride");
-  if (stride.empty()) stride = kernel;
-  else stride = ints_of_len(c, "stride", 2, 1);
+  if (stride.empty())
+    stride = kernel;
+  else
+    stride = ints_of_len(c, "stride", 2, 1);
   const std::vector<int64_t> dilation = is_max ? ints_of_len(c, "dilation", 2, 1) : std::vector<int64_t>{1, 1};
   const std::string& mode = pad_mode_of(c);
   const bool ceil_mode = c.attrs.b("ceil_mode");
-  const Dim h = window_out(c, "H", x[2], kernel[0], stride[0], dilation[0], padding[0], padding[2], mode, ceil_mode, true);
-  const Dim w = window_out(c, "W", x[3], kernel[1], stride[1], dilation[1], padding[1], padding[3], mode, ceil_mode, true);
+  const Dim h =
+      window_out(c, "H", x[2], kernel[0], stride[0], dilation[0], padding[0], padding[2], mode, ceil_mode, true);
+  const Dim w =
+      window_out(c, "W", x[3], kernel[1], stride[1], dilation[1], padding[1], padding[3], mode, ceil_mode, true);
   return {TensorType(c.in(0).dtype, {x[0], x[1], h, w})};
 }
 
 std::vector<TensorType> infer_global_avg_pool(const InferContext& c) {
   const auto& x = c.in(0).dims;
-  c.check(x.size() >= 3, ErrorCode::shape_mismatch, fmt::format("x must be [N,C,spatial...] (rank >= 3), got {}", dims_str(x)));
+  c.check(x.size() >= 3, ErrorCode::shape_mismatch,
+          fmt::format("x must be [N,C,spatial...] (rank >= 3), got {}", dims_str(x)));
   std::vector<Dim> out{x[0], x[1]};
   out.resize(x.size(), Dim(1));
   return {TensorType(c.in(0).dtype, out)};
@@ -228,7 +236,9 @@ void register_conv_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer([](const InferContext& c) { return infer_pool(c, true); });
   r.def(OpId::avg_pool2d)
-      .doc("2-D average pooling over NCHW; count_include_pad counts padding (not the ceil_mode overhang) in the divisor.")
+      .doc(
+          "2-D average pooling over NCHW; count_include_pad counts padding (not the ceil_mode overhang) in the "
+          "divisor.")
       .inputs({"x"})
       .attr("kernel", AttrKind::i64s, V{2, 2})
       .attr("stride", AttrKind::i64s, V{})

@@ -74,7 +74,9 @@ OpCost bytes_of(std::span<const TensorType> ins, std::span<const TensorType> out
 
 void register_linalg_ops(OpRegistry& r) {
   r.def(OpId::matmul)
-      .doc("NumPy matmul: batch dims broadcast, 1-D operands promoted then removed; transposes apply to the last two dims.")
+      .doc(
+          "NumPy matmul: batch dims broadcast, 1-D operands promoted then removed; transposes apply to the last two "
+          "dims.")
       .inputs({"a", "b"})
       .attr("transpose_a", AttrKind::boolean, false)
       .attr("transpose_b", AttrKind::boolean, false)

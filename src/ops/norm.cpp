@@ -32,12 +32,14 @@ std::vector<TensorType> infer_batch_norm(const InferContext& c) {
   infer::common_dtype(c);
   check_epsilon(c);
   const auto& x = c.in(0).dims;
-  c.check(x.size() >= 2, ErrorCode::shape_mismatch, fmt::format("x must have rank >= 2 ([N,C,...]), got {}", dims_str(x)));
+  c.check(x.size() >= 2, ErrorCode::shape_mismatch,
+          fmt::format("x must have rank >= 2 ([N,C,...]), got {}", dims_str(x)));
   static const char* names[] = {"x", "scale", "bias", "mean", "var"};
   for (int i = 1; i < 5; ++i) {
     const auto& p = c.in(i).dims;
-    c.check(p.size() == 1 && dims_compatible(p[0], x[1]), ErrorCode::shape_mismatch,
-            fmt::format("{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p)));
+    c.check(
+        p.size() == 1 && dims_compatible(p[0], x[1]), ErrorCode::shape_mismatch,
+        fmt::format("{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p)));
   }
   return {c.in(0)};
 }
@@ -63,7 +65,8 @@ std::vector<TensorType> infer_group_norm(const InferContext& c) {
   infer::common_dtype(c);
   check_epsilon(c);
   const auto& x = c.in(0).dims;
-  c.check(x.size() >= 2, ErrorCode::shape_mismatch, fmt::format("x must have rank >= 2 ([N,C,...]), got {}", dims_str(x)));
+  c.check(x.size() >= 2, ErrorCode::shape_mismatch,
+          fmt::format("x must have rank >= 2 ([N,C,...]), got {}", dims_str(x)));
   const int64_t g = c.attrs.i("num_groups");
   c.check(g >= 1, ErrorCode::invalid_argument, fmt::format("num_groups must be >= 1, got {}", g));
   if (x[1].is_static())
@@ -72,8 +75,9 @@ std::vector<TensorType> infer_group_norm(const InferContext& c) {
   static const char* names[] = {"x", "weight", "bias"};
   for (int i = 1; i < c.num_inputs(); ++i) {
     const auto& p = c.in(i).dims;
-    c.check(p.size() == 1 && dims_compatible(p[0], x[1]), ErrorCode::shape_mismatch,
-            fmt::format("{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p)));
+    c.check(
+        p.size() == 1 && dims_compatible(p[0], x[1]), ErrorCode::shape_mismatch,
+        fmt::format("{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p)));
   }
   return {c.in(0)};
 }
@@ -111,7 +115,9 @@ void register_norm_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_last_dims_norm);
   r.def(OpId::group_norm)
-      .doc("Normalizes each group of C/num_groups channels (with all spatial dims) of x [N,C,...]; weight, bias are [C].")
+      .doc(
+          "Normalizes each group of C/num_groups channels (with all spatial dims) of x [N,C,...]; weight, bias are "
+          "[C].")
       .inputs({"x", "weight?", "bias?"})
       .attr("num_groups", AttrKind::i64)
       .attr("epsilon", AttrKind::f64, 1e-5)
@@ -119,8 +125,9 @@ void register_norm_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_group_norm);
   r.def(OpId::dropout)
-      .doc("Inverted dropout: element i is kept iff philox_uniform(seed, 0, i) >= p, then scaled by 1/(1-p); "
-           "identity unless training.")
+      .doc(
+          "Inverted dropout: element i is kept iff philox_uniform(seed, 0, i) >= p, then scaled by 1/(1-p); "
+          "identity unless training.")
       .inputs({"x"})
       .attr("p", AttrKind::f64)
       .attr("training", AttrKind::boolean)

@@ -25,8 +25,9 @@ Dim add_dims(const Dim& a, const Dim& b) {
 
 void check_index_dtype(const InferContext& c, int i) {
   const DType t = c.in(i).dtype;
-  c.check(dtypes::index.has(t), ErrorCode::dtype_mismatch,
-          fmt::format("input '{}' holds indices and must be i32 or i64, got {}", c.def.input_names.at(i), dtype_name(t)));
+  c.check(
+      dtypes::index.has(t), ErrorCode::dtype_mismatch,
+      fmt::format("input '{}' holds indices and must be i32 or i64, got {}", c.def.input_names.at(i), dtype_name(t)));
 }
 
 // Keeps the gradient rules short: the first output gradient, or undefined.
@@ -41,7 +42,8 @@ std::vector<TensorType> infer_reshape(const InferContext& c) {
   int64_t known = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      c.check(infer_at < 0, ErrorCode::invalid_argument, fmt::format("shape {} has more than one -1", shape_str(shape)));
+      c.check(infer_at < 0, ErrorCode::invalid_argument,
+              fmt::format("shape {} has more than one -1", shape_str(shape)));
       infer_at = static_cast<int>(i);
     } else {
       c.check(shape[i] >= 0, ErrorCode::invalid_argument,
@@ -53,8 +55,12 @@ std::vector<TensorType> infer_reshape(const InferContext& c) {
   Dim sym_part(1);
   bool symbolic = false;
   for (const Dim& d : x.dims) {
-    if (d.is_static()) in_static *= d.size;
-    else sym_part = infer::mul_dims(sym_part, d), symbolic = true;
+    if (d.is_static()) {
+      in_static *= d.size;
+    } else {
+      sym_part = infer::mul_dims(sym_part, d);
+      symbolic = true;
+    }
   }
   std::vector<Dim> out(shape.begin(), shape.end());
   if (!symbolic) {
@@ -64,15 +70,16 @@ std::vector<TensorType> infer_reshape(const InferContext& c) {
       out[infer_at] = Dim(in_static / known);
     } else {
       c.check(known == in_static, ErrorCode::shape_mismatch,
-              fmt::format("cannot reshape {} ({} elements) to {} ({} elements)", x.str(), in_static, shape_str(shape), known));
+              fmt::format("cannot reshape {} ({} elements) to {} ({} elements)", x.str(), in_static, shape_str(shape),
+                          known));
     }
   } else {
     // The -1 takes the symbolic factors and whatever static factor is left over.
     c.check(infer_at >= 0 && known != 0, ErrorCode::shape_mismatch,
-            fmt::format("cannot reshape {} (symbolic dims) to {}: use -1 for the symbolic part", x.str(), shape_str(shape)));
-    out[infer_at] = in_static % known == 0
-                        ? infer::mul_dims(sym_part, Dim(in_static / known))
-                        : Dim::symbol(fmt::format("({}*{})/{}", sym_part.str(), in_static, known));
+            fmt::format("cannot reshape {} (symbolic dims) to {}: use -1 for the symbolic part", x.str(),
+                        shape_str(shape)));
+    out[infer_at] = in_static % known == 0 ? infer::mul_dims(sym_part, Dim(in_static / known))
+                                           : Dim::symbol(fmt::format("({}*{})/{}", sym_part.str(), in_static, known));
   }
   return {TensorType(x.dtype, std::move(out))};
 }
@@ -127,8 +134,10 @@ Ints resolve_perm(const InferContext& c, int rank) {
 
 Ints perm_of(const Attrs& a, int rank) {
   Ints p = a.ints("perm");
-  if (p.empty()) for (int i = rank - 1; i >= 0; --i) p.push_back(i);
-  for (int64_t& v : p) if (v < 0) v += rank;
+  if (p.empty())
+    for (int i = rank - 1; i >= 0; --i) p.push_back(i);
+  for (int64_t& v : p)
+    if (v < 0) v += rank;
   return p;
 }
 
@@ -155,8 +164,8 @@ std::vector<TensorType> infer_concat(const InferContext& c) {
     for (int d = 0; d < x0.rank(); ++d) {
       if (d == axis) continue;
       c.check(xi.dims[d] == x0.dims[d], ErrorCode::shape_mismatch,
-              fmt::format("inputs must match except on axis {}: input 0 is {}, input {} is {} (dim {})", axis, x0.str(), i,
-                          xi.str(), d));
+              fmt::format("inputs must match except on axis {}: input 0 is {}, input {} is {} (dim {})", axis, x0.str(),
+                          i, xi.str(), d));
     }
     out[axis] = add_dims(out[axis], xi.dims[axis]);
   }
@@ -175,8 +184,9 @@ std::vector<TensorType> infer_split(const InferContext& c) {
     total += s;
   }
   const Dim& d = x.dims[axis];
-  c.check(!d.is_static() || d.size == total, ErrorCode::shape_mismatch,
-          fmt::format("sizes {} sum to {}, expected {} (dim {} of {})", shape_str(sizes), total, d.str(), axis, x.str()));
+  c.check(
+      !d.is_static() || d.size == total, ErrorCode::shape_mismatch,
+      fmt::format("sizes {} sum to {}, expected {} (dim {} of {})", shape_str(sizes), total, d.str(), axis, x.str()));
   std::vector<TensorType> outs;
   for (int64_t s : sizes) {
     std::vector<Dim> dims = x.dims;
@@ -231,13 +241,15 @@ std::vector<SliceAxis> resolve_slice(const InferContext* c, const std::vector<Di
   }
   if (steps.empty()) steps.assign(starts.size(), 1);
   if (axes.size() != starts.size() || steps.size() != starts.size())
-    fail(ErrorCode::invalid_argument, fmt::format("starts, ends, axes and steps need the same length, got {}, {}, {}, {}",
-                                                  starts.size(), ends.size(), axes.size(), steps.size()));
+    fail(ErrorCode::invalid_argument,
+         fmt::format("starts, ends, axes and steps need the same length, got {}, {}, {}, {}", starts.size(),
+                     ends.size(), axes.size(), steps.size()));
   std::vector<bool> seen(rank, false);
   std::vector<SliceAxis> out;
   for (size_t i = 0; i < starts.size(); ++i) {
     int64_t ax = axes[i];
-    if (ax < -rank || ax >= rank) fail(ErrorCode::invalid_argument, fmt::format("axis {} is out of range for rank {}", ax, rank));
+    if (ax < -rank || ax >= rank)
+      fail(ErrorCode::invalid_argument, fmt::format("axis {} is out of range for rank {}", ax, rank));
     if (ax < 0) ax += rank;
     if (seen[ax]) fail(ErrorCode::invalid_argument, fmt::format("axis {} appears twice in axes", ax));
     seen[ax] = true;
@@ -416,7 +428,9 @@ std::vector<TensorType> infer_expand(const InferContext& c) {
   return {TensorType(c.in(0).dtype, infer::broadcast_dims(c, c.in(0).dims, target))};
 }
 
-Tensor view_expand(std::span<const Tensor> in, const Attrs&, const TensorType& out) { return in[0].expand(out.shape()); }
+Tensor view_expand(std::span<const Tensor> in, const Attrs&, const TensorType& out) {
+  return in[0].expand(out.shape());
+}
 
 // Sums g over the dims that broadcasting added or stretched, back to `shape`.
 Tensor reduce_to_shape(const Tensor& g, const Shape& shape) {
@@ -436,8 +450,10 @@ std::vector<bool> squeeze_mask(const InferContext* c, const std::vector<Dim>& di
     return mask;
   }
   for (int64_t a : axes) {
-    if (c) a = infer::normalize_axis(*c, a, r, "axes");
-    else if (a < 0) a += r;
+    if (c)
+      a = infer::normalize_axis(*c, a, r, "axes");
+    else if (a < 0)
+      a += r;
     if (c) {
       c->check(!mask[a], ErrorCode::invalid_argument, fmt::format("axis {} appears twice in axes", a));
       c->check(dims[a].is_static() && dims[a].size == 1, ErrorCode::shape_mismatch,
@@ -523,7 +539,8 @@ std::vector<TensorType> infer_arange(const InferContext& c) {
   c.check(std::isfinite(start) && std::isfinite(stop) && std::isfinite(step), ErrorCode::invalid_argument,
           fmt::format("start, stop and step must be finite, got {}, {}, {}", start, stop, step));
   const double n = std::max(0.0, std::ceil((stop - start) / step));
-  c.check(n < 1e12, ErrorCode::invalid_argument, fmt::format("arange({}, {}, {}) has too many elements", start, stop, step));
+  c.check(n < 1e12, ErrorCode::invalid_argument,
+          fmt::format("arange({}, {}, {}) has too many elements", start, stop, step));
   return {TensorType(c.attrs.dtype("dtype"), {Dim(static_cast<int64_t>(n))})};
 }
 
@@ -539,14 +556,21 @@ std::vector<TensorType> infer_full(const InferContext& c) {
 void register_shape_ops(OpRegistry& r) {
   using K = AttrKind;
   const Ints none;
-  r.def(OpId::reshape).doc("Reshapes x; one -1 takes the remaining size, 0 is a literal 0.").inputs({"x"})
-      .attr("shape", K::i64s).dtypes(dtypes::all)
+  r.def(OpId::reshape)
+      .doc("Reshapes x; one -1 takes the remaining size, 0 is a literal 0.")
+      .inputs({"x"})
+      .attr("shape", K::i64s)
+      .dtypes(dtypes::all)
       .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
-      .infer(infer_reshape).view(view_reshape)
+      .infer(infer_reshape)
+      .view(view_reshape)
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_reshape(g)}; });
 
-  r.def(OpId::transpose).doc("Permutes the dims of x (perm empty = reverse).").inputs({"x"})
-      .attr("perm", K::i64s, none).dtypes(dtypes::all)
+  r.def(OpId::transpose)
+      .doc("Permutes the dims of x (perm empty = reverse).")
+      .inputs({"x"})
+      .attr("perm", K::i64s, none)
+      .dtypes(dtypes::all)
       .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_transpose)
       .view([](std::span<const Tensor> in, const Attrs& a, const TensorType&) {
@@ -560,8 +584,11 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{ops::transpose(grad0(g), inv)};
       });
 
-  r.def(OpId::concat).doc("Joins tensors along an existing axis.").variadic_inputs("xs", 1)
-      .attr("axis", K::i64).dtypes(dtypes::all)
+  r.def(OpId::concat)
+      .doc("Joins tensors along an existing axis.")
+      .variadic_inputs("xs", 1)
+      .attr("axis", K::i64)
+      .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_concat)
       .grad([](const GradContext& g) {
@@ -573,8 +600,12 @@ void register_shape_ops(OpRegistry& r) {
         return ops::split(grad0(g), sizes, axis);
       });
 
-  r.def(OpId::split).doc("Splits x along axis into len(sizes) pieces.").inputs({"x"})
-      .attr("sizes", K::i64s).attr("axis", K::i64).dtypes(dtypes::all)
+  r.def(OpId::split)
+      .doc("Splits x along axis into len(sizes) pieces.")
+      .inputs({"x"})
+      .attr("sizes", K::i64s)
+      .attr("axis", K::i64)
+      .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_split)
       .grad([](const GradContext& g) {
@@ -588,15 +619,24 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{any ? ops::concat(parts, g.attrs.i("axis")) : Tensor()};
       });
 
-  r.def(OpId::slice).doc("ONNX Slice: negative indices, clamping, negative steps; axes empty = 0..n-1.").inputs({"x"})
-      .attr("starts", K::i64s).attr("ends", K::i64s).attr("axes", K::i64s, none).attr("steps", K::i64s, none)
+  r.def(OpId::slice)
+      .doc("ONNX Slice: negative indices, clamping, negative steps; axes empty = 0..n-1.")
+      .inputs({"x"})
+      .attr("starts", K::i64s)
+      .attr("ends", K::i64s)
+      .attr("axes", K::i64s, none)
+      .attr("steps", K::i64s, none)
       .dtypes(dtypes::all)
       .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
-      .infer(infer_slice).view(view_slice)
+      .infer(infer_slice)
+      .view(view_slice)
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_slice(g)}; });
 
-  r.def(OpId::gather).doc("numpy.take along axis; negative indices wrap.").inputs({"x", "indices"})
-      .attr("axis", K::i64, int64_t{0}).dtypes(dtypes::all)
+  r.def(OpId::gather)
+      .doc("numpy.take along axis; negative indices wrap.")
+      .inputs({"x", "indices"})
+      .attr("axis", K::i64, int64_t{0})
+      .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_gather)
       .grad([](const GradContext& g) {
@@ -604,8 +644,11 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{scatter_rows_grad(g.inputs[0], g.inputs[1], grad0(g), g.attrs.i("axis")), Tensor()};
       });
 
-  r.def(OpId::gather_elements).doc("ONNX GatherElements: out[i][j] = x[idx[i][j]][j] for axis 0.")
-      .inputs({"x", "indices"}).attr("axis", K::i64).dtypes(dtypes::all)
+  r.def(OpId::gather_elements)
+      .doc("ONNX GatherElements: out[i][j] = x[idx[i][j]][j] for axis 0.")
+      .inputs({"x", "indices"})
+      .attr("axis", K::i64)
+      .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_gather_elements)
       .grad([](const GradContext& g) {
@@ -615,8 +658,11 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{ops::scatter(z, g.inputs[1], grad0(g), g.attrs.i("axis"), "add"), Tensor()};
       });
 
-  r.def(OpId::scatter).doc("ONNX ScatterElements: writes updates into a copy of x at indices along axis.")
-      .inputs({"x", "indices", "updates"}).attr("axis", K::i64).attr("reduction", K::str, std::string("none"))
+  r.def(OpId::scatter)
+      .doc("ONNX ScatterElements: writes updates into a copy of x at indices along axis.")
+      .inputs({"x", "indices", "updates"})
+      .attr("axis", K::i64)
+      .attr("reduction", K::str, std::string("none"))
       .dtypes(dtypes::all)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_scatter)
@@ -632,8 +678,11 @@ void register_shape_ops(OpRegistry& r) {
         return gs;
       });
 
-  r.def(OpId::index_select).doc("Selects entries of x along axis with 1-D indices.").inputs({"x", "indices"})
-      .attr("axis", K::i64).dtypes(dtypes::all)
+  r.def(OpId::index_select)
+      .doc("Selects entries of x along axis with 1-D indices.")
+      .inputs({"x", "indices"})
+      .attr("axis", K::i64)
+      .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_index_select)
       .grad([](const GradContext& g) {
@@ -641,7 +690,9 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{scatter_rows_grad(g.inputs[0], g.inputs[1], grad0(g), g.attrs.i("axis")), Tensor()};
       });
 
-  r.def(OpId::embedding).doc("Rows of table [V, D] for ids of any shape -> [..., D].").inputs({"table", "ids"})
+  r.def(OpId::embedding)
+      .doc("Rows of table [V, D] for ids of any shape -> [..., D].")
+      .inputs({"table", "ids"})
       .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_embedding)
@@ -650,8 +701,12 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{scatter_rows_grad(g.inputs[0], g.inputs[1], grad0(g), 0), Tensor()};
       });
 
-  r.def(OpId::pad).doc("Pads (or, with negative pads, crops) every dim; pads = begins then ends.").inputs({"x"})
-      .attr("pads", K::i64s).attr("mode", K::str, std::string("constant")).attr("value", K::f64, 0.0)
+  r.def(OpId::pad)
+      .doc("Pads (or, with negative pads, crops) every dim; pads = begins then ends.")
+      .inputs({"x"})
+      .attr("pads", K::i64s)
+      .attr("mode", K::str, std::string("constant"))
+      .attr("value", K::f64, 0.0)
       .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_pad)
@@ -662,17 +717,24 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{ops::pad(grad0(g), pads)};
       });
 
-  r.def(OpId::expand).doc("Broadcasts x with shape (bidirectional, ONNX Expand).").inputs({"x"})
-      .attr("shape", K::i64s).dtypes(dtypes::all)
+  r.def(OpId::expand)
+      .doc("Broadcasts x with shape (bidirectional, ONNX Expand).")
+      .inputs({"x"})
+      .attr("shape", K::i64s)
+      .dtypes(dtypes::all)
       .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
-      .infer(infer_expand).view(view_expand)
+      .infer(infer_expand)
+      .view(view_expand)
       .grad([](const GradContext& g) {
         if (!grad0(g).defined()) return std::vector<Tensor>{Tensor()};
         return std::vector<Tensor>{reduce_to_shape(grad0(g), g.inputs[0].shape())};
       });
 
-  r.def(OpId::squeeze).doc("Drops size-1 dims (axes empty = all of them).").inputs({"x"})
-      .attr("axes", K::i64s, none).dtypes(dtypes::all)
+  r.def(OpId::squeeze)
+      .doc("Drops size-1 dims (axes empty = all of them).")
+      .inputs({"x"})
+      .attr("axes", K::i64s, none)
+      .dtypes(dtypes::all)
       .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_squeeze)
       .view([](std::span<const Tensor> in, const Attrs&, const TensorType& out) {
@@ -680,8 +742,11 @@ void register_shape_ops(OpRegistry& r) {
       })
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_reshape(g)}; });
 
-  r.def(OpId::unsqueeze).doc("Inserts size-1 dims at axes (of the result).").inputs({"x"})
-      .attr("axes", K::i64s).dtypes(dtypes::all)
+  r.def(OpId::unsqueeze)
+      .doc("Inserts size-1 dims at axes (of the result).")
+      .inputs({"x"})
+      .attr("axes", K::i64s)
+      .dtypes(dtypes::all)
       .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_unsqueeze)
       .view([](std::span<const Tensor> in, const Attrs&, const TensorType& out) {
@@ -689,14 +754,21 @@ void register_shape_ops(OpRegistry& r) {
       })
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_reshape(g)}; });
 
-  r.def(OpId::flatten).doc("-> [prod(dims[:axis]), prod(dims[axis:])].").inputs({"x"})
-      .attr("axis", K::i64, int64_t{1}).dtypes(dtypes::all)
+  r.def(OpId::flatten)
+      .doc("-> [prod(dims[:axis]), prod(dims[axis:])].")
+      .inputs({"x"})
+      .attr("axis", K::i64, int64_t{1})
+      .dtypes(dtypes::all)
       .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
-      .infer(infer_flatten).view(view_flatten)
+      .infer(infer_flatten)
+      .view(view_flatten)
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_reshape(g)}; });
 
-  r.def(OpId::tile).doc("Repeats x repeats[d] times along every dim d.").inputs({"x"})
-      .attr("repeats", K::i64s).dtypes(dtypes::all)
+  r.def(OpId::tile)
+      .doc("Repeats x repeats[d] times along every dim d.")
+      .inputs({"x"})
+      .attr("repeats", K::i64s)
+      .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_tile)
       .grad([](const GradContext& g) {
@@ -713,23 +785,38 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{ops::reshape(s, x.shape())};
       });
 
-  r.def(OpId::one_hot).doc("on_value where index == position along axis, else off_value; negative indices count "
-                           "from depth, out-of-range ones give all off_value.")
-      .inputs({"indices"}).attr("depth", K::i64).attr("dtype", K::dtype, DType::f32).attr("axis", K::i64, int64_t{-1})
-      .attr("on_value", K::f64, 1.0).attr("off_value", K::f64, 0.0)
+  r.def(OpId::one_hot)
+      .doc(
+          "on_value where index == position along axis, else off_value; negative indices count "
+          "from depth, out-of-range ones give all off_value.")
+      .inputs({"indices"})
+      .attr("depth", K::i64)
+      .attr("dtype", K::dtype, DType::f32)
+      .attr("axis", K::i64, int64_t{-1})
+      .attr("on_value", K::f64, 1.0)
+      .attr("off_value", K::f64, 0.0)
       .dtypes(dtypes::index)
       .traits(Trait::no_grad, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_one_hot);
 
-  r.def(OpId::arange).doc("start, start+step, ... up to (excluding) stop; length ceil((stop-start)/step).")
-      .attr("start", K::f64).attr("stop", K::f64).attr("step", K::f64, 1.0).attr("dtype", K::dtype, DType::f32)
-      .dtypes(dtypes::numeric).dispatch_on(-1)
+  r.def(OpId::arange)
+      .doc("start, start+step, ... up to (excluding) stop; length ceil((stop-start)/step).")
+      .attr("start", K::f64)
+      .attr("stop", K::f64)
+      .attr("step", K::f64, 1.0)
+      .attr("dtype", K::dtype, DType::f32)
+      .dtypes(dtypes::numeric)
+      .dispatch_on(-1)
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_arange);
 
-  r.def(OpId::full).doc("A tensor of the given shape filled with value.")
-      .attr("shape", K::i64s).attr("value", K::f64).attr("dtype", K::dtype, DType::f32)
-      .dtypes(dtypes::numeric).dispatch_on(-1)
+  r.def(OpId::full)
+      .doc("A tensor of the given shape filled with value.")
+      .attr("shape", K::i64s)
+      .attr("value", K::f64)
+      .attr("dtype", K::dtype, DType::f32)
+      .dtypes(dtypes::numeric)
+      .dispatch_on(-1)
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_full);
 }

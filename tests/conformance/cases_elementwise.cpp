@@ -35,12 +35,15 @@ void add_elementwise_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("neg/empty", OpId::neg, {{0, 5}}));
 
   // Wide argument ranges: overflow/underflow of exp, sin/cos beyond Highway's reduced range (libm fallback).
-  c.push_back(OpCase("exp/wide", OpId::exp, {{1000}}).gen(0, Gen::uniform(-110, 95)).only(wide));
+  c.push_back(OpCase("exp/wide", OpId::exp, {{1000}}).gen(0, Gen::uniform(-300, 300)).only(wide));
   c.push_back(OpCase("log/wide", OpId::log, {{1000}}).gen(0, Gen::positive(1e-30, 1e30)).only(wide));
   c.push_back(OpCase("sin/wide", OpId::sin, {{1000}}).gen(0, Gen::uniform(-1e5, 1e5)).only(wide));
   c.push_back(OpCase("cos/wide", OpId::cos, {{1000}}).gen(0, Gen::uniform(-1e5, 1e5)).only(wide));
   c.push_back(OpCase("tanh/wide", OpId::tanh, {{1000}}).gen(0, Gen::uniform(-30, 30)));
-  c.push_back(OpCase("sigmoid/wide", OpId::sigmoid, {{1000}}).gen(0, Gen::uniform(-120, 120)).only(wide));
+  c.push_back(OpCase("sigmoid/wide", OpId::sigmoid, {{1000}}).gen(0, Gen::uniform(-300, 300)));
+  c.push_back(OpCase("silu/wide", OpId::silu, {{1000}}).gen(0, Gen::uniform(-300, 300)));
+  c.push_back(OpCase("gelu/wide_none", OpId::gelu, {{1000}}).gen(0, Gen::uniform(-300, 300)));
+  c.push_back(OpCase("gelu/wide_tanh", OpId::gelu, {{1000}}).attr("approximate", "tanh").gen(0, Gen::uniform(-300, 300)));
   c.push_back(OpCase("round/ties", OpId::round, {{1000}}).gen(0, Gen::uniform(-40, 40)));  // f16/bf16 hit x.5
 
   for (double alpha : {0.01, 0.2}) {

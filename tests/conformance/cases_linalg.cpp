@@ -30,15 +30,26 @@ void add_linalg_cases(CaseList& c, ErrorList& e) {
 
   const auto f32 = DType::f32;
   e.push_back({"matmul/k_mismatch", OpId::matmul, {{3, 4}, {5, 6}}, {f32, f32}, {}, ErrorCode::shape_mismatch});
-  e.push_back({"matmul/k_mismatch_transposed", OpId::matmul, {{3, 4}, {3, 6}}, {f32, f32}, {{"transpose_b", true}},
+  e.push_back({"matmul/k_mismatch_transposed",
+               OpId::matmul,
+               {{3, 4}, {3, 6}},
+               {f32, f32},
+               {{"transpose_b", true}},
                ErrorCode::shape_mismatch});
-  e.push_back({"matmul/batch_mismatch", OpId::matmul, {{2, 3, 4}, {3, 4, 5}}, {f32, f32}, {}, ErrorCode::shape_mismatch});
+  e.push_back(
+      {"matmul/batch_mismatch", OpId::matmul, {{2, 3, 4}, {3, 4, 5}}, {f32, f32}, {}, ErrorCode::shape_mismatch});
   e.push_back({"matmul/scalar", OpId::matmul, {{}, {3}}, {f32, f32}, {}, ErrorCode::shape_mismatch});
   e.push_back({"matmul/dtype_mix", OpId::matmul, {{3, 4}, {4, 5}}, {f32, DType::f64}, {}, ErrorCode::dtype_mismatch});
   e.push_back({"matmul/int", OpId::matmul, {{3, 4}, {4, 5}}, {DType::i32, DType::i32}, {}, ErrorCode::dtype_mismatch});
   e.push_back({"linear/in_mismatch", OpId::linear, {{3, 4}, {5, 6}}, {f32, f32}, {}, ErrorCode::shape_mismatch});
   e.push_back({"linear/w_rank", OpId::linear, {{3, 4}, {4}}, {f32, f32}, {}, ErrorCode::shape_mismatch});
-  e.push_back({"linear/bias_shape", OpId::linear, {{3, 4}, {5, 4}, {4}}, {f32, f32, f32}, {}, ErrorCode::shape_mismatch});
-  e.push_back({"linear/bias_dtype", OpId::linear, {{3, 4}, {5, 4}, {5}}, {f32, f32, DType::f16}, {}, ErrorCode::dtype_mismatch});
+  e.push_back(
+      {"linear/bias_shape", OpId::linear, {{3, 4}, {5, 4}, {4}}, {f32, f32, f32}, {}, ErrorCode::shape_mismatch});
+  e.push_back({"linear/bias_dtype",
+               OpId::linear,
+               {{3, 4}, {5, 4}, {5}},
+               {f32, f32, DType::f16},
+               {},
+               ErrorCode::dtype_mismatch});
 }
 }  // namespace spore::conformance

@@ -164,7 +164,9 @@ TEST(Tensor, ContiguousCopiesNonContiguousViews) {
       ASSERT_TRUE(c.is_contiguous());
       ASSERT_EQ(c.shape(), v.shape());
       ASSERT_EQ(c.strides(), contiguous_strides(v.shape()));
-      if (!v.is_contiguous()) EXPECT_NE(c.storage(), v.storage());
+      if (!v.is_contiguous()) {
+        EXPECT_NE(c.storage(), v.storage());
+      }
       for (int64_t i = 0; i < v.numel(); ++i) ASSERT_EQ(c.item_at(i), v.item_at(i)) << dtype_name(dt) << " " << i;
       EXPECT_TRUE(c.bit_equal(v));
       EXPECT_EQ(c.to_doubles(), v.to_doubles());

@@ -1,6 +1,8 @@
 // spore graph: parse a text-IR file, verify it, print it back (text or DOT), optionally after the
 // default pass pipeline. Errors point at file:line:col.
+#include <cctype>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <sstream>
 
@@ -25,10 +27,11 @@ std::string locate(const std::string& text, const std::string& file, const std::
       const size_t at = line.find(ref);
       if (at == std::string::npos) continue;
       const size_t after = at + ref.size();
-      const size_t eq = line.find('=', after);
-      // A definition: the name is among the results (before the first '='), or a signature input.
-      const bool defines = (eq != std::string::npos && line.find_first_not_of(" ,%\"", after) >= eq - 1 &&
-                            line.find('(') > eq) ||
+      if (after < line.size() && (std::isalnum(static_cast<unsigned char>(line[after])) || line[after] == '_' || line[after] == '.'))
+        continue;  // a longer name
+      // A definition: among the results before " = ", or a signature input ("%x: f32[...]").
+      const size_t eq = line.find(" = ");
+      const bool defines = (eq != std::string::npos && at < eq && line.find_first_not_of(' ') == line.find('%')) ||
                            (line.rfind("graph", 0) == 0 && line.compare(after, 1, ":") == 0);
       if (defines) return fmt::format("{}:{}:{}: {}", file, no, at + 1, msg);
     }

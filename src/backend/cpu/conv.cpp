@@ -1,8 +1,380 @@
-// TODO(issue 2): cpu kernels of the conv family.
+// CPU kernels of the conv family. f32 runs oneDNN (convolution, deconvolution, pooling) with primitives
+// cached per shape; f64, global_avg_pool, and the few geometries oneDNN cannot express (avg pooling with
+// count_include_pad over a ceil_mode overhang) run plain loops parallel over (image, channel) planes.
+// f16/bf16 are staged through f32 (or run natively in bf16 where the CPU supports it).
+#include <cmath>
+#include <limits>
+
 #include "backend/cpu/families.h"
+#include "backend/cpu/onednn_util.h"
+#include "base/thread_pool.h"
 
 namespace spore::cpu {
+namespace {
 
-void register_conv(KernelRegistry& r) {}
+using dnnl::memory;
+using tag = memory::format_tag;
+
+// Begin/end padding of spatial axis i (0 = H, 1 = W), resolved exactly as shape inference does.
+struct AxisPad {
+  int64_t begin, end;
+};
+AxisPad axis_pad(const Attrs& a, int i, int64_t in, int64_t eff, int64_t stride) {
+  const AttrValue* mode_attr = a.find("pad_mode");
+  const std::string mode = mode_attr ? std::get<std::string>(*mode_attr) : "pad";
+  if (mode == "valid") return {0, 0};
+  if (mode == "same") {  // SAME_UPPER: the odd pad goes at the end
+    const int64_t out = (in + stride - 1) / stride;
+    const int64_t total = std::max<int64_t>(0, (out - 1) * stride + eff - in);
+    return {total / 2, total - total / 2};
+  }
+  const auto& p = a.ints("padding");
+  return {p[i], p[2 + i]};
+}
+
+memory::data_type dnnl_type(DType t) { return t == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32; }
+
+// A conv-like primitive with the layouts it chose; user buffers are reordered in and out when they differ.
+struct ConvPrim {
+  memory::desc user_src, user_wei, user_dst, src, wei, dst, bias;
+  dnnl::primitive prim;
+};
+
+void exec_conv(const ConvPrim& p, const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) {
+  dnnl::stream& s = dnnl_stream();
+  memory xs = user_memory(p.user_src, x), ws = user_memory(p.user_wei, w), ys = user_memory(p.user_dst, y);
+  memory xm = xs, wm = ws, ym = ys;
+  if (p.src != p.user_src) {
+    xm = memory(p.src, dnnl_engine());
+    dnnl::reorder(xs, xm).execute(s, xs, xm);
+  }
+  if (p.wei != p.user_wei) {
+    wm = memory(p.wei, dnnl_engine());
+    dnnl::reorder(ws, wm).execute(s, ws, wm);
+  }
+  if (p.dst != p.user_dst) ym = memory(p.dst, dnnl_engine());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
+  if (b) args.emplace(DNNL_ARG_BIAS, user_memory(p.bias, *b));
+  p.prim.execute(s, args);
+  if (p.dst != p.user_dst) dnnl::reorder(ym, ys).execute(s, ym, ys);
+  s.wait();
+}
+
+struct ConvGeom {
+  int64_t n, c, h, w, o, kh, kw, oh, ow, groups;
+  int64_t sh, sw, dh, dw;
+  AxisPad ph, pw;
+};
+
+ConvGeom conv_geom(const KernelContext& k, bool transpose) {
+  const Shape& xs = k.in(0).shape();
+  const Shape& ws = k.in(1).shape();
+  const Shape& ys = k.out(0).shape();
+  const auto& stride = k.attrs.ints("stride");
+  const auto& dil = k.attrs.ints("dilation");
+  ConvGeom g{xs[0],     xs[1],     xs[2],  xs[3],  ys[1], ws[2], ws[3], ys[2], ys[3], k.attrs.i("groups"),
+             stride[0], stride[1], dil[0], dil[1], {},    {}};
+  if (transpose) {
+    const auto& p = k.attrs.ints("padding");
+    g.ph = {p[0], p[2]};
+    g.pw = {p[1], p[3]};
+  } else {
+    g.ph = axis_pad(k.attrs, 0, g.h, (g.kh - 1) * g.dh + 1, g.sh);
+    g.pw = axis_pad(k.attrs, 1, g.w, (g.kw - 1) * g.dw + 1, g.sw);
+  }
+  return g;
+}
+
+std::string geom_key(const ConvGeom& g, DType t, bool bias) {
+  return fmt::format("{}:{},{},{},{},{},{},{},{},{},{}:{},{},{},{}:{},{},{},{}:{}", static_cast<int>(t), g.n, g.c, g.h,
+                     g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.groups, g.sh, g.sw, g.dh, g.dw, g.ph.begin, g.ph.end,
+                     g.pw.begin, g.pw.end, bias);
+}
+
+// Weights as oneDNN's logical (g,)oc,ic,kh,kw over our buffer: conv w is [O, C/g, kH, kW]; transposed
+// conv w is [C, O/g, kH, kW], i.e. ic before oc, described by strides so nothing is copied.
+memory::desc weights_md(const ConvGeom& g, memory::data_type dt, bool transpose) {
+  const int64_t og = g.o / g.groups, cg = g.c / g.groups, ks = g.kh * g.kw;
+  const int64_t oc_stride = transpose ? ks : cg * ks, ic_stride = transpose ? og * ks : ks;
+  if (g.groups == 1) return memory::desc({og, cg, g.kh, g.kw}, dt, {oc_stride, ic_stride, g.kw, 1});
+  return memory::desc({g.groups, og, cg, g.kh, g.kw}, dt, {og * cg * ks, oc_stride, ic_stride, g.kw, 1});
+}
+
+ConvPrim make_conv_prim(const ConvGeom& g, DType t, bool bias, bool transpose, const Attrs& a) {
+  const memory::data_type dt = dnnl_type(t);
+  ConvPrim p;
+  p.user_src = memory::desc({g.n, g.c, g.h, g.w}, dt, tag::nchw);
+  p.user_dst = memory::desc({g.n, g.o, g.oh, g.ow}, dt, tag::nchw);
+  p.user_wei = weights_md(g, dt, transpose);
+  if (bias) p.bias = memory::desc({g.o}, dt, tag::x);
+  const memory::desc src_any({g.n, g.c, g.h, g.w}, dt, tag::any), dst_any({g.n, g.o, g.oh, g.ow}, dt, tag::any);
+  const memory::desc wei_any(p.user_wei.dims(), dt, tag::any);
+  const memory::dims strides{g.sh, g.sw}, dilation{g.dh - 1, g.dw - 1}, pad_l{g.ph.begin, g.pw.begin};
+  const auto prop = dnnl::prop_kind::forward_inference;
+  if (transpose) {
+    // oneDNN's output size formula has no output_padding: it goes into (possibly negative) end padding.
+    const auto& op = a.ints("output_padding");
+    const memory::dims pad_r{g.ph.end - op[0], g.pw.end - op[1]};
+    const auto d = bias ? dnnl::deconvolution_forward::desc(prop, dnnl::algorithm::deconvolution_direct, src_any,
+                                                            wei_any, p.bias, dst_any, strides, dilation, pad_l, pad_r)
+                        : dnnl::deconvolution_forward::desc(prop, dnnl::algorithm::deconvolution_direct, src_any,
+                                                            wei_any, dst_any, strides, dilation, pad_l, pad_r);
+    const dnnl::deconvolution_forward::primitive_desc pd(d, dnnl_engine());
+    p.src = pd.src_desc();
+    p.wei = pd.weights_desc();
+    p.dst = pd.dst_desc();
+    p.prim = dnnl::deconvolution_forward(pd);
+  } else {
+    const memory::dims pad_r{g.ph.end, g.pw.end};
+    const auto d = bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                          p.bias, dst_any, strides, dilation, pad_l, pad_r)
+                        : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                          dst_any, strides, dilation, pad_l, pad_r);
+    const dnnl::convolution_forward::primitive_desc pd(d, dnnl_engine());
+    p.src = pd.src_desc();
+    p.wei = pd.weights_desc();
+    p.dst = pd.dst_desc();
+    p.prim = dnnl::convolution_forward(pd);
+  }
+  return p;
+}
+
+// Direct loops (f64, and f32 if oneDNN declines a geometry): one task per output (image, channel) plane,
+// each summing in a fixed order.
+template <typename T>
+void loops_conv(const ConvGeom& g, const T* x, const T* w, const T* b, T* y) {
+  const int64_t og = g.o / g.groups, cg = g.c / g.groups;
+  parallel_for(g.n * g.o, [&](int64_t plane) {
+    const int64_t n = plane / g.o, oc = plane % g.o, grp = oc / og;
+    T* out = y + plane * g.oh * g.ow;
+    for (int64_t i = 0; i < g.oh * g.ow; ++i) out[i] = b ? b[oc] : T(0);
+    for (int64_t ic = 0; ic < cg; ++ic) {
+      const T* in = x + (n * g.c + grp * cg + ic) * g.h * g.w;
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const T wv = w[((oc * cg + ic) * g.kh + i) * g.kw + j];
+          for (int64_t yy = 0; yy < g.oh; ++yy) {
+            const int64_t iy = yy * g.sh - g.ph.begin + i * g.dh;
+            if (iy < 0 || iy >= g.h) continue;
+            for (int64_t xx = 0; xx < g.ow; ++xx) {
+              const int64_t ix = xx * g.sw - g.pw.begin + j * g.dw;
+              if (ix >= 0 && ix < g.w) out[yy * g.ow + xx] += in[iy * g.w + ix] * wv;
+            }
+          }
+        }
+    }
+  });
+}
+
+// Gather form of the transposed conv, one task per output plane.
+template <typename T>
+void loops_conv_transpose(const ConvGeom& g, const T* x, const T* w, const T* b, T* y) {
+  const int64_t og = g.o / g.groups, cg = g.c / g.groups;
+  parallel_for(g.n * g.o, [&](int64_t plane) {
+    const int64_t n = plane / g.o, oc = plane % g.o, grp = oc / og, ocg = oc % og;
+    T* out = y + plane * g.oh * g.ow;
+    for (int64_t i = 0; i < g.oh * g.ow; ++i) out[i] = b ? b[oc] : T(0);
+    for (int64_t ic = grp * cg; ic < (grp + 1) * cg; ++ic) {
+      const T* in = x + (n * g.c + ic) * g.h * g.w;
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const T wv = w[((ic * og + ocg) * g.kh + i) * g.kw + j];
+          for (int64_t yy = 0; yy < g.oh; ++yy) {
+            const int64_t ty = yy + g.ph.begin - i * g.dh;
+            if (ty < 0 || ty % g.sh || ty / g.sh >= g.h) continue;
+            for (int64_t xx = 0; xx < g.ow; ++xx) {
+              const int64_t tx = xx + g.pw.begin - j * g.dw;
+              if (tx < 0 || tx % g.sw || tx / g.sw >= g.w) continue;
+              out[yy * g.ow + xx] += in[ty / g.sh * g.w + tx / g.sw] * wv;
+            }
+          }
+        }
+    }
+  });
+}
+
+template <bool transpose>
+void conv_kernel(KernelContext& k) {
+  const ConvGeom g = conv_geom(k, transpose);
+  const Tensor* bias = k.num_inputs() > 2 ? &k.in(2) : nullptr;
+  const DType t = k.out(0).dtype();
+  if (k.out(0).numel() == 0) return;
+  if (t == DType::f64) {
+    const double* b = bias ? bias->data<double>() : nullptr;
+    if (transpose)
+      loops_conv_transpose(g, k.in(0).data<double>(), k.in(1).data<double>(), b, k.out(0).data<double>());
+    else
+      loops_conv(g, k.in(0).data<double>(), k.in(1).data<double>(), b, k.out(0).data<double>());
+    return;
+  }
+  static PrimitiveCache<std::optional<ConvPrim>> cache;
+  const auto p = cache.get(geom_key(g, t, bias != nullptr) + (transpose ? "t" : "c"), [&]() -> std::optional<ConvPrim> {
+    try {
+      return make_conv_prim(g, t, bias != nullptr, transpose, k.attrs);
+    } catch (const dnnl::error&) {
+      return std::nullopt;  // a geometry oneDNN does not implement: the loops below handle it
+    }
+  });
+  if (p) return exec_conv(*p, k.in(0), k.in(1), bias, k.out(0));
+  SPORE_CHECK(t == DType::f32, ErrorCode::unsupported, "[{}] oneDNN has no {} kernel for this geometry", op_name(k.op),
+              dtype_name(t));
+  const float* b = bias ? bias->data<float>() : nullptr;
+  if (transpose)
+    loops_conv_transpose(g, k.in(0).data<float>(), k.in(1).data<float>(), b, k.out(0).data<float>());
+  else
+    loops_conv(g, k.in(0).data<float>(), k.in(1).data<float>(), b, k.out(0).data<float>());
+}
+
+template <bool transpose>
+void conv_low(KernelContext& k) {
+  if (native_bf16() && k.out(0).dtype() == DType::bf16) {
+    try {
+      return conv_kernel<transpose>(k);
+    } catch (const Error&) {
+    }
+  }
+  run_in_f32(k, conv_kernel<transpose>);
+}
+
+// ---- pooling
+
+struct PoolGeom {
+  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, dh, dw;
+  AxisPad ph, pw;
+  bool is_max, include_pad;
+};
+
+PoolGeom pool_geom(const KernelContext& k, bool is_max) {
+  const Shape& xs = k.in(0).shape();
+  const Shape& ys = k.out(0).shape();
+  const auto& kernel = k.attrs.ints("kernel");
+  std::vector<int64_t> stride = k.attrs.ints("stride");
+  if (stride.empty()) stride = kernel;
+  const std::vector<int64_t> dil = is_max ? k.attrs.ints("dilation") : std::vector<int64_t>{1, 1};
+  PoolGeom g{xs[0] * xs[1], xs[2],     xs[3],     ys[2],     ys[3],
+             kernel[0],     kernel[1], stride[0], stride[1], dil[0],
+             dil[1],        {},        {},        is_max,    !is_max && k.attrs.b("count_include_pad")};
+  g.ph = axis_pad(k.attrs, 0, g.h, (g.kh - 1) * g.dh + 1, g.sh);
+  g.pw = axis_pad(k.attrs, 1, g.w, (g.kw - 1) * g.dw + 1, g.sw);
+  return g;
+}
+
+template <typename T>
+void loops_pool(const PoolGeom& g, const T* x, T* y) {
+  parallel_for(g.planes, [&](int64_t p) {
+    const T* in = x + p * g.h * g.w;
+    T* out = y + p * g.oh * g.ow;
+    for (int64_t yy = 0; yy < g.oh; ++yy)
+      for (int64_t xx = 0; xx < g.ow; ++xx) {
+        const int64_t y0 = yy * g.sh - g.ph.begin, x0 = xx * g.sw - g.pw.begin;
+        T acc = g.is_max ? -std::numeric_limits<T>::infinity() : T(0);
+        int64_t count = 0;
+        for (int64_t i = 0; i < g.kh; ++i) {
+          const int64_t iy = y0 + i * g.dh;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t ix = x0 + j * g.dw;
+            if (ix < 0 || ix >= g.w) continue;
+            const T v = in[iy * g.w + ix];
+            acc = g.is_max ? (std::isnan(v) || v > acc ? v : acc) : acc + v;
+            ++count;
+          }
+        }
+        if (!g.is_max) {
+          const int64_t dh = std::min(y0 + g.kh, g.h + g.ph.end) - y0, dw = std::min(x0 + g.kw, g.w + g.pw.end) - x0;
+          acc /= static_cast<T>(g.include_pad ? dh * dw : count);
+        }
+        out[yy * g.ow + xx] = acc;
+      }
+  });
+}
+
+// oneDNN pooling on plain NCHW. The end padding is widened to cover a ceil_mode overhang; that changes
+// nothing for max or exclude-pad averages, but include-pad averages would divide by the full kernel, so
+// those go to the loops.
+std::optional<dnnl::primitive> make_pool_prim(const PoolGeom& g, DType t, int64_t n, int64_t c) {
+  const int64_t rh = std::max(g.ph.end, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1 - g.h - g.ph.begin);
+  const int64_t rw = std::max(g.pw.end, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw.begin);
+  if (g.include_pad && (rh != g.ph.end || rw != g.pw.end)) return std::nullopt;
+  const memory::data_type dt = dnnl_type(t);
+  const memory::desc src({n, c, g.h, g.w}, dt, tag::nchw), dst({n, c, g.oh, g.ow}, dt, tag::nchw);
+  const auto alg = g.is_max        ? dnnl::algorithm::pooling_max
+                   : g.include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                   : dnnl::algorithm::pooling_avg_exclude_padding;
+  try {
+    const dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, {g.sh, g.sw},
+                                           {g.kh, g.kw}, {g.dh - 1, g.dw - 1}, {g.ph.begin, g.pw.begin}, {rh, rw});
+    return dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, dnnl_engine()));
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+template <bool is_max>
+void pool_kernel(KernelContext& k) {
+  const PoolGeom g = pool_geom(k, is_max);
+  if (k.out(0).numel() == 0) return;
+  const DType t = k.out(0).dtype();
+  if (t == DType::f64) return loops_pool(g, k.in(0).data<double>(), k.out(0).data<double>());
+  static PrimitiveCache<std::optional<dnnl::primitive>> cache;
+  const int64_t n = k.in(0).dim(0), c = k.in(0).dim(1);
+  const std::string key =
+      fmt::format("{}:{},{},{},{},{},{}:{},{},{},{},{},{}:{},{},{},{}:{}", static_cast<int>(t), n, c, g.h, g.w, g.oh,
+                  g.ow, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph.begin, g.ph.end, g.pw.begin, g.pw.end, g.include_pad);
+  const auto prim = cache.get(key, [&] { return make_pool_prim(g, t, n, c); });
+  if (prim) {
+    const memory::data_type dt = dnnl_type(t);
+    const memory src = user_memory(memory::desc({n, c, g.h, g.w}, dt, tag::nchw), k.in(0));
+    const memory dst = user_memory(memory::desc({n, c, g.oh, g.ow}, dt, tag::nchw), k.out(0));
+    prim->execute(dnnl_stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    dnnl_stream().wait();
+    return;
+  }
+  SPORE_CHECK(t == DType::f32, ErrorCode::unsupported, "[{}] no {} kernel for this geometry", op_name(k.op),
+              dtype_name(t));
+  loops_pool(g, k.in(0).data<float>(), k.out(0).data<float>());
+}
+
+template <bool is_max>
+void pool_low(KernelContext& k) {
+  run_in_f32(k, pool_kernel<is_max>);
+}
+
+// Plane means, summed in double in index order: exact enough for f32 and independent of threads.
+template <typename T>
+void global_avg_pool_loops(const T* x, T* y, int64_t planes, int64_t size) {
+  parallel_for(num_chunks(planes, 16), [&](int64_t chunk) {
+    for (int64_t p = chunk * 16; p < std::min(planes, chunk * 16 + 16); ++p) {
+      double s = 0;
+      for (int64_t i = 0; i < size; ++i) s += static_cast<double>(x[p * size + i]);
+      y[p] = static_cast<T>(s / static_cast<double>(size));
+    }
+  });
+}
+
+void global_avg_pool_kernel(KernelContext& k) {
+  const int64_t planes = k.in(0).dim(0) * k.in(0).dim(1);
+  const int64_t size = planes ? k.in(0).numel() / planes : 0;
+  if (k.out(0).dtype() == DType::f64)
+    global_avg_pool_loops(k.in(0).data<double>(), k.out(0).data<double>(), planes, size);
+  else
+    global_avg_pool_loops(k.in(0).data<float>(), k.out(0).data<float>(), planes, size);
+}
+void global_avg_pool_low(KernelContext& k) { run_in_f32(k, global_avg_pool_kernel); }
+
+}  // namespace
+
+void register_conv(KernelRegistry& r) {
+  r.add(Backend::cpu, OpId::conv2d, {DType::f32, DType::f64}, conv_kernel<false>, "onednn");
+  r.add(Backend::cpu, OpId::conv2d, {DType::f16, DType::bf16}, conv_low<false>, "onednn");
+  r.add(Backend::cpu, OpId::conv_transpose2d, {DType::f32, DType::f64}, conv_kernel<true>, "onednn");
+  r.add(Backend::cpu, OpId::conv_transpose2d, {DType::f16, DType::bf16}, conv_low<true>, "onednn");
+  r.add(Backend::cpu, OpId::max_pool2d, {DType::f32, DType::f64}, pool_kernel<true>, "onednn");
+  r.add(Backend::cpu, OpId::max_pool2d, {DType::f16, DType::bf16}, pool_low<true>, "onednn");
+  r.add(Backend::cpu, OpId::avg_pool2d, {DType::f32, DType::f64}, pool_kernel<false>, "onednn");
+  r.add(Backend::cpu, OpId::avg_pool2d, {DType::f16, DType::bf16}, pool_low<false>, "onednn");
+  r.add(Backend::cpu, OpId::global_avg_pool, {DType::f32, DType::f64}, global_avg_pool_kernel, "loops");
+  r.add(Backend::cpu, OpId::global_avg_pool, {DType::f16, DType::bf16}, global_avg_pool_low, "loops");
+}
 
 }  // namespace spore::cpu

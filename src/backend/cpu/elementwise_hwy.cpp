@@ -42,8 +42,11 @@ HWY_INLINE void Apply(const float* x, float* y, size_t n, const Fn& fn) {
 HWY_INLINE VF Inf(DF d) { return hn::Set(d, std::numeric_limits<float>::infinity()); }
 HWY_INLINE VF NaN(DF d) { return hn::Set(d, std::numeric_limits<float>::quiet_NaN()); }
 
-// hn::Exp returns 0 for nan.
-HWY_INLINE VF ExpF(DF d, VF v) { return hn::IfThenElse(hn::IsNaN(v), v, hn::Exp(d, v)); }
+// hn::Exp returns 0 for nan and garbage for x > ~128 (its exponent arithmetic wraps); e^x overflows f32 above 88.73.
+HWY_INLINE VF ExpF(DF d, VF v) {
+  const VF r = hn::IfThenElse(hn::Gt(v, hn::Set(d, 88.75f)), Inf(d), hn::Exp(d, v));
+  return hn::IfThenElse(hn::IsNaN(v), v, r);
+}
 
 // hn::Log is only defined for finite x > 0.
 HWY_INLINE VF LogF(DF d, VF v) {

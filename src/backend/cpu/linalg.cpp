@@ -4,6 +4,8 @@
 #include <cstring>
 #include <exception>
 
+#include <omp.h>
+
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
 #include "base/thread_pool.h"
@@ -73,11 +75,12 @@ void batch_offsets(const MatmulGeom& g, std::vector<int64_t>& a_off, std::vector
 }
 
 // Output tiles: sizes depend only on the problem, so the task list is the same for any thread count.
-constexpr int64_t tile_m = 128, tile_n = 256;
+constexpr int64_t tile_m = 64, tile_n = 128;
 
 // C = A @ B (+ bias) as independent [tile_m x tile_n] tiles per batch, each a single-threaded oneDNN
-// matmul inside our own OpenMP loop. oneDNN's own threading splits K across threads for small M*N
-// (measured: 33x1024 @ 1024x65 differs between 1 and 4 threads), which would break determinism.
+// matmul inside our own OpenMP loop (nested in our region, oneDNN runs serially). oneDNN's own threading
+// splits K across threads when M*N is small (measured: 33x1024 @ 1024x65 gives different bits for 1 and
+// 4 threads), which would break determinism.
 void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& c) {
   const memory::data_type dt = dnnl_type(t);
   const size_t r = g.c_dims.size();
@@ -90,8 +93,8 @@ void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b,
   };
   static PrimitiveCache<Tile> cache;
   const auto tile = [&](int64_t tm, int64_t tn) {
-    const std::string key = fmt::format("{}:{}x{}x{}:{},{},{},{}:{}:{}", static_cast<int>(t), tm, k, tn, am, ak, bk, bn, n,
-                                        bias != nullptr);
+    const std::string key = fmt::format("{}:{}x{}x{}:{},{},{},{}:{}:{}", static_cast<int>(t), tm, k, tn, am, ak, bk, bn,
+                                        n, bias != nullptr);
     return cache.get(key, [&] {
       Tile e;
       e.a = memory::desc({tm, k}, dt, {am, ak});
@@ -104,8 +107,9 @@ void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b,
     });
   };
   const int64_t mt = num_chunks(m, tile_m), nt = num_chunks(n, tile_n);
-  const Tile tiles[2][2] = {{tile(std::min(m, tile_m), std::min(n, tile_n)), tile(std::min(m, tile_m), n - (nt - 1) * tile_n)},
-                            {tile(m - (mt - 1) * tile_m, std::min(n, tile_n)), tile(m - (mt - 1) * tile_m, n - (nt - 1) * tile_n)}};
+  const Tile tiles[2][2] = {
+      {tile(std::min(m, tile_m), std::min(n, tile_n)), tile(std::min(m, tile_m), n - (nt - 1) * tile_n)},
+      {tile(m - (mt - 1) * tile_m, std::min(n, tile_n)), tile(m - (mt - 1) * tile_m, n - (nt - 1) * tile_n)}};
   std::vector<int64_t> a_off, b_off;
   batch_offsets(g, a_off, b_off);
   const int64_t batches = static_cast<int64_t>(a_off.size()), tasks = batches * mt * nt;
@@ -114,19 +118,34 @@ void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b,
   char* pb = static_cast<char*>(b.raw_data());
   char* pc = static_cast<char*>(c.raw_data());
   char* pbias = bias ? static_cast<char*>(bias->raw_data()) : nullptr;
+  const auto run_tile = [&](int64_t task) {
+    const int64_t bi = task / (mt * nt), ti = task / nt % mt, tj = task % nt;
+    const Tile& e = tiles[ti == mt - 1 && mt > 1][tj == nt - 1 && nt > 1];
+    const int64_t i0 = ti * tile_m, j0 = tj * tile_n;
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, memory(e.a, dnnl_engine(), pa + (a_off[bi] + i0 * am) * es)},
+        {DNNL_ARG_WEIGHTS, memory(e.b, dnnl_engine(), pb + (b_off[bi] + j0 * bn) * es)},
+        {DNNL_ARG_DST, memory(e.c, dnnl_engine(), pc + ((bi * m + i0) * n + j0) * es)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, dnnl_engine(), pbias + j0 * es));
+    e.prim.execute(dnnl_stream(), args);
+  };
+  if (tasks == 1) {  // no team to spin up: just keep oneDNN serial for this call
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    try {
+      run_tile(0);
+    } catch (...) {
+      omp_set_num_threads(saved);
+      throw;
+    }
+    omp_set_num_threads(saved);
+    return;
+  }
   std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < tasks; ++task) {
     try {
-      const int64_t bi = task / (mt * nt), ti = task / nt % mt, tj = task % nt;
-      const Tile& e = tiles[ti == mt - 1 && mt > 1][tj == nt - 1 && nt > 1];
-      const int64_t i0 = ti * tile_m, j0 = tj * tile_n;
-      std::unordered_map<int, memory> args{
-          {DNNL_ARG_SRC, memory(e.a, dnnl_engine(), pa + (a_off[bi] + i0 * am) * es)},
-          {DNNL_ARG_WEIGHTS, memory(e.b, dnnl_engine(), pb + (b_off[bi] + j0 * bn) * es)},
-          {DNNL_ARG_DST, memory(e.c, dnnl_engine(), pc + ((bi * m + i0) * n + j0) * es)}};
-      if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, dnnl_engine(), pbias + j0 * es));
-      e.prim.execute(dnnl_stream(), args);
+      run_tile(task);
     } catch (...) {
 #pragma omp critical(spore_matmul_error)
       if (!error) error = std::current_exception();
@@ -194,8 +213,8 @@ void run_matmul(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Ten
 }
 
 void matmul_kernel(KernelContext& k) {
-  run_matmul(matmul_geom(k.in(0), k.in(1), k.attrs.b("transpose_a"), k.attrs.b("transpose_b")), k.in(0), k.in(1), nullptr,
-             k.out(0));
+  run_matmul(matmul_geom(k.in(0), k.in(1), k.attrs.b("transpose_a"), k.attrs.b("transpose_b")), k.in(0), k.in(1),
+             nullptr, k.out(0));
 }
 
 // linear = [rows, in] @ w^T with w^T described by strides (no copy) and the bias fused into the primitive.
@@ -213,16 +232,25 @@ void linear_kernel(KernelContext& k) {
   run_matmul(g, k.in(0), k.in(1), k.num_inputs() > 2 ? &k.in(2) : nullptr, k.out(0));
 }
 
-void matmul_low(KernelContext& k) { native_bf16() && k.out(0).dtype() == DType::bf16 ? matmul_kernel(k) : run_in_f32(k, matmul_kernel); }
-void linear_low(KernelContext& k) { native_bf16() && k.out(0).dtype() == DType::bf16 ? linear_kernel(k) : run_in_f32(k, linear_kernel); }
+// bf16 runs natively where oneDNN has bf16 kernels (and falls back if it declines); f16 is staged.
+template <KernelFn kernel>
+void low_precision(KernelContext& k) {
+  if (native_bf16() && k.out(0).dtype() == DType::bf16) {
+    try {
+      return kernel(k);
+    } catch (const dnnl::error&) {
+    }
+  }
+  run_in_f32(k, kernel);
+}
 
 }  // namespace
 
 void register_linalg(KernelRegistry& r) {
   r.add(Backend::cpu, OpId::matmul, {DType::f32, DType::f64}, matmul_kernel, "onednn");
-  r.add(Backend::cpu, OpId::matmul, {DType::f16, DType::bf16}, matmul_low, "onednn");
+  r.add(Backend::cpu, OpId::matmul, {DType::f16, DType::bf16}, low_precision<matmul_kernel>, "onednn");
   r.add(Backend::cpu, OpId::linear, {DType::f32, DType::f64}, linear_kernel, "onednn");
-  r.add(Backend::cpu, OpId::linear, {DType::f16, DType::bf16}, linear_low, "onednn");
+  r.add(Backend::cpu, OpId::linear, {DType::f16, DType::bf16}, low_precision<linear_kernel>, "onednn");
 }
 
 }  // namespace spore::cpu

@@ -1,8 +1,238 @@
-// TODO(issue 2): cpu kernels of the norm family.
+// CPU kernels of the norm family. f32 batch_norm and layer_norm run oneDNN; rms_norm, group_norm,
+// dropout and every f64 kernel run loops over independent rows (statistics summed in double, in index
+// order, so any thread count gives the same bits). f16/bf16 are staged through f32.
+#include <cmath>
+
 #include "backend/cpu/families.h"
+#include "backend/cpu/onednn_util.h"
+#include "base/rng.h"
+#include "base/thread_pool.h"
 
 namespace spore::cpu {
+namespace {
 
-void register_norm(KernelRegistry& r) {}
+using dnnl::memory;
+using tag = memory::format_tag;
+namespace nf = dnnl;
+
+// Rows of `size` elements, chunked so each task handles about `grain` elements.
+template <typename F>
+void for_rows(int64_t rows, int64_t size, F&& f) {
+  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(size, 1));
+  parallel_for(num_chunks(rows, per), [&](int64_t c) {
+    for (int64_t r = c * per; r < std::min(rows, (c + 1) * per); ++r) f(r);
+  });
+}
+
+// Mean and 1/sqrt(var + eps) of n values, two passes in double.
+template <typename T>
+std::pair<double, double> moments(const T* x, int64_t n, double eps) {
+  double mean = 0, var = 0;
+  for (int64_t i = 0; i < n; ++i) mean += static_cast<double>(x[i]);
+  mean /= static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - mean;
+    var += d * d;
+  }
+  return {mean, 1.0 / std::sqrt(var / static_cast<double>(n) + eps)};
+}
+
+int64_t row_size(const Tensor& x, int64_t axis) {
+  if (axis < 0) axis += x.rank();
+  int64_t s = 1;
+  for (int i = static_cast<int>(axis); i < x.rank(); ++i) s *= x.shape()[i];
+  return s;
+}
+
+// ---- batch_norm
+
+template <typename T>
+void loops_batch_norm(KernelContext& k) {
+  const Tensor& xt = k.in(0);
+  const int64_t n = xt.dim(0), c = xt.dim(1), inner = n * c != 0 ? xt.numel() / (n * c) : 0;
+  const double eps = k.attrs.f("epsilon");
+  const T *x = xt.data<T>(), *scale = k.in(1).data<T>(), *bias = k.in(2).data<T>();
+  const T *mean = k.in(3).data<T>(), *var = k.in(4).data<T>();
+  T* y = k.out(0).data<T>();
+  for_rows(n * c, inner, [&](int64_t r) {
+    const int64_t ch = r % c;
+    const T a = static_cast<T>(scale[ch] / std::sqrt(static_cast<double>(var[ch]) + eps));
+    const T b = static_cast<T>(bias[ch] - mean[ch] * a);
+    for (int64_t i = r * inner; i < (r + 1) * inner; ++i) y[i] = x[i] * a + b;
+  });
+}
+
+void batch_norm_kernel(KernelContext& k) {
+  if (k.out(0).dtype() == DType::f64) return loops_batch_norm<double>(k);
+  const Tensor& xt = k.in(0);
+  const int64_t n = xt.dim(0), c = xt.dim(1), inner = n * c != 0 ? xt.numel() / (n * c) : 0;
+  if (xt.numel() == 0) return;
+  const float eps = static_cast<float>(k.attrs.f("epsilon"));
+  const memory::desc data({n, c, inner}, memory::data_type::f32, tag::abc);
+  const memory::desc param({c}, memory::data_type::f32, tag::a);
+  static PrimitiveCache<nf::batch_normalization_forward> cache;
+  const auto prim = cache.get(fmt::format("{},{},{}:{}", n, c, inner, eps), [&] {
+    const auto flags = nf::normalization_flags::use_global_stats | nf::normalization_flags::use_scale |
+                       nf::normalization_flags::use_shift;
+    const nf::batch_normalization_forward::desc d(nf::prop_kind::forward_inference, data, eps, flags);
+    return nf::batch_normalization_forward(nf::batch_normalization_forward::primitive_desc(d, dnnl_engine()));
+  });
+  prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, user_memory(data, xt)},
+                               {DNNL_ARG_DST, user_memory(data, k.out(0))},
+                               {DNNL_ARG_SCALE, user_memory(param, k.in(1))},
+                               {DNNL_ARG_SHIFT, user_memory(param, k.in(2))},
+                               {DNNL_ARG_MEAN, user_memory(param, k.in(3))},
+                               {DNNL_ARG_VARIANCE, user_memory(param, k.in(4))}});
+  dnnl_stream().wait();
+}
+
+// ---- layer_norm / rms_norm
+
+template <typename T, bool rms>
+void loops_row_norm(KernelContext& k) {
+  const int64_t size = row_size(k.in(0), k.attrs.i("axis"));
+  const int64_t rows = size ? k.in(0).numel() / size : 0;
+  const double eps = k.attrs.f("epsilon");
+  const T* x = k.in(0).data<T>();
+  const T* w = k.num_inputs() > 1 ? k.in(1).data<T>() : nullptr;
+  const T* b = !rms && k.num_inputs() > 2 ? k.in(2).data<T>() : nullptr;
+  T* y = k.out(0).data<T>();
+  for_rows(rows, size, [&](int64_t r) {
+    const T* xr = x + r * size;
+    T* yr = y + r * size;
+    double mean = 0, inv = 0;
+    if constexpr (rms) {
+      double ss = 0;
+      for (int64_t i = 0; i < size; ++i) ss += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+      inv = 1.0 / std::sqrt(ss / static_cast<double>(size) + eps);
+    } else {
+      std::tie(mean, inv) = moments(xr, size, eps);
+    }
+    const T m = static_cast<T>(mean), s = static_cast<T>(inv);
+    for (int64_t i = 0; i < size; ++i) {
+      T v = (xr[i] - m) * s;
+      if (w) v *= w[i];
+      if (b) v += b[i];
+      yr[i] = v;
+    }
+  });
+}
+
+void layer_norm_kernel(KernelContext& k) {
+  if (k.out(0).dtype() == DType::f64) return loops_row_norm<double, false>(k);
+  const int64_t size = row_size(k.in(0), k.attrs.i("axis"));
+  const int64_t rows = size ? k.in(0).numel() / size : 0;
+  if (k.in(0).numel() == 0) return;
+  const bool has_w = k.num_inputs() > 1, has_b = k.num_inputs() > 2;
+  const float eps = static_cast<float>(k.attrs.f("epsilon"));
+  const memory::desc data({rows, size}, memory::data_type::f32, tag::ab);
+  const memory::desc param({size}, memory::data_type::f32, tag::a);
+  static PrimitiveCache<nf::layer_normalization_forward> cache;
+  const auto prim = cache.get(fmt::format("{},{}:{}:{}{}", rows, size, eps, has_w, has_b), [&] {
+    auto flags = nf::normalization_flags::none;
+    if (has_w) flags |= nf::normalization_flags::use_scale;
+    if (has_b) flags |= nf::normalization_flags::use_shift;
+    const nf::layer_normalization_forward::desc d(nf::prop_kind::forward_inference, data, eps, flags);
+    return nf::layer_normalization_forward(nf::layer_normalization_forward::primitive_desc(d, dnnl_engine()));
+  });
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, user_memory(data, k.in(0))},
+                                       {DNNL_ARG_DST, user_memory(data, k.out(0))}};
+  if (has_w) args.emplace(DNNL_ARG_SCALE, user_memory(param, k.in(1)));
+  if (has_b) args.emplace(DNNL_ARG_SHIFT, user_memory(param, k.in(2)));
+  prim.execute(dnnl_stream(), args);
+  dnnl_stream().wait();
+}
+
+void rms_norm_kernel(KernelContext& k) {
+  if (k.out(0).dtype() == DType::f64)
+    loops_row_norm<double, true>(k);
+  else
+    loops_row_norm<float, true>(k);
+}
+
+// ---- group_norm: one row per (image, group), weights per channel.
+
+template <typename T>
+void loops_group_norm(KernelContext& k) {
+  const Tensor& xt = k.in(0);
+  const int64_t n = xt.dim(0), c = xt.dim(1), groups = k.attrs.i("num_groups");
+  const int64_t inner = n * c != 0 ? xt.numel() / (n * c) : 0, cg = c / groups, size = cg * inner;
+  const double eps = k.attrs.f("epsilon");
+  const T* x = xt.data<T>();
+  const T* w = k.num_inputs() > 1 ? k.in(1).data<T>() : nullptr;
+  const T* b = k.num_inputs() > 2 ? k.in(2).data<T>() : nullptr;
+  T* y = k.out(0).data<T>();
+  for_rows(n * groups, size, [&](int64_t r) {
+    const auto [mean, inv] = moments(x + r * size, size, eps);
+    const T m = static_cast<T>(mean), s = static_cast<T>(inv);
+    for (int64_t j = 0; j < cg; ++j) {
+      const int64_t ch = (r % groups) * cg + j;
+      const T a = w ? s * w[ch] : s, sh = b ? b[ch] : T(0);
+      const T* xr = x + r * size + j * inner;
+      T* yr = y + r * size + j * inner;
+      for (int64_t i = 0; i < inner; ++i) yr[i] = (xr[i] - m) * a + sh;
+    }
+  });
+}
+
+void group_norm_kernel(KernelContext& k) {
+  if (k.out(0).dtype() == DType::f64)
+    loops_group_norm<double>(k);
+  else
+    loops_group_norm<float>(k);
+}
+
+// ---- dropout: the mask rule (keep iff philox_uniform(seed, 0, i) >= p) is the op's definition.
+
+template <typename T>
+void loops_dropout(KernelContext& k) {
+  const int64_t n = k.in(0).numel();
+  const T* x = k.in(0).data<T>();
+  T* y = k.out(0).data<T>();
+  const double p = k.attrs.f("p");
+  const bool training = k.attrs.b("training");
+  const uint64_t seed = static_cast<uint64_t>(k.attrs.i("seed"));
+  const T scale = static_cast<T>(p < 1 ? 1.0 / (1.0 - p) : 0.0);
+  constexpr int64_t grain = 1 << 14;
+  parallel_for(num_chunks(n, grain), [&](int64_t c) {
+    const int64_t end = std::min(n, (c + 1) * grain);
+    for (int64_t i = c * grain; i < end; ++i) {
+      if (!training) {
+        y[i] = x[i];
+        continue;
+      }
+      const bool keep = static_cast<double>(philox_uniform(seed, 0, static_cast<uint64_t>(i))) >= p;
+      y[i] = keep ? x[i] * scale : T(0);
+    }
+  });
+}
+
+void dropout_kernel(KernelContext& k) {
+  if (k.out(0).dtype() == DType::f64)
+    loops_dropout<double>(k);
+  else
+    loops_dropout<float>(k);
+}
+
+template <KernelFn f32_kernel>
+void low(KernelContext& k) {
+  run_in_f32(k, f32_kernel);
+}
+
+}  // namespace
+
+void register_norm(KernelRegistry& r) {
+  const DTypeSet full{DType::f32, DType::f64}, half{DType::f16, DType::bf16};
+  r.add(Backend::cpu, OpId::batch_norm, full, batch_norm_kernel, "onednn");
+  r.add(Backend::cpu, OpId::batch_norm, half, low<batch_norm_kernel>, "onednn");
+  r.add(Backend::cpu, OpId::layer_norm, full, layer_norm_kernel, "onednn");
+  r.add(Backend::cpu, OpId::layer_norm, half, low<layer_norm_kernel>, "onednn");
+  r.add(Backend::cpu, OpId::rms_norm, full, rms_norm_kernel, "loops");
+  r.add(Backend::cpu, OpId::rms_norm, half, low<rms_norm_kernel>, "loops");
+  r.add(Backend::cpu, OpId::group_norm, full, group_norm_kernel, "loops");
+  r.add(Backend::cpu, OpId::group_norm, half, low<group_norm_kernel>, "loops");
+  r.add(Backend::cpu, OpId::dropout, full, dropout_kernel, "loops");
+  r.add(Backend::cpu, OpId::dropout, half, low<dropout_kernel>, "loops");
+}
 
 }  // namespace spore::cpu

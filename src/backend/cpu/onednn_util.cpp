@@ -61,7 +61,8 @@ void narrow(const float* src, const Tensor& dst) {
     const int64_t end = std::min(n, i + convert_grain);
     if (half) {
       for (; i + 8 <= end; i += 8)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
       for (; i < end; ++i) d[i] = float_to_half_bits(src[i]);
     } else {
       for (; i < end; ++i) d[i] = float_to_bf16_bits(src[i]);

@@ -5,6 +5,7 @@
 // not matter whether rows or blocks are spread over threads.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -436,6 +437,23 @@ void cumsum_typed(KernelContext& k) {
   A* y = yt.dtype() == dtype_v<A> ? static_cast<A*>(yt.raw_data()) : static_cast<A*>(k.scratch(xt.numel() * sizeof(A)));
   const Split3 p = split_at(xt.shape(), xt.rank() ? k.attrs.i("axis") : 0);
   const bool exclusive = k.attrs.b("exclusive"), reverse = k.attrs.b("reverse");
+  if (p.inner == 1) {  // contiguous rows: a plain running sum per row
+    parallel_ranges(p.outer, std::max<int64_t>(1, task_elems / std::max<int64_t>(p.n, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        const A* xr = x + o * p.n;
+        A* yr = y + o * p.n;
+        A acc = A(0);
+        for (int64_t step = 0; step < p.n; ++step) {
+          const int64_t j = reverse ? p.n - 1 - step : step;
+          const A v = xr[j];
+          if (exclusive) yr[j] = acc;
+          acc = op2<A, op_sum>(acc, v);
+          if (!exclusive) yr[j] = acc;
+        }
+      }
+    });
+    return store_compute<A>(y, yt);
+  }
   const int64_t w_max = std::min(tile, p.inner), ntile = num_chunks(p.inner, tile);
   parallel_ranges(p.outer * ntile, std::max<int64_t>(1, task_elems / std::max<int64_t>(p.n * w_max, 1)),
                   [&](int64_t b, int64_t e) {

@@ -7,6 +7,10 @@
 #include <cstring>
 #include <string>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 #include "backend/cpu/families.h"
 #include "base/thread_pool.h"
 
@@ -23,10 +27,18 @@ constexpr int64_t tile_edge = 32;          // transpose tile edge (32x32x8 bytes
 template <typename Fn>
 void with_elem(size_t es, Fn&& fn) {
   switch (es) {
-    case 1: fn(uint8_t{}); break;
-    case 2: fn(uint16_t{}); break;
-    case 4: fn(uint32_t{}); break;
-    default: fn(uint64_t{}); break;
+    case 1:
+      fn(uint8_t{});
+      break;
+    case 2:
+      fn(uint16_t{});
+      break;
+    case 4:
+      fn(uint32_t{});
+      break;
+    default:
+      fn(uint64_t{});
+      break;
   }
 }
 template <typename T>
@@ -40,6 +52,67 @@ inline void store(char* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
+// Inner loops take everything by value: byte stores may alias anything reachable through a reference
+// (lambda captures), which would make the compiler reload loop bounds and strides on every element.
+template <typename T>
+void fill_run(char* d, int64_t n, T v) {
+  for (int64_t j = 0; j < n; ++j) store<T>(d + j * static_cast<int64_t>(sizeof(T)), v);
+}
+template <typename T>
+void fill_strided(char* d, int64_t n, int64_t ds, T v) {  // ds in bytes
+  if (ds == static_cast<int64_t>(sizeof(T))) return fill_run<T>(d, n, v);
+  for (int64_t j = 0; j < n; ++j) store<T>(d + j * ds, v);
+}
+template <typename T>
+void copy_strided_run(char* d, int64_t ds, const char* s, int64_t ss, int64_t n) {  // strides in bytes
+  for (int64_t j = 0; j < n; ++j) store<T>(d + j * ds, load<T>(s + j * ss));
+}
+#ifdef __AVX2__
+// 8x8 block of 4-byte elements transposed in registers (the build baseline is AVX2); shuffles move bits
+// unchanged, so this serves every 4-byte dtype.
+inline void transpose8x8_b32(char* d, int64_t dr, const char* s, int64_t sr) {
+  __m256 r[8], t[8];
+  for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(s + j * sr));
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+    t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {
+    r[h + 0] = _mm256_shuffle_ps(t[h + 0], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[h + 1] = _mm256_shuffle_ps(t[h + 0], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(d + i * dr), _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float*>(d + (i + 4) * dr), _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
+
+// One transpose tile: d[i][j] = s[j][i], d rows `dr` bytes apart, s rows `sr` bytes apart.
+template <typename T>
+void copy_tile(char* d, int64_t dr, const char* s, int64_t sr, int64_t ni, int64_t nj) {
+  constexpr int64_t es = sizeof(T);
+  int64_t i_done = 0, j_done = 0;
+#ifdef __AVX2__
+  if constexpr (sizeof(T) == 4) {
+    i_done = ni & ~int64_t{7};
+    j_done = nj & ~int64_t{7};
+    for (int64_t i = 0; i < i_done; i += 8)
+      for (int64_t j = 0; j < j_done; j += 8) transpose8x8_b32(d + i * dr + j * es, dr, s + i * es + j * sr, sr);
+  }
+#endif
+  for (int64_t i = 0; i < ni; ++i)
+    for (int64_t j = i < i_done ? j_done : 0; j < nj; ++j) store<T>(d + i * dr + j * es, load<T>(s + i * es + j * sr));
+}
+// d[j] = s[map[j]] for j in [j0, j1).
+template <typename T>
+void gather_run(char* d, const char* s, const int64_t* map, int64_t j0, int64_t j1) {
+  constexpr int64_t es = sizeof(T);
+  for (int64_t j = j0; j < j1; ++j) store<T>(d + j * es, load<T>(s + map[j] * es));
+}
+
 // Fills n elements of size es at dst with the bytes at `value`, in parallel chunks.
 void fill(char* dst, int64_t n, const char* value, size_t es) {
   const int64_t grain = chunk_bytes / static_cast<int64_t>(es);
@@ -48,7 +121,7 @@ void fill(char* dst, int64_t n, const char* value, size_t es) {
     const T v = load<T>(value);
     parallel_for(num_chunks(n, grain), [&](int64_t c) {
       const int64_t b = c * grain, e = std::min(n, b + grain);
-      for (int64_t i = b; i < e; ++i) store<T>(dst + i * sizeof(T), v);
+      fill_run<T>(dst + b * static_cast<int64_t>(sizeof(T)), e - b, v);
     });
   });
 }
@@ -131,11 +204,10 @@ void tiled_copy(const char* src, char* dst, const CopyPlan& p, int k, size_t es)
       const int64_t i0 = (task % kblocks) * tile_edge, i1 = std::min(nk, i0 + tile_edge);
       const char* s = src + od.so * static_cast<int64_t>(es);
       char* d = dst + od.dof * static_cast<int64_t>(es);
+      constexpr int64_t te = sizeof(T);
       for (int64_t j0 = 0; j0 < nl; j0 += tile_edge) {
-        const int64_t j1 = std::min(nl, j0 + tile_edge);
-        for (int64_t i = i0; i < i1; ++i)
-          for (int64_t j = j0; j < j1; ++j)
-            store<T>(d + (i * kd + j) * sizeof(T), load<T>(s + (i + j * ls) * sizeof(T)));
+        copy_tile<T>(d + (i0 * kd + j0) * te, kd * te, s + (i0 + j0 * ls) * te, ls * te, i1 - i0,
+                     std::min(nl, j0 + tile_edge) - j0);
       }
     });
   });
@@ -165,7 +237,8 @@ void strided_copy(const char* src, char* dst, const CopyPlan& plan, size_t es) {
     parallel_for(rows * pieces, [&](int64_t task) {
       const Odometer od(p, r - 1, task / pieces);
       const int64_t b = (task % pieces) * chunk_bytes;
-      std::memcpy(dst + od.dof * ies + b, src + od.so * ies + b, static_cast<size_t>(std::min(row_bytes, b + chunk_bytes) - b));
+      std::memcpy(dst + od.dof * ies + b, src + od.so * ies + b,
+                  static_cast<size_t>(std::min(row_bytes, b + chunk_bytes) - b));
     });
     return;
   }
@@ -181,10 +254,9 @@ void strided_copy(const char* src, char* dst, const CopyPlan& plan, size_t es) {
         if (ss == 1 && ds == 1) {
           std::memcpy(d, s, static_cast<size_t>(row_bytes));
         } else if (ss == 0) {
-          const T v = load<T>(s);
-          for (int64_t j = 0; j < inner; ++j) store<T>(d + j * ds * ies, v);
+          fill_strided<T>(d, inner, ds * ies, load<T>(s));
         } else {
-          for (int64_t j = 0; j < inner; ++j) store<T>(d + j * ds * ies, load<T>(s + j * ss * ies));
+          copy_strided_run<T>(d, ds * ies, s, ss * ies, inner);
         }
       }
     });
@@ -196,13 +268,16 @@ char* out_bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 int64_t norm_axis(int64_t axis, int rank) { return axis < 0 ? axis + rank : axis; }
 
 // reshape, squeeze, unsqueeze, flatten: inputs are contiguous, so the bytes are already in order.
-void copy_kernel(KernelContext& k) { parallel_memcpy(out_bytes(k.out()), in_bytes(k.in(0)), static_cast<int64_t>(k.out().nbytes())); }
+void copy_kernel(KernelContext& k) {
+  parallel_memcpy(out_bytes(k.out()), in_bytes(k.in(0)), static_cast<int64_t>(k.out().nbytes()));
+}
 
 void transpose(KernelContext& k) {
   const Tensor& x = k.in(0);
   const int r = x.rank();
   Ints perm = k.attrs.ints("perm");
-  if (perm.empty()) for (int d = r - 1; d >= 0; --d) perm.push_back(d);
+  if (perm.empty())
+    for (int d = r - 1; d >= 0; --d) perm.push_back(d);
   const Strides xs = contiguous_strides(x.shape()), os = contiguous_strides(k.out().shape());
   CopyPlan p;
   for (int d = 0; d < r; ++d) p.add(k.out().shape()[d], xs[norm_axis(perm[d], r)], os[d]);
@@ -216,7 +291,8 @@ void slice(KernelContext& k) {
   const int r = x.rank();
   const Ints& starts = k.attrs.ints("starts");
   Ints axes = k.attrs.ints("axes"), steps = k.attrs.ints("steps");
-  if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   if (steps.empty()) steps.assign(starts.size(), 1);
   const Strides xs = contiguous_strides(x.shape()), os = contiguous_strides(k.out().shape());
   Ints first(r, 0), step(r, 1);
@@ -367,9 +443,9 @@ void pad(KernelContext& k) {
         }
         const char* s = in_bytes(x) + so * ies;
         char* dst = out_bytes(out) + row * nl * ies;
-        for (int64_t j = 0; j < mid0; ++j) store<T>(dst + j * ies, load<T>(s + last[j] * ies));
+        gather_run<T>(dst, s, last.data(), 0, mid0);
         if (mid1 > mid0) std::memcpy(dst + mid0 * ies, s + last[mid0] * ies, static_cast<size_t>((mid1 - mid0) * ies));
-        for (int64_t j = mid1; j < nl; ++j) store<T>(dst + j * ies, load<T>(s + last[j] * ies));
+        gather_run<T>(dst, s, last.data(), mid1, nl);
       }
     });
   });

@@ -17,10 +17,18 @@ constexpr int64_t chunk_bytes = 64 << 10;
 template <typename Fn>
 void with_elem(size_t es, Fn&& fn) {
   switch (es) {
-    case 1: fn(uint8_t{}); break;
-    case 2: fn(uint16_t{}); break;
-    case 4: fn(uint32_t{}); break;
-    default: fn(uint64_t{}); break;
+    case 1:
+      fn(uint8_t{});
+      break;
+    case 2:
+      fn(uint16_t{});
+      break;
+    case 4:
+      fn(uint32_t{});
+      break;
+    default:
+      fn(uint64_t{});
+      break;
   }
 }
 template <typename T>
@@ -32,6 +40,13 @@ inline T load(const char* p) {
 template <typename T>
 inline void store(char* p, T v) {
   std::memcpy(p, &v, sizeof(T));
+}
+
+// Inner loops take everything by value: byte stores may alias anything reachable through a reference
+// (lambda captures), which would make the compiler reload loop bounds and strides on every element.
+template <typename T>
+void fill_run(char* d, int64_t n, T v) {
+  for (int64_t j = 0; j < n; ++j) store<T>(d + j * static_cast<int64_t>(sizeof(T)), v);
 }
 
 const char* in_bytes(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
@@ -48,7 +63,9 @@ struct Indices {
   const void* p;
   bool wide;
   explicit Indices(const Tensor& t) : p(t.raw_data()), wide(t.dtype() == DType::i64) {}
-  int64_t operator[](int64_t i) const { return wide ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i]; }
+  int64_t operator[](int64_t i) const {
+    return wide ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+  }
 };
 inline int64_t wrap(int64_t v, int64_t n) { return v < 0 ? v + n : v; }
 
@@ -70,6 +87,19 @@ void parallel_memcpy(char* dst, const char* src, int64_t bytes) {
   });
 }
 
+// Rows [q0, q1) of a take: row q = (o, j) copies x row o * n + idx[j].
+template <typename T>
+void take_rows_chunk(char* out, const char* x, Indices ix, int64_t q0, int64_t q1, int64_t nidx, int64_t n,
+                     int64_t row_bytes) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const char* s = x + ((q / nidx) * n + wrap(ix[q % nidx], n)) * row_bytes;
+    if (row_bytes == sizeof(T))
+      store<T>(out + q * row_bytes, load<T>(s));
+    else
+      std::memcpy(out + q * row_bytes, s, static_cast<size_t>(row_bytes));
+  }
+}
+
 // out[o, j, :] = x[o, idx[j], :] for x viewed as [outer, n, inner]: one memcpy per row.
 void take_rows(const Tensor& x, const Tensor& idx, const Tensor& out, int64_t outer, int64_t n, int64_t inner, OpId op,
                int64_t axis) {
@@ -84,13 +114,8 @@ void take_rows(const Tensor& x, const Tensor& idx, const Tensor& out, int64_t ou
   with_elem(static_cast<size_t>(ies), [&](auto t) {
     using T = decltype(t);
     parallel_for(num_chunks(rows, grain), [&](int64_t c) {
-      const int64_t r0 = c * grain, r1 = std::min(rows, r0 + grain);
-      for (int64_t q = r0; q < r1; ++q) {
-        const int64_t o = q / nidx, j = q % nidx;
-        const char* s = xp + (o * n + wrap(ix[j], n)) * row_bytes;
-        if (inner == 1) store<T>(op_ + q * ies, load<T>(s));
-        else std::memcpy(op_ + q * row_bytes, s, static_cast<size_t>(row_bytes));
-      }
+      const int64_t r0 = c * grain;
+      take_rows_chunk<T>(op_, xp, ix, r0, std::min(rows, r0 + grain), nidx, n, row_bytes);
     });
   });
 }
@@ -99,12 +124,22 @@ void gather(KernelContext& k) {
   const Tensor& x = k.in(0);
   const size_t axis = static_cast<size_t>(norm_axis(k.attrs.i("axis"), x.rank()));
   const Shape& s = x.shape();
-  take_rows(x, k.in(1), k.out(), prod(s, 0, axis), s[axis], prod(s, axis + 1, s.size()), k.op, static_cast<int64_t>(axis));
+  take_rows(x, k.in(1), k.out(), prod(s, 0, axis), s[axis], prod(s, axis + 1, s.size()), k.op,
+            static_cast<int64_t>(axis));
 }
 
 void embedding(KernelContext& k) {
   const Shape& s = k.in(0).shape();
   take_rows(k.in(0), k.in(1), k.out(), 1, s[0], s[1], k.op, 0);
+}
+
+// One row of gather_elements: out[j] = x[idx[e0 + j] * axis stride (+ j when the axis is not the last)].
+template <typename T>
+void gather_elements_row(char* out, const char* x, Indices ix, int64_t e0, int64_t nl, int64_t n, int64_t ax_bytes,
+                         bool step) {
+  constexpr int64_t es = sizeof(T);
+  for (int64_t j = 0; j < nl; ++j)
+    store<T>(out + j * es, load<T>(x + wrap(ix[e0 + j], n) * ax_bytes + (step ? j * es : 0)));
 }
 
 // out has the shape of idx; a row (all dims but the last) finds its x offset once, the axis coordinate
@@ -136,11 +171,7 @@ void gather_elements(KernelContext& k) {
           rem /= is[d];
           if (d != axis) base += i * xs[d];
         }
-        const int64_t e0 = row * nl;
-        for (int64_t j = 0; j < nl; ++j) {
-          const int64_t off = base + wrap(ix[e0 + j], n) * ax_stride + (last_axis ? 0 : j);
-          store<T>(op_ + (e0 + j) * ies, load<T>(xp + off * ies));
-        }
+        gather_elements_row<T>(op_ + row * nl * ies, xp + base * ies, ix, row * nl, nl, n, ax_stride * ies, !last_axis);
       }
     });
   });
@@ -155,9 +186,21 @@ T reduce_pair(T a, T b, bool mul) {
     return T(mul ? float(a) * float(b) : float(a) + float(b));
   } else if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
-    return static_cast<T>(mul ? static_cast<U>(static_cast<U>(a) * static_cast<U>(b)) : static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    return static_cast<T>(mul ? static_cast<U>(static_cast<U>(a) * static_cast<U>(b))
+                              : static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
   } else {
     return mul ? a * b : a + b;
+  }
+}
+
+// One update line: na updates `us` elements apart, written `xstride` apart at their indices.
+template <typename T>
+void scatter_line(T* out, const T* upd, Indices ix, int64_t e0, int64_t us, int64_t na, int64_t n, int64_t xstride,
+                  int red) {
+  for (int64_t a = 0; a < na; ++a) {
+    T& dst = out[wrap(ix[e0 + a * us], n) * xstride];
+    const T u = upd[a * us];
+    dst = red == 0 ? u : reduce_pair<T>(dst, u, red == 2);
   }
 }
 
@@ -186,11 +229,7 @@ void scatter_typed(KernelContext& k, int64_t axis, int red) {
         ib += i * ist[d];
         ob += i * xs[d];
       }
-      for (int64_t a = 0; a < na; ++a) {
-        const int64_t e = ib + a * ist[axis];
-        T& dst = op_[ob + wrap(ix[e], n) * xs[axis]];
-        dst = red == 0 ? up[e] : reduce_pair<T>(dst, up[e], red == 2);
-      }
+      scatter_line<T>(op_ + ob, up + ib, ix, ib, ist[axis], na, n, xs[axis], red);
     }
   });
 }
@@ -206,6 +245,21 @@ void scatter(KernelContext& k) {
   visit_dtype(x.dtype(), [&](auto t) { scatter_typed<decltype(t)>(k, axis, mode); });
 }
 
+// Positions [i0, i1) of one outer row of one_hot, the row holding `depth` runs of `inner` elements.
+template <typename T>
+void one_hot_block(char* row, Indices ix, int64_t first, int64_t i0, int64_t i1, int64_t inner, int64_t depth, T on,
+                   T off) {
+  constexpr int64_t es = sizeof(T);
+  if (i0 == 0 && i1 == inner)
+    fill_run<T>(row, depth * inner, off);
+  else
+    for (int64_t d = 0; d < depth; ++d) fill_run<T>(row + (d * inner + i0) * es, i1 - i0, off);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t v = wrap(ix[first + i], depth);
+    if (v >= 0 && v < depth) store<T>(row + (v * inner + i) * es, on);
+  }
+}
+
 // out viewed as [outer, depth, inner] (inner = the index dims after the axis): each task fills a block of
 // inner positions with off_value for every depth, then sets on_value where the index points.
 void one_hot(KernelContext& k) {
@@ -219,22 +273,27 @@ void one_hot(KernelContext& k) {
   char on[8], off[8];
   store_from_double(on, out.dtype(), k.attrs.f("on_value"));
   store_from_double(off, out.dtype(), k.attrs.f("off_value"));
-  const int64_t grain = std::max<int64_t>(1, chunk_bytes / (depth * ies));
+  // Small rows: whole outer rows per task; long rows: blocks of inner positions per task.
+  const int64_t row_bytes = depth * inner * ies;
+  const int64_t rows_per_task = std::max<int64_t>(1, chunk_bytes / row_bytes);
+  const int64_t grain = row_bytes > chunk_bytes ? std::max<int64_t>(1, chunk_bytes / (depth * ies)) : inner;
   const int64_t blocks = num_chunks(inner, grain);
   char* ob = out_bytes(out);
   const Indices ix(idx);
   with_elem(static_cast<size_t>(ies), [&](auto t) {
     using T = decltype(t);
     const T von = load<T>(on), voff = load<T>(off);
+    if (blocks == 1) {
+      parallel_for(num_chunks(outer, rows_per_task), [&](int64_t c) {
+        const int64_t o0 = c * rows_per_task, o1 = std::min(outer, o0 + rows_per_task);
+        for (int64_t o = o0; o < o1; ++o)
+          one_hot_block<T>(ob + o * row_bytes, ix, o * inner, 0, inner, inner, depth, von, voff);
+      });
+      return;
+    }
     parallel_for(outer * blocks, [&](int64_t task) {
-      const int64_t o = task / blocks, i0 = (task % blocks) * grain, i1 = std::min(inner, i0 + grain);
-      char* base = ob + o * depth * inner * ies;
-      for (int64_t d = 0; d < depth; ++d)
-        for (int64_t i = i0; i < i1; ++i) store<T>(base + (d * inner + i) * ies, voff);
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t v = wrap(ix[o * inner + i], depth);
-        if (v >= 0 && v < depth) store<T>(base + (v * inner + i) * ies, von);
-      }
+      const int64_t o = task / blocks, i0 = (task % blocks) * grain;
+      one_hot_block<T>(ob + o * row_bytes, ix, o * inner, i0, std::min(inner, i0 + grain), inner, depth, von, voff);
     });
   });
 }
@@ -263,7 +322,7 @@ void full(KernelContext& k) {
     const T v = load<T>(value);
     parallel_for(num_chunks(n, grain), [&](int64_t c) {
       const int64_t b = c * grain, e = std::min(n, b + grain);
-      for (int64_t i = b; i < e; ++i) store<T>(ob + i * sizeof(T), v);
+      fill_run<T>(ob + b * static_cast<int64_t>(sizeof(T)), e - b, v);
     });
   });
 }

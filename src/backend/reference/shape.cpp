@@ -17,8 +17,8 @@ int64_t norm_axis(int64_t axis, int rank) { return axis < 0 ? axis + rank : axis
 int64_t index_at(const Tensor& idx, int64_t flat, int64_t bound, std::string_view op, int64_t axis) {
   const int64_t raw = static_cast<int64_t>(get(idx, flat));
   const int64_t v = raw < 0 ? raw + bound : raw;
-  SPORE_CHECK(v >= 0 && v < bound, ErrorCode::invalid_argument, "[{}] index {} is out of range for axis {} of size {}", op,
-              raw, axis, bound);
+  SPORE_CHECK(v >= 0 && v < bound, ErrorCode::invalid_argument, "[{}] index {} is out of range for axis {} of size {}",
+              op, raw, axis, bound);
   return v;
 }
 
@@ -36,7 +36,8 @@ void same_order(KernelContext& k) {
 void transpose(KernelContext& k) {
   const int r = k.in(0).rank();
   Ints perm = k.attrs.ints("perm");
-  if (perm.empty()) for (int d = r - 1; d >= 0; --d) perm.push_back(d);
+  if (perm.empty())
+    for (int d = r - 1; d >= 0; --d) perm.push_back(d);
   map_copy(k.in(0), k.out(), [&](const Ints& o) {
     Ints in(r);
     for (int d = 0; d < r; ++d) in[norm_axis(perm[d], r)] = o[d];
@@ -72,7 +73,8 @@ void slice(KernelContext& k) {
   const int r = x.rank();
   const Ints& starts = k.attrs.ints("starts");
   Ints axes = k.attrs.ints("axes"), steps = k.attrs.ints("steps");
-  if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   if (steps.empty()) steps.assign(starts.size(), 1);
   Ints first(r, 0), step(r, 1);  // the output shape already holds each axis' length
   for (size_t i = 0; i < starts.size(); ++i) {
@@ -136,8 +138,10 @@ void scatter(KernelContext& k) {
     const int64_t dst = ravel(o, x.shape());
     const double cur = get(k.out(), dst), u = get(upd, i);
     double v = u;
-    if (red == "add") v = is_bool ? double(cur != 0 || u != 0) : cur + u;
-    else if (red == "mul") v = is_bool ? double(cur != 0 && u != 0) : cur * u;
+    if (red == "add")
+      v = is_bool ? double(cur != 0 || u != 0) : cur + u;
+    else if (red == "mul")
+      v = is_bool ? double(cur != 0 && u != 0) : cur * u;
     put(k.out(), dst, v);
   }
 }
