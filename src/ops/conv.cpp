@@ -22,17 +22,17 @@ bool dims_compatible(const Dim& a, const Dim& b) { return !a.is_static() || !b.i
 const std::vector<int64_t>& ints_of_len(const InferContext& c, const char* name, size_t len, int64_t min_value) {
   const auto& v = c.attrs.ints(name);
   c.check(v.size() == len, ErrorCode::invalid_argument,
-          fmt::format("attribute '{}' must have {} values, got {}", name, len, ints_str(v)));
+          "attribute '{}' must have {} values, got {}", name, len, ints_str(v));
   for (int64_t x : v)
     c.check(x >= min_value, ErrorCode::invalid_argument,
-            fmt::format("attribute '{}' values must be >= {}, got {}", name, min_value, ints_str(v)));
+            "attribute '{}' values must be >= {}, got {}", name, min_value, ints_str(v));
   return v;
 }
 
 const std::string& pad_mode_of(const InferContext& c) {
   const std::string& m = c.attrs.s("pad_mode");
   c.check(m == "pad" || m == "same" || m == "valid", ErrorCode::invalid_argument,
-          fmt::format("pad_mode must be \"pad\", \"same\" or \"valid\", got \"{}\"", m));
+          "pad_mode must be \"pad\", \"same\" or \"valid\", got \"{}\"", m);
   return m;
 }
 
@@ -56,12 +56,12 @@ Dim window_out(const InferContext& c, const char* axis, const Dim& in, int64_t k
   }
   if (pool && mode == "pad") {
     c.check(pad_begin < eff && pad_end < eff, ErrorCode::invalid_argument,
-            fmt::format("{} padding ({}, {}) must be smaller than the effective kernel size {}", axis, pad_begin,
-                        pad_end, eff));
+            "{} padding ({}, {}) must be smaller than the effective kernel size {}", axis, pad_begin,
+                        pad_end, eff);
   }
   const int64_t padded = n + pad_begin + pad_end;
   c.check(padded >= eff, ErrorCode::shape_mismatch,
-          fmt::format("{}: effective kernel size {} is larger than the padded input size {}", axis, eff, padded));
+          "{}: effective kernel size {} is larger than the padded input size {}", axis, eff, padded);
   int64_t out = ceil_mode ? (padded - eff + s - 1) / s + 1 : (padded - eff) / s + 1;
   if (ceil_mode && (out - 1) * s >= n + pad_begin) --out;  // last window would start in the end padding
   return Dim(out);
@@ -70,7 +70,7 @@ Dim window_out(const InferContext& c, const char* axis, const Dim& in, int64_t k
 void check_rank(const InferContext& c, int input, const char* name, size_t rank, const char* layout) {
   const auto& d = c.in(input).dims;
   c.check(d.size() == rank, ErrorCode::shape_mismatch,
-          fmt::format("{} must be {} (rank {}), got {}", name, layout, rank, dims_str(d)));
+          "{} must be {} (rank {}), got {}", name, layout, rank, dims_str(d));
 }
 
 std::vector<TensorType> infer_conv2d(const InferContext& c) {
@@ -84,22 +84,22 @@ std::vector<TensorType> infer_conv2d(const InferContext& c) {
   const auto& dilation = ints_of_len(c, "dilation", 2, 1);
   const int64_t g = c.attrs.i("groups");
   const std::string& mode = pad_mode_of(c);
-  c.check(g >= 1, ErrorCode::invalid_argument, fmt::format("groups must be >= 1, got {}", g));
+  c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
   for (int i = 0; i < 4; ++i)
-    c.check(w[i].is_static(), ErrorCode::shape_mismatch, fmt::format("w dims must be static, got {}", dims_str(w)));
+    c.check(w[i].is_static(), ErrorCode::shape_mismatch, "w dims must be static, got {}", dims_str(w));
   if (x[1].is_static()) {
     c.check(x[1].size % g == 0, ErrorCode::shape_mismatch,
-            fmt::format("input channels {} are not divisible by groups={}", x[1].size, g));
+            "input channels {} are not divisible by groups={}", x[1].size, g);
     c.check(w[1].size == x[1].size / g, ErrorCode::shape_mismatch,
-            fmt::format("w {} expects {} input channels per group, x {} with groups={} has {}", dims_str(w), w[1].size,
-                        dims_str(x), g, x[1].size / g));
+            "w {} expects {} input channels per group, x {} with groups={} has {}", dims_str(w), w[1].size,
+                        dims_str(x), g, x[1].size / g);
   }
   c.check(w[0].size % g == 0, ErrorCode::shape_mismatch,
-          fmt::format("output channels {} are not divisible by groups={}", w[0].size, g));
+          "output channels {} are not divisible by groups={}", w[0].size, g);
   if (c.num_inputs() > 2) {
     const auto& b = c.in(2).dims;
     c.check(b.size() == 1 && dims_compatible(b[0], w[0]), ErrorCode::shape_mismatch,
-            fmt::format("bias must be [{}], got {}", w[0].size, dims_str(b)));
+            "bias must be [{}], got {}", w[0].size, dims_str(b));
   }
   const Dim h = window_out(c, "H", x[2], w[2].size, stride[0], dilation[0], padding[0], padding[2], mode, false, false);
   const Dim wd =
@@ -118,24 +118,24 @@ std::vector<TensorType> infer_conv_transpose2d(const InferContext& c) {
   const auto& out_pad = ints_of_len(c, "output_padding", 2, 0);
   const auto& dilation = ints_of_len(c, "dilation", 2, 1);
   const int64_t g = c.attrs.i("groups");
-  c.check(g >= 1, ErrorCode::invalid_argument, fmt::format("groups must be >= 1, got {}", g));
+  c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
   for (int i = 0; i < 4; ++i)
-    c.check(w[i].is_static(), ErrorCode::shape_mismatch, fmt::format("w dims must be static, got {}", dims_str(w)));
+    c.check(w[i].is_static(), ErrorCode::shape_mismatch, "w dims must be static, got {}", dims_str(w));
   c.check(dims_compatible(x[1], w[0]), ErrorCode::shape_mismatch,
-          fmt::format("x {} has {} channels, w {} expects {}", dims_str(x), x[1].str(), dims_str(w), w[0].size));
+          "x {} has {} channels, w {} expects {}", dims_str(x), x[1].str(), dims_str(w), w[0].size);
   c.check(w[0].size % g == 0, ErrorCode::shape_mismatch,
-          fmt::format("input channels {} are not divisible by groups={}", w[0].size, g));
+          "input channels {} are not divisible by groups={}", w[0].size, g);
   const int64_t o = w[1].size * g;
   if (c.num_inputs() > 2) {
     const auto& b = c.in(2).dims;
     c.check(b.size() == 1 && dims_compatible(b[0], Dim(o)), ErrorCode::shape_mismatch,
-            fmt::format("bias must be [{}], got {}", o, dims_str(b)));
+            "bias must be [{}], got {}", o, dims_str(b));
   }
   std::vector<Dim> out{x[0], Dim(o)};
   for (int i = 0; i < 2; ++i) {
     c.check(out_pad[i] < std::max(stride[i], dilation[i]), ErrorCode::invalid_argument,
-            fmt::format("output_padding {} must be smaller than stride or dilation ({}, {})", ints_str(out_pad),
-                        ints_str(stride), ints_str(dilation)));
+            "output_padding {} must be smaller than stride or dilation ({}, {})", ints_str(out_pad),
+                        ints_str(stride), ints_str(dilation));
     const Dim& in = x[2 + i];
     const int64_t eff = (w[2 + i].size - 1) * dilation[i] + 1;
     if (!in.is_static()) {
@@ -144,8 +144,8 @@ std::vector<TensorType> infer_conv_transpose2d(const InferContext& c) {
     }
     const int64_t n = (in.size - 1) * stride[i] - padding[i] - padding[2 + i] + eff + out_pad[i];
     c.check(n >= 1, ErrorCode::shape_mismatch,
-            fmt::format("{} output size {} is not positive (padding {} too large)", i == 0 ? "H" : "W", n,
-                        ints_str(padding)));
+            "{} output size {} is not positive (padding {} too large)", i == 0 ? "H" : "W", n,
+                        ints_str(padding));
     out.push_back(Dim(n));
   }
   return {TensorType(t, out)};
@@ -174,7 +174,7 @@ std::vector<TensorType> infer_pool(const InferContext& c, bool is_max) {
 std::vector<TensorType> infer_global_avg_pool(const InferContext& c) {
   const auto& x = c.in(0).dims;
   c.check(x.size() >= 3, ErrorCode::shape_mismatch,
-          fmt::format("x must be [N,C,spatial...] (rank >= 3), got {}", dims_str(x)));
+          "x must be [N,C,spatial...] (rank >= 3), got {}", dims_str(x));
   std::vector<Dim> out{x[0], x[1]};
   out.resize(x.size(), Dim(1));
   return {TensorType(c.in(0).dtype, out)};

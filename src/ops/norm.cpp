@@ -25,7 +25,7 @@ bool shapes_compatible(const std::vector<Dim>& a, const std::vector<Dim>& b) {
 
 void check_epsilon(const InferContext& c) {
   const double eps = c.attrs.f("epsilon");
-  c.check(eps >= 0, ErrorCode::invalid_argument, fmt::format("epsilon must be >= 0, got {}", eps));
+  c.check(eps >= 0, ErrorCode::invalid_argument, "epsilon must be >= 0, got {}", eps);
 }
 
 std::vector<TensorType> infer_batch_norm(const InferContext& c) {
@@ -33,13 +33,13 @@ std::vector<TensorType> infer_batch_norm(const InferContext& c) {
   check_epsilon(c);
   const auto& x = c.in(0).dims;
   c.check(x.size() >= 2, ErrorCode::shape_mismatch,
-          fmt::format("x must have rank >= 2 ([N,C,...]), got {}", dims_str(x)));
+          "x must have rank >= 2 ([N,C,...]), got {}", dims_str(x));
   static const char* names[] = {"x", "scale", "bias", "mean", "var"};
   for (int i = 1; i < 5; ++i) {
     const auto& p = c.in(i).dims;
     c.check(
         p.size() == 1 && dims_compatible(p[0], x[1]), ErrorCode::shape_mismatch,
-        fmt::format("{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p)));
+        "{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p));
   }
   return {c.in(0)};
 }
@@ -55,8 +55,8 @@ std::vector<TensorType> infer_last_dims_norm(const InferContext& c) {
   static const char* names[] = {"x", "weight", "bias"};
   for (int i = 1; i < c.num_inputs(); ++i) {
     c.check(shapes_compatible(c.in(i).dims, norm), ErrorCode::shape_mismatch,
-            fmt::format("{} must have the normalized shape {} (x {} from axis {}), got {}", names[i], dims_str(norm),
-                        dims_str(x), axis, dims_str(c.in(i).dims)));
+            "{} must have the normalized shape {} (x {} from axis {}), got {}", names[i], dims_str(norm),
+                        dims_str(x), axis, dims_str(c.in(i).dims));
   }
   return {c.in(0)};
 }
@@ -66,25 +66,25 @@ std::vector<TensorType> infer_group_norm(const InferContext& c) {
   check_epsilon(c);
   const auto& x = c.in(0).dims;
   c.check(x.size() >= 2, ErrorCode::shape_mismatch,
-          fmt::format("x must have rank >= 2 ([N,C,...]), got {}", dims_str(x)));
+          "x must have rank >= 2 ([N,C,...]), got {}", dims_str(x));
   const int64_t g = c.attrs.i("num_groups");
-  c.check(g >= 1, ErrorCode::invalid_argument, fmt::format("num_groups must be >= 1, got {}", g));
+  c.check(g >= 1, ErrorCode::invalid_argument, "num_groups must be >= 1, got {}", g);
   if (x[1].is_static())
     c.check(x[1].size % g == 0, ErrorCode::shape_mismatch,
-            fmt::format("channels {} of x {} are not divisible by num_groups={}", x[1].size, dims_str(x), g));
+            "channels {} of x {} are not divisible by num_groups={}", x[1].size, dims_str(x), g);
   static const char* names[] = {"x", "weight", "bias"};
   for (int i = 1; i < c.num_inputs(); ++i) {
     const auto& p = c.in(i).dims;
     c.check(
         p.size() == 1 && dims_compatible(p[0], x[1]), ErrorCode::shape_mismatch,
-        fmt::format("{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p)));
+        "{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p));
   }
   return {c.in(0)};
 }
 
 std::vector<TensorType> infer_dropout(const InferContext& c) {
   const double p = c.attrs.f("p");
-  c.check(p >= 0 && p <= 1, ErrorCode::invalid_argument, fmt::format("p must be in [0, 1], got {}", p));
+  c.check(p >= 0 && p <= 1, ErrorCode::invalid_argument, "p must be in [0, 1], got {}", p);
   return {c.in(0)};
 }
 

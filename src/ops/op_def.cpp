@@ -53,24 +53,22 @@ DType OpDef::dispatch_dtype(std::span<const TensorType> ins, std::span<const Ten
 std::vector<TensorType> OpDef::infer_types(std::span<const TensorType> ins, const Attrs& a, std::string_view where) const {
   InferContext ctx{*this, ins, a, where};
   const int n = static_cast<int>(ins.size());
-  if (max_inputs >= 0) {
-    ctx.check(n >= min_inputs && n <= max_inputs, ErrorCode::invalid_argument,
-              min_inputs == max_inputs ? fmt::format("expects {} inputs, got {}", min_inputs, n)
-                                       : fmt::format("expects {} to {} inputs, got {}", min_inputs, max_inputs, n));
-  } else {
-    ctx.check(n >= min_inputs, ErrorCode::invalid_argument, fmt::format("expects at least {} inputs, got {}", min_inputs, n));
+  // Messages are built only on failure: this runs on every eager op call.
+  if (max_inputs >= 0 && (n < min_inputs || n > max_inputs)) {
+    ctx.fail(ErrorCode::invalid_argument, min_inputs == max_inputs
+                                              ? fmt::format("expects {} inputs, got {}", min_inputs, n)
+                                              : fmt::format("expects {} to {} inputs, got {}", min_inputs, max_inputs, n));
   }
-  if (dispatch_input >= 0 && dispatch_input < n) {
-    const DType t = ins[dispatch_input].dtype;
-    ctx.check(dtypes.has(t), ErrorCode::dtype_mismatch,
-              fmt::format("does not support dtype {} for input '{}'", dtype_name(t),
-                          dispatch_input < static_cast<int>(input_names.size()) ? input_names[dispatch_input] : "?"));
+  if (max_inputs < 0 && n < min_inputs) ctx.fail(ErrorCode::invalid_argument, fmt::format("expects at least {} inputs, got {}", min_inputs, n));
+  if (dispatch_input >= 0 && dispatch_input < n && !dtypes.has(ins[dispatch_input].dtype)) {
+    ctx.fail(ErrorCode::dtype_mismatch,
+             fmt::format("does not support dtype {} for input '{}'", dtype_name(ins[dispatch_input].dtype),
+                         dispatch_input < static_cast<int>(input_names.size()) ? input_names[dispatch_input] : "?"));
   }
   SPORE_ASSERT(infer != nullptr, "op {} has no inference function", name);
   std::vector<TensorType> outs = infer(ctx);
-  if (dispatch_input < 0 && !outs.empty()) {
-    ctx.check(dtypes.has(outs[0].dtype), ErrorCode::dtype_mismatch,
-              fmt::format("does not support output dtype {}", dtype_name(outs[0].dtype)));
+  if (dispatch_input < 0 && !outs.empty() && !dtypes.has(outs[0].dtype)) {
+    ctx.fail(ErrorCode::dtype_mismatch, fmt::format("does not support output dtype {}", dtype_name(outs[0].dtype)));
   }
   return outs;
 }

@@ -72,6 +72,11 @@ struct InferContext {
   void check(bool cond, ErrorCode code, const std::string& msg) const {
     if (!cond) fail(code, msg);
   }
+  // Formats the message only on failure (inference runs on every eager call).
+  template <typename... Args>
+  void check(bool cond, ErrorCode code, fmt::format_string<Args...> f, Args&&... args) const {
+    if (!cond) [[unlikely]] fail(code, fmt::format(f, std::forward<Args>(args)...));
+  }
 };
 using InferFn = std::function<std::vector<TensorType>(const InferContext&)>;
 

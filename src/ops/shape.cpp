@@ -27,7 +27,7 @@ void check_index_dtype(const InferContext& c, int i) {
   const DType t = c.in(i).dtype;
   c.check(
       dtypes::index.has(t), ErrorCode::dtype_mismatch,
-      fmt::format("input '{}' holds indices and must be i32 or i64, got {}", c.def.input_names.at(i), dtype_name(t)));
+      "input '{}' holds indices and must be i32 or i64, got {}", c.def.input_names.at(i), dtype_name(t));
 }
 
 // Keeps the gradient rules short: the first output gradient, or undefined.
@@ -43,11 +43,11 @@ std::vector<TensorType> infer_reshape(const InferContext& c) {
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       c.check(infer_at < 0, ErrorCode::invalid_argument,
-              fmt::format("shape {} has more than one -1", shape_str(shape)));
+              "shape {} has more than one -1", shape_str(shape));
       infer_at = static_cast<int>(i);
     } else {
       c.check(shape[i] >= 0, ErrorCode::invalid_argument,
-              fmt::format("shape {} has a negative size {} (only -1 is allowed)", shape_str(shape), shape[i]));
+              "shape {} has a negative size {} (only -1 is allowed)", shape_str(shape), shape[i]);
       known *= shape[i];
     }
   }
@@ -66,18 +66,18 @@ std::vector<TensorType> infer_reshape(const InferContext& c) {
   if (!symbolic) {
     if (infer_at >= 0) {
       c.check(known != 0 && in_static % known == 0, ErrorCode::shape_mismatch,
-              fmt::format("cannot reshape {} ({} elements) to {}", x.str(), in_static, shape_str(shape)));
+              "cannot reshape {} ({} elements) to {}", x.str(), in_static, shape_str(shape));
       out[infer_at] = Dim(in_static / known);
     } else {
       c.check(known == in_static, ErrorCode::shape_mismatch,
-              fmt::format("cannot reshape {} ({} elements) to {} ({} elements)", x.str(), in_static, shape_str(shape),
-                          known));
+              "cannot reshape {} ({} elements) to {} ({} elements)", x.str(), in_static, shape_str(shape),
+                          known);
     }
   } else {
     // The -1 takes the symbolic factors and whatever static factor is left over.
     c.check(infer_at >= 0 && known != 0, ErrorCode::shape_mismatch,
-            fmt::format("cannot reshape {} (symbolic dims) to {}: use -1 for the symbolic part", x.str(),
-                        shape_str(shape)));
+            "cannot reshape {} (symbolic dims) to {}: use -1 for the symbolic part", x.str(),
+                        shape_str(shape));
     out[infer_at] = in_static % known == 0 ? infer::mul_dims(sym_part, Dim(in_static / known))
                                            : Dim::symbol(fmt::format("({}*{})/{}", sym_part.str(), in_static, known));
   }
@@ -121,11 +121,11 @@ Ints resolve_perm(const InferContext& c, int rank) {
     return p;
   }
   c.check(static_cast<int>(p.size()) == rank, ErrorCode::invalid_argument,
-          fmt::format("perm {} has {} entries for rank {}", shape_str(p), p.size(), rank));
+          "perm {} has {} entries for rank {}", shape_str(p), p.size(), rank);
   std::vector<bool> seen(rank, false);
   for (int64_t& a : p) {
     c.check(a >= -rank && a < rank && !seen[a < 0 ? a + rank : a], ErrorCode::invalid_argument,
-            fmt::format("perm {} is not a permutation of 0..{}", shape_str(c.attrs.ints("perm")), rank - 1));
+            "perm {} is not a permutation of 0..{}", shape_str(c.attrs.ints("perm")), rank - 1);
     if (a < 0) a += rank;
     seen[a] = true;
   }
@@ -160,12 +160,12 @@ std::vector<TensorType> infer_concat(const InferContext& c) {
   for (int i = 1; i < c.num_inputs(); ++i) {
     const TensorType& xi = c.in(i);
     c.check(xi.rank() == x0.rank(), ErrorCode::shape_mismatch,
-            fmt::format("all inputs need rank {}: input {} is {}", x0.rank(), i, xi.str()));
+            "all inputs need rank {}: input {} is {}", x0.rank(), i, xi.str());
     for (int d = 0; d < x0.rank(); ++d) {
       if (d == axis) continue;
       c.check(xi.dims[d] == x0.dims[d], ErrorCode::shape_mismatch,
-              fmt::format("inputs must match except on axis {}: input 0 is {}, input {} is {} (dim {})", axis, x0.str(),
-                          i, xi.str(), d));
+              "inputs must match except on axis {}: input 0 is {}, input {} is {} (dim {})", axis, x0.str(),
+                          i, xi.str(), d);
     }
     out[axis] = add_dims(out[axis], xi.dims[axis]);
   }
@@ -180,13 +180,13 @@ std::vector<TensorType> infer_split(const InferContext& c) {
   c.check(!sizes.empty(), ErrorCode::invalid_argument, "sizes must not be empty");
   int64_t total = 0;
   for (int64_t s : sizes) {
-    c.check(s >= 0, ErrorCode::invalid_argument, fmt::format("sizes {} has a negative entry", shape_str(sizes)));
+    c.check(s >= 0, ErrorCode::invalid_argument, "sizes {} has a negative entry", shape_str(sizes));
     total += s;
   }
   const Dim& d = x.dims[axis];
   c.check(
       !d.is_static() || d.size == total, ErrorCode::shape_mismatch,
-      fmt::format("sizes {} sum to {}, expected {} (dim {} of {})", shape_str(sizes), total, d.str(), axis, x.str()));
+      "sizes {} sum to {}, expected {} (dim {} of {})", shape_str(sizes), total, d.str(), axis, x.str());
   std::vector<TensorType> outs;
   for (int64_t s : sizes) {
     std::vector<Dim> dims = x.dims;
@@ -331,11 +331,11 @@ std::vector<TensorType> infer_gather(const InferContext& c) {
 // Checks that `idx` fits in x along `axis` (same rank, dims no larger except on the axis).
 void check_elementwise_indices(const InferContext& c, const TensorType& x, const TensorType& idx, int64_t axis) {
   c.check(idx.rank() == x.rank(), ErrorCode::shape_mismatch,
-          fmt::format("indices must have the rank of x ({}), got {}", x.str(), idx.str()));
+          "indices must have the rank of x ({}), got {}", x.str(), idx.str());
   for (int d = 0; d < x.rank(); ++d) {
     if (d == axis || !x.dims[d].is_static() || !idx.dims[d].is_static()) continue;
     c.check(idx.dims[d].size <= x.dims[d].size, ErrorCode::shape_mismatch,
-            fmt::format("indices {} exceed x {} on dim {}", idx.str(), x.str(), d));
+            "indices {} exceed x {} on dim {}", idx.str(), x.str(), d);
   }
 }
 
@@ -352,28 +352,28 @@ std::vector<TensorType> infer_scatter(const InferContext& c) {
   const TensorType& x = c.in(0);
   check_index_dtype(c, 1);
   c.check(c.in(2).dtype == x.dtype, ErrorCode::dtype_mismatch,
-          fmt::format("updates must have x's dtype {}, got {}", dtype_name(x.dtype), dtype_name(c.in(2).dtype)));
+          "updates must have x's dtype {}, got {}", dtype_name(x.dtype), dtype_name(c.in(2).dtype));
   c.check(x.rank() > 0, ErrorCode::shape_mismatch, "cannot scatter into a rank-0 tensor");
   const int64_t axis = infer::normalize_axis(c, c.attrs.i("axis"), x.rank());
   c.check(c.in(1).dims == c.in(2).dims, ErrorCode::shape_mismatch,
-          fmt::format("indices {} and updates {} must have the same shape", c.in(1).str(), c.in(2).str()));
+          "indices {} and updates {} must have the same shape", c.in(1).str(), c.in(2).str());
   check_elementwise_indices(c, x, c.in(1), axis);
   const std::string& red = c.attrs.s("reduction");
   c.check(red == "none" || red == "add" || red == "mul", ErrorCode::invalid_argument,
-          fmt::format("reduction must be \"none\", \"add\" or \"mul\", got \"{}\"", red));
+          "reduction must be \"none\", \"add\" or \"mul\", got \"{}\"", red);
   return {x};
 }
 
 std::vector<TensorType> infer_index_select(const InferContext& c) {
   check_index_dtype(c, 1);
-  c.check(c.in(1).rank() == 1, ErrorCode::shape_mismatch, fmt::format("indices must be 1-D, got {}", c.in(1).str()));
+  c.check(c.in(1).rank() == 1, ErrorCode::shape_mismatch, "indices must be 1-D, got {}", c.in(1).str());
   return infer_gather(c);
 }
 
 std::vector<TensorType> infer_embedding(const InferContext& c) {
   const TensorType& table = c.in(0);
   check_index_dtype(c, 1);
-  c.check(table.rank() == 2, ErrorCode::shape_mismatch, fmt::format("table must be [V, D], got {}", table.str()));
+  c.check(table.rank() == 2, ErrorCode::shape_mismatch, "table must be [V, D], got {}", table.str());
   std::vector<Dim> out = c.in(1).dims;
   out.push_back(table.dims[1]);
   return {TensorType(table.dtype, std::move(out))};
@@ -400,18 +400,18 @@ std::vector<TensorType> infer_pad(const InferContext& c) {
   const Ints& pads = c.attrs.ints("pads");
   const int r = t.rank();
   c.check(static_cast<int>(pads.size()) == 2 * r, ErrorCode::invalid_argument,
-          fmt::format("pads needs 2*rank = {} entries (begins, then ends), got {}", 2 * r, pads.size()));
+          "pads needs 2*rank = {} entries (begins, then ends), got {}", 2 * r, pads.size());
   const std::string& mode = c.attrs.s("mode");
   c.check(mode == "constant" || mode == "reflect" || mode == "edge", ErrorCode::invalid_argument,
-          fmt::format("mode must be \"constant\", \"reflect\" or \"edge\", got \"{}\"", mode));
+          "mode must be \"constant\", \"reflect\" or \"edge\", got \"{}\"", mode);
   for (int d = 0; d < r; ++d) {
     const int64_t b = pads[d], e = pads[r + d];
     Dim& dim = t.dims[d];
     if (dim.is_static()) {
       c.check(dim.size + b + e >= 0, ErrorCode::shape_mismatch,
-              fmt::format("pads {} crop dim {} (size {}) below 0", shape_str(pads), d, dim.size));
+              "pads {} crop dim {} (size {}) below 0", shape_str(pads), d, dim.size);
       c.check(mode == "constant" || dim.size > 0 || (b <= 0 && e <= 0), ErrorCode::invalid_argument,
-              fmt::format("{} padding of the empty dim {}", mode, d));
+              "{} padding of the empty dim {}", mode, d);
     }
     dim = add_dims(dim, Dim(b + e));
   }
@@ -423,7 +423,7 @@ std::vector<TensorType> infer_pad(const InferContext& c) {
 std::vector<TensorType> infer_expand(const InferContext& c) {
   const Ints& shape = c.attrs.ints("shape");
   for (int64_t s : shape)
-    c.check(s >= 0, ErrorCode::invalid_argument, fmt::format("shape {} has a negative size", shape_str(shape)));
+    c.check(s >= 0, ErrorCode::invalid_argument, "shape {} has a negative size", shape_str(shape));
   const std::vector<Dim> target(shape.begin(), shape.end());
   return {TensorType(c.in(0).dtype, infer::broadcast_dims(c, c.in(0).dims, target))};
 }
@@ -455,9 +455,9 @@ std::vector<bool> squeeze_mask(const InferContext* c, const std::vector<Dim>& di
     else if (a < 0)
       a += r;
     if (c) {
-      c->check(!mask[a], ErrorCode::invalid_argument, fmt::format("axis {} appears twice in axes", a));
+      c->check(!mask[a], ErrorCode::invalid_argument, "axis {} appears twice in axes", a);
       c->check(dims[a].is_static() && dims[a].size == 1, ErrorCode::shape_mismatch,
-               fmt::format("cannot squeeze dim {} of size {} (only size-1 dims)", a, dims[a].str()));
+               "cannot squeeze dim {} of size {} (only size-1 dims)", a, dims[a].str());
     }
     mask[a] = true;
   }
@@ -480,7 +480,7 @@ std::vector<TensorType> infer_unsqueeze(const InferContext& c) {
   std::vector<bool> inserted(r, false);
   for (int64_t a : axes) {
     a = infer::normalize_axis(c, a, r, "axes");
-    c.check(!inserted[a], ErrorCode::invalid_argument, fmt::format("axis {} appears twice in axes", a));
+    c.check(!inserted[a], ErrorCode::invalid_argument, "axis {} appears twice in axes", a);
     inserted[a] = true;
   }
   std::vector<Dim> out;
@@ -493,7 +493,7 @@ std::vector<TensorType> infer_flatten(const InferContext& c) {
   const TensorType& x = c.in(0);
   int64_t axis = c.attrs.i("axis");
   c.check(axis >= -x.rank() && axis <= x.rank(), ErrorCode::invalid_argument,
-          fmt::format("axis={} is out of range for rank {}", axis, x.rank()));
+          "axis={} is out of range for rank {}", axis, x.rank());
   if (axis < 0) axis += x.rank();
   Dim a(1), b(1);
   for (int d = 0; d < x.rank(); ++d) (d < axis ? a : b) = infer::mul_dims(d < axis ? a : b, x.dims[d]);
@@ -511,10 +511,10 @@ std::vector<TensorType> infer_tile(const InferContext& c) {
   const TensorType& x = c.in(0);
   const Ints& reps = c.attrs.ints("repeats");
   c.check(static_cast<int>(reps.size()) == x.rank(), ErrorCode::invalid_argument,
-          fmt::format("repeats has {} entries for rank {}", reps.size(), x.rank()));
+          "repeats has {} entries for rank {}", reps.size(), x.rank());
   std::vector<Dim> out;
   for (int d = 0; d < x.rank(); ++d) {
-    c.check(reps[d] >= 0, ErrorCode::invalid_argument, fmt::format("repeats {} has a negative entry", shape_str(reps)));
+    c.check(reps[d] >= 0, ErrorCode::invalid_argument, "repeats {} has a negative entry", shape_str(reps));
     out.push_back(infer::mul_dims(x.dims[d], Dim(reps[d])));
   }
   return {TensorType(x.dtype, std::move(out))};
@@ -525,7 +525,7 @@ std::vector<TensorType> infer_tile(const InferContext& c) {
 std::vector<TensorType> infer_one_hot(const InferContext& c) {
   const TensorType& idx = c.in(0);
   const int64_t depth = c.attrs.i("depth");
-  c.check(depth > 0, ErrorCode::invalid_argument, fmt::format("depth must be positive, got {}", depth));
+  c.check(depth > 0, ErrorCode::invalid_argument, "depth must be positive, got {}", depth);
   const int r = idx.rank() + 1;
   const int64_t axis = infer::normalize_axis(c, c.attrs.i("axis"), r);
   std::vector<Dim> out = idx.dims;
@@ -537,17 +537,17 @@ std::vector<TensorType> infer_arange(const InferContext& c) {
   const double start = c.attrs.f("start"), stop = c.attrs.f("stop"), step = c.attrs.f("step");
   c.check(step != 0, ErrorCode::invalid_argument, "step must not be 0");
   c.check(std::isfinite(start) && std::isfinite(stop) && std::isfinite(step), ErrorCode::invalid_argument,
-          fmt::format("start, stop and step must be finite, got {}, {}, {}", start, stop, step));
+          "start, stop and step must be finite, got {}, {}, {}", start, stop, step);
   const double n = std::max(0.0, std::ceil((stop - start) / step));
   c.check(n < 1e12, ErrorCode::invalid_argument,
-          fmt::format("arange({}, {}, {}) has too many elements", start, stop, step));
+          "arange({}, {}, {}) has too many elements", start, stop, step);
   return {TensorType(c.attrs.dtype("dtype"), {Dim(static_cast<int64_t>(n))})};
 }
 
 std::vector<TensorType> infer_full(const InferContext& c) {
   const Ints& shape = c.attrs.ints("shape");
   for (int64_t s : shape)
-    c.check(s >= 0, ErrorCode::invalid_argument, fmt::format("shape {} has a negative size", shape_str(shape)));
+    c.check(s >= 0, ErrorCode::invalid_argument, "shape {} has a negative size", shape_str(shape));
   return {TensorType::of(c.attrs.dtype("dtype"), shape)};
 }
 
