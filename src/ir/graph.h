@@ -109,8 +109,12 @@ class Graph {
 // ops::verify_graph adds op-level checks (arity, attrs, inferred types).
 void verify_structure(const Graph& g);
 
-// Text IR; print -> parse -> print is the identity.
-std::string print_graph(const Graph& g);
+// Text IR; print -> parse -> print is the identity (with default options).
+struct PrintOptions {
+  // Constants larger than this print as `elided<N bytes>` (for reading, not re-parsing); -1 = all data.
+  int64_t max_constant_bytes = -1;
+};
+std::string print_graph(const Graph& g, const PrintOptions& opts = {});
 std::unique_ptr<Graph> parse_graph(std::string_view text, std::string_view source_name = "<text>");
 // Graphviz DOT.
 std::string graph_to_dot(const Graph& g);

@@ -113,6 +113,9 @@ class Parser {
     }
     Tensor payload;
     if (accept('=')) {
+      SPORE_CHECK(!peek_word("elided"), ErrorCode::parse_error,
+                  "{}: this constant's data was elided when the graph was printed for display; print it in full to re-parse",
+                  where());
       expect_word("hex");
       std::string hex = string_lit();
       SPORE_CHECK(*op == OpId::constant && types.size() == 1, ErrorCode::parse_error, "{}: only constants carry data", where());

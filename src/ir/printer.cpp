@@ -33,7 +33,7 @@ std::string hex(const Tensor& t) {
 
 }  // namespace
 
-std::string print_graph(const Graph& g) {
+std::string print_graph(const Graph& g, const PrintOptions& opts) {
   std::string out = "graph @" + (plain_ident(g.name()) ? g.name() : format_attr_value(AttrValue(g.name()))) + "(";
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const Value* v = g.inputs()[i];
@@ -56,7 +56,13 @@ std::string print_graph(const Graph& g) {
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       if (n->outputs[i]->arena_offset >= 0) out += fmt::format(" !offset{}={}", i, n->outputs[i]->arena_offset);
     }
-    if (n->op == OpId::constant) out += " = hex\"" + hex(n->payload) + "\"";
+    if (n->op == OpId::constant) {
+      if (opts.max_constant_bytes >= 0 && n->payload.nbytes() > static_cast<size_t>(opts.max_constant_bytes)) {
+        out += fmt::format(" = elided<{} bytes>", n->payload.nbytes());  // display only: does not re-parse
+      } else {
+        out += " = hex\"" + hex(n->payload) + "\"";
+      }
+    }
     out += "\n";
   }
   out += "  return";

@@ -4,7 +4,10 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <sys/mman.h>
 
@@ -28,11 +31,67 @@ void* host_alloc(size_t bytes) {
 #endif
   return p;
 }
+
+// Freed blocks of >= 64 KiB are kept per exact size and handed out again: eager ops and plan outputs
+// allocate the same sizes over and over, and a fresh large block costs page faults on first touch.
+// Bounded (set_memory_cache_limit) and trimmed before the memory limit would be exceeded.
+constexpr size_t cache_min_block = size_t{64} << 10;
+struct BlockCache {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  size_t bytes = 0;
+  size_t cap = size_t{1} << 30;
+};
+BlockCache& cache() {
+  static BlockCache* c = new BlockCache();  // leaked on purpose: storages may die during static teardown
+  return *c;
+}
+void* cache_take(size_t size) {
+  if (size < cache_min_block) return nullptr;
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  auto it = c.free_blocks.find(size);
+  if (it == c.free_blocks.end() || it->second.empty()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  c.bytes -= size;
+  return p;
+}
+bool cache_give(void* p, size_t size) {
+  if (size < cache_min_block) return false;
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  if (c.bytes + size > c.cap) return false;
+  c.free_blocks[size].push_back(p);
+  c.bytes += size;
+  return true;
+}
 }  // namespace
+
+void trim_memory_cache() {
+  BlockCache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  for (auto& [size, blocks] : c.free_blocks)
+    for (void* p : blocks) std::free(p);
+  c.free_blocks.clear();
+  c.bytes = 0;
+}
+size_t memory_cached() {
+  std::lock_guard<std::mutex> lk(cache().mu);
+  return cache().bytes;
+}
+void set_memory_cache_limit(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lk(cache().mu);
+    cache().cap = bytes;
+  }
+  if (memory_cached() > bytes) trim_memory_cache();
+}
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, const char* what) {
   const size_t rounded = (bytes + tensor_alignment - 1) / tensor_alignment * tensor_alignment;
   const size_t limit = g_limit.load();
+  if (limit != 0 && g_in_use.load() + memory_cached() + rounded > limit) trim_memory_cache();
   const size_t now = g_in_use.fetch_add(rounded) + rounded;
   if (limit != 0 && now > limit) {
     g_in_use.fetch_sub(rounded);
@@ -40,7 +99,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, const char* what) {
                "out of memory: allocating {} bytes{}{} would exceed the memory limit of {} bytes ({} in use)",
                bytes, what ? " for " : "", what ? what : "", limit, now - rounded);
   }
-  void* p = rounded == 0 ? nullptr : host_alloc(rounded);
+  void* p = rounded == 0 ? nullptr : cache_take(rounded);
+  if (rounded != 0 && p == nullptr) p = host_alloc(rounded);
   if (rounded != 0 && p == nullptr) {
     g_in_use.fetch_sub(rounded);
     SPORE_FAIL(ErrorCode::out_of_memory, "out of memory: the system refused {} bytes{}{}", bytes,
@@ -65,7 +125,7 @@ std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, std::function<v
 
 Storage::~Storage() {
   if (owned_) {
-    std::free(data_);
+    if (!cache_give(data_, size_)) std::free(data_);
     g_in_use.fetch_sub(size_);
   } else if (release_) {
     release_();

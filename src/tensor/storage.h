@@ -40,6 +40,11 @@ size_t memory_in_use();
 size_t memory_peak();
 void reset_memory_peak();
 
+// Freed large blocks are cached for reuse (eager ops allocate the same sizes again and again).
+size_t memory_cached();
+void trim_memory_cache();                 // returns every cached block to the system
+void set_memory_cache_limit(size_t bytes);  // default 1 GiB
+
 // Parses "512MB", "2GiB", "1000" (bytes); throws invalid_argument on anything else.
 size_t parse_byte_size(const char* text);
 

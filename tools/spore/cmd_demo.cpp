@@ -78,7 +78,7 @@ int cmd_demo(int argc, char** argv) {
   (void)compiled(inputs);
   if (!trace.empty()) single.write_chrome_trace(trace);
   const auto top = prof.summarize();
-  const std::string traced_ir = print_graph(*trace_function(mlp, {TensorType::of(DType::f32, x.shape())}, {"x"}));
+  const std::string traced_ir = print_graph(*trace_function(mlp, {TensorType::of(DType::f32, x.shape())}, {"x"}), {.max_constant_bytes = 64});
 
   if (json) {
     nlohmann::json passes = nlohmann::json::array(), top_j = nlohmann::json::array();
