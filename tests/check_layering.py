@@ -14,7 +14,7 @@ ALLOWED = {
     "backend/reference": {"base", "tensor", "ir", "ops"},
     "backend/null": {"base", "tensor", "ir", "ops"},
     "backend/cpu": {"base", "tensor", "ir", "ops"},
-    "runtime": {"base", "tensor", "ir", "ops", "passes", "backend/reference", "backend/null", "backend/cpu"},
+    "runtime": {"base", "tensor", "ir", "ops", "autodiff", "passes", "backend/reference", "backend/null", "backend/cpu"},
 }
 ALLOWED["autodiff"] = {"base", "tensor", "ir", "ops"}
 for upper, below in {
