@@ -29,7 +29,7 @@ test-asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L unit --timeout 900
 
 bench: build
-	bash scripts/bench.sh $(BUILD)
+	bash scripts/bench.sh -b $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backend/cpu/byte_copy.h"
 #include "backend/cpu/families.h"
 #include "base/thread_pool.h"
 
@@ -18,46 +19,11 @@ namespace spore::cpu {
 void register_shape_index(KernelRegistry& r);  // shape_index.cpp: gather, scatter, one_hot, arange, full
 
 namespace {
+using namespace bytes;
 
 using Ints = std::vector<int64_t>;
-constexpr int64_t chunk_bytes = 64 << 10;  // work per task: large enough to amortize scheduling
 constexpr int64_t tile_edge = 32;          // transpose tile edge (32x32x8 bytes fits L1 twice)
 
-// Calls fn(T{}) with an unsigned type of `es` bytes; element moves never need the real dtype.
-template <typename Fn>
-void with_elem(size_t es, Fn&& fn) {
-  switch (es) {
-    case 1:
-      fn(uint8_t{});
-      break;
-    case 2:
-      fn(uint16_t{});
-      break;
-    case 4:
-      fn(uint32_t{});
-      break;
-    default:
-      fn(uint64_t{});
-      break;
-  }
-}
-template <typename T>
-inline T load(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-template <typename T>
-inline void store(char* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-
-// Inner loops take everything by value: byte stores may alias anything reachable through a reference
-// (lambda captures), which would make the compiler reload loop bounds and strides on every element.
-template <typename T>
-void fill_run(char* d, int64_t n, T v) {
-  for (int64_t j = 0; j < n; ++j) store<T>(d + j * static_cast<int64_t>(sizeof(T)), v);
-}
 template <typename T>
 void fill_strided(char* d, int64_t n, int64_t ds, T v) {  // ds in bytes
   if (ds == static_cast<int64_t>(sizeof(T))) return fill_run<T>(d, n, v);
@@ -126,13 +92,6 @@ void fill(char* dst, int64_t n, const char* value, size_t es) {
   });
 }
 
-void parallel_memcpy(char* dst, const char* src, int64_t bytes) {
-  const int64_t grain = 4 * chunk_bytes;
-  parallel_for(num_chunks(bytes, grain), [&](int64_t c) {
-    const int64_t b = c * grain;
-    std::memcpy(dst + b, src + b, static_cast<size_t>(std::min(bytes, b + grain) - b));
-  });
-}
 
 // A copy of a box of elements: per dim its extent and the source/destination strides (in elements).
 struct CopyPlan {
@@ -263,9 +222,6 @@ void strided_copy(const char* src, char* dst, const CopyPlan& plan, size_t es) {
   });
 }
 
-const char* in_bytes(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
-char* out_bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
-int64_t norm_axis(int64_t axis, int rank) { return axis < 0 ? axis + rank : axis; }
 
 // reshape, squeeze, unsqueeze, flatten: inputs are contiguous, so the bytes are already in order.
 void copy_kernel(KernelContext& k) {

@@ -6,52 +6,15 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cpu/byte_copy.h"
 #include "backend/cpu/families.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
 namespace {
+using namespace bytes;
 
-constexpr int64_t chunk_bytes = 64 << 10;
 
-template <typename Fn>
-void with_elem(size_t es, Fn&& fn) {
-  switch (es) {
-    case 1:
-      fn(uint8_t{});
-      break;
-    case 2:
-      fn(uint16_t{});
-      break;
-    case 4:
-      fn(uint32_t{});
-      break;
-    default:
-      fn(uint64_t{});
-      break;
-  }
-}
-template <typename T>
-inline T load(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-template <typename T>
-inline void store(char* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-
-// Inner loops take everything by value: byte stores may alias anything reachable through a reference
-// (lambda captures), which would make the compiler reload loop bounds and strides on every element.
-template <typename T>
-void fill_run(char* d, int64_t n, T v) {
-  for (int64_t j = 0; j < n; ++j) store<T>(d + j * static_cast<int64_t>(sizeof(T)), v);
-}
-
-const char* in_bytes(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
-char* out_bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
-int64_t norm_axis(int64_t axis, int rank) { return axis < 0 ? axis + rank : axis; }
 int64_t prod(const Shape& s, size_t b, size_t e) {
   int64_t p = 1;
   for (size_t i = b; i < e; ++i) p *= s[i];
@@ -79,13 +42,6 @@ void check_indices(const Tensor& idx, int64_t bound, OpId op, int64_t axis) {
   }
 }
 
-void parallel_memcpy(char* dst, const char* src, int64_t bytes) {
-  const int64_t grain = 4 * chunk_bytes;
-  parallel_for(num_chunks(bytes, grain), [&](int64_t c) {
-    const int64_t b = c * grain;
-    std::memcpy(dst + b, src + b, static_cast<size_t>(std::min(bytes, b + grain) - b));
-  });
-}
 
 // Rows [q0, q1) of a take: row q = (o, j) copies x row o * n + idx[j].
 template <typename T>
