@@ -100,8 +100,10 @@ class HeaderParser {
       if (peek() == 'L') ++pos_;  // Python 2 longs
       shape.push_back(v);
       skip_ws();
-      if (peek() == ',') ++pos_;
-      else if (peek() != ')') fail("expected ',' or ')' in shape");
+      if (peek() == ',')
+        ++pos_;
+      else if (peek() != ')')
+        fail("expected ',' or ')' in shape");
     }
     ++pos_;
     return shape;
@@ -117,19 +119,20 @@ class HeaderParser {
 
 Tensor parse_npy(const void* data, size_t size, const std::string& name) {
   const auto* p = static_cast<const unsigned char*>(data);
-  SPORE_CHECK(size >= 10, ErrorCode::parse_error, "npy '{}': truncated at byte offset {} (file has {} bytes, need >= 10)",
-              name, size, size);
+  SPORE_CHECK(size >= 10, ErrorCode::parse_error,
+              "npy '{}': truncated at byte offset {} (file has {} bytes, need >= 10)", name, size, size);
   SPORE_CHECK(std::memcmp(p, kMagic, 6) == 0, ErrorCode::parse_error,
               "npy '{}': bad magic at byte offset 0 (expected \\x93NUMPY)", name);
   int major = p[6];
-  SPORE_CHECK(major >= 1 && major <= 3, ErrorCode::unsupported, "npy '{}': unsupported format version {}.{} at byte offset 6",
-              name, major, static_cast<int>(p[7]));
+  SPORE_CHECK(major >= 1 && major <= 3, ErrorCode::unsupported,
+              "npy '{}': unsupported format version {}.{} at byte offset 6", name, major, static_cast<int>(p[7]));
   size_t header_len = 0, header_start = 0;
   if (major == 1) {
     header_len = p[8] | (size_t{p[9]} << 8);
     header_start = 10;
   } else {
-    SPORE_CHECK(size >= 12, ErrorCode::parse_error, "npy '{}': truncated at byte offset {} (header length)", name, size);
+    SPORE_CHECK(size >= 12, ErrorCode::parse_error, "npy '{}': truncated at byte offset {} (header length)", name,
+                size);
     header_len = p[8] | (size_t{p[9]} << 8) | (size_t{p[10]} << 16) | (size_t{p[11]} << 24);
     header_start = 12;
   }
@@ -150,11 +153,18 @@ Tensor parse_npy(const void* data, size_t size, const std::string& name) {
       if (descr.compare(1, 2, d.code) == 0) dtype = d.dtype;
   }
   SPORE_CHECK(dtype.has_value(), ErrorCode::unsupported,
-              "npy '{}': unsupported descr '{}' in header at byte offset {} (supported: little-endian f8 f4 f2 i8 i4 i1 "
-              "u1 b1)", name, descr, header_start);
+              "npy '{}': unsupported descr '{}' in header at byte offset {} (supported: f8 f4 f2 i8 i4 i1 u1 b1)",
+              name, descr, header_start);
 
   size_t data_start = header_start + header_len;
-  int64_t numel = shape_numel(shape);
+  uint64_t count = 1;
+  for (int64_t d : shape) {
+    // Checked before multiplying so hostile dims cannot wrap around to a small size.
+    SPORE_CHECK(d == 0 || count <= (uint64_t{1} << 48) / static_cast<uint64_t>(d), ErrorCode::parse_error,
+                "npy '{}': shape {} too large (header at byte offset {})", name, shape_str(shape), header_start);
+    count *= static_cast<uint64_t>(d);
+  }
+  int64_t numel = static_cast<int64_t>(count);
   size_t nbytes = static_cast<size_t>(numel) * dtype_size(*dtype);
   SPORE_CHECK(size - data_start >= nbytes, ErrorCode::parse_error,
               "npy '{}': truncated data: shape {} {} needs {} bytes from byte offset {}, file ends at {}", name,

@@ -1,23 +1,18 @@
 // Convolution and pooling over NCHW tensors: conv2d, conv_transpose2d, max/avg pooling, global average pooling.
 // Geometry (ONNX/PyTorch): effective kernel (k-1)*d+1; "same" is SAME_UPPER (the odd pad goes at the end);
 // ceil_mode drops a last window that would start in the end padding (PyTorch's rule).
+#include <limits>
+
 #include "ops/families.h"
 #include "ops/infer.h"
 #include "ops/ops.h"
 
 namespace spore {
 namespace {
+using infer::dims_compatible;
+using infer::dims_str;
 
-std::string dims_str(const std::vector<Dim>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) s += ',';
-    s += d[i].str();
-  }
-  return s + ']';
-}
 std::string ints_str(const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ",")); }
-bool dims_compatible(const Dim& a, const Dim& b) { return !a.is_static() || !b.is_static() || a.size == b.size; }
 
 const std::vector<int64_t>& ints_of_len(const InferContext& c, const char* name, size_t len, int64_t min_value) {
   const auto& v = c.attrs.ints(name);
@@ -195,6 +190,213 @@ OpCost conv_cost(std::span<const TensorType> ins, std::span<const TensorType> ou
   return c;
 }
 
+
+// ---- gradient rules: the adjoints of convolution are convolutions again
+using Grads = std::vector<Tensor>;
+using Ints = std::vector<int64_t>;
+
+// The (begin, end) padding actually applied on one axis, as window_out resolves "same"/"valid".
+std::pair<int64_t, int64_t> resolved_pads(int64_t n, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe,
+                                          const std::string& mode) {
+  if (mode == "valid") return {0, 0};
+  if (mode != "same") return {pb, pe};
+  const int64_t eff = (k - 1) * d + 1, out = (n + s - 1) / s;
+  const int64_t total = std::max<int64_t>(0, (out - 1) * s + eff - n);
+  return {total / 2, total - total / 2};
+}
+
+// Pads (top, left, bottom, right) of a conv2d node, resolved for its input.
+Ints conv_pads(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  const Ints &st = c.attrs.ints("stride"), &p = c.attrs.ints("padding"), &dl = c.attrs.ints("dilation");
+  const std::string& mode = c.attrs.s("pad_mode");
+  const auto [t, b] = resolved_pads(x.dim(2), w.dim(2), st[0], dl[0], p[0], p[2], mode);
+  const auto [l, r] = resolved_pads(x.dim(3), w.dim(3), st[1], dl[1], p[1], p[3], mode);
+  return {t, l, b, r};
+}
+
+Tensor channel_slice(const Tensor& t, int64_t begin, int64_t count) {
+  return ops::slice(t, {begin}, {begin + count}, {1});
+}
+
+// dW[o,c,i,j] = sum_{n,y,x} dy[n,o,y,x] * xpad[n,c,y*s+i*d,x*s+j*d]: a conv of x^T [C,N,H,W] with dy^T
+// [O,N,Ho,Wo] as the kernel, the roles of stride and dilation swapped; one conv per group.
+Tensor conv_weight_grad(const Tensor& x, const Tensor& dy, int64_t kh, int64_t kw, const Ints& stride,
+                        const Ints& pads, const Ints& dilation, int64_t groups) {
+  const int64_t cg = x.dim(1) / groups, og = dy.dim(1) / groups;
+  std::vector<Tensor> parts;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const Tensor xs = groups == 1 ? x : channel_slice(x, gi * cg, cg);
+    const Tensor gs = groups == 1 ? dy : channel_slice(dy, gi * og, og);
+    ops::Conv2dOptions o;
+    o.stride = dilation;
+    o.dilation = stride;
+    o.padding = pads;
+    Tensor r = ops::conv2d(ops::transpose(xs, {1, 0, 2, 3}), ops::transpose(gs, {1, 0, 2, 3}), std::nullopt, o);
+    if (r.dim(2) != kh || r.dim(3) != kw) r = ops::slice(r, {0, 0}, {kh, kw}, {2, 3});  // end-padding overhang
+    parts.push_back(ops::transpose(r, {1, 0, 2, 3}));
+  }
+  return parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
+}
+
+Grads conv2d_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.output_grads[0];
+  const Ints &st = c.attrs.ints("stride"), &dl = c.attrs.ints("dilation");
+  const int64_t groups = c.attrs.i("groups");
+  const Ints pads = conv_pads(c);
+  // The transposed conv recovers x's size; output_padding adds back the rows the stride skipped.
+  ops::ConvTranspose2dOptions t;
+  t.stride = st;
+  t.padding = pads;
+  t.dilation = dl;
+  t.groups = groups;
+  t.output_padding.resize(2);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t eff = (w.dim(2 + i) - 1) * dl[i] + 1;
+    t.output_padding[i] = x.dim(2 + i) - ((g.dim(2 + i) - 1) * st[i] - pads[i] - pads[2 + i] + eff);
+  }
+  Grads r{ops::conv_transpose2d(g, w, std::nullopt, t),
+          conv_weight_grad(x, g, w.dim(2), w.dim(3), st, pads, dl, groups)};
+  if (c.inputs.size() > 2) r.push_back(ops::reduce_sum(g, {0, 2, 3}));
+  return r;
+}
+
+// y[n,o,i*s-p+k*d] += x[n,c,i] w[c,o,k]: the input gradient is a conv of dy, the weight gradient the same
+// correlation as conv2d's with x and dy exchanged.
+Grads conv_transpose2d_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.output_grads[0];
+  const Ints &st = c.attrs.ints("stride"), &dl = c.attrs.ints("dilation"), &pads = c.attrs.ints("padding");
+  const int64_t groups = c.attrs.i("groups");
+  ops::Conv2dOptions o;
+  o.stride = st;
+  o.padding = pads;
+  o.dilation = dl;
+  o.groups = groups;
+  Tensor dx = ops::conv2d(g, w, std::nullopt, o);
+  if (dx.dim(2) != x.dim(2) || dx.dim(3) != x.dim(3)) dx = ops::slice(dx, {0, 0}, {x.dim(2), x.dim(3)}, {2, 3});
+  Grads r{dx, conv_weight_grad(g, x, w.dim(2), w.dim(3), st, pads, dl, groups)};
+  if (c.inputs.size() > 2) r.push_back(ops::reduce_sum(g, {0, 2, 3}));
+  return r;
+}
+
+
+// Pooling: each kernel offset (i, j) sees the strided view x_pad[.., i*d + y*s, j*d + x*s] of the padded
+// input. Gradients for all offsets are stacked as channels and placed back with ONE depthwise transposed
+// conv whose kernel is one-hot per offset (ceil_mode overhang and padding are cropped by its padding).
+struct PoolGeom {
+  int64_t kh, kw;
+  Ints stride, dilation, pads;  // pads: top, left, bottom, right (resolved)
+  int64_t ho, wo;
+};
+
+PoolGeom pool_geom(const GradContext& c, bool is_max) {
+  const Tensor& x = c.inputs[0];
+  PoolGeom p;
+  const Ints& k = c.attrs.ints("kernel");
+  p.kh = k[0];
+  p.kw = k[1];
+  p.stride = c.attrs.ints("stride").empty() ? k : c.attrs.ints("stride");
+  p.dilation = is_max ? c.attrs.ints("dilation") : Ints{1, 1};
+  const Ints& pd = c.attrs.ints("padding");
+  const std::string& mode = c.attrs.s("pad_mode");
+  const auto [t, b] = resolved_pads(x.dim(2), p.kh, p.stride[0], p.dilation[0], pd[0], pd[2], mode);
+  const auto [l, r] = resolved_pads(x.dim(3), p.kw, p.stride[1], p.dilation[1], pd[1], pd[3], mode);
+  p.pads = {t, l, b, r};
+  p.ho = c.outputs[0].dim(2);
+  p.wo = c.outputs[0].dim(3);
+  return p;
+}
+
+// Places stacked per-offset gradients [N, C*K, Ho, Wo] back onto x's grid with kernel `w` [C*K,1,kh,kw].
+Tensor place_windows(const Tensor& stacked, const Tensor& w, const PoolGeom& p, const Tensor& x) {
+  ops::ConvTranspose2dOptions t;
+  t.stride = p.stride;
+  t.dilation = p.dilation;
+  t.groups = x.dim(1);
+  t.padding = {p.pads[0], p.pads[1], 0, 0};
+  t.output_padding = {0, 0};
+  const int64_t out[2] = {p.ho, p.wo}, k[2] = {p.kh, p.kw};
+  for (int i = 0; i < 2; ++i) {
+    // Size without end padding; crop the excess at the end, or add the rows no window reached.
+    const int64_t need = (out[i] - 1) * p.stride[i] + (k[i] - 1) * p.dilation[i] + 1 - p.pads[i] - x.dim(2 + i);
+    if (need >= 0)
+      t.padding[2 + i] = need;
+    else
+      t.output_padding[i] = -need;
+  }
+  return ops::conv_transpose2d(stacked, w, std::nullopt, t);
+}
+
+// Depthwise kernel [C*K, 1, kh, kw]: channel c*K + k is one-hot at offset k (all ones when `ones`).
+Tensor offset_kernel(int64_t channels, const PoolGeom& p, DType dt, bool ones) {
+  const int64_t K = p.kh * p.kw;
+  std::vector<double> v(static_cast<size_t>(channels * (ones ? 1 : K) * K), ones ? 1.0 : 0.0);
+  if (!ones)
+    for (int64_t ch = 0; ch < channels; ++ch)
+      for (int64_t k = 0; k < K; ++k) v[static_cast<size_t>((ch * K + k) * K + k)] = 1.0;
+  return Tensor::from_doubles(v, {channels * (ones ? 1 : K), 1, p.kh, p.kw}, dt);
+}
+
+// Ties go to the first offset in row-major window order, like PyTorch's argmax.
+Grads max_pool2d_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &y = c.outputs[0], &g = c.output_grads[0];
+  const PoolGeom p = pool_geom(c, true);
+  const int64_t n = x.dim(0), ch = x.dim(1);
+  // Pad with -inf (padding never wins) and far enough that every ceil_mode window is in range.
+  const auto extra = [&](int i, int64_t out, int64_t k) {
+    const int64_t reach = (out - 1) * p.stride[i] + (k - 1) * p.dilation[i] + 1;
+    return std::max<int64_t>(0, reach - (x.dim(2 + i) + p.pads[i] + p.pads[2 + i]));
+  };
+  const int64_t ext_h = extra(0, p.ho, p.kh), ext_w = extra(1, p.wo, p.kw);
+  const Tensor xp = ops::pad(x, {0, 0, p.pads[0], p.pads[1], 0, 0, p.pads[2] + ext_h, p.pads[3] + ext_w}, "constant",
+                             -std::numeric_limits<double>::infinity());
+  const Tensor zero = Tensor::scalar(0.0, g.dtype());
+  std::vector<Tensor> parts;
+  Tensor taken;
+  for (int64_t i = 0; i < p.kh; ++i) {
+    for (int64_t j = 0; j < p.kw; ++j) {
+      const int64_t r0 = i * p.dilation[0], c0 = j * p.dilation[1];
+      const Tensor xs = ops::slice(xp, {r0, c0}, {r0 + (p.ho - 1) * p.stride[0] + 1, c0 + (p.wo - 1) * p.stride[1] + 1},
+                                   {2, 3}, {p.stride[0], p.stride[1]});
+      Tensor hit = ops::eq(xs, y);
+      if (taken.defined()) hit = ops::logical_and(hit, ops::logical_not(taken));
+      taken = taken.defined() ? ops::logical_or(taken, hit) : hit;
+      parts.push_back(ops::unsqueeze(ops::where(hit, g, zero), {2}));
+    }
+  }
+  const Tensor stacked =
+      ops::reshape(parts.size() == 1 ? parts[0] : ops::concat(parts, 2), {n, ch * p.kh * p.kw, p.ho, p.wo});
+  return {place_windows(stacked, offset_kernel(ch, p, x.dtype(), false), p, x)};
+}
+
+// Every window element gets dy / divisor; divisors depend only on the geometry, so they are a constant.
+Grads avg_pool2d_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &g = c.output_grads[0];
+  const PoolGeom p = pool_geom(c, false);
+  const bool include_pad = c.attrs.b("count_include_pad");
+  const int64_t h = x.dim(2), w = x.dim(3);
+  std::vector<double> inv(static_cast<size_t>(p.ho * p.wo));
+  for (int64_t oy = 0; oy < p.ho; ++oy) {
+    for (int64_t ox = 0; ox < p.wo; ++ox) {
+      const int64_t y0 = oy * p.stride[0] - p.pads[0], x0 = ox * p.stride[1] - p.pads[1];
+      // count_include_pad counts the padding but not the ceil_mode overhang.
+      const int64_t lo_y = include_pad ? -p.pads[0] : 0, hi_y = include_pad ? h + p.pads[2] : h;
+      const int64_t lo_x = include_pad ? -p.pads[1] : 0, hi_x = include_pad ? w + p.pads[3] : w;
+      const int64_t cy = std::max<int64_t>(0, std::min(y0 + p.kh, hi_y) - std::max(y0, lo_y));
+      const int64_t cx = std::max<int64_t>(0, std::min(x0 + p.kw, hi_x) - std::max(x0, lo_x));
+      inv[static_cast<size_t>(oy * p.wo + ox)] = cy * cx > 0 ? 1.0 / static_cast<double>(cy * cx) : 0.0;
+    }
+  }
+  const Tensor scaled = ops::mul(g, Tensor::from_doubles(inv, {p.ho, p.wo}, g.dtype()));
+  return {place_windows(scaled, offset_kernel(x.dim(1), p, x.dtype(), true), p, x)};
+}
+
+Grads global_avg_pool_grad(const GradContext& c) {
+  const Tensor& x = c.inputs[0];
+  const double n = static_cast<double>(x.numel()) / static_cast<double>(std::max<int64_t>(c.outputs[0].numel(), 1));
+  return {ops::expand(ops::div(c.output_grads[0], n), x.shape())};
+}
+
 }  // namespace
 
 void register_conv_ops(OpRegistry& r) {
@@ -210,6 +412,7 @@ void register_conv_ops(OpRegistry& r) {
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::out_fusable, AmpPolicy::low)
       .infer(infer_conv2d)
+      .grad(conv2d_grad)
       .cost([](auto ins, auto outs, const Attrs& a) { return conv_cost(ins, outs, false, a); });
   r.def(OpId::conv_transpose2d)
       .doc("2-D transposed convolution: x [N,C,H,W], w [C,O/groups,kH,kW], bias [O].")
@@ -222,6 +425,7 @@ void register_conv_ops(OpRegistry& r) {
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::out_fusable, AmpPolicy::low)
       .infer(infer_conv_transpose2d)
+      .grad(conv_transpose2d_grad)
       .cost([](auto ins, auto outs, const Attrs& a) { return conv_cost(ins, outs, true, a); });
   r.def(OpId::max_pool2d)
       .doc("2-D max pooling over NCHW; padded positions never win; stride empty = kernel.")
@@ -234,7 +438,8 @@ void register_conv_ops(OpRegistry& r) {
       .attr("pad_mode", AttrKind::str, std::string("pad"))
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
-      .infer([](const InferContext& c) { return infer_pool(c, true); });
+      .infer([](const InferContext& c) { return infer_pool(c, true); })
+      .grad(max_pool2d_grad);
   r.def(OpId::avg_pool2d)
       .doc(
           "2-D average pooling over NCHW; count_include_pad counts padding (not the ceil_mode overhang) in the "
@@ -248,13 +453,15 @@ void register_conv_ops(OpRegistry& r) {
       .attr("pad_mode", AttrKind::str, std::string("pad"))
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
-      .infer([](const InferContext& c) { return infer_pool(c, false); });
+      .infer([](const InferContext& c) { return infer_pool(c, false); })
+      .grad(avg_pool2d_grad);
   r.def(OpId::global_avg_pool)
       .doc("Mean over all spatial dims: [N,C,spatial...] -> [N,C,1,...].")
       .inputs({"x"})
       .dtypes(dtypes::floating)
       .traits(Trait::reduction, FusionKind::reduce, AmpPolicy::keep_f32)
-      .infer(infer_global_avg_pool);
+      .infer(infer_global_avg_pool)
+      .grad(global_avg_pool_grad);
 }
 
 }  // namespace spore

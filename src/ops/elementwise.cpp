@@ -18,6 +18,69 @@ std::vector<TensorType> infer_gelu(const InferContext& c) {
 
 std::vector<TensorType> infer_cast(const InferContext& c) { return {TensorType(c.attrs.dtype("dtype"), c.in(0).dims)}; }
 
+
+// ---- gradient rules (written with ops::, so they run eagerly or trace into the backward graph)
+using Grads = std::vector<Tensor>;
+Tensor sc(double v, const Tensor& like) { return Tensor::scalar(v, like.dtype()); }
+Tensor zero_of(const Tensor& like) { return sc(0.0, like); }
+
+constexpr double kSqrt2 = 1.4142135623730950488;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+constexpr double kTwoOverSqrtPi = 1.1283791670955125739;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+GradFn grad_rule_for(OpId id) {
+  using ops::mul, ops::add, ops::sub, ops::div;
+  switch (id) {
+    case OpId::neg: return [](const GradContext& g) { return Grads{ops::neg(g.output_grads[0])}; };
+    case OpId::abs:
+      return [](const GradContext& g) { return Grads{mul(g.output_grads[0], ops::sign(g.inputs[0]))}; };
+    case OpId::exp: return [](const GradContext& g) { return Grads{mul(g.output_grads[0], g.outputs[0])}; };
+    case OpId::log: return [](const GradContext& g) { return Grads{div(g.output_grads[0], g.inputs[0])}; };
+    case OpId::sqrt:  // d sqrt(x) = 1 / (2 sqrt(x))
+      return [](const GradContext& g) { return Grads{div(g.output_grads[0], mul(g.outputs[0], 2.0))}; };
+    case OpId::rsqrt:  // d x^-1/2 = -x^-1/2 / (2x)
+      return [](const GradContext& g) {
+        return Grads{mul(g.output_grads[0], mul(div(g.outputs[0], g.inputs[0]), -0.5))};
+      };
+    case OpId::reciprocal:
+      return [](const GradContext& g) {
+        return Grads{ops::neg(mul(g.output_grads[0], mul(g.outputs[0], g.outputs[0])))};
+      };
+    case OpId::tanh:
+      return [](const GradContext& g) {
+        const Tensor& y = g.outputs[0];
+        return Grads{mul(g.output_grads[0], ops::sub(sc(1.0, y), mul(y, y)))};
+      };
+    case OpId::sigmoid:
+      return [](const GradContext& g) {
+        const Tensor& y = g.outputs[0];
+        return Grads{mul(g.output_grads[0], mul(y, ops::sub(sc(1.0, y), y)))};
+      };
+    case OpId::relu:
+      return [](const GradContext& g) {
+        const Tensor& x = g.inputs[0];
+        return Grads{ops::where(ops::gt(x, zero_of(x)), g.output_grads[0], zero_of(x))};
+      };
+    case OpId::silu:  // s (1 + x (1 - s))
+      return [](const GradContext& g) {
+        const Tensor& x = g.inputs[0];
+        const Tensor s = ops::sigmoid(x);
+        return Grads{mul(g.output_grads[0], mul(s, add(mul(x, ops::sub(sc(1.0, s), s)), 1.0)))};
+      };
+    case OpId::erf:  // 2/sqrt(pi) e^(-x^2)
+      return [](const GradContext& g) {
+        const Tensor& x = g.inputs[0];
+        return Grads{mul(g.output_grads[0], mul(ops::exp(ops::neg(mul(x, x))), kTwoOverSqrtPi))};
+      };
+    case OpId::sin:
+      return [](const GradContext& g) { return Grads{mul(g.output_grads[0], ops::cos(g.inputs[0]))}; };
+    case OpId::cos:
+      return [](const GradContext& g) { return Grads{ops::neg(mul(g.output_grads[0], ops::sin(g.inputs[0])))}; };
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 
 void register_elementwise_ops(OpRegistry& r) {
@@ -54,25 +117,61 @@ void register_elementwise_ops(OpRegistry& r) {
       {OpId::logical_not, "!x", dtypes::boolean, ew_no_grad, AmpPolicy::follow},
   };
   for (const Simple& s : simple) {
-    r.def(s.id).doc(s.doc).inputs({"x"}).dtypes(s.dtypes).traits(s.traits, fk, s.amp).infer(infer::same_as_input);
+    OpDefBuilder b = r.def(s.id);
+    b.doc(s.doc).inputs({"x"}).dtypes(s.dtypes).traits(s.traits, fk, s.amp).infer(infer::same_as_input);
+    if (GradFn gf = grad_rule_for(s.id)) b.grad(std::move(gf));
   }
 
   r.def(OpId::leaky_relu).doc("x if x >= 0 else alpha * x").inputs({"x"}).attr("alpha", AttrKind::f64, 0.01)
-      .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input);
+      .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
+      .grad([](const GradContext& g) {
+        const Tensor &x = g.inputs[0], &d = g.output_grads[0];
+        return Grads{ops::where(ops::ge(x, zero_of(x)), d, ops::mul(d, g.attrs.f("alpha")))};
+      });
   r.def(OpId::gelu)
       .doc("x * Phi(x); approximate \"none\": 0.5x(1 + erf(x/sqrt2)), \"tanh\": 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))")
       .inputs({"x"}).attr("approximate", AttrKind::str, std::string("none"))
-      .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer_gelu);
+      .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer_gelu)
+      .grad([](const GradContext& g) {
+        using ops::mul, ops::add;
+        const Tensor &x = g.inputs[0], &d = g.output_grads[0];
+        if (g.attrs.s("approximate") == "tanh") {
+          // y = x/2 (1 + t), t = tanh(u), u = c (x + k x^3): y' = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3k x^2)
+          const double k = 0.044715;
+          const Tensor x2 = mul(x, x);
+          const Tensor t = ops::tanh(mul(add(x, mul(mul(x2, x), k)), kSqrt2OverPi));
+          const Tensor du = mul(add(mul(x2, 3 * k), 1.0), kSqrt2OverPi);
+          const Tensor dy = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, 0.5), ops::sub(sc(1.0, t), mul(t, t))), du));
+          return Grads{mul(d, dy)};
+        }
+        // y = x Phi(x): y' = Phi(x) + x phi(x)
+        const Tensor cdf = mul(add(ops::erf(mul(x, 1.0 / kSqrt2)), 1.0), 0.5);
+        const Tensor pdf = mul(ops::exp(mul(mul(x, x), -0.5)), kInvSqrt2Pi);
+        return Grads{mul(d, add(cdf, mul(x, pdf)))};
+      });
   r.def(OpId::clip)
       .doc("min(max(x, min), max); the bounds are first converted to x's dtype (integers truncate); nan stays nan")
       .inputs({"x"}).attr("min", AttrKind::f64).attr("max", AttrKind::f64)
-      .dtypes(dtypes::numeric).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input);
+      .dtypes(dtypes::numeric).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
+      .grad([](const GradContext& g) {
+        // Inside [min, max] the gradient passes (ties included); outside it is zero.
+        const Tensor &x = g.inputs[0], &d = g.output_grads[0];
+        const Tensor inside =
+            ops::logical_and(ops::ge(x, sc(g.attrs.f("min"), x)), ops::le(x, sc(g.attrs.f("max"), x)));
+        return Grads{ops::where(inside, d, zero_of(d))};
+      });
   // Not inplace_ok: the output may have a different element size than the input.
   r.def(OpId::cast)
       .doc("converts to `dtype`: float->int truncates toward zero and saturates (nan -> 0), int->int wraps, "
            "x->bool is x != 0, to f16/bf16 rounds to nearest even")
       .inputs({"x"}).attr("dtype", AttrKind::dtype)
-      .dtypes(dtypes::all).traits(Trait::elementwise, fk, AmpPolicy::follow).infer(infer_cast);
+      .dtypes(dtypes::all).traits(Trait::elementwise, fk, AmpPolicy::follow).infer(infer_cast)
+      .grad([](const GradContext& g) {
+        // Only float -> float casts carry a gradient (cast back); to or from integers there is none.
+        const Tensor& x = g.inputs[0];
+        if (!is_floating(x.dtype()) || !is_floating(g.outputs[0].dtype())) return Grads{Tensor()};
+        return Grads{ops::cast(g.output_grads[0], x.dtype())};
+      });
 }
 
 }  // namespace spore

@@ -17,9 +17,8 @@ std::vector<Dim> broadcast_dims(const InferContext& c, const std::vector<Dim>& a
     else if (!x.is_static() && y.is_static()) out[i] = y;
     else if (!y.is_static() && x.is_static()) out[i] = x;
     else if (!x.is_static() && !y.is_static()) out[i] = x;  // two symbols: assume equal at run time
-    else c.fail(ErrorCode::shape_mismatch, fmt::format("cannot broadcast shapes [{}] and [{}] (dim {}: {} vs {})",
-                                                       [&] { std::string s; for (size_t k = 0; k < a.size(); ++k) s += (k ? "," : "") + a[k].str(); return s; }(),
-                                                       [&] { std::string s; for (size_t k = 0; k < b.size(); ++k) s += (k ? "," : "") + b[k].str(); return s; }(),
+    else c.fail(ErrorCode::shape_mismatch, fmt::format("cannot broadcast shapes {} and {} (dim {}: {} vs {})",
+                                                       dims_str(a), dims_str(b),
                                                        i, x.str(), y.str()));
   }
   return out;
@@ -50,5 +49,11 @@ Dim mul_dims(const Dim& a, const Dim& b) {
 }
 
 bool dims_equal(const Dim& a, const Dim& b) { return a == b; }
+
+std::string dims_str(const std::vector<Dim>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + d[i].str();
+  return s + "]";
+}
 
 }  // namespace spore::infer

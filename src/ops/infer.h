@@ -18,5 +18,9 @@ int64_t normalize_axis(const InferContext& c, int64_t axis, int rank, const char
 // Dims products: static when all static, else a symbol made of the factors ("batch*3").
 Dim mul_dims(const Dim& a, const Dim& b);
 bool dims_equal(const Dim& a, const Dim& b);
+// Two dims that must agree: equal when both are static, otherwise assumed equal at run time.
+inline bool dims_compatible(const Dim& a, const Dim& b) { return !a.is_static() || !b.is_static() || a.size == b.size; }
+// "[batch,3]" for error messages.
+std::string dims_str(const std::vector<Dim>& d);
 
 }  // namespace spore::infer

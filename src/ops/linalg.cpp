@@ -5,18 +5,10 @@
 
 namespace spore {
 namespace {
+using infer::dims_compatible;
+using infer::dims_str;
 
-std::string dims_str(const std::vector<Dim>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) s += ',';
-    s += d[i].str();
-  }
-  return s + ']';
-}
 
-// Two dims that must agree: equal when both static, otherwise assumed equal at run time.
-bool dims_compatible(const Dim& a, const Dim& b) { return !a.is_static() || !b.is_static() || a.size == b.size; }
 
 std::vector<TensorType> infer_matmul(const InferContext& c) {
   const DType t = infer::common_dtype(c);
@@ -70,6 +62,59 @@ OpCost bytes_of(std::span<const TensorType> ins, std::span<const TensorType> out
   return c;
 }
 
+
+// ---- gradient rules
+using Grads = std::vector<Tensor>;
+
+// Sums a broadcast gradient back to `shape` (leading dims away, size-1 dims with keepdims).
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  Tensor r = g;
+  const int lead = g.rank() - static_cast<int>(shape.size());
+  if (lead > 0) {
+    std::vector<int64_t> axes;
+    for (int i = 0; i < lead; ++i) axes.push_back(i);
+    r = ops::reduce_sum(r, axes, false);
+  }
+  std::vector<int64_t> axes;
+  for (int i = 0; i < r.rank(); ++i)
+    if (shape[i] == 1 && r.shape()[i] != 1) axes.push_back(i);
+  return axes.empty() ? r : ops::reduce_sum(r, axes, true);
+}
+
+// 1-D operands are promoted to matrices ([K] -> [1,K] for a, [K,1] for b) so the 2-D rule applies;
+// the gradient of the promoted operand is reshaped back.
+Grads matmul_grad(const GradContext& c) {
+  const Tensor &a0 = c.inputs[0], &b0 = c.inputs[1];
+  const bool ta = c.attrs.b("transpose_a") && a0.rank() >= 2;
+  const bool tb = c.attrs.b("transpose_b") && b0.rank() >= 2;
+  const Tensor a = a0.rank() == 1 ? ops::reshape(a0, {1, a0.dim(0)}) : a0;
+  const Tensor b = b0.rank() == 1 ? ops::reshape(b0, {b0.dim(0), 1}) : b0;
+  Shape gshape = c.output_grads[0].shape();
+  if (a0.rank() == 1) gshape.insert(gshape.end() - (b0.rank() == 1 ? 0 : 1), 1);
+  if (b0.rank() == 1) gshape.push_back(1);
+  const Tensor g = gshape == c.output_grads[0].shape() ? c.output_grads[0] : ops::reshape(c.output_grads[0], gshape);
+  // With A = op(a) [.., M, K], B = op(b) [.., K, N]: dA = G B^T, dB = A^T G; transposed operands get the
+  // transposed products.
+  Tensor da = ta ? ops::matmul(b, g, tb, true) : ops::matmul(g, b, false, !tb);
+  Tensor db = tb ? ops::matmul(g, a, true, ta) : ops::matmul(a, g, !ta, false);
+  da = sum_to(da, a.shape());
+  db = sum_to(db, b.shape());
+  if (a0.rank() == 1) da = ops::reshape(da, a0.shape());
+  if (b0.rank() == 1) db = ops::reshape(db, b0.shape());
+  return {da, db};
+}
+
+Grads linear_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.output_grads[0];
+  const int64_t out = w.dim(0), in = w.dim(1);
+  Grads r{ops::matmul(g, w)};
+  const Tensor g2 = ops::reshape(g, {-1, out});
+  r.push_back(ops::matmul(g2, ops::reshape(x, {-1, in}), true, false));
+  if (c.inputs.size() > 2) r.push_back(ops::reduce_sum(g2, {0}));
+  return r;
+}
+
 }  // namespace
 
 void register_linalg_ops(OpRegistry& r) {
@@ -83,6 +128,7 @@ void register_linalg_ops(OpRegistry& r) {
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::out_fusable, AmpPolicy::low)
       .infer(infer_matmul)
+      .grad(matmul_grad)
       .cost([](std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
         OpCost c = bytes_of(ins, outs);
         const auto& ad = ins[0].dims;
@@ -96,6 +142,7 @@ void register_linalg_ops(OpRegistry& r) {
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::out_fusable, AmpPolicy::low)
       .infer(infer_linear)
+      .grad(linear_grad)
       .cost([](std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs&) {
         OpCost c = bytes_of(ins, outs);
         const Dim k = ins[1].dims[1];

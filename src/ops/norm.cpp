@@ -6,16 +6,9 @@
 
 namespace spore {
 namespace {
+using infer::dims_compatible;
+using infer::dims_str;
 
-std::string dims_str(const std::vector<Dim>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) s += ',';
-    s += d[i].str();
-  }
-  return s + ']';
-}
-bool dims_compatible(const Dim& a, const Dim& b) { return !a.is_static() || !b.is_static() || a.size == b.size; }
 bool shapes_compatible(const std::vector<Dim>& a, const std::vector<Dim>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -88,6 +81,118 @@ std::vector<TensorType> infer_dropout(const InferContext& c) {
   return {c.in(0)};
 }
 
+
+// ---- gradient rules (hand-derived; the forward statistics are recomputed with ops::)
+using Grads = std::vector<Tensor>;
+using Ints = std::vector<int64_t>;
+
+Ints range_axes(int64_t from, int64_t to) {
+  Ints a;
+  for (int64_t i = from; i < to; ++i) a.push_back(i);
+  return a;
+}
+
+// Per-channel parameter [C] as [C,1,...] so it broadcasts against x [N,C,...].
+Tensor channel_view(const Tensor& p, int rank) {
+  Ints shape(rank - 1, 1);
+  shape[0] = p.dim(0);
+  return ops::reshape(p, shape);
+}
+
+// Every axis of x [N,C,...] but the channel axis.
+Ints non_channel_axes(int rank) {
+  Ints a{0};
+  for (int i = 2; i < rank; ++i) a.push_back(i);
+  return a;
+}
+
+Grads batch_norm_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &g = c.output_grads[0];
+  const int rk = x.rank();
+  const Tensor scale = channel_view(c.inputs[1], rk), mean = channel_view(c.inputs[3], rk);
+  const Tensor inv = ops::rsqrt(ops::add(channel_view(c.inputs[4], rk), c.attrs.f("epsilon")));
+  const Tensor centered = ops::sub(x, mean);
+  const Ints axes = non_channel_axes(rk);
+  const Tensor gsum = ops::reduce_sum(g, axes);
+  const Tensor gxc = ops::reduce_sum(ops::mul(g, centered), axes);
+  const Tensor inv1 = ops::reshape(inv, {x.dim(1)});
+  const Tensor s1 = c.inputs[1];
+  return {ops::mul(g, ops::mul(scale, inv)),
+          ops::mul(gxc, inv1),
+          gsum,
+          ops::neg(ops::mul(gsum, ops::mul(s1, inv1))),
+          ops::mul(ops::mul(gxc, s1), ops::mul(ops::mul(inv1, ops::mul(inv1, inv1)), -0.5))};
+}
+
+// Shared by layer/rms/group norm: given the normalized xhat, rstd (keepdims over `axes`) and the gradient
+// dxhat w.r.t. xhat, dx = rstd (dxhat - [mean(dxhat)] - xhat mean(dxhat xhat)).
+Tensor norm_input_grad(const Tensor& dxhat, const Tensor& xhat, const Tensor& rstd, const Ints& axes, bool center) {
+  Tensor t = ops::sub(dxhat, ops::mul(xhat, ops::reduce_mean(ops::mul(dxhat, xhat), axes, true)));
+  if (center) t = ops::sub(t, ops::reduce_mean(dxhat, axes, true));
+  return ops::mul(t, rstd);
+}
+
+Grads layer_norm_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &g = c.output_grads[0];
+  int64_t axis = c.attrs.i("axis");
+  if (axis < 0) axis += x.rank();
+  const Ints axes = range_axes(axis, x.rank()), lead = range_axes(0, axis);
+  const Tensor centered = ops::sub(x, ops::reduce_mean(x, axes, true));
+  const Tensor var = ops::reduce_mean(ops::mul(centered, centered), axes, true);
+  const Tensor rstd = ops::rsqrt(ops::add(var, c.attrs.f("epsilon")));
+  const Tensor xhat = ops::mul(centered, rstd);
+  const bool has_w = c.inputs.size() > 1;
+  const Tensor dxhat = has_w ? ops::mul(g, c.inputs[1]) : g;
+  Grads r{norm_input_grad(dxhat, xhat, rstd, axes, true)};
+  const auto lead_sum = [&](const Tensor& t) { return lead.empty() ? t : ops::reduce_sum(t, lead); };
+  if (has_w) r.push_back(lead_sum(ops::mul(g, xhat)));
+  if (c.inputs.size() > 2) r.push_back(lead_sum(g));
+  return r;
+}
+
+Grads rms_norm_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &g = c.output_grads[0];
+  int64_t axis = c.attrs.i("axis");
+  if (axis < 0) axis += x.rank();
+  const Ints axes = range_axes(axis, x.rank()), lead = range_axes(0, axis);
+  const Tensor rstd = ops::rsqrt(ops::add(ops::reduce_mean(ops::mul(x, x), axes, true), c.attrs.f("epsilon")));
+  const Tensor xhat = ops::mul(x, rstd);
+  const bool has_w = c.inputs.size() > 1;
+  Grads r{norm_input_grad(has_w ? ops::mul(g, c.inputs[1]) : g, xhat, rstd, axes, false)};
+  if (has_w) {
+    const Tensor gw = ops::mul(g, xhat);
+    r.push_back(lead.empty() ? gw : ops::reduce_sum(gw, lead));
+  }
+  return r;
+}
+
+Grads group_norm_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &g = c.output_grads[0];
+  const int rk = x.rank();
+  const Ints grouped{x.dim(0), c.attrs.i("num_groups"), -1};
+  const Tensor xr = ops::reshape(x, grouped);
+  const Ints axes{2};
+  const Tensor centered = ops::sub(xr, ops::reduce_mean(xr, axes, true));
+  const Tensor var = ops::reduce_mean(ops::mul(centered, centered), axes, true);
+  const Tensor rstd = ops::rsqrt(ops::add(var, c.attrs.f("epsilon")));
+  const Tensor xhat = ops::mul(centered, rstd);
+  const bool has_w = c.inputs.size() > 1;
+  const Tensor dxhat = has_w ? ops::mul(g, channel_view(c.inputs[1], rk)) : g;
+  Grads r{ops::reshape(norm_input_grad(ops::reshape(dxhat, grouped), xhat, rstd, axes, true), x.shape())};
+  const Ints nc = non_channel_axes(rk);
+  if (has_w) r.push_back(ops::reduce_sum(ops::mul(g, ops::reshape(xhat, x.shape())), nc));
+  if (c.inputs.size() > 2) r.push_back(ops::reduce_sum(g, nc));
+  return r;
+}
+
+// The mask is regenerated by the same Philox rule: dropout(ones) is exactly keep / (1 - p).
+Grads dropout_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &g = c.output_grads[0];
+  if (!c.attrs.b("training")) return {g};
+  const Tensor scale = ops::dropout(ops::full(x.shape(), 1.0, x.dtype()), c.attrs.f("p"), true, c.attrs.i("seed"));
+  return {ops::mul(g, scale)};
+}
+
 }  // namespace
 
 void register_norm_ops(OpRegistry& r) {
@@ -97,7 +202,8 @@ void register_norm_ops(OpRegistry& r) {
       .attr("epsilon", AttrKind::f64, 1e-5)
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::broadcast, AmpPolicy::keep_f32)
-      .infer(infer_batch_norm);
+      .infer(infer_batch_norm)
+      .grad(batch_norm_grad);
   r.def(OpId::layer_norm)
       .doc("Normalizes over the dims from `axis` to the end; weight and bias have that shape.")
       .inputs({"x", "weight?", "bias?"})
@@ -105,7 +211,8 @@ void register_norm_ops(OpRegistry& r) {
       .attr("epsilon", AttrKind::f64, 1e-5)
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::keep_f32)
-      .infer(infer_last_dims_norm);
+      .infer(infer_last_dims_norm)
+      .grad(layer_norm_grad);
   r.def(OpId::rms_norm)
       .doc("x / sqrt(mean(x^2 over dims axis..end) + epsilon) * weight.")
       .inputs({"x", "weight?"})
@@ -113,7 +220,8 @@ void register_norm_ops(OpRegistry& r) {
       .attr("epsilon", AttrKind::f64, 1e-6)
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::keep_f32)
-      .infer(infer_last_dims_norm);
+      .infer(infer_last_dims_norm)
+      .grad(rms_norm_grad);
   r.def(OpId::group_norm)
       .doc(
           "Normalizes each group of C/num_groups channels (with all spatial dims) of x [N,C,...]; weight, bias are "
@@ -123,7 +231,8 @@ void register_norm_ops(OpRegistry& r) {
       .attr("epsilon", AttrKind::f64, 1e-5)
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::keep_f32)
-      .infer(infer_group_norm);
+      .infer(infer_group_norm)
+      .grad(group_norm_grad);
   r.def(OpId::dropout)
       .doc(
           "Inverted dropout: element i is kept iff philox_uniform(seed, 0, i) >= p, then scaled by 1/(1-p); "
@@ -134,7 +243,8 @@ void register_norm_ops(OpRegistry& r) {
       .attr("seed", AttrKind::i64, int64_t{0})
       .dtypes(dtypes::floating)
       .traits(Trait::elementwise | Trait::random, FusionKind::elementwise, AmpPolicy::follow)
-      .infer(infer_dropout);
+      .infer(infer_dropout)
+      .grad(dropout_grad);
 }
 
 }  // namespace spore

@@ -1,5 +1,8 @@
 #include "runtime/eager.h"
 
+#include <optional>
+
+#include "autodiff/autodiff.h"
 #include "runtime/profiler.h"
 #include "runtime/runtime.h"
 #include "runtime/trace.h"
@@ -7,14 +10,12 @@
 namespace spore {
 
 std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> inputs, const Attrs& attrs,
-                                 std::span<const TensorType> out_types, Backend backend) {
+                                 std::span<const TensorType> in_types, std::span<const TensorType> out_types,
+                                 Backend backend) {
   if (def.view && def.traits.has(Trait::view) && backend != Backend::null) {
     Tensor v = def.view(inputs, attrs, out_types[0]);
     if (v.defined()) return {v};
   }
-  std::vector<TensorType> in_types;
-  in_types.reserve(inputs.size());
-  for (const Tensor& t : inputs) in_types.push_back(TensorType::of(t.dtype(), t.shape()));
   const DType dt = def.dispatch_dtype(in_types, out_types);
   const KernelInfo* k = kernel_registry().find(backend, def.id, dt);
   if (!k) {
@@ -22,9 +23,15 @@ std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> input
     SPORE_FAIL(ErrorCode::unsupported, "[{}] no {} kernel for dtype {} and no decomposition", def.name,
                backend_name(backend), dtype_name(dt));
   }
-  std::vector<Tensor> ins;
-  ins.reserve(inputs.size());
-  for (const Tensor& t : inputs) ins.push_back(t.is_contiguous() ? t : t.contiguous());
+  // Kernels get contiguous inputs; copy only when some input is a strided view.
+  bool all_contiguous = true;
+  for (const Tensor& t : inputs) all_contiguous &= t.is_contiguous();
+  std::vector<Tensor> packed;
+  if (!all_contiguous) {
+    packed.reserve(inputs.size());
+    for (const Tensor& t : inputs) packed.push_back(t.is_contiguous() ? t : t.contiguous());
+  }
+  std::span<const Tensor> ins = all_contiguous ? inputs : std::span<const Tensor>(packed);
   std::vector<Tensor> outs;
   outs.reserve(out_types.size());
   for (const TensorType& t : out_types) outs.push_back(Tensor::empty(t.shape(), t.dtype));
@@ -42,7 +49,11 @@ std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> input
 std::vector<Tensor> EagerDispatcher::call(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
   const OpDef& def = op_registry().get(op);
   const Attrs a = def.normalize(attrs);
-  if (Tracer* t = Tracer::active()) return t->record(def, inputs, a);
+  if (Tracer* t = Tracer::active()) {
+    auto outs = t->record(def, inputs, a);
+    autodiff::record_op(def, inputs, a, outs);  // grad rules traced later put the backward into the same graph
+    return outs;
+  }
   std::vector<TensorType> in_types;
   in_types.reserve(inputs.size());
   for (const Tensor& t : inputs) {
@@ -51,7 +62,16 @@ std::vector<Tensor> EagerDispatcher::call(OpId op, std::span<const Tensor> input
     in_types.push_back(TensorType::of(t.dtype(), t.shape()));
   }
   const auto out_types = def.infer_types(in_types, a);
-  return run_op_eager(def, inputs, a, out_types, current_backend());
+  if (!autodiff::GradientTape::active()) return run_op_eager(def, inputs, a, in_types, out_types, current_backend());
+  std::vector<Tensor> outs;
+  {
+    // An op with a grad rule is recorded as one node, so a decomposition's inner ops stay off the tape.
+    std::optional<autodiff::NoGradGuard> inner;
+    if (def.grad) inner.emplace();
+    outs = run_op_eager(def, inputs, a, in_types, out_types, current_backend());
+  }
+  autodiff::record_op(def, inputs, a, outs);
+  return outs;
 }
 
 }  // namespace spore

@@ -14,6 +14,7 @@ class EagerDispatcher final : public Dispatcher {
 
 // Runs one op eagerly on `backend` with already-normalized attrs and inferred output types.
 std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> inputs, const Attrs& attrs,
-                                 std::span<const TensorType> out_types, Backend backend);
+                                 std::span<const TensorType> in_types, std::span<const TensorType> out_types,
+                                 Backend backend);
 
 }  // namespace spore
