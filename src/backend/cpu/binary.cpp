@@ -74,6 +74,32 @@ void for_each_run(const KernelContext& k, RunFn fn, const void* user, int64_t gr
   const int64_t numel = out.numel();
   if (numel == 0) return;
   const int n_in = k.num_inputs();
+  // Fast path, no plan: every input is full-size (then its layout matches the output's) or a scalar.
+  // Covers same-shape and tensor-scalar ops, and keeps small ops cheap (no allocations).
+  bool flat = true;
+  for (int i = 0; i < n_in; ++i) flat &= k.in(i).numel() == numel || k.in(i).numel() == 1;
+  if (flat) {
+    unsigned fmask = 0;
+    const char* fbase[kMaxInputs] = {};
+    int64_t fes[kMaxInputs] = {};
+    for (int i = 0; i < n_in; ++i) {
+      if (k.in(i).numel() == 1 && numel != 1) fmask |= 1u << i;
+      fbase[i] = static_cast<const char*>(k.in(i).raw_data());
+      fes[i] = static_cast<int64_t>(dtype_size(k.in(i).dtype()));
+    }
+    char* fout = static_cast<char*>(out.raw_data());
+    const int64_t foes = static_cast<int64_t>(dtype_size(out.dtype()));
+    const auto run_chunk = [=](int64_t c) {
+      const int64_t pos = c * grain, len = std::min(grain, numel - pos);
+      const char* ptrs[kMaxInputs] = {};
+      for (int i = 0; i < n_in; ++i) ptrs[i] = (fmask >> i & 1u) ? fbase[i] : fbase[i] + pos * fes[i];
+      fn(user, fout + pos * foes, ptrs, len, fmask);
+    };
+    const int64_t chunks = num_chunks(numel, grain);
+    if (chunks == 1) run_chunk(0);
+    else parallel_for(chunks, run_chunk);
+    return;
+  }
   const Plan p = make_plan(out.shape(), k.inputs);
   const int r = static_cast<int>(p.shape.size());
   const int64_t inner = p.shape.back();

@@ -75,7 +75,7 @@ void batch_offsets(const MatmulGeom& g, std::vector<int64_t>& a_off, std::vector
 }
 
 // Output tiles: sizes depend only on the problem, so the task list is the same for any thread count.
-constexpr int64_t tile_m = 64, tile_n = 128;
+constexpr int64_t tile_m = 256, tile_n = 256;
 
 // C = A @ B (+ bias) as independent [tile_m x tile_n] tiles per batch, each a single-threaded oneDNN
 // matmul inside our own OpenMP loop (nested in our region, oneDNN runs serially). oneDNN's own threading
