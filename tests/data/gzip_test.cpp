@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <algorithm>
 #include <filesystem>
 
@@ -35,10 +37,7 @@ TEST(Gzip, StoredBlockAndConcatenatedMembers) {
 }
 
 // The repository root, from this file's path (tests/data/gzip_test.cpp).
-std::string repo_root() {
-  std::string root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
-  return root.empty() ? "." : root;  // __FILE__ may be relative to the repository root
-}
+using testing::repo_root;
 
 TEST(Gzip, DynamicBlocksFromBundledDigits) {
   std::string text = read_maybe_gzip(repo_root() + "/data/digits.csv.gz");

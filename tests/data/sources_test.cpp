@@ -1,6 +1,8 @@
 #include "data/sources.h"
 
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,41 +13,10 @@
 namespace spore::data {
 namespace {
 
-// Tests needing ../shared/data skip when it is absent, but fail under CI=true.
-// Tests needing ../shared/data skip when it is absent, but fail under CI=true.
-std::string shared_data_dir(const std::string& sub) {
-  const char* env = std::getenv("SPORE_SHARED_DATA");
-  return env ? std::string(env) + "/" + sub : std::string("$SPORE_SHARED_DATA/") + sub;
-}
-bool running_in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci && std::string(ci) == "true";
-}
-#define SHARED_DATA_DIR(var, sub)                                                            \
-  const std::string var = shared_data_dir(sub);                                              \
-  if (!std::filesystem::is_directory(var)) {                                                 \
-    if (running_in_ci()) FAIL() << "shared data dir missing under CI=true: '" << var << "'"; \
-    GTEST_SKIP() << "shared data dir missing: '" << var << "'";                              \
-  }
 
-std::string repo_root() {
-  std::string root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
-  return root.empty() ? "." : root;  // __FILE__ may be relative to the repository root
-}
+using testing::repo_root;
 
-std::filesystem::path temp_dir() {
-  // Removed at exit so repeated runs leave nothing behind.
-  static struct Dir {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() / ("spore_data_test_sources_" + std::to_string(::getpid()));
-    Dir() { std::filesystem::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  } dir;
-  return dir.path;
-}
+std::filesystem::path temp_dir() { return testing::temp_dir("sources"); }
 
 std::string temp_path(const std::string& name) { return (temp_dir() / name).string(); }
 
@@ -58,14 +29,7 @@ std::string idx_header(int code, std::vector<uint32_t> dims) {
   return s;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Idx, ParsesU8AndBigEndianTypes) {
   Tensor t = parse_idx(idx_header(0x08, {2, 3}) + std::string("\x01\x02\x03\x04\x05\xff", 6), "m");
@@ -117,7 +81,7 @@ TEST(Idx, LoadMnistFromFilesAndCountMismatch) {
 }
 
 TEST(Idx, RealMnistTestSplit) {
-  SHARED_DATA_DIR(dir, "mnist");
+  SPORE_SHARED_DATA_DIR(dir, "mnist");
   LabeledData d = load_mnist(dir, "t10k");
   ASSERT_EQ(d.x.shape(), (Shape{10000, 1, 28, 28}));
   ASSERT_EQ(d.y.shape(), (Shape{10000}));
@@ -133,7 +97,7 @@ TEST(Idx, RealMnistTestSplit) {
 }
 
 TEST(Idx, RealFashionMnistTestSplit) {
-  SHARED_DATA_DIR(dir, "fashion-mnist");
+  SPORE_SHARED_DATA_DIR(dir, "fashion-mnist");
   LabeledData d = load_mnist(dir, "t10k");
   ASSERT_EQ(d.x.shape(), (Shape{10000, 1, 28, 28}));
   std::vector<int64_t> hist(10);
@@ -183,7 +147,7 @@ TEST(Csv, BundledDigits) {
 }
 
 TEST(Csv, SharedDigitsMatchBundled) {
-  SHARED_DATA_DIR(dir, "digits-sklearn");
+  SPORE_SHARED_DATA_DIR(dir, "digits-sklearn");
   LabeledData a = load_digits(dir + "/digits.csv.gz");
   LabeledData b = load_digits(repo_root() + "/data/digits.csv.gz");
   EXPECT_TRUE(a.x.bit_equal(b.x));

@@ -1,6 +1,8 @@
 #include "io/npy.h"
 
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,30 +14,11 @@
 namespace spore::io {
 namespace {
 
-std::filesystem::path temp_dir() {
-  // Removed at exit so repeated runs leave nothing behind.
-  static struct Dir {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() / ("spore_io_test_npy_" + std::to_string(::getpid()));
-    Dir() { std::filesystem::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  } dir;
-  return dir.path;
-}
+std::filesystem::path temp_dir() { return testing::temp_dir("npy"); }
 
 std::string temp_path(const std::string& name) { return (temp_dir() / name).string(); }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 Tensor random_tensor(Shape shape, DType dtype, int salt) {
   Tensor t = Tensor::empty(shape, dtype);

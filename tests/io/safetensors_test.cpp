@@ -1,6 +1,8 @@
 #include "io/safetensors.h"
 
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,46 +14,12 @@
 namespace spore::io {
 namespace {
 
-std::filesystem::path temp_dir() {
-  // Removed at exit so repeated runs leave nothing behind.
-  static struct Dir {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() / ("spore_io_test_safetensors_" + std::to_string(::getpid()));
-    Dir() { std::filesystem::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  } dir;
-  return dir.path;
-}
+std::filesystem::path temp_dir() { return testing::temp_dir("safetensors"); }
 
 std::string temp_path(const std::string& name) { return (temp_dir() / name).string(); }
 
-// Tests needing ../shared/data skip when it is absent, but fail under CI=true.
-std::string shared_data_dir(const std::string& sub) {
-  const char* env = std::getenv("SPORE_SHARED_DATA");
-  return env ? std::string(env) + "/" + sub : std::string("$SPORE_SHARED_DATA/") + sub;
-}
-bool running_in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci && std::string(ci) == "true";
-}
-#define SHARED_DATA_DIR(var, sub)                                                            \
-  const std::string var = shared_data_dir(sub);                                              \
-  if (!std::filesystem::is_directory(var)) {                                                 \
-    if (running_in_ci()) FAIL() << "shared data dir missing under CI=true: '" << var << "'"; \
-    GTEST_SKIP() << "shared data dir missing: '" << var << "'";                              \
-  }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 Tensor random_tensor(Shape shape, DType dtype, int salt) {
   Tensor t = Tensor::empty(shape, dtype);
@@ -95,7 +63,7 @@ TEST(Safetensors, RoundTripEveryDtypeWithMetadata) {
 }
 
 TEST(Safetensors, RealSampleFiles) {
-  SHARED_DATA_DIR(dir, "safetensors-samples");
+  SPORE_SHARED_DATA_DIR(dir, "safetensors-samples");
   // Each sample holds values -3..2 cast to the dtype (unsigned ones wrap).
   const std::pair<const char*, DType> supported[] = {{"b", DType::i8},  {"i", DType::i32}, {"B", DType::u8},
                                                      {"e", DType::f16}, {"f", DType::f32}, {"d", DType::f64}};
