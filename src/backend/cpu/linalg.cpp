@@ -6,6 +6,8 @@
 
 #include <omp.h>
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
 #include "base/thread_pool.h"
@@ -75,7 +77,14 @@ void batch_offsets(const MatmulGeom& g, std::vector<int64_t>& a_off, std::vector
 }
 
 // Output tiles: sizes depend only on the problem, so the task list is the same for any thread count.
-constexpr int64_t tile_m = 256, tile_n = 256;
+// Row panels of 256 rows; panels are split along N only as much as needed to give ~8 tasks, because
+// every tile repacks its operand panels (full-width panels pack B once per panel).
+constexpr int64_t tile_m = 256;
+inline int64_t pick_tile_n(int64_t m, int64_t n) {
+  const int64_t panels = num_chunks(m, tile_m);
+  const int64_t splits = std::max<int64_t>(1, (8 + panels - 1) / panels);
+  return std::max<int64_t>(64, (num_chunks(n, splits) + 63) / 64 * 64);
+}
 
 // C = A @ B (+ bias) as independent [tile_m x tile_n] tiles per batch, each a single-threaded oneDNN
 // matmul inside our own OpenMP loop (nested in our region, oneDNN runs serially). oneDNN's own threading
@@ -86,6 +95,7 @@ void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b,
   const size_t r = g.c_dims.size();
   const int64_t am = g.a_strides[r - 2], ak = g.a_strides[r - 1], bk = g.b_strides[r - 2], bn = g.b_strides[r - 1];
   const int64_t m = g.m, k = g.k, n = g.n;
+  const int64_t tile_n = pick_tile_n(m, n);
   // One primitive per distinct tile shape (full tiles and the M/N edges): at most four.
   struct Tile {
     memory::desc a, b, c, bias;
@@ -118,10 +128,29 @@ void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b,
   char* pb = static_cast<char*>(b.raw_data());
   char* pc = static_cast<char*>(c.raw_data());
   char* pbias = bias ? static_cast<char*>(bias->raw_data()) : nullptr;
+  // f32 with unit-stride operands: dnnl_sgemm per tile (single-threaded inside our loop) needs no memory
+  // objects or argument map per tile; the tiles are the same fixed ones, so determinism is unchanged.
+  const bool sgemm_ok = t == DType::f32 && (ak == 1 || am == 1) && (bn == 1 || bk == 1);
   const auto run_tile = [&](int64_t task) {
     const int64_t bi = task / (mt * nt), ti = task / nt % mt, tj = task % nt;
     const Tile& e = tiles[ti == mt - 1 && mt > 1][tj == nt - 1 && nt > 1];
     const int64_t i0 = ti * tile_m, j0 = tj * tile_n;
+    if (sgemm_ok) {
+      const int64_t tm = std::min(tile_m, m - i0), tn = std::min(tile_n, n - j0);
+      const float* ap = reinterpret_cast<const float*>(pa) + a_off[bi] + i0 * am;
+      const float* bp = reinterpret_cast<const float*>(pb) + b_off[bi] + j0 * bn;
+      float* cp = reinterpret_cast<float*>(pc) + (bi * m + i0) * n + j0;
+      float beta = 0.0f;
+      if (bias) {
+        const float* bv = reinterpret_cast<const float*>(pbias) + j0;
+        for (int64_t i = 0; i < tm; ++i) std::memcpy(cp + i * n, bv, static_cast<size_t>(tn) * sizeof(float));
+        beta = 1.0f;
+      }
+      const dnnl_status_t st = dnnl_sgemm(ak == 1 ? 'N' : 'T', bn == 1 ? 'N' : 'T', tm, tn, k, 1.0f, ap, ak == 1 ? am : ak,
+                                          bp, bn == 1 ? bk : bn, beta, cp, n);
+      SPORE_CHECK(st == dnnl_success, ErrorCode::internal, "[matmul] dnnl_sgemm failed with status {}", static_cast<int>(st));
+      return;
+    }
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, memory(e.a, dnnl_engine(), pa + (a_off[bi] + i0 * am) * es)},
         {DNNL_ARG_WEIGHTS, memory(e.b, dnnl_engine(), pb + (b_off[bi] + j0 * bn) * es)},
