@@ -128,9 +128,10 @@ struct LossAndGrads {
   std::map<std::string, Tensor> grads;
 };
 // Runs loss_fn() with the cell's trainable parameters watched by a tape (the cell sees the watched
-// handles while loss_fn runs, then gets its own back). Works eagerly and under a CompiledFunction trace;
-// in a trace the parameters are captured as constants (see the report / docs), so the gradients are
-// outputs of the plan but the parameters are baked in.
+// handles while loss_fn runs, then gets its own back). Works eagerly and under a CompiledFunction trace.
+// In a trace the parameters are captured as constants today: the plan's gradients are right for the
+// values at trace time, but an update made afterwards is not seen by the cached plan. Training in graph
+// mode needs parameters bound as graph inputs by reference (DESIGN.md §2), a runtime change.
 LossAndGrads value_and_grad(Cell& cell, const std::function<Tensor()>& loss_fn);
 
 }  // namespace spore::nn

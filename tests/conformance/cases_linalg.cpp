@@ -11,6 +11,11 @@ void add_linalg_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("matmul/square33", OpId::matmul, {{33, 33}, {33, 33}}).tol(2));
   c.push_back(OpCase("matmul/large_k", OpId::matmul, {{3, 1030}, {1030, 17}}).tol(8));
   c.push_back(OpCase("matmul/row_vector_m1", OpId::matmul, {{1, 64}, {64, 40}}).tol(4));
+  // Size-1 dims whose strides are not valid BLAS leading dimensions (a column transposed into a row, n = 1, k = 1).
+  c.push_back(OpCase("matmul/ta_column", OpId::matmul, {{64, 1}, {64, 16}}).attr("transpose_a", true).tol(4));
+  c.push_back(OpCase("matmul/tb_n1", OpId::matmul, {{5, 7}, {1, 7}}).attr("transpose_b", true));
+  c.push_back(OpCase("matmul/outer_k1", OpId::matmul, {{6, 1}, {1, 5}}));
+  c.push_back(OpCase("matmul/both_t_k1", OpId::matmul, {{1, 6}, {5, 1}}).attr("transpose_a", true).attr("transpose_b", true));
   c.push_back(OpCase("matmul/batched", OpId::matmul, {{4, 6, 8}, {4, 8, 3}}));
   c.push_back(OpCase("matmul/batch_broadcast", OpId::matmul, {{2, 1, 5, 7}, {3, 7, 4}}));
   c.push_back(OpCase("matmul/batch_broadcast_lhs", OpId::matmul, {{5, 7}, {2, 3, 7, 4}}));

@@ -130,7 +130,15 @@ void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b,
   char* pbias = bias ? static_cast<char*>(bias->raw_data()) : nullptr;
   // f32 with unit-stride operands: dnnl_sgemm per tile (single-threaded inside our loop) needs no memory
   // objects or argument map per tile; the tiles are the same fixed ones, so determinism is unchanged.
-  const bool sgemm_ok = t == DType::f32 && (ak == 1 || am == 1) && (bn == 1 || bk == 1);
+  // Row-major BLAS wants lda >= K for 'N' and lda >= M for 'T'; a size-1 dim's stride is arbitrary, so
+  // a valid leading dimension is chosen for it.
+  char ta = 0, tb = 0;
+  int64_t lda = 0, ldb = 0;
+  if (ak == 1 && (m == 1 || am >= k)) { ta = 'N'; lda = m == 1 ? std::max<int64_t>(k, 1) : am; }
+  else if (am == 1 && (k == 1 || ak >= m)) { ta = 'T'; lda = k == 1 ? std::max<int64_t>(m, 1) : ak; }
+  if (bn == 1 && (k == 1 || bk >= n)) { tb = 'N'; ldb = k == 1 ? std::max<int64_t>(n, 1) : bk; }
+  else if (bk == 1 && (n == 1 || bn >= k)) { tb = 'T'; ldb = n == 1 ? std::max<int64_t>(k, 1) : bn; }
+  const bool sgemm_ok = t == DType::f32 && ta != 0 && tb != 0;
   const auto run_tile = [&](int64_t task) {
     const int64_t bi = task / (mt * nt), ti = task / nt % mt, tj = task % nt;
     const Tile& e = tiles[ti == mt - 1 && mt > 1][tj == nt - 1 && nt > 1];
@@ -146,8 +154,7 @@ void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b,
         for (int64_t i = 0; i < tm; ++i) std::memcpy(cp + i * n, bv, static_cast<size_t>(tn) * sizeof(float));
         beta = 1.0f;
       }
-      const dnnl_status_t st = dnnl_sgemm(ak == 1 ? 'N' : 'T', bn == 1 ? 'N' : 'T', tm, tn, k, 1.0f, ap, ak == 1 ? am : ak,
-                                          bp, bn == 1 ? bk : bn, beta, cp, n);
+      const dnnl_status_t st = dnnl_sgemm(ta, tb, tm, tn, k, 1.0f, ap, lda, bp, ldb, beta, cp, n);
       SPORE_CHECK(st == dnnl_success, ErrorCode::internal, "[matmul] dnnl_sgemm failed with status {}", static_cast<int>(st));
       return;
     }
