@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "tensor/tensor.h"
 
 namespace spore::testing {
 
@@ -43,6 +44,16 @@ inline std::string shared_data_dir(const std::string& sub) {
 inline bool running_in_ci() {
   const char* ci = std::getenv("CI");
   return ci && std::string(ci) == "true";
+}
+
+// A tensor of any dtype with a fixed, never-all-zero pattern (varied by `salt`), for I/O round trips.
+inline Tensor patterned_tensor(Shape shape, DType dtype, int salt) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double x = static_cast<double>((i * 2654435761u + static_cast<size_t>(salt) * 97) % 251) - 100;
+    v[i] = dtype == DType::boolean ? (x > 0) : dtype == DType::u8 ? x + 100 : is_floating(dtype) ? x / 8 : x;
+  }
+  return Tensor::from_doubles(v, shape, dtype);
 }
 
 // The repository root, from this header's own path.

@@ -20,15 +20,7 @@ std::string temp_path(const std::string& name) { return (temp_dir() / name).stri
 
 using testing::error_of;
 
-Tensor random_tensor(Shape shape, DType dtype, int salt) {
-  Tensor t = Tensor::empty(shape, dtype);
-  std::vector<double> v(t.numel());
-  for (size_t i = 0; i < v.size(); ++i) {
-    double x = static_cast<double>((i * 2654435761u + salt * 97) % 251) - 100;  // never all zero
-    v[i] = dtype == DType::boolean ? (x > 0) : dtype == DType::u8 ? x + 100 : is_floating(dtype) ? x / 8 : x;
-  }
-  return Tensor::from_doubles(v, shape, dtype);
-}
+Tensor random_tensor(Shape shape, DType dtype, int salt) { return testing::patterned_tensor(std::move(shape), dtype, salt); }
 
 TEST(Npy, RoundTripEveryDtypeAndShape) {
   const DType dtypes[] = {DType::f64, DType::f32, DType::f16, DType::i64,

@@ -18,18 +18,9 @@ std::filesystem::path temp_dir() { return testing::temp_dir("safetensors"); }
 
 std::string temp_path(const std::string& name) { return (temp_dir() / name).string(); }
 
-
 using testing::error_of;
 
-Tensor random_tensor(Shape shape, DType dtype, int salt) {
-  Tensor t = Tensor::empty(shape, dtype);
-  std::vector<double> v(t.numel());
-  for (size_t i = 0; i < v.size(); ++i) {
-    double x = static_cast<double>((i * 2654435761u + salt * 97) % 251) - 100;  // never all zero
-    v[i] = dtype == DType::boolean ? (x > 0) : dtype == DType::u8 ? x + 100 : is_floating(dtype) ? x / 8 : x;
-  }
-  return Tensor::from_doubles(v, shape, dtype);
-}
+Tensor random_tensor(Shape shape, DType dtype, int salt) { return testing::patterned_tensor(std::move(shape), dtype, salt); }
 
 // A file from a raw header string and data bytes.
 std::string make_file(const std::string& header, size_t data_bytes) {
