@@ -162,10 +162,15 @@ TEST_P(Conformance, ThreadCountInvariant) {
   const int saved = num_threads();
   set_threads(1);
   const auto one = run_eager(c, ins, Backend::cpu);
+  set_threads(2);
+  const auto two = run_eager(c, ins, Backend::cpu);
   set_threads(4);
   const auto four = run_eager(c, ins, Backend::cpu);
   set_threads(saved);
-  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(one[i].bit_equal(four[i])) << "output " << i;
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_TRUE(one[i].bit_equal(two[i])) << "output " << i << ": 1 vs 2 threads";
+    EXPECT_TRUE(one[i].bit_equal(four[i])) << "output " << i << ": 1 vs 4 threads";
+  }
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {

@@ -10,7 +10,7 @@
 //
 // From each entry the harness derives, for every dtype the case covers (default: every dtype the
 // op accepts): cpu backend vs reference backend within the dtype's tolerance, eager == graph mode
-// bit-for-bit, and 1 thread == 4 threads bit-for-bit. Inputs are random (Philox, seeded by the
+// bit-for-bit, and 1 == 2 == 4 threads bit-for-bit. Inputs are random (Philox, seeded by the
 // case name), never all zeros. A coverage test fails if an op or one of its dtypes has no case.
 #include <optional>
 #include <string>
