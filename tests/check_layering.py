@@ -21,6 +21,7 @@ for upper, below in {
     "io": {"base", "tensor", "ir", "ops"},
     "data": {"base", "tensor"},
     "nn": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime"},
+    "train": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "data", "io"},
 }.items():
     ALLOWED[upper] = below
 
