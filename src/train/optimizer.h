@@ -48,7 +48,8 @@ std::shared_ptr<LrSchedule> warmup_lr(int64_t warmup_steps, std::shared_ptr<LrSc
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // Flat list of state tensors for `params` (e.g. Adam: m and v per parameter).
+  // Flat list of state tensors for `params` (e.g. Adam: m for every parameter, then v for every parameter).
+  // State is f64 for f64 parameters, else f32: f16/bf16 parameters update in f32 and round once.
   virtual std::vector<Tensor> init_state(std::span<const Tensor> params) const = 0;
   // Names of the state tensors, for checkpoints ("momentum.fc1.weight"), in init_state's order.
   virtual std::vector<std::string> state_names() const = 0;

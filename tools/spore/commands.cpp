@@ -12,6 +12,8 @@ constexpr Command commands[] = {
     {"ops", "every registered op: dtypes, backends with kernels, traits (--json)", cmd_ops},
     {"graph", "parse, verify and print a text-IR graph file (--dot for Graphviz)", cmd_graph},
     {"demo", "a small graph-mode demo: trace, compile, run, profile", cmd_demo},
+    {"train", "train a model (simplenet, lenet, mlp) on MNIST / digits; checkpoints, --json", cmd_train},
+    {"eval", "test accuracy and loss of a training checkpoint", cmd_eval},
 };
 
 void usage(FILE* f) {

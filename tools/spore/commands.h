@@ -13,6 +13,8 @@ int cmd_info(int argc, char** argv);
 int cmd_ops(int argc, char** argv);
 int cmd_graph(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
+int cmd_train(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
 
 int main_dispatch(int argc, char** argv);
 

@@ -1,0 +1,99 @@
+#pragma once
+// train::Model: MindSpore's high-level training API over a Cell, a loss and an optimizer.
+//
+//   nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
+//   train::Model model(net, train::loss_of(ce), *opt, {"accuracy"}, {.mode = "graph"});
+//   model.train(2, ds, {std::make_shared<train::LossMonitor>(100)});
+//   std::map<std::string, double> m = model.eval(test_ds);   // {"accuracy", "loss"}
+//   Tensor logits = model.predict(x);
+//
+// PyNative mode runs each step eagerly. Graph mode compiles ONE plan per step whose inputs are
+// (x, y, lr, step, params..., state...) and outputs (loss, logits, new params..., new state...): the
+// parameters are graph inputs, so the cached plan sees every update. Both modes give the same bits.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "nn/cell.h"
+#include "train/callbacks.h"
+#include "train/optimizer.h"
+
+namespace spore {
+class CompiledFunction;
+}
+
+namespace spore::train {
+
+using LossFn = std::function<Tensor(const Tensor& logits, const Tensor& labels)>;
+// Adapts a loss cell (which must reduce to a scalar) to a LossFn; the cell must outlive the function.
+LossFn loss_of(nn::Cell& loss_cell);
+
+// Dotted names of the cell's trainable parameters, in registration order (what an optimizer is built on).
+std::vector<std::string> trainable_names(nn::Cell& net);
+
+struct ModelOptions {
+  std::string mode = "pynative";  // "pynative" | "graph"
+  int64_t grad_accumulation = 1;  // micro-batches whose mean gradient makes one optimizer step (pynative)
+  double clip_norm = 0.0;         // > 0: clip gradients to this global norm
+  uint64_t seed = 0;              // recorded in checkpoints
+};
+
+class Model {
+ public:
+  // metrics: "accuracy" and/or "loss" (eval always reports "loss").
+  Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::string> metrics = {},
+        ModelOptions options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Runs `epochs` more epochs over ds's batches (ds.repeat is ignored: the model drives epochs, from its
+  // current epoch, so a resumed run sees the same shuffles). eval_ds, if given, is evaluated after each
+  // epoch and its results are added to the callbacks' metrics as "eval_<name>".
+  void train(int64_t epochs, const data::Dataset& ds, std::vector<std::shared_ptr<Callback>> callbacks = {},
+             const data::Dataset* eval_ds = nullptr);
+  // One micro-batch: forward, backward and (every grad_accumulation micro-batches) an optimizer step.
+  // Returns the loss.
+  double train_step(const Tensor& x, const Tensor& y);
+
+  std::map<std::string, double> eval(const data::Dataset& ds);
+  Tensor predict(const Tensor& x);
+
+  // Checkpoints: parameters (and buffers) under their dotted names, optimizer state under
+  // "optimizer.<state name>", and step/epoch/seed/optimizer in the metadata.
+  void save_checkpoint(const std::string& path) const;
+  void load_checkpoint(const std::string& path);
+
+  int64_t global_step() const { return step_; }
+  int64_t epoch() const { return epoch_; }
+  const std::vector<Tensor>& optimizer_state() const { return state_; }
+  nn::Cell& network() { return net_; }
+  Optimizer& optimizer() { return opt_; }
+  const ModelOptions& options() const { return opts_; }
+
+ private:
+  std::vector<Tensor> param_values() const;
+  void apply_update(std::vector<Tensor>& grads);
+  double train_step_pynative(const Tensor& x, const Tensor& y);
+  double train_step_graph(const Tensor& x, const Tensor& y);
+  Tensor forward_eval(const Tensor& x);
+
+  nn::Cell& net_;
+  LossFn loss_fn_;
+  Optimizer& opt_;
+  std::vector<std::string> metrics_;
+  ModelOptions opts_;
+  std::vector<nn::Parameter*> slots_;  // trainable, in the optimizer's order
+  std::vector<std::string> names_;
+  std::vector<Tensor> state_;
+  std::vector<Tensor> accum_;  // summed gradients of the pending micro-batches
+  int64_t micro_ = 0;
+  int64_t step_ = 0, epoch_ = 0;
+  double last_lr_ = 0.0;
+  std::unique_ptr<CompiledFunction> step_fn_, eval_fn_;
+};
+
+}  // namespace spore::train

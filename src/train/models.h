@@ -1,0 +1,67 @@
+#pragma once
+// A small model zoo for the CLI and examples: SimpleNet (MindSpore's quick-start CNN), a LeNet-5 style
+// CNN and an MLP, each sized for a [C, H, W] input (28x28 MNIST or 8x8 digits).
+#include <memory>
+#include <string>
+
+#include "nn/cell.h"
+#include "nn/layers.h"
+#include "data/sources.h"
+
+namespace spore::train {
+
+// conv 3x3 (C -> 32, pad same) -> ReLU -> MaxPool 2 -> Flatten -> Dense 32*(H/2)*(W/2) -> classes.
+class SimpleNet : public nn::Cell {
+ public:
+  SimpleNet(int64_t channels, int64_t height, int64_t width, int64_t num_classes = 10);
+  Tensor construct(const Tensor& x) override;
+
+ private:
+  nn::Conv2d conv;
+  nn::ReLU relu;
+  nn::MaxPool2d pool;
+  nn::Flatten flatten;
+  nn::Dense fc;
+};
+
+// conv 5x5 (-> 6, same) -> ReLU -> pool 2 -> conv 5x5 (-> 16; valid when the map is >= 10 wide, else same)
+// -> ReLU -> pool 2 -> Dense 120 -> ReLU -> Dense 84 -> ReLU -> Dense classes.
+class LeNet5 : public nn::Cell {
+ public:
+  LeNet5(int64_t channels, int64_t height, int64_t width, int64_t num_classes = 10);
+  Tensor construct(const Tensor& x) override;
+
+ private:
+  nn::Conv2d conv1, conv2;
+  nn::ReLU relu;
+  nn::MaxPool2d pool;
+  nn::Flatten flatten;
+  nn::Dense fc1, fc2, fc3;
+};
+
+// Flatten -> Dense hidden (ReLU) -> Dense classes.
+class Mlp : public nn::Cell {
+ public:
+  Mlp(int64_t in_features, int64_t hidden, int64_t num_classes = 10);
+  Tensor construct(const Tensor& x) override;
+
+ private:
+  nn::Flatten flatten;
+  nn::Dense fc1, fc2;
+};
+
+// "simplenet" | "lenet" | "mlp" for inputs of shape [C, H, W]; weights drawn from nn::set_seed's stream.
+std::unique_ptr<nn::Cell> make_model(const std::string& name, const Shape& input_shape, int64_t num_classes = 10);
+
+// A train/test split loaded from a CLI dataset spec:
+//   mnist:DIR | fashion-mnist:DIR  the train/t10k IDX files in DIR; when DIR has only the t10k split, its
+//                                  first 8000 images train and the last 2000 test (80/20 for other sizes)
+//   digits:FILE                    scikit-learn digits CSV: first 80% train, the rest test
+// limit_train / limit_test (> 0) keep only the first N samples of each split.
+struct TrainTestSplit {
+  data::LabeledData train, test;
+  std::string description;  // e.g. "mnist t10k[0:8000] / t10k[8000:10000]"
+};
+TrainTestSplit load_dataset_spec(const std::string& spec, int64_t limit_train = 0, int64_t limit_test = 0);
+
+}  // namespace spore::train
