@@ -13,10 +13,14 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: build, then show what spore is running on and a small graph-mode demo.
+# The main job: build, show what spore runs on and a graph-mode demo, then train SimpleNet on the
+# bundled digits in graph mode, checkpoint it and evaluate the checkpoint.
 demo: build
 	./$(BUILD)/spore info
 	./$(BUILD)/spore demo
+	./$(BUILD)/spore train --model simplenet --dataset digits:data/digits.csv.gz --epochs 3 --batch 16 --lr 0.05 \
+	  --mode graph --ckpt-dir out/ckpt --no-progress
+	./$(BUILD)/spore eval --model simplenet --ckpt out/ckpt/simplenet_epoch3.safetensors --dataset digits:data/digits.csv.gz
 
 # Every test: unit, conformance (every op x dtype vs the reference backend), integration (CLI).
 test: build

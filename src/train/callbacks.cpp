@@ -145,7 +145,11 @@ std::string ProgressBar::line(const RunContext& c) const {
   std::string bar;
   if (tty_) {
     const int width = 24, fill = static_cast<int>(width * done / total);
-    bar = "[" + std::string(static_cast<size_t>(fill), '=') + std::string(static_cast<size_t>(width - fill), ' ') + "] ";
+    bar.reserve(width + 3);
+    bar.push_back('[');
+    bar.append(static_cast<size_t>(fill), '=');
+    bar.append(static_cast<size_t>(width - fill), ' ');
+    bar.append("] ");
   }
   return fmt::format("epoch {}/{} {}{}/{} {:.1f} items/s ETA {} loss {:.4f}", c.epoch + 1, c.epochs, bar, done,
                      total, rate, format_duration(eta), c.loss);

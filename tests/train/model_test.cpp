@@ -232,6 +232,12 @@ TEST(TrainCallbacks, EarlyStoppingCheckpointsAndProgress) {
   EXPECT_NE(bar.str().find("items/s ETA"), std::string::npos);
   EXPECT_EQ(bar.str().find('\r'), std::string::npos);
   EXPECT_NE(lr.str().find("step 4 lr 0.05"), std::string::npos) << lr.str();
+  std::ostringstream tty;
+  auto live = std::make_shared<train::ProgressBar>(&tty);
+  live->set_tty(true);
+  r.model->train(1, ds, {live});
+  EXPECT_NE(tty.str().find("\repoch 3/3 [======"), std::string::npos) << tty.str();
+  EXPECT_EQ(tty.str().back(), '\n');
   EXPECT_NE(testing::error_of([&] {
               r.model->train(1, ds, {std::make_shared<train::EarlyStopping>("eval_accuracy")});
             }).find("'eval_accuracy'"),

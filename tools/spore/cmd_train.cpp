@@ -10,6 +10,7 @@
 
 #include <spore/spore.h>
 
+#include "base/thread_pool.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "tools/spore/commands.h"
