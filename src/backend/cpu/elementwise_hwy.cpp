@@ -143,15 +143,18 @@ void UnaryF32(UnaryOp op, const float* x, float* y, size_t n, UnaryParams p) {
   }
 }
 
-void F16ToF32(const uint16_t* x, float* y, size_t n) {
+// Widens n 16-bit floats (H = hwy::float16_t or hwy::bfloat16_t) to f32; the tail goes through a
+// zero-padded vector so no lane reads past the input.
+template <typename H>
+void Widen16ToF32(const uint16_t* x, float* y, size_t n) {
   const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
+  const hn::Rebind<H, DF> dh;
   const size_t N = hn::Lanes(df);
-  const auto* xh = reinterpret_cast<const hwy::float16_t*>(x);
+  const auto* xh = reinterpret_cast<const H*>(x);
   size_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), df, y + i);
   if (i < n) {
-    HWY_ALIGN hwy::float16_t hb[kMaxLanes] = {};
+    HWY_ALIGN H hb[kMaxLanes] = {};
     HWY_ALIGN float fb[kMaxLanes];
     std::memcpy(hb, x + i, (n - i) * 2);
     hn::Store(hn::PromoteTo(df, hn::Load(dh, hb)), df, fb);
@@ -159,21 +162,8 @@ void F16ToF32(const uint16_t* x, float* y, size_t n) {
   }
 }
 
-void BF16ToF32(const uint16_t* x, float* y, size_t n) {
-  const DF df;
-  const hn::Rebind<hwy::bfloat16_t, DF> dh;
-  const size_t N = hn::Lanes(df);
-  const auto* xh = reinterpret_cast<const hwy::bfloat16_t*>(x);
-  size_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), df, y + i);
-  if (i < n) {
-    HWY_ALIGN hwy::bfloat16_t hb[kMaxLanes] = {};
-    HWY_ALIGN float fb[kMaxLanes];
-    std::memcpy(hb, x + i, (n - i) * 2);
-    hn::Store(hn::PromoteTo(df, hn::Load(dh, hb)), df, fb);
-    std::copy(fb, fb + (n - i), y + i);
-  }
-}
+void F16ToF32(const uint16_t* x, float* y, size_t n) { Widen16ToF32<hwy::float16_t>(x, y, n); }
+void BF16ToF32(const uint16_t* x, float* y, size_t n) { Widen16ToF32<hwy::bfloat16_t>(x, y, n); }
 
 // F16C's conversion rounds to nearest even (imm 0) and handles subnormals, inf and nan.
 void F32ToF16(const float* x, uint16_t* y, size_t n) {
