@@ -4,7 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config python3
       libdnnl-dev libhwy-dev libfmt-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev)
+      libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+      ocl-icd-opencl-dev  # dnnl-config.cmake calls find_package(OpenCL)
+      dataset-fashion-mnist)  # the 60k Fashion-MNIST training split, used by the training acceptance test
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
