@@ -175,6 +175,50 @@ std::vector<TensorType> infer_global_avg_pool(const InferContext& c) {
   return {TensorType(c.in(0).dtype, out)};
 }
 
+// x [N,C,H,W], dy [N,O,Ho,Wo] -> dW [O, C/groups, kH, kW]; dy must have conv2d's output size.
+std::vector<TensorType> infer_conv2d_weight_grad(const InferContext& c) {
+  const DType t = infer::common_dtype(c);
+  check_rank(c, 0, "x", 4, "[N,C,H,W]");
+  check_rank(c, 1, "dy", 4, "[N,O,Ho,Wo]");
+  const auto& x = c.in(0).dims;
+  const auto& dy = c.in(1).dims;
+  const auto& kernel = ints_of_len(c, "kernel", 2, 1);
+  const auto& stride = ints_of_len(c, "stride", 2, 1);
+  const auto& dilation = ints_of_len(c, "dilation", 2, 1);
+  // End pads may be negative (a transposed conv's output_padding is taken off them).
+  const auto& padding = c.attrs.ints("padding");
+  c.check(padding.size() == 4 && padding[0] >= 0 && padding[1] >= 0, ErrorCode::invalid_argument,
+          "padding must be 4 values (top, left, bottom, right) with begins >= 0, got {}", ints_str(padding));
+  const int64_t g = c.attrs.i("groups");
+  c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
+  c.check(x[1].is_static() && dy[1].is_static(), ErrorCode::shape_mismatch,
+          "the channels of x {} and dy {} must be static", dims_str(x), dims_str(dy));
+  c.check(x[1].size % g == 0 && dy[1].size % g == 0, ErrorCode::shape_mismatch,
+          "channels of x {} and dy {} must be divisible by groups={}", dims_str(x), dims_str(dy), g);
+  c.check(dims_compatible(x[0], dy[0]), ErrorCode::shape_mismatch, "x {} and dy {} differ in batch", dims_str(x),
+          dims_str(dy));
+  for (int i = 0; i < 2; ++i) {
+    const Dim o = window_out(c, i == 0 ? "H" : "W", x[2 + i], kernel[i], stride[i], dilation[i], padding[i],
+                             padding[2 + i], "pad", false, false);
+    c.check(dims_compatible(o, dy[2 + i]), ErrorCode::shape_mismatch,
+            "dy {} does not match the conv output size {} of x {} on {}", dims_str(dy), o.str(), dims_str(x),
+            i == 0 ? "H" : "W");
+  }
+  return {TensorType(t, {Dim(dy[1].size), Dim(x[1].size / g), Dim(kernel[0]), Dim(kernel[1])})};
+}
+
+// x [N,C,H,W], dy = shape of max_pool2d(x) -> dx like x.
+std::vector<TensorType> infer_max_pool2d_grad(const InferContext& c) {
+  const TensorType y = infer_pool(c, true)[0];
+  const DType t = infer::common_dtype(c);
+  const auto& dy = c.in(1).dims;
+  bool ok = dy.size() == 4;
+  for (size_t i = 0; ok && i < 4; ++i) ok = dims_compatible(dy[i], y.dims[i]);
+  c.check(ok, ErrorCode::shape_mismatch, "dy must have max_pool2d's output shape {}, got {}", dims_str(y.dims),
+          dims_str(dy));
+  return {TensorType(t, c.in(0).dims)};
+}
+
 double static_numel(const TensorType& t) { return static_cast<double>(std::max<int64_t>(t.numel(), 0)); }
 
 // Conv flops: 2 * output elements * (input channels per group * kH * kW).
@@ -219,24 +263,16 @@ Tensor channel_slice(const Tensor& t, int64_t begin, int64_t count) {
   return ops::slice(t, {begin}, {begin + count}, {1});
 }
 
-// dW[o,c,i,j] = sum_{n,y,x} dy[n,o,y,x] * xpad[n,c,y*s+i*d,x*s+j*d]: a conv of x^T [C,N,H,W] with dy^T
-// [O,N,Ho,Wo] as the kernel, the roles of stride and dilation swapped; one conv per group.
+// dW[o,c,i,j] = sum_{n,y,x} dy[n,o,y,x] * xpad[n,c,y*s+i*d,x*s+j*d]: one conv2d_weight_grad op (oneDNN's
+// backward-weights kernel on cpu), not a conv of transposed tensors (that ran a 28x28 "kernel" per image).
 Tensor conv_weight_grad(const Tensor& x, const Tensor& dy, int64_t kh, int64_t kw, const Ints& stride,
                         const Ints& pads, const Ints& dilation, int64_t groups) {
-  const int64_t cg = x.dim(1) / groups, og = dy.dim(1) / groups;
-  std::vector<Tensor> parts;
-  for (int64_t gi = 0; gi < groups; ++gi) {
-    const Tensor xs = groups == 1 ? x : channel_slice(x, gi * cg, cg);
-    const Tensor gs = groups == 1 ? dy : channel_slice(dy, gi * og, og);
-    ops::Conv2dOptions o;
-    o.stride = dilation;
-    o.dilation = stride;
-    o.padding = pads;
-    Tensor r = ops::conv2d(ops::transpose(xs, {1, 0, 2, 3}), ops::transpose(gs, {1, 0, 2, 3}), std::nullopt, o);
-    if (r.dim(2) != kh || r.dim(3) != kw) r = ops::slice(r, {0, 0}, {kh, kw}, {2, 3});  // end-padding overhang
-    parts.push_back(ops::transpose(r, {1, 0, 2, 3}));
-  }
-  return parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
+  ops::Conv2dOptions o;
+  o.stride = stride;
+  o.padding = pads;
+  o.dilation = dilation;
+  o.groups = groups;
+  return ops::conv2d_weight_grad(x, dy, {kh, kw}, o);
 }
 
 Grads conv2d_grad(const GradContext& c) {
@@ -274,7 +310,11 @@ Grads conv_transpose2d_grad(const GradContext& c) {
   o.groups = groups;
   Tensor dx = ops::conv2d(g, w, std::nullopt, o);
   if (dx.dim(2) != x.dim(2) || dx.dim(3) != x.dim(3)) dx = ops::slice(dx, {0, 0}, {x.dim(2), x.dim(3)}, {2, 3});
-  Grads r{dx, conv_weight_grad(g, x, w.dim(2), w.dim(3), st, pads, dl, groups)};
+  // The same correlation with x and dy exchanged; output_padding comes off the end padding so the conv of
+  // dy has exactly x's size.
+  const Ints& op = c.attrs.ints("output_padding");
+  const Ints wpads{pads[0], pads[1], pads[2] - op[0], pads[3] - op[1]};
+  Grads r{dx, conv_weight_grad(g, x, w.dim(2), w.dim(3), st, wpads, dl, groups)};
   if (c.inputs.size() > 2) r.push_back(ops::reduce_sum(g, {0, 2, 3}));
   return r;
 }
@@ -337,36 +377,17 @@ Tensor offset_kernel(int64_t channels, const PoolGeom& p, DType dt, bool ones) {
   return Tensor::from_doubles(v, {channels * (ones ? 1 : K), 1, p.kh, p.kw}, dt);
 }
 
-// Ties go to the first offset in row-major window order, like PyTorch's argmax.
+// The max_pool2d_grad op routes each dy element to the input its window selected (ties: the first in
+// row-major window order, like PyTorch's argmax); one pass instead of a mask per kernel offset.
 Grads max_pool2d_grad(const GradContext& c) {
-  const Tensor &x = c.inputs[0], &y = c.outputs[0], &g = c.output_grads[0];
-  const PoolGeom p = pool_geom(c, true);
-  const int64_t n = x.dim(0), ch = x.dim(1);
-  // Pad with -inf (padding never wins) and far enough that every ceil_mode window is in range.
-  const auto extra = [&](int i, int64_t out, int64_t k) {
-    const int64_t reach = (out - 1) * p.stride[i] + (k - 1) * p.dilation[i] + 1;
-    return std::max<int64_t>(0, reach - (x.dim(2 + i) + p.pads[i] + p.pads[2 + i]));
-  };
-  const int64_t ext_h = extra(0, p.ho, p.kh), ext_w = extra(1, p.wo, p.kw);
-  const Tensor xp = ops::pad(x, {0, 0, p.pads[0], p.pads[1], 0, 0, p.pads[2] + ext_h, p.pads[3] + ext_w}, "constant",
-                             -std::numeric_limits<double>::infinity());
-  const Tensor zero = Tensor::scalar(0.0, g.dtype());
-  std::vector<Tensor> parts;
-  Tensor taken;
-  for (int64_t i = 0; i < p.kh; ++i) {
-    for (int64_t j = 0; j < p.kw; ++j) {
-      const int64_t r0 = i * p.dilation[0], c0 = j * p.dilation[1];
-      const Tensor xs = ops::slice(xp, {r0, c0}, {r0 + (p.ho - 1) * p.stride[0] + 1, c0 + (p.wo - 1) * p.stride[1] + 1},
-                                   {2, 3}, {p.stride[0], p.stride[1]});
-      Tensor hit = ops::eq(xs, y);
-      if (taken.defined()) hit = ops::logical_and(hit, ops::logical_not(taken));
-      taken = taken.defined() ? ops::logical_or(taken, hit) : hit;
-      parts.push_back(ops::unsqueeze(ops::where(hit, g, zero), {2}));
-    }
-  }
-  const Tensor stacked =
-      ops::reshape(parts.size() == 1 ? parts[0] : ops::concat(parts, 2), {n, ch * p.kh * p.kw, p.ho, p.wo});
-  return {place_windows(stacked, offset_kernel(ch, p, x.dtype(), false), p, x)};
+  ops::Pool2dOptions o;
+  o.kernel = c.attrs.ints("kernel");
+  o.stride = c.attrs.ints("stride");
+  o.padding = c.attrs.ints("padding");
+  o.dilation = c.attrs.ints("dilation");
+  o.ceil_mode = c.attrs.b("ceil_mode");
+  o.pad_mode = c.attrs.s("pad_mode");
+  return {ops::max_pool2d_grad(c.inputs[0], c.output_grads[0], o)};
 }
 
 // Every window element gets dy / divisor; divisors depend only on the geometry, so they are a constant.
@@ -440,6 +461,40 @@ void register_conv_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer([](const InferContext& c) { return infer_pool(c, true); })
       .grad(max_pool2d_grad);
+  r.def(OpId::conv2d_weight_grad)
+      .doc("Weight gradient of conv2d: x [N,C,H,W], dy [N,O,Ho,Wo] -> dW [O,C/groups,kH,kW]; padding is resolved "
+           "(top,left,bottom,right; an end pad may be negative).")
+      .inputs({"x", "dy"})
+      .attr("kernel", AttrKind::i64s, V{1, 1})
+      .attr("stride", AttrKind::i64s, V{1, 1})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
+      .attr("dilation", AttrKind::i64s, V{1, 1})
+      .attr("groups", AttrKind::i64, int64_t{1})
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::low)
+      .infer(infer_conv2d_weight_grad)
+      .cost([](auto ins, auto outs, const Attrs&) {
+        OpCost c;
+        for (const auto& t : ins) c.bytes += static_numel(t) * dtype_size(t.dtype);
+        c.bytes += static_numel(outs[0]) * dtype_size(outs[0].dtype);
+        // every dy element meets C/groups * kH * kW inputs
+        const auto& w = outs[0].dims;
+        c.flops = 2.0 * static_numel(ins[1]) * static_cast<double>(w[1].size * w[2].size * w[3].size);
+        return c;
+      });
+  r.def(OpId::max_pool2d_grad)
+      .doc("Input gradient of max_pool2d (same attributes): dy [N,C,Ho,Wo] goes to the element each window "
+           "selected (NaN wins, else the first maximum in row-major window order).")
+      .inputs({"x", "dy"})
+      .attr("kernel", AttrKind::i64s, V{2, 2})
+      .attr("stride", AttrKind::i64s, V{})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
+      .attr("dilation", AttrKind::i64s, V{1, 1})
+      .attr("ceil_mode", AttrKind::boolean, false)
+      .attr("pad_mode", AttrKind::str, std::string("pad"))
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
+      .infer(infer_max_pool2d_grad);
   r.def(OpId::avg_pool2d)
       .doc(
           "2-D average pooling over NCHW; count_include_pad counts padding (not the ceil_mode overhang) in the "

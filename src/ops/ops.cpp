@@ -99,6 +99,16 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) {
   return c1(OpId::max_pool2d, {x}, {{"kernel", o.kernel}, {"stride", o.stride}, {"padding", o.padding},
                                     {"dilation", o.dilation}, {"ceil_mode", o.ceil_mode}, {"pad_mode", o.pad_mode}});
 }
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& dy, const Ints& kernel, const Conv2dOptions& o) {
+  return c1(OpId::conv2d_weight_grad, {x, dy},
+            {{"kernel", kernel}, {"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation},
+             {"groups", o.groups}});
+}
+Tensor max_pool2d_grad(const Tensor& x, const Tensor& dy, const Pool2dOptions& o) {
+  return c1(OpId::max_pool2d_grad, {x, dy}, {{"kernel", o.kernel}, {"stride", o.stride}, {"padding", o.padding},
+                                             {"dilation", o.dilation}, {"ceil_mode", o.ceil_mode},
+                                             {"pad_mode", o.pad_mode}});
+}
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o) {
   return c1(OpId::avg_pool2d, {x}, {{"kernel", o.kernel}, {"stride", o.stride}, {"padding", o.padding},
                                     {"ceil_mode", o.ceil_mode}, {"count_include_pad", o.count_include_pad},
@@ -125,8 +135,9 @@ Tensor group_norm(const Tensor& x, int64_t groups, const std::optional<Tensor>& 
   if (b) ins.push_back(*b);
   return call1(OpId::group_norm, ins, {{"num_groups", groups}, {"epsilon", eps}});
 }
-Tensor dropout(const Tensor& x, double p, bool training, int64_t seed) {
-  return c1(OpId::dropout, {x}, {{"p", p}, {"training", training}, {"seed", seed}});
+Tensor dropout(const Tensor& x, double p, bool training, int64_t seed, const Tensor& offset) {
+  const Attrs a{{"p", p}, {"training", training}, {"seed", seed}};
+  return offset.defined() ? c1(OpId::dropout, {x, offset}, a) : c1(OpId::dropout, {x}, a);
 }
 
 Tensor reshape(const Tensor& x, const Ints& shape) { return c1(OpId::reshape, {x}, {{"shape", shape}}); }

@@ -115,6 +115,11 @@ struct Pool2dOptions {
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o = {});
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o = {});
 Tensor global_avg_pool(const Tensor& x);  // [N,C,H,W] -> [N,C,1,1]
+// Backward kernels used by the gradient rules of conv2d and max_pool2d.
+// dW [O, C/groups, kH, kW] of conv2d(x, W) given dy; o.pad_mode must be "pad" (pass resolved padding).
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& dy, const Ints& kernel, const Conv2dOptions& o);
+// dx of max_pool2d(x, o) given dy: each dy element goes to the input its window selected.
+Tensor max_pool2d_grad(const Tensor& x, const Tensor& dy, const Pool2dOptions& o);
 // Inference batch norm over channel axis 1.
 Tensor batch_norm(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean, const Tensor& var,
                   double epsilon = 1e-5);
@@ -125,8 +130,9 @@ Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight = std::null
                 double epsilon = 1e-6);
 Tensor group_norm(const Tensor& x, int64_t num_groups, const std::optional<Tensor>& weight = std::nullopt,
                   const std::optional<Tensor>& bias = std::nullopt, double epsilon = 1e-5);
-// Inverted dropout with the counter-based RNG keyed by (seed, element index); identity unless training.
-Tensor dropout(const Tensor& x, double p, bool training, int64_t seed = 0);
+// Inverted dropout with the counter-based RNG keyed by (seed, offset, element index); identity unless training.
+// offset: optional i64/i32 scalar tensor (0 when undefined); a graph input there gives a cached plan fresh masks.
+Tensor dropout(const Tensor& x, double p, bool training, int64_t seed = 0, const Tensor& offset = Tensor());
 
 // ---- shape and data movement
 Tensor reshape(const Tensor& x, const Ints& shape);  // one -1 allowed

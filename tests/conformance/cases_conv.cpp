@@ -60,6 +60,8 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
                   .tol(4));
   // max_pool2d
   c.push_back(OpCase("max_pool2d/default", OpId::max_pool2d, {{2, 3, 8, 8}}));
+  c.push_back(OpCase("max_pool2d/odd_2x2", OpId::max_pool2d, {{2, 3, 9, 7}}));
+  c.push_back(OpCase("max_pool2d/large_2x2", OpId::max_pool2d, {{8, 32, 28, 28}}));
   c.push_back(OpCase("max_pool2d/odd_stride_pad", OpId::max_pool2d, {{1, 5, 11, 9}})
                   .attr("kernel", V{3, 3})
                   .attr("stride", V{2, 2})
@@ -120,10 +122,61 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("global_avg_pool/1x1", OpId::global_avg_pool, {{3, 33, 1, 1}}));
   c.push_back(OpCase("global_avg_pool/ncw", OpId::global_avg_pool, {{2, 3, 17}}));
 
+  // conv2d_weight_grad: dy has conv2d's output shape; the big batch spans several of the cpu kernel's slices.
+  c.push_back(OpCase("conv2d_weight_grad/basic", OpId::conv2d_weight_grad, {{2, 3, 7, 9}, {2, 4, 5, 7}})
+                  .attr("kernel", V{3, 3}));
+  c.push_back(OpCase("conv2d_weight_grad/stride_asym_pad", OpId::conv2d_weight_grad, {{2, 5, 11, 13}, {2, 6, 6, 13}})
+                  .attr("kernel", V{3, 2})
+                  .attr("stride", V{2, 1})
+                  .attr("padding", V{1, 0, 2, 1}));
+  c.push_back(OpCase("conv2d_weight_grad/dilation", OpId::conv2d_weight_grad, {{1, 4, 12, 12}, {1, 8, 8, 8}})
+                  .attr("kernel", V{3, 3})
+                  .attr("dilation", V{2, 2}));
+  c.push_back(OpCase("conv2d_weight_grad/groups", OpId::conv2d_weight_grad, {{2, 6, 9, 9}, {2, 9, 7, 7}})
+                  .attr("kernel", V{3, 3})
+                  .attr("groups", int64_t{3}));
+  c.push_back(OpCase("conv2d_weight_grad/negative_end_pad", OpId::conv2d_weight_grad, {{1, 2, 6, 6}, {1, 3, 2, 2}})
+                  .attr("kernel", V{3, 3})
+                  .attr("stride", V{2, 2})
+                  .attr("padding", V{1, 1, -1, -1}));
+  c.push_back(OpCase("conv2d_weight_grad/batch_slices", OpId::conv2d_weight_grad, {{19, 8, 10, 10}, {19, 16, 10, 10}})
+                  .attr("kernel", V{3, 3})
+                  .attr("padding", V{1, 1, 1, 1})
+                  .tol(4));
+  c.push_back(OpCase("conv2d_weight_grad/simplenet", OpId::conv2d_weight_grad, {{64, 1, 28, 28}, {64, 32, 28, 28}})
+                  .attr("kernel", V{3, 3})
+                  .attr("padding", V{1, 1, 1, 1})
+                  .tol(8));
+  // max_pool2d_grad: dy has max_pool2d's output shape.
+  c.push_back(OpCase("max_pool2d_grad/default", OpId::max_pool2d_grad, {{2, 3, 8, 8}, {2, 3, 4, 4}}));
+  c.push_back(OpCase("max_pool2d_grad/odd_2x2", OpId::max_pool2d_grad, {{2, 3, 9, 7}, {2, 3, 4, 3}}));
+  c.push_back(OpCase("max_pool2d_grad/simplenet", OpId::max_pool2d_grad, {{64, 32, 28, 28}, {64, 32, 14, 14}}));
+  c.push_back(OpCase("max_pool2d_grad/overlapping", OpId::max_pool2d_grad, {{1, 2, 7, 7}, {1, 2, 5, 5}})
+                  .attr("kernel", V{3, 3})
+                  .attr("stride", V{1, 1}));
+  c.push_back(OpCase("max_pool2d_grad/ceil_pad", OpId::max_pool2d_grad, {{1, 3, 6, 6}, {1, 3, 4, 4}})
+                  .attr("kernel", V{3, 3})
+                  .attr("stride", V{2, 2})
+                  .attr("padding", V{1, 1, 1, 1})
+                  .attr("ceil_mode", true));
+  c.push_back(OpCase("max_pool2d_grad/dilation", OpId::max_pool2d_grad, {{1, 4, 10, 10}, {1, 4, 4, 4}})
+                  .attr("kernel", V{2, 2})
+                  .attr("stride", V{2, 2})
+                  .attr("dilation", V{2, 2}));
+  c.push_back(OpCase("max_pool2d_grad/same", OpId::max_pool2d_grad, {{1, 3, 9, 7}, {1, 3, 5, 4}})
+                  .attr("kernel", V{3, 3})
+                  .attr("stride", V{2, 2})
+                  .attr("pad_mode", std::string("same")));
+
   const auto f32 = DType::f32;
   const auto err = [&](std::string n, OpId op, std::vector<Shape> s, Attrs a, ErrorCode code) {
     e.push_back({std::move(n), op, s, std::vector<DType>(s.size(), f32), std::move(a), code});
   };
+  err("conv2d_weight_grad/dy_size", OpId::conv2d_weight_grad, {{1, 3, 8, 8}, {1, 4, 5, 6}}, {{"kernel", V{3, 3}}},
+      ErrorCode::shape_mismatch);
+  err("conv2d_weight_grad/groups", OpId::conv2d_weight_grad, {{1, 3, 8, 8}, {1, 4, 6, 6}},
+      {{"kernel", V{3, 3}}, {"groups", int64_t{2}}}, ErrorCode::shape_mismatch);
+  err("max_pool2d_grad/dy_shape", OpId::max_pool2d_grad, {{1, 3, 8, 8}, {1, 3, 3, 4}}, {}, ErrorCode::shape_mismatch);
   err("conv2d/x_rank", OpId::conv2d, {{3, 8, 8}, {4, 3, 3, 3}}, {}, ErrorCode::shape_mismatch);
   err("conv2d/channel_mismatch", OpId::conv2d, {{1, 4, 8, 8}, {4, 3, 3, 3}}, {}, ErrorCode::shape_mismatch);
   err("conv2d/groups_not_dividing", OpId::conv2d, {{1, 6, 8, 8}, {4, 2, 3, 3}}, {{"groups", int64_t{4}}},

@@ -13,6 +13,7 @@
 #include "base/thread_pool.h"
 #include "nn/init.h"
 #include "nn/loss.h"
+#include "runtime/profiler.h"
 #include "tools/spore/commands.h"
 #include "train/model.h"
 #include "train/models.h"
@@ -67,6 +68,10 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--limit-train", limit_train, "use only the first N training samples")->check(CLI::NonNegativeNumber);
   app.add_option("--limit-test", limit_test, "use only the first N test samples")->check(CLI::NonNegativeNumber);
   app.add_flag("--no-progress", no_progress, "no progress bar");
+  std::string profile_path;
+  app.add_option("--profile", profile_path,
+                 "record every kernel of the first epoch's training steps: write a Chrome trace (Perfetto) to this file and print "
+                 "the top ops by time to stderr");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -103,6 +108,8 @@ int cmd_train(int argc, char** argv) {
   auto mean_loss = std::make_shared<MeanLoss>();
   callbacks.push_back(mean_loss);
 
+  std::unique_ptr<Profiler> prof;
+  if (!profile_path.empty()) prof = std::make_unique<Profiler>();
   double total_s = 0;
   std::string last_ckpt;
   std::map<std::string, double> m;
@@ -111,6 +118,11 @@ int cmd_train(int argc, char** argv) {
     model.train(1, train_ds, callbacks);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_s += s;
+    if (prof) {
+      prof->write_chrome_trace(profile_path);
+      std::cerr << prof->top_table(20) << "trace: " << profile_path << "\n";
+      prof.reset();
+    }
     m = model.eval(test_ds);
     const double sps = static_cast<double>(n_train) / s;
     if (!ckpt_dir.empty()) {

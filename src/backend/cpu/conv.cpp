@@ -244,9 +244,8 @@ struct PoolGeom {
   bool is_max, include_pad;
 };
 
-PoolGeom pool_geom(const KernelContext& k, bool is_max) {
+PoolGeom pool_geom(const KernelContext& k, bool is_max, const Shape& ys) {
   const Shape& xs = k.in(0).shape();
-  const Shape& ys = k.out(0).shape();
   const auto& kernel = k.attrs.ints("kernel");
   std::vector<int64_t> stride = k.attrs.ints("stride");
   if (stride.empty()) stride = kernel;
@@ -258,6 +257,7 @@ PoolGeom pool_geom(const KernelContext& k, bool is_max) {
   g.pw = axis_pad(k.attrs, 1, g.w, (g.kw - 1) * g.dw + 1, g.sw);
   return g;
 }
+PoolGeom pool_geom(const KernelContext& k, bool is_max) { return pool_geom(k, is_max, k.out(0).shape()); }
 
 template <typename T>
 void loops_pool(const PoolGeom& g, const T* x, T* y) {
@@ -289,6 +289,63 @@ void loops_pool(const PoolGeom& g, const T* x, T* y) {
   });
 }
 
+// The common CNN pooling: 2x2 windows, stride 2, no padding or dilation (floor mode, so every window is
+// whole). oneDNN's plain-NCHW pooling ran at under 1 GB/s here; this streams two input rows per output row.
+bool is_2x2_tiling(const PoolGeom& g) {
+  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.dh == 1 && g.dw == 1 && g.ph.begin == 0 &&
+         g.pw.begin == 0 && g.oh == g.h / 2 && g.ow == g.w / 2;
+}
+
+// The forward's selection rule: NaN wins, else a strictly larger value (ties keep the earlier element).
+inline float take_max(float acc, float v) { return (v != v || v > acc) ? v : acc; }
+
+void max_pool_2x2(const PoolGeom& g, const float* x, float* y) {
+  parallel_for(num_chunks(g.planes * g.oh, 64), [&](int64_t chunk) {
+    const int64_t end = std::min(g.planes * g.oh, (chunk + 1) * 64);
+    for (int64_t r = chunk * 64; r < end; ++r) {
+      const int64_t p = r / g.oh, yy = r % g.oh;
+      const float* a = x + (p * g.h + 2 * yy) * g.w;
+      const float* b = a + g.w;
+      float* out = y + r * g.ow;
+      for (int64_t xx = 0; xx < g.ow; ++xx)
+        out[xx] = take_max(take_max(take_max(a[2 * xx], a[2 * xx + 1]), b[2 * xx]), b[2 * xx + 1]);
+    }
+  });
+}
+
+// Its gradient: each window's dy goes to the selected element, the other three get 0 (rows and columns
+// past the last whole window, when H or W is odd, get 0 too).
+void max_pool_2x2_grad(const PoolGeom& g, const float* x, const float* dy, float* dx) {
+  parallel_for(num_chunks(g.planes * g.oh, 64), [&](int64_t chunk) {
+    const int64_t end = std::min(g.planes * g.oh, (chunk + 1) * 64);
+    for (int64_t r = chunk * 64; r < end; ++r) {
+      const int64_t p = r / g.oh, yy = r % g.oh;
+      const float* a = x + (p * g.h + 2 * yy) * g.w;
+      const float* b = a + g.w;
+      float* da = dx + (p * g.h + 2 * yy) * g.w;
+      float* db = da + g.w;
+      const float* d = dy + r * g.ow;
+      for (int64_t xx = 0; xx < g.ow; ++xx) {
+        const float v0 = a[2 * xx], v1 = a[2 * xx + 1], v2 = b[2 * xx], v3 = b[2 * xx + 1];
+        // Replay the forward's scan to find the element it selected.
+        int sel = 0;
+        float acc = v0;
+        if (v1 != v1 || v1 > acc) sel = 1, acc = v1;
+        if (v2 != v2 || v2 > acc) sel = 2, acc = v2;
+        if (v3 != v3 || v3 > acc) sel = 3;
+        const float gv = d[xx];
+        da[2 * xx] = sel == 0 ? gv : 0.0f;
+        da[2 * xx + 1] = sel == 1 ? gv : 0.0f;
+        db[2 * xx] = sel == 2 ? gv : 0.0f;
+        db[2 * xx + 1] = sel == 3 ? gv : 0.0f;
+      }
+      if (g.w > 2 * g.ow) da[g.w - 1] = db[g.w - 1] = 0.0f;
+    }
+  });
+  if (g.h > 2 * g.oh)  // odd H: the last row of every plane is never selected
+    for (int64_t p = 0; p < g.planes; ++p) std::fill(dx + (p * g.h + g.h - 1) * g.w, dx + (p * g.h + g.h) * g.w, 0.0f);
+}
+
 // oneDNN pooling on plain NCHW. The end padding is widened to cover a ceil_mode overhang; that changes
 // nothing for max or exclude-pad averages, but include-pad averages would divide by the full kernel, so
 // those go to the loops.
@@ -316,6 +373,7 @@ void pool_kernel(KernelContext& k) {
   if (k.out(0).numel() == 0) return;
   const DType t = k.out(0).dtype();
   if (t == DType::f64) return loops_pool(g, k.in(0).data<double>(), k.out(0).data<double>());
+  if (is_max && t == DType::f32 && is_2x2_tiling(g)) return max_pool_2x2(g, k.in(0).data<float>(), k.out(0).data<float>());
   static PrimitiveCache<std::optional<dnnl::primitive>> cache;
   const int64_t n = k.in(0).dim(0), c = k.in(0).dim(1);
   const std::string key =
@@ -339,6 +397,180 @@ template <bool is_max>
 void pool_low(KernelContext& k) {
   run_in_f32(k, pool_kernel<is_max>);
 }
+
+// ---- backward kernels
+
+// max_pool2d_grad: one task per (image, channel) plane; windows are scanned in output order, so
+// overlapping windows add into dx in a fixed order. The selection rule is the forward's (NaN wins, else a
+// strictly larger value, so ties keep the first element in row-major window order).
+template <typename T>
+void loops_max_pool_grad(const PoolGeom& g, const T* x, const T* dy, T* dx) {
+  parallel_for(g.planes, [&](int64_t p) {
+    const T* in = x + p * g.h * g.w;
+    const T* d = dy + p * g.oh * g.ow;
+    T* out = dx + p * g.h * g.w;
+    std::fill(out, out + g.h * g.w, T(0));
+    for (int64_t yy = 0; yy < g.oh; ++yy)
+      for (int64_t xx = 0; xx < g.ow; ++xx) {
+        const int64_t y0 = yy * g.sh - g.ph.begin, x0 = xx * g.sw - g.pw.begin;
+        T best = T(0);
+        int64_t arg = -1;
+        for (int64_t i = 0; i < g.kh; ++i) {
+          const int64_t iy = y0 + i * g.dh;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t ix = x0 + j * g.dw;
+            if (ix < 0 || ix >= g.w) continue;
+            const T v = in[iy * g.w + ix];
+            if (arg < 0 || std::isnan(v) || v > best) best = v, arg = iy * g.w + ix;
+          }
+        }
+        if (arg >= 0) out[arg] += d[yy * g.ow + xx];
+      }
+  });
+}
+
+void max_pool2d_grad_kernel(KernelContext& k) {
+  const PoolGeom g = pool_geom(k, true, k.in(1).shape());
+  if (k.out(0).dtype() == DType::f32 && is_2x2_tiling(g))
+    return max_pool_2x2_grad(g, k.in(0).data<float>(), k.in(1).data<float>(), k.out(0).data<float>());
+  if (k.out(0).dtype() == DType::f64)
+    loops_max_pool_grad(g, k.in(0).data<double>(), k.in(1).data<double>(), k.out(0).data<double>());
+  else
+    loops_max_pool_grad(g, k.in(0).data<float>(), k.in(1).data<float>(), k.out(0).data<float>());
+}
+void max_pool2d_grad_low(KernelContext& k) { run_in_f32(k, max_pool2d_grad_kernel); }
+
+struct WeightGradGeom {
+  int64_t n, c, h, w, o, oh, ow, kh, kw, groups, sh, sw, dh, dw, pt, pl, pb, pr;
+};
+
+WeightGradGeom weight_grad_geom(const KernelContext& k) {
+  const Shape& xs = k.in(0).shape();
+  const Shape& ds = k.in(1).shape();
+  const auto& st = k.attrs.ints("stride");
+  const auto& dl = k.attrs.ints("dilation");
+  const auto& p = k.attrs.ints("padding");
+  const auto& kr = k.attrs.ints("kernel");
+  return {xs[0], xs[1], xs[2], xs[3], ds[1], ds[2], ds[3], kr[0], kr[1], k.attrs.i("groups"),
+          st[0], st[1], dl[0], dl[1], p[0],  p[1],  p[2],  p[3]};
+}
+
+// f64: one task per output channel, each summing over (n, y, x) in index order.
+void loops_conv_weight_grad(const WeightGradGeom& g, const double* x, const double* dy, double* dw) {
+  const int64_t og = g.o / g.groups, cg = g.c / g.groups;
+  parallel_for(g.o, [&](int64_t oc) {
+    for (int64_t ic = 0; ic < cg; ++ic)
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          double s = 0;
+          const int64_t xc = (oc / og) * cg + ic;
+          for (int64_t b = 0; b < g.n; ++b) {
+            const double* d = dy + (b * g.o + oc) * g.oh * g.ow;
+            const double* in = x + (b * g.c + xc) * g.h * g.w;
+            for (int64_t y = 0; y < g.oh; ++y) {
+              const int64_t iy = y * g.sh - g.pt + i * g.dh;
+              if (iy < 0 || iy >= g.h) continue;
+              for (int64_t z = 0; z < g.ow; ++z) {
+                const int64_t ix = z * g.sw - g.pl + j * g.dw;
+                if (ix >= 0 && ix < g.w) s += d[y * g.ow + z] * in[iy * g.w + ix];
+              }
+            }
+          }
+          dw[((oc * cg + ic) * g.kh + i) * g.kw + j] = s;
+        }
+  });
+}
+
+// oneDNN backward-weights primitive over plain layouts for a batch of `n` images. The slices run it
+// concurrently, so each call brings its own scratchpad (the library-owned one is shared per primitive).
+struct WeightGradPrim {
+  dnnl::primitive prim;
+  memory::desc scratch;
+};
+std::optional<WeightGradPrim> make_weight_grad_prim(const WeightGradGeom& g, int64_t n) {
+  const auto dt = memory::data_type::f32;
+  ConvGeom cg{n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.groups, g.sh, g.sw, g.dh, g.dw, {}, {}};
+  const memory::desc src({n, g.c, g.h, g.w}, dt, tag::nchw), dst({n, g.o, g.oh, g.ow}, dt, tag::nchw);
+  const memory::desc wei = weights_md(cg, dt, false);
+  const memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pad_l{g.pt, g.pl}, pad_r{g.pb, g.pr};
+  try {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                             src, wei, dst, strides, dil, pad_l, pad_r);
+    const dnnl::convolution_forward::primitive_desc fpd(fd, dnnl_engine());
+    const dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, wei, dst, strides,
+                                                      dil, pad_l, pad_r);
+    const dnnl::convolution_backward_weights::primitive_desc bpd(bd, attr, dnnl_engine(), fpd);
+    if (bpd.src_desc() != src || bpd.diff_dst_desc() != dst || bpd.diff_weights_desc() != wei) return std::nullopt;
+    return WeightGradPrim{dnnl::convolution_backward_weights(bpd), bpd.scratchpad_desc()};
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+// f32: the batch is cut into a fixed number of slices that depends only on N; each slice's partial dW comes
+// from a single-threaded oneDNN call (oneDNN's own threading splits the batch by thread count, which would
+// change the bits), and the partials are summed in slice order. Geometries oneDNN declines use f32 loops.
+void conv2d_weight_grad_kernel(KernelContext& k) {
+  const WeightGradGeom g = weight_grad_geom(k);
+  if (k.out(0).numel() == 0) return;
+  if (k.out(0).dtype() == DType::f64)
+    return loops_conv_weight_grad(g, k.in(0).data<double>(), k.in(1).data<double>(), k.out(0).data<double>());
+  float* dw = k.out(0).data<float>();
+  const int64_t wsize = k.out(0).numel();
+  if (g.n == 0) {
+    std::fill(dw, dw + wsize, 0.0f);
+    return;
+  }
+  constexpr int64_t max_slices = 8;
+  const int64_t per = (g.n + max_slices - 1) / max_slices, slices = (g.n + per - 1) / per;
+  const int64_t last = g.n - (slices - 1) * per;
+  static PrimitiveCache<std::optional<WeightGradPrim>> cache;
+  const std::string base = fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", g.c, g.h, g.w, g.o, g.oh,
+                                       g.ow, g.kh, g.kw, g.groups, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr);
+  const auto full = cache.get(fmt::format("{}:{}", per, base), [&] { return make_weight_grad_prim(g, per); });
+  const auto tail = last == per ? full : cache.get(fmt::format("{}:{}", last, base), [&] {
+    return make_weight_grad_prim(g, last);
+  });
+  if (!full || !tail) {
+    // f32 loops: the f64 loop structure in float, one task per output channel.
+    std::vector<double> xd(k.in(0).data<float>(), k.in(0).data<float>() + k.in(0).numel());
+    std::vector<double> dd(k.in(1).data<float>(), k.in(1).data<float>() + k.in(1).numel());
+    std::vector<double> out(static_cast<size_t>(wsize));
+    loops_conv_weight_grad(g, xd.data(), dd.data(), out.data());
+    for (int64_t i = 0; i < wsize; ++i) dw[i] = static_cast<float>(out[i]);
+    return;
+  }
+  std::vector<float> partial(static_cast<size_t>((slices - 1) * wsize));
+  const auto dt = memory::data_type::f32;
+  const ConvGeom cgeom{0, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.groups, g.sh, g.sw, g.dh, g.dw, {}, {}};
+  const memory::desc wei = weights_md(cgeom, dt, false);
+  const float* x = k.in(0).data<float>();
+  const float* dy = k.in(1).data<float>();
+  const auto run_slice = [&](int64_t s) {
+    const int64_t n0 = s * per, n = s + 1 == slices ? last : per;
+    const memory src(memory::desc({n, g.c, g.h, g.w}, dt, tag::nchw), dnnl_engine(),
+                     const_cast<float*>(x + n0 * g.c * g.h * g.w));
+    const memory dst(memory::desc({n, g.o, g.oh, g.ow}, dt, tag::nchw), dnnl_engine(),
+                     const_cast<float*>(dy + n0 * g.o * g.oh * g.ow));
+    const memory dwm(wei, dnnl_engine(), s == 0 ? dw : partial.data() + (s - 1) * wsize);
+    const WeightGradPrim& p = s + 1 == slices ? *tail : *full;
+    const memory scratch(p.scratch, dnnl_engine());
+    p.prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, src},
+                                   {DNNL_ARG_DIFF_DST, dst},
+                                   {DNNL_ARG_DIFF_WEIGHTS, dwm},
+                                   {DNNL_ARG_SCRATCHPAD, scratch}});
+    dnnl_stream().wait();
+  };
+  run_onednn_tasks(slices, run_slice);
+  for (int64_t s = 1; s < slices; ++s) {
+    const float* p = partial.data() + (s - 1) * wsize;
+    for (int64_t i = 0; i < wsize; ++i) dw[i] += p[i];
+  }
+}
+void conv2d_weight_grad_low(KernelContext& k) { run_in_f32(k, conv2d_weight_grad_kernel); }
 
 // Plane means, summed in double in index order: exact enough for f32 and independent of threads.
 template <typename T>
@@ -372,6 +604,10 @@ void register_conv(KernelRegistry& r) {
   r.add(Backend::cpu, OpId::max_pool2d, {DType::f32, DType::f64}, pool_kernel<true>, "onednn");
   r.add(Backend::cpu, OpId::max_pool2d, {DType::f16, DType::bf16}, pool_low<true>, "onednn");
   r.add(Backend::cpu, OpId::avg_pool2d, {DType::f32, DType::f64}, pool_kernel<false>, "onednn");
+  r.add(Backend::cpu, OpId::max_pool2d_grad, {DType::f32, DType::f64}, max_pool2d_grad_kernel, "loops");
+  r.add(Backend::cpu, OpId::max_pool2d_grad, {DType::f16, DType::bf16}, max_pool2d_grad_low, "loops");
+  r.add(Backend::cpu, OpId::conv2d_weight_grad, {DType::f32, DType::f64}, conv2d_weight_grad_kernel, "onednn");
+  r.add(Backend::cpu, OpId::conv2d_weight_grad, {DType::f16, DType::bf16}, conv2d_weight_grad_low, "onednn");
   r.add(Backend::cpu, OpId::avg_pool2d, {DType::f16, DType::bf16}, pool_low<false>, "onednn");
   r.add(Backend::cpu, OpId::global_avg_pool, {DType::f32, DType::f64}, global_avg_pool_kernel, "loops");
   r.add(Backend::cpu, OpId::global_avg_pool, {DType::f16, DType::bf16}, global_avg_pool_low, "loops");

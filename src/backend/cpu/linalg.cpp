@@ -165,29 +165,7 @@ void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b,
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, dnnl_engine(), pbias + j0 * es));
     e.prim.execute(dnnl_stream(), args);
   };
-  if (tasks == 1) {  // no team to spin up: just keep oneDNN serial for this call
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
-    try {
-      run_tile(0);
-    } catch (...) {
-      omp_set_num_threads(saved);
-      throw;
-    }
-    omp_set_num_threads(saved);
-    return;
-  }
-  std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t task = 0; task < tasks; ++task) {
-    try {
-      run_tile(task);
-    } catch (...) {
-#pragma omp critical(spore_matmul_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  run_onednn_tasks(tasks, run_tile);
 }
 
 // f64: each output row block is one task; every element sums over K in order, so any thread count

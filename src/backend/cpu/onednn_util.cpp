@@ -1,7 +1,9 @@
 #include "backend/cpu/onednn_util.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
+#include <exception>
 #include <vector>
 
 #include "base/half.h"
@@ -17,6 +19,33 @@ dnnl::engine& dnnl_engine() {
 dnnl::stream& dnnl_stream() {
   thread_local dnnl::stream s(dnnl_engine());
   return s;
+}
+
+void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
+  if (tasks <= 0) return;
+  if (tasks == 1) {  // no team to spin up: just keep oneDNN serial for this call
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    try {
+      fn(0);
+    } catch (...) {
+      omp_set_num_threads(saved);
+      throw;
+    }
+    omp_set_num_threads(saved);
+    return;
+  }
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    try {
+      fn(task);
+    } catch (...) {
+#pragma omp critical(spore_onednn_task_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 dnnl::memory user_memory(const dnnl::memory::desc& md, const Tensor& t) {

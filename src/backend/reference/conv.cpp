@@ -126,6 +126,69 @@ void pool_kernel(KernelContext& k) {
       }
 }
 
+// dW[o,c,i,j] = sum over (n, y, x) of dy[n,o,y,x] * x[n, g*cg + c, y*s - pad + i*d, x*s - pad + j*d].
+void conv2d_weight_grad_kernel(KernelContext& k) {
+  const Shape& xs = k.in(0).shape();
+  const Shape& ds = k.in(1).shape();
+  const Shape& ws = k.out(0).shape();
+  const auto& stride = k.attrs.ints("stride");
+  const auto& dil = k.attrs.ints("dilation");
+  const auto& pad = k.attrs.ints("padding");
+  const int64_t groups = k.attrs.i("groups");
+  const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3];
+  const int64_t o = ds[1], oh = ds[2], ow = ds[3];
+  const int64_t cg = ws[1], kh = ws[2], kw = ws[3], og = o / groups;
+  const auto x = k.in(0).to_doubles(), dy = k.in(1).to_doubles();
+  for (int64_t oc = 0; oc < o; ++oc)
+    for (int64_t ic = 0; ic < cg; ++ic)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) {
+          double s = 0;
+          const int64_t xc = (oc / og) * cg + ic;
+          for (int64_t b = 0; b < n; ++b)
+            for (int64_t y = 0; y < oh; ++y)
+              for (int64_t z = 0; z < ow; ++z) {
+                const int64_t iy = y * stride[0] - pad[0] + i * dil[0], ix = z * stride[1] - pad[1] + j * dil[1];
+                if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                s += dy[((b * o + oc) * oh + y) * ow + z] * x[((b * c + xc) * h + iy) * w + ix];
+              }
+          put(k.out(0), ((oc * cg + ic) * kh + i) * kw + j, s);
+        }
+}
+
+// dx: every dy element is added to the input its window selected, found by the forward's own scan
+// (NaN wins; otherwise a strictly larger value; so ties keep the first in row-major window order).
+void max_pool2d_grad_kernel(KernelContext& k) {
+  const Shape& xs = k.in(0).shape();
+  const Shape& ds = k.in(1).shape();
+  const auto& kernel = k.attrs.ints("kernel");
+  std::vector<int64_t> stride = k.attrs.ints("stride");
+  if (stride.empty()) stride = kernel;
+  const auto& dil = k.attrs.ints("dilation");
+  const int64_t h = xs[2], w = xs[3], oh = ds[2], ow = ds[3];
+  const AxisPad ph = axis_pad(k.attrs, 0, h, (kernel[0] - 1) * dil[0] + 1, stride[0]);
+  const AxisPad pw = axis_pad(k.attrs, 1, w, (kernel[1] - 1) * dil[1] + 1, stride[1]);
+  const auto x = k.in(0).to_doubles(), dy = k.in(1).to_doubles();
+  std::vector<double> dx(x.size(), 0.0);
+  const int64_t planes = xs[0] * xs[1];
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t y = 0; y < oh; ++y)
+      for (int64_t z = 0; z < ow; ++z) {
+        const int64_t y0 = y * stride[0] - ph.begin, x0 = z * stride[1] - pw.begin;
+        double best = 0;
+        int64_t arg = -1;
+        for (int64_t i = 0; i < kernel[0]; ++i)
+          for (int64_t j = 0; j < kernel[1]; ++j) {
+            const int64_t iy = y0 + i * dil[0], ix = x0 + j * dil[1];
+            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+            const int64_t at = (p * h + iy) * w + ix;
+            if (arg < 0 || std::isnan(x[at]) || x[at] > best) best = x[at], arg = at;
+          }
+        if (arg >= 0) dx[arg] += dy[(p * oh + y) * ow + z];
+      }
+  for (size_t i = 0; i < dx.size(); ++i) put(k.out(0), static_cast<int64_t>(i), dx[i]);
+}
+
 void global_avg_pool_kernel(KernelContext& k) {
   const int64_t planes = k.in(0).dim(0) * k.in(0).dim(1);
   const int64_t size = planes ? k.in(0).numel() / planes : 0;
@@ -145,6 +208,8 @@ void register_conv(KernelRegistry& r) {
   r.add(Backend::reference, OpId::max_pool2d, dtypes::floating, pool_kernel<true>);
   r.add(Backend::reference, OpId::avg_pool2d, dtypes::floating, pool_kernel<false>);
   r.add(Backend::reference, OpId::global_avg_pool, dtypes::floating, global_avg_pool_kernel);
+  r.add(Backend::reference, OpId::conv2d_weight_grad, dtypes::floating, conv2d_weight_grad_kernel);
+  r.add(Backend::reference, OpId::max_pool2d_grad, dtypes::floating, max_pool2d_grad_kernel);
 }
 
 }  // namespace spore::reference
