@@ -143,6 +143,30 @@ void CellList::append(std::unique_ptr<Cell> cell) {
   register_cell(std::to_string(owned_.size() - 1), *owned_.back());
 }
 
+namespace {
+thread_local StepScope* t_step_scope = nullptr;
+}  // namespace
+
+StepScope::StepScope(Tensor counter) : counter_(std::move(counter)), prev_(t_step_scope) {
+  SPORE_CHECK(counter_.defined(), ErrorCode::invalid_argument, "nn::StepScope: the step counter is undefined");
+  SPORE_CHECK(counter_.dtype() == DType::i64 || counter_.dtype() == DType::i32, ErrorCode::dtype_mismatch,
+              "nn::StepScope: expected an i64 or i32 step counter, got {}", dtype_name(counter_.dtype()));
+  SPORE_CHECK(counter_.rank() == 0 || (counter_.rank() == 1 && counter_.dim(0) == 1), ErrorCode::shape_mismatch,
+              "nn::StepScope: expected a scalar step counter (shape [] or [1]), got {}", shape_str(counter_.shape()));
+  t_step_scope = this;
+}
+
+StepScope::~StepScope() { t_step_scope = prev_; }
+
+StepScope* StepScope::current() { return t_step_scope; }
+
+int64_t StepScope::next_call(const void* key) {
+  for (auto& [k, n] : calls_)
+    if (k == key) return n++;
+  calls_.emplace_back(key, 1);
+  return 0;
+}
+
 LossAndGrads value_and_grad(Cell& cell, const std::function<Tensor()>& loss_fn) {
   std::vector<std::pair<std::string, Parameter*>> all;
   {

@@ -122,6 +122,34 @@ class CellList : public Cell {
   std::vector<std::unique_ptr<Cell>> owned_;
 };
 
+// The training step that random and stateful cells key on (RAII, per thread; scopes nest). train::Model opens
+// one around each training step with `counter` = the step (an i64/i32 scalar tensor; in graph mode the
+// symbolic plan input). While one is active:
+//  - Dropout draws its mask from (its seed, how many times it was called in this scope) with the counter as
+//    the dropout op's offset input, so a compiled plan draws a fresh mask every step and two calls of one
+//    cell in a step differ;
+//  - BatchNorm (train mode) assigns its updated running stats to its buffers even while tracing (the caller
+//    makes the buffers plan inputs and outputs, and restores the slots after the trace).
+// Outside a scope: Dropout keys on a host call counter, and BatchNorm skips the update under a trace.
+class StepScope {
+ public:
+  explicit StepScope(Tensor counter);
+  ~StepScope();
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+  // The innermost active scope on this thread, or nullptr.
+  static StepScope* current();
+  const Tensor& counter() const { return counter_; }
+  // 0, 1, 2, ... for successive calls with the same key (a cell's address) in this scope.
+  int64_t next_call(const void* key);
+
+ private:
+  Tensor counter_;
+  StepScope* prev_;
+  std::vector<std::pair<const void*, int64_t>> calls_;  // few random cells per net: a linear scan is enough
+};
+
 // Gradients of a scalar loss with respect to a cell's trainable parameters, keyed by dotted name.
 struct LossAndGrads {
   Tensor loss;

@@ -171,18 +171,36 @@ Tensor AdaptiveAvgPool2d::construct(const Tensor& x) {
 }
 
 // ---- Dropout
-Dropout::Dropout(double p, uint64_t seed) : p_(p), seed_(seed) {
+namespace {
+// splitmix64 of (seed, n) so consecutive n get unrelated keys; non-negative to fit the i64 attribute.
+int64_t mix_seed(uint64_t seed, uint64_t n) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * n;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<int64_t>(z & 0x7FFFFFFFFFFFFFFFull);
+}
+}  // namespace
+
+Dropout::Dropout(double p, std::optional<uint64_t> seed) : p_(p) {
   SPORE_CHECK(p >= 0 && p < 1, ErrorCode::invalid_argument, "nn::Dropout: expected 0 <= p < 1, got {}", p);
+  if (seed) {
+    seed_ = *seed;
+  } else {
+    // Distinct per cell and reproducible under nn::set_seed, like a parameter's initializer key.
+    const InitKey k = next_init_key();
+    seed_ = static_cast<uint64_t>(mix_seed(k.seed, k.stream + 1));
+  }
 }
 
 Tensor Dropout::construct(const Tensor& x) {
   if (!training() || p_ == 0) return x;
-  // splitmix64 of (seed, call) so consecutive calls get unrelated masks.
-  uint64_t z = seed_ + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(++calls_);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return ops::dropout(x, p_, true, static_cast<int64_t>(z & 0x7FFFFFFFFFFFFFFFull));
+  ++calls_;
+  if (StepScope* scope = StepScope::current()) {
+    const int64_t k = scope->next_call(this);
+    return ops::dropout(x, p_, true, mix_seed(seed_, static_cast<uint64_t>(k) + 1), scope->counter());
+  }
+  return ops::dropout(x, p_, true, mix_seed(seed_, static_cast<uint64_t>(calls_)));
 }
 
 // ---- BatchNorm
@@ -213,8 +231,9 @@ Tensor BatchNorm::construct(const Tensor& x) {
   const Tensor var = ops::reduce_mean(ops::mul(centered, centered), axes, true);
   Tensor y = ops::mul(centered, ops::rsqrt(ops::add(var, eps_)));
   y = ops::add(ops::mul(y, ops::reshape(*gamma_, bshape)), ops::reshape(*beta_, bshape));
-  // Running stats are concrete state: they update eagerly; inside a trace they are left as they are.
-  if (!mean.is_symbolic()) {
+  // Running stats update eagerly, and under a trace only inside a StepScope (whose owner binds the buffers as
+  // plan inputs/outputs); a trace outside one leaves them as they are rather than leak symbolic tensors.
+  if (!mean.is_symbolic() || StepScope::current() != nullptr) {
     autodiff::NoGradGuard no_grad;
     const int64_t count = x.numel() / num_features_;
     const double unbias = count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;

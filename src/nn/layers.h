@@ -3,6 +3,7 @@
 // plain ops). Default initialization follows PyTorch: Dense/Conv weights kaiming_uniform(a=sqrt(5)),
 // biases uniform(+-1/sqrt(fan_in)); norms start at weight 1, bias 0.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -146,13 +147,17 @@ class Flatten : public Cell {
   int64_t axis_;
 };
 
-// Inverted dropout, active only in training mode. Each call draws a fresh mask: the op's seed is a hash
-// of (seed, call counter), so a run is reproducible from the seed.
+// Inverted dropout, active only in training mode. Each call draws a fresh mask, reproducible from the seed:
+// inside an nn::StepScope the op's seed hashes (seed, call index in the scope) and its offset input is the
+// scope's step counter (so a compiled training step draws fresh masks); outside one the seed hashes (seed,
+// host call counter). Without a seed, each Dropout takes a distinct one from nn::next_init_key(), so
+// nn::set_seed makes the masks reproducible and no two cells share masks.
 class Dropout : public Cell {
  public:
-  explicit Dropout(double p = 0.5, uint64_t seed = 0);
+  explicit Dropout(double p = 0.5, std::optional<uint64_t> seed = std::nullopt);
   Tensor construct(const Tensor& x) override;
-  int64_t calls() const { return calls_; }
+  int64_t calls() const { return calls_; }  // training-mode calls so far
+  uint64_t seed() const { return seed_; }
 
  private:
   double p_;
@@ -163,7 +168,8 @@ class Dropout : public Cell {
 // ---- normalization
 // Train mode: batch statistics (biased variance) normalize the input and update the running stats
 // with running = momentum * running + (1 - momentum) * batch (MindSpore's convention; the running
-// variance uses the unbiased estimate). Eval mode: ops::batch_norm with the running stats.
+// variance uses the unbiased estimate). Eval mode: ops::batch_norm with the running stats. Under a trace the
+// running stats are updated only inside an nn::StepScope (they become symbolic: the scope's owner binds them).
 class BatchNorm : public Cell {
  public:
   Tensor construct(const Tensor& x) override;

@@ -52,9 +52,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
       linear2(dff, d_model, true, "", dtype),
       norm1({d_model}, eps, true, dtype),
       norm2({d_model}, eps, true, dtype),
+      // Each Dropout draws its own seed (nn::next_init_key), so layers of a stack do not share masks.
       dropout(p),
-      dropout1(p, 1),
-      dropout2(p, 2),
+      dropout1(p),
+      dropout2(p),
       activation_(std::move(activation)),
       norm_first_(norm_first) {
   SPORE_CHECK(activation_ == "relu" || activation_ == "gelu", ErrorCode::invalid_argument,

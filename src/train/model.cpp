@@ -1,29 +1,42 @@
 #include "train/model.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "autodiff/autodiff.h"
 #include "base/error.h"
-#include "nn/layers.h"
 #include "ops/ops.h"
 #include "runtime/jit.h"
 #include "train/checkpoint.h"
+#include "train/metrics.h"
 
 namespace spore::train {
 namespace {
 
-// Why graph mode would silently diverge from PyNative for this cell, or "" if it cannot.
-std::string graph_mode_blocker(nn::Cell& cell, const std::string& prefix) {
-  for (auto& [name, child] : cell.cells_and_names()) {
-    const std::string full = prefix.empty() ? name : prefix + "." + name;
-    // The dropout seed is an attribute chosen on the host per call, so a cached plan would replay one mask.
-    if (dynamic_cast<nn::Dropout*>(child)) return fmt::format("Dropout cell '{}' (its mask would be baked in)", full);
-    std::string inner = graph_mode_blocker(*child, full);
-    if (!inner.empty()) return inner;
+// The step counter as the i64 scalar nn::StepScope (and, in graph mode, the plan) takes.
+Tensor counter_tensor(int64_t c) { return Tensor::from_vector<int64_t>({c}, {}); }
+
+// Binds slots to new values for a trace and puts the originals back even if the trace throws.
+class SlotBinding {
+ public:
+  SlotBinding(const std::vector<nn::Parameter*>& slots, std::span<const Tensor> values) : slots_(slots) {
+    saved_.reserve(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      saved_.push_back(slots_[i]->value);
+      slots_[i]->value = values[i];
+    }
   }
-  return "";
-}
+  ~SlotBinding() {
+    for (size_t i = 0; i < saved_.size(); ++i) slots_[i]->value = saved_[i];
+  }
+  SlotBinding(const SlotBinding&) = delete;
+  SlotBinding& operator=(const SlotBinding&) = delete;
+
+ private:
+  const std::vector<nn::Parameter*>& slots_;
+  std::vector<Tensor> saved_;
+};
+
+std::span<const Tensor> sub(std::span<const Tensor> in, size_t from, size_t n) { return in.subspan(from, n); }
 
 }  // namespace
 
@@ -49,13 +62,10 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
               "train::Model: expected grad_accumulation >= 1, got {}", opts_.grad_accumulation);
   SPORE_CHECK(opts_.clip_norm >= 0, ErrorCode::invalid_argument, "train::Model: expected clip_norm >= 0, got {}",
               opts_.clip_norm);
-  for (const std::string& m : metrics_)
-    SPORE_CHECK(m == "accuracy" || m == "loss", ErrorCode::invalid_argument,
-                "train::Model: unknown metric '{}' (expected accuracy or loss)", m);
+  for (const std::string& m : metrics_) make_metric(m);  // an unknown name fails here, with make_metric's message
 
   // The optimizer's parameter order is the step's order; every trainable parameter must be in it.
   std::map<std::string, nn::Parameter*> trainable;
-  std::vector<std::string> buffers;
   {
     auto named = net_.parameters_and_names();
     auto slots = net_.parameter_slots();
@@ -63,7 +73,7 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
       if (slots[i]->requires_grad)
         trainable[named[i].first] = slots[i];
       else
-        buffers.push_back(named[i].first);
+        buffers_.push_back(slots[i]);
     }
   }
   for (const std::string& n : opt_.param_names()) {
@@ -78,19 +88,6 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
               "train::Model: trainable parameter '{}' is not in the optimizer's parameter list",
               trainable.empty() ? "" : trainable.begin()->first);
 
-  if (opts_.mode == "graph") {
-    // BatchNorm's running stats update only eagerly (nn/layers.cpp skips them under a trace).
-    SPORE_CHECK(buffers.empty(), ErrorCode::unsupported,
-                "train::Model: graph mode cannot update buffer '{}' (BatchNorm running stats update only in "
-                "pynative mode); use mode 'pynative'",
-                buffers.empty() ? "" : buffers.front());
-    const std::string blocker = graph_mode_blocker(net_, "");
-    SPORE_CHECK(blocker.empty(), ErrorCode::unsupported, "train::Model: graph mode does not support {}; use mode "
-                "'pynative'", blocker);
-    SPORE_CHECK(opts_.grad_accumulation == 1, ErrorCode::unsupported,
-                "train::Model: grad_accumulation {} needs mode 'pynative' (graph mode fuses one whole step)",
-                opts_.grad_accumulation);
-  }
   state_ = opt_.init_state(param_values());
 }
 
@@ -100,6 +97,13 @@ std::vector<Tensor> Model::param_values() const {
   std::vector<Tensor> v;
   v.reserve(slots_.size());
   for (nn::Parameter* p : slots_) v.push_back(p->value);
+  return v;
+}
+
+std::vector<Tensor> Model::buffer_values() const {
+  std::vector<Tensor> v;
+  v.reserve(buffers_.size());
+  for (nn::Parameter* p : buffers_) v.push_back(p->value);
   return v;
 }
 
@@ -126,7 +130,11 @@ void Model::apply_update(std::vector<Tensor>& grads) {
 }
 
 double Model::train_step_pynative(const Tensor& x, const Tensor& y) {
-  nn::LossAndGrads r = nn::value_and_grad(net_, [&] { return loss_fn_(net_(x), y); });
+  nn::LossAndGrads r;
+  {
+    nn::StepScope scope(counter_tensor(micro_step()));
+    r = nn::value_and_grad(net_, [&] { return loss_fn_(net_(x), y); });
+  }
   std::vector<Tensor> grads;
   grads.reserve(names_.size());
   for (const std::string& n : names_) grads.push_back(r.grads.at(n));
@@ -135,64 +143,135 @@ double Model::train_step_pynative(const Tensor& x, const Tensor& y) {
     apply_update(grads);
     return loss;
   }
+  // The graph mode's arithmetic: accumulate from zeros, then divide by N (so -0 grads and rounding agree).
   autodiff::NoGradGuard no_grad;
-  if (micro_ == 0) {
-    accum_ = grads;
-  } else {
-    for (size_t i = 0; i < grads.size(); ++i) accum_[i] = ops::add(accum_[i], grads[i]);
-  }
+  if (accum_.empty())
+    for (nn::Parameter* p : slots_) accum_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype()));
+  for (size_t i = 0; i < grads.size(); ++i) accum_[i] = ops::add(accum_[i], grads[i]);
   if (++micro_ == opts_.grad_accumulation) {
-    for (Tensor& g : accum_) g = ops::div(g, static_cast<double>(opts_.grad_accumulation));
-    apply_update(accum_);
+    std::vector<Tensor> mean;
+    for (const Tensor& g : accum_) mean.push_back(ops::div(g, static_cast<double>(opts_.grad_accumulation)));
     accum_.clear();
     micro_ = 0;
+    apply_update(mean);
   }
   return loss;
 }
 
+struct Model::Traced {
+  Tensor loss, logits;
+  std::vector<Tensor> grads, buffers;
+};
+
+Model::Traced Model::trace_forward_backward(const Tensor& x, const Tensor& y, const Tensor& counter,
+                                            std::span<const Tensor> params, std::span<const Tensor> buffers) {
+  // Parameters and buffers are graph inputs: the cells read the symbolic inputs through their slots while
+  // tracing; BatchNorm assigns its new running stats to the buffer slots (inside the StepScope), which we read
+  // back as outputs before the bindings restore the concrete values.
+  SlotBinding bind_params(slots_, params), bind_buffers(buffers_, buffers);
+  Traced t;
+  nn::LossAndGrads r;
+  {
+    nn::StepScope scope(counter);
+    r = nn::value_and_grad(net_, [&] {
+      t.logits = net_(x);
+      return loss_fn_(t.logits, y);
+    });
+  }
+  t.loss = r.loss;
+  for (const std::string& n : names_) t.grads.push_back(r.grads.at(n));
+  t.buffers = buffer_values();
+  return t;
+}
+
 double Model::train_step_graph(const Tensor& x, const Tensor& y) {
-  const size_t np = slots_.size();
+  if (opts_.grad_accumulation > 1) return train_micro_graph(x, y);
+  const size_t np = slots_.size(), nb = buffers_.size();
   if (!step_fn_) {
-    step_fn_ = std::make_unique<CompiledFunction>([this, np](std::span<const Tensor> in) {
-      // Parameters are graph inputs: the cell reads the symbolic inputs through its slots while tracing.
-      std::vector<Tensor> saved = param_values();
-      struct Restore {
-        Model* m;
-        std::vector<Tensor>& saved;
-        ~Restore() {
-          for (size_t i = 0; i < saved.size(); ++i) m->slots_[i]->value = saved[i];
-        }
-      } restore{this, saved};
-      for (size_t i = 0; i < np; ++i) slots_[i]->value = in[4 + i];
-      Tensor logits;
-      nn::LossAndGrads r = nn::value_and_grad(net_, [&] {
-        logits = net_(in[0]);
-        return loss_fn_(logits, in[1]);
-      });
-      std::vector<Tensor> grads;
-      for (const std::string& n : names_) grads.push_back(r.grads.at(n));
+    // (x, y, lr, t, counter, params, buffers, state) -> (loss, logits, params', buffers', state')
+    step_fn_ = std::make_unique<CompiledFunction>([this, np, nb](std::span<const Tensor> in) {
+      Traced t = trace_forward_backward(in[0], in[1], in[4], sub(in, 5, np), sub(in, 5 + np, nb));
       autodiff::NoGradGuard no_grad;
-      if (opts_.clip_norm > 0) clip_by_global_norm(grads, opts_.clip_norm);
-      std::vector<Tensor> params(in.begin() + 4, in.begin() + 4 + static_cast<ptrdiff_t>(np));
-      std::vector<Tensor> state(in.begin() + 4 + static_cast<ptrdiff_t>(np), in.end());
-      std::vector<Tensor> fresh = opt_.update(params, grads, state, in[2], in[3]);
-      std::vector<Tensor> out{r.loss, logits};
+      if (opts_.clip_norm > 0) clip_by_global_norm(t.grads, opts_.clip_norm);
+      const std::span<const Tensor> params = sub(in, 5, np);
+      const std::span<const Tensor> state_in = in.subspan(5 + np + nb);
+      std::vector<Tensor> state(state_in.begin(), state_in.end());
+      std::vector<Tensor> fresh = opt_.update(params, t.grads, state, in[2], in[3]);
+      std::vector<Tensor> out{t.loss, t.logits};
       out.insert(out.end(), fresh.begin(), fresh.end());
+      out.insert(out.end(), t.buffers.begin(), t.buffers.end());
       out.insert(out.end(), state.begin(), state.end());
       return out;
     });
   }
   last_lr_ = opt_.lr_at(step_);
   std::vector<Tensor> in{x, y, Tensor::scalar(last_lr_, DType::f32),
-                         Tensor::scalar(static_cast<double>(step_ + 1), DType::f32)};
+                         Tensor::scalar(static_cast<double>(step_ + 1), DType::f32), counter_tensor(micro_step())};
   for (nn::Parameter* p : slots_) in.push_back(p->value);
+  for (nn::Parameter* p : buffers_) in.push_back(p->value);
   in.insert(in.end(), state_.begin(), state_.end());
   std::vector<Tensor> out = (*step_fn_)(std::span<const Tensor>(in));
-  SPORE_ASSERT(out.size() == 2 + np + state_.size(), "step plan output count");
+  SPORE_ASSERT(out.size() == 2 + np + nb + state_.size(), "step plan output count");
   for (size_t i = 0; i < np; ++i) slots_[i]->value = out[2 + i];
-  for (size_t i = 0; i < state_.size(); ++i) state_[i] = out[2 + np + i];
+  for (size_t i = 0; i < nb; ++i) buffers_[i]->value = out[2 + np + i];
+  for (size_t i = 0; i < state_.size(); ++i) state_[i] = out[2 + np + nb + i];
   ++step_;
   return out[0].item();
+}
+
+double Model::train_micro_graph(const Tensor& x, const Tensor& y) {
+  const size_t np = slots_.size(), nb = buffers_.size(), ns = state_.size();
+  const int64_t n_micro = opts_.grad_accumulation;
+  if (!micro_fn_) {
+    // (x, y, counter, params, buffers, accum) -> (loss, logits, buffers', accum + grads)
+    micro_fn_ = std::make_unique<CompiledFunction>([this, np, nb](std::span<const Tensor> in) {
+      Traced t = trace_forward_backward(in[0], in[1], in[2], sub(in, 3, np), sub(in, 3 + np, nb));
+      autodiff::NoGradGuard no_grad;
+      std::vector<Tensor> out{t.loss, t.logits};
+      out.insert(out.end(), t.buffers.begin(), t.buffers.end());
+      for (size_t i = 0; i < np; ++i) out.push_back(ops::add(in[3 + np + nb + i], t.grads[i]));
+      return out;
+    });
+    // (lr, t, params, state, accum) -> (params', state')
+    apply_fn_ = std::make_unique<CompiledFunction>([this, np, ns, n_micro](std::span<const Tensor> in) {
+      autodiff::NoGradGuard no_grad;
+      std::vector<Tensor> grads;
+      for (const Tensor& a : sub(in, 2 + np + ns, np)) grads.push_back(ops::div(a, static_cast<double>(n_micro)));
+      if (opts_.clip_norm > 0) clip_by_global_norm(grads, opts_.clip_norm);
+      const std::span<const Tensor> state_in = sub(in, 2 + np, ns);
+      std::vector<Tensor> state(state_in.begin(), state_in.end());
+      std::vector<Tensor> out = opt_.update(sub(in, 2, np), grads, state, in[0], in[1]);
+      out.insert(out.end(), state.begin(), state.end());
+      return out;
+    });
+  }
+  if (accum_.empty())
+    for (nn::Parameter* p : slots_) accum_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype()));
+  std::vector<Tensor> in{x, y, counter_tensor(micro_step())};
+  for (nn::Parameter* p : slots_) in.push_back(p->value);
+  for (nn::Parameter* p : buffers_) in.push_back(p->value);
+  in.insert(in.end(), accum_.begin(), accum_.end());
+  std::vector<Tensor> out = (*micro_fn_)(std::span<const Tensor>(in));
+  SPORE_ASSERT(out.size() == 2 + nb + np, "micro plan output count");
+  for (size_t i = 0; i < nb; ++i) buffers_[i]->value = out[2 + i];
+  for (size_t i = 0; i < np; ++i) accum_[i] = out[2 + nb + i];
+  const double loss = out[0].item();
+  if (++micro_ < n_micro) return loss;
+
+  last_lr_ = opt_.lr_at(step_);
+  std::vector<Tensor> ain{Tensor::scalar(last_lr_, DType::f32),
+                          Tensor::scalar(static_cast<double>(step_ + 1), DType::f32)};
+  for (nn::Parameter* p : slots_) ain.push_back(p->value);
+  ain.insert(ain.end(), state_.begin(), state_.end());
+  ain.insert(ain.end(), accum_.begin(), accum_.end());
+  std::vector<Tensor> aout = (*apply_fn_)(std::span<const Tensor>(ain));
+  SPORE_ASSERT(aout.size() == np + ns, "apply plan output count");
+  for (size_t i = 0; i < np; ++i) slots_[i]->value = aout[i];
+  for (size_t i = 0; i < ns; ++i) state_[i] = aout[np + i];
+  accum_.clear();
+  micro_ = 0;
+  ++step_;
+  return loss;
 }
 
 Tensor Model::forward_eval(const Tensor& x) {
@@ -242,8 +321,10 @@ std::map<std::string, double> Model::eval(const data::Dataset& ds) {
     bool mode;
     ~Back() { net.set_train(mode); }
   } back{net_, was_training};
+  std::vector<std::unique_ptr<Metric>> metrics;
+  for (const std::string& m : metrics_) metrics.push_back(make_metric(m));
   double loss_sum = 0;
-  int64_t correct = 0, n = 0;
+  int64_t n = 0;
   const std::vector<int64_t> order = ds.epoch_order(0);
   for (int64_t b = 0; b < ds.batches_per_epoch(); ++b) {
     data::Batch batch = ds.make_batch(0, b, order);
@@ -252,19 +333,16 @@ std::map<std::string, double> Model::eval(const data::Dataset& ds) {
     const int64_t count = batch.x.dim(0);
     {
       autodiff::NoGradGuard no_grad;
-      loss_sum += loss_fn_(logits, batch.y).item() * static_cast<double>(count);
-      if (logits.rank() == 2 && batch.y.rank() == 1) {
-        const std::vector<double> pred = ops::argmax(logits, 1).to_doubles(), truth = batch.y.to_doubles();
-        for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == truth[i];
-      }
+      const Tensor loss = loss_fn_(logits, batch.y);
+      loss_sum += loss.item() * static_cast<double>(count);
+      for (auto& m : metrics) m->update(logits, batch.y, loss);
     }
     n += count;
   }
   SPORE_CHECK(n > 0, ErrorCode::invalid_argument, "train::Model::eval: the dataset yields no batches");
   std::map<std::string, double> r;
+  for (size_t i = 0; i < metrics.size(); ++i) r[metrics_[i]] = metrics[i]->value();
   r["loss"] = loss_sum / static_cast<double>(n);
-  if (std::find(metrics_.begin(), metrics_.end(), "accuracy") != metrics_.end())
-    r["accuracy"] = static_cast<double>(correct) / static_cast<double>(n);
   r["samples"] = static_cast<double>(n);
   return r;
 }

@@ -8,11 +8,18 @@
 //   Tensor logits = model.predict(x);
 //
 // PyNative mode runs each step eagerly. Graph mode compiles ONE plan per step whose inputs are
-// (x, y, lr, step, params..., state...) and outputs (loss, logits, new params..., new state...): the
-// parameters are graph inputs, so the cached plan sees every update. Both modes give the same bits.
+// (x, y, lr, step, counter, params..., buffers..., state...) and outputs (loss, logits, new params..., new
+// buffers..., new state...): parameters and buffers (BatchNorm's running stats) are graph inputs, so the cached
+// plan sees every update. Both modes run the forward inside an nn::StepScope whose counter is the micro-step
+// (step * grad_accumulation + micro-batch index; in graph mode a plan input), so Dropout draws a fresh mask
+// each step and BatchNorm updates its running stats in both modes. With grad_accumulation N > 1 graph mode
+// runs a "micro" plan per micro-batch ((x, y, counter, params, buffers, accum) -> (loss, logits, buffers',
+// accum + grads)) and an "apply" plan every N ((lr, step, params, state, accum) -> (params', state'): mean =
+// accum / N, clipping, the optimizer); PyNative does the same arithmetic, so both modes give the same bits.
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,14 +43,15 @@ std::vector<std::string> trainable_names(nn::Cell& net);
 
 struct ModelOptions {
   std::string mode = "pynative";  // "pynative" | "graph"
-  int64_t grad_accumulation = 1;  // micro-batches whose mean gradient makes one optimizer step (pynative)
+  int64_t grad_accumulation = 1;  // micro-batches whose mean gradient makes one optimizer step
   double clip_norm = 0.0;         // > 0: clip gradients to this global norm
   uint64_t seed = 0;              // recorded in checkpoints
 };
 
 class Model {
  public:
-  // metrics: "accuracy" and/or "loss" (eval always reports "loss").
+  // metrics: names for train::make_metric ("accuracy", "top<k>_accuracy", "loss", "precision", "recall",
+  // "f1"); eval reports each by name, plus "loss" and "samples" always.
   Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::string> metrics = {},
         ModelOptions options = {});
   ~Model();
@@ -75,10 +83,17 @@ class Model {
   const ModelOptions& options() const { return opts_; }
 
  private:
+  struct Traced;
   std::vector<Tensor> param_values() const;
+  std::vector<Tensor> buffer_values() const;
+  int64_t micro_step() const { return step_ * opts_.grad_accumulation + micro_; }
   void apply_update(std::vector<Tensor>& grads);
   double train_step_pynative(const Tensor& x, const Tensor& y);
   double train_step_graph(const Tensor& x, const Tensor& y);
+  double train_micro_graph(const Tensor& x, const Tensor& y);
+  // Under a trace: the forward and backward with parameters and buffers bound to the symbolic inputs.
+  Traced trace_forward_backward(const Tensor& x, const Tensor& y, const Tensor& counter,
+                                std::span<const Tensor> params, std::span<const Tensor> buffers);
   Tensor forward_eval(const Tensor& x);
 
   nn::Cell& net_;
@@ -86,14 +101,16 @@ class Model {
   Optimizer& opt_;
   std::vector<std::string> metrics_;
   ModelOptions opts_;
-  std::vector<nn::Parameter*> slots_;  // trainable, in the optimizer's order
+  std::vector<nn::Parameter*> slots_;    // trainable, in the optimizer's order
+  std::vector<nn::Parameter*> buffers_;  // non-trainable (running stats), in the cell's order
   std::vector<std::string> names_;
   std::vector<Tensor> state_;
-  std::vector<Tensor> accum_;  // summed gradients of the pending micro-batches
+  std::vector<Tensor> accum_;  // summed gradients of the pending micro-batches (from zeros)
   int64_t micro_ = 0;
   int64_t step_ = 0, epoch_ = 0;
   double last_lr_ = 0.0;
-  std::unique_ptr<CompiledFunction> step_fn_, eval_fn_;
+  // Graph mode: the fused step (grad_accumulation 1), or the micro and apply plans; the eval forward.
+  std::unique_ptr<CompiledFunction> step_fn_, micro_fn_, apply_fn_, eval_fn_;
 };
 
 }  // namespace spore::train

@@ -45,6 +45,30 @@ void add_norm_cases(CaseList& c, ErrorList& e) {
                   .attr("p", 0.9)
                   .attr("training", true)
                   .attr("seed", int64_t{-5}));
+  // dropout with the offset input (the training step in graph mode): i64 or i32, shape [] or [1].
+  c.push_back(OpCase("dropout/offset_i64", OpId::dropout, {{7, 1001}, {}})
+                  .input_dtype(1, DType::i64)
+                  .gen(1, Gen::integers(1, 1000000))
+                  .attr("p", 0.3)
+                  .attr("training", true)
+                  .attr("seed", int64_t{1234}));
+  c.push_back(OpCase("dropout/offset_i32_shape1", OpId::dropout, {{4, 33}, {1}})
+                  .input_dtype(1, DType::i32)
+                  .gen(1, Gen::integers(-50, 50))
+                  .attr("p", 0.5)
+                  .attr("training", true)
+                  .attr("seed", int64_t{7}));
+  c.push_back(OpCase("dropout/offset_eval", OpId::dropout, {{3, 17}, {}})
+                  .input_dtype(1, DType::i64)
+                  .gen(1, Gen::integers(1, 100))
+                  .attr("p", 0.5)
+                  .attr("training", false));
+  c.push_back(OpCase("dropout/offset_big", OpId::dropout, {{70000}, {}})
+                  .input_dtype(1, DType::i64)
+                  .gen(1, Gen::integers(1, 1000))
+                  .attr("p", 0.1)
+                  .attr("training", true)
+                  .attr("seed", int64_t{3}));
 
   const auto f32 = DType::f32;
   const auto err = [&](std::string n, OpId op, std::vector<Shape> s, Attrs a, ErrorCode code) {
@@ -77,5 +101,13 @@ void add_norm_cases(CaseList& c, ErrorList& e) {
   err("dropout/p_range", OpId::dropout, {{4}}, {{"p", 1.5}, {"training", true}}, ErrorCode::invalid_argument);
   e.push_back(
       {"dropout/int", OpId::dropout, {{4}}, {DType::i32}, {{"p", 0.5}, {"training", true}}, ErrorCode::dtype_mismatch});
+  const Attrs train_half{{"p", 0.5}, {"training", true}};
+  e.push_back({"dropout/offset_float", OpId::dropout, {{4}, {}}, {f32, f32}, train_half, ErrorCode::dtype_mismatch});
+  e.push_back({"dropout/offset_bool", OpId::dropout, {{4}, {}}, {f32, DType::boolean}, train_half,
+               ErrorCode::dtype_mismatch});
+  e.push_back(
+      {"dropout/offset_vector", OpId::dropout, {{4}, {2}}, {f32, DType::i64}, train_half, ErrorCode::shape_mismatch});
+  e.push_back({"dropout/offset_matrix", OpId::dropout, {{4}, {1, 1}}, {f32, DType::i64}, train_half,
+               ErrorCode::shape_mismatch});
 }
 }  // namespace spore::conformance

@@ -9,6 +9,7 @@
 #include "nn/loss.h"
 #include "runtime/runtime.h"
 #include "test_util.h"
+#include "train/metrics.h"
 #include "train/model.h"
 #include "train/models.h"
 
@@ -127,54 +128,142 @@ TEST(TrainModel, GradAccumulationAndClipping) {
   train::ModelOptions o;
   o.grad_accumulation = 2;
   o.clip_norm = 0.5;
-  Trainer r("mlp", "pynative", "sgd", o);
-  const std::vector<Tensor> w0{r.net->parameters_and_names()[0].second->clone()};
-  r.model->train_step(ds.make_batch(0, 0).x, ds.make_batch(0, 0).y);
-  EXPECT_EQ(r.model->global_step(), 0);  // one micro-batch: no step yet
-  EXPECT_TRUE(r.net->parameters_and_names()[0].second->bit_equal(w0[0]));
-  r.model->train_step(ds.make_batch(0, 1).x, ds.make_batch(0, 1).y);
-  EXPECT_EQ(r.model->global_step(), 1);
-  EXPECT_FALSE(r.net->parameters_and_names()[0].second->bit_equal(w0[0]));
-  EXPECT_NE(testing::error_of([&] { Trainer("mlp", "graph", "sgd", o); }).find("grad_accumulation 2"), std::string::npos);
+  for (const char* mode : {"pynative", "graph"}) {
+    SCOPED_TRACE(mode);
+    Trainer r("mlp", mode, "sgd", o);
+    const std::vector<Tensor> w0{r.net->parameters_and_names()[0].second->clone()};
+    r.model->train_step(ds.make_batch(0, 0).x, ds.make_batch(0, 0).y);
+    EXPECT_EQ(r.model->global_step(), 0);  // one micro-batch: no step yet
+    EXPECT_TRUE(r.net->parameters_and_names()[0].second->bit_equal(w0[0]));
+    r.model->train_step(ds.make_batch(0, 1).x, ds.make_batch(0, 1).y);
+    EXPECT_EQ(r.model->global_step(), 1);
+    EXPECT_FALSE(r.net->parameters_and_names()[0].second->bit_equal(w0[0]));
+  }
+  // Both modes: the same losses and weights (accumulate from zeros, mean, clip, update), with Adam state.
+  for (int64_t n : {2, 3}) {
+    o.grad_accumulation = n;
+    Trainer a("lenet", "pynative", "adam", o), b("lenet", "graph", "adam", o);
+    SCOPED_TRACE(n);
+    expect_bit_equal(step_losses(*a.model, ds, 1), step_losses(*b.model, ds, 1));
+    EXPECT_EQ(a.model->global_step(), 8 / n);
+    EXPECT_EQ(b.model->global_step(), 8 / n);
+    const auto pa = a.net->parameters_and_names(), pb = b.net->parameters_and_names();
+    for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(pa[i].second->bit_equal(*pb[i].second)) << pa[i].first;
+  }
 }
 
-struct BnNet : nn::Cell {
+// Conv2d + BatchNorm2d + ReLU + Dropout + Dense: running stats (buffers) and fresh dropout masks per step.
+struct ConvBnDropNet : nn::Cell {
+  nn::Conv2d conv{1, 4, 3, {.padding = 1}};
+  nn::BatchNorm2d bn{4};
+  nn::ReLU relu;
   nn::Flatten flat;
-  nn::Dense fc{64, 4};
-  nn::BatchNorm1d bn{4};
-  BnNet() { SPORE_REGISTER_CELLS(flat, fc, bn); }
-  Tensor construct(const Tensor& x) override { return bn(fc(flat(x))); }
-};
-struct DropNet : nn::Cell {
-  nn::Flatten flat;
-  nn::Dropout drop{0.2};
-  nn::Dense fc{64, 4};
-  DropNet() { SPORE_REGISTER_CELLS(flat, drop, fc); }
-  Tensor construct(const Tensor& x) override { return fc(drop(flat(x))); }
+  nn::Dropout drop{0.3};
+  nn::Dense fc{4 * 64, 4};
+  ConvBnDropNet() { SPORE_REGISTER_CELLS(conv, bn, relu, flat, drop, fc); }
+  Tensor construct(const Tensor& x) override { return fc(drop(flat(relu(bn(conv(x)))))); }
 };
 
-TEST(TrainModel, GraphModeRejectsBatchNormAndDropoutButPynativeTrainsThem) {
+struct BnDropTrainer {
+  std::unique_ptr<ConvBnDropNet> net;
+  nn::SoftmaxCrossEntropyWithLogits ce{true, "mean"};
+  std::unique_ptr<train::Optimizer> opt;
+  std::unique_ptr<train::Model> model;
+  BnDropTrainer(const std::string& mode, train::ModelOptions o = {}) {
+    nn::set_seed(9);
+    net = std::make_unique<ConvBnDropNet>();
+    opt = train::make_optimizer("momentum", train::trainable_names(*net), 0.05);
+    o.mode = mode;
+    model = std::make_unique<train::Model>(*net, train::loss_of(ce), *opt, std::vector<std::string>{"accuracy"}, o);
+  }
+};
+
+void expect_same_state(nn::Cell& a, nn::Cell& b) {
+  const auto pa = a.parameters_and_names(), pb = b.parameters_and_names();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(pa[i].second->bit_equal(*pb[i].second)) << pa[i].first;
+}
+
+TEST(TrainModel, BatchNormAndDropoutTrainBitIdenticallyInBothModes) {
   init();
+  const data::Dataset ds = quadrant_data(40, 2, 16);  // 16, 16, 8: two plan signatures
+  BnDropTrainer a("pynative"), b("graph");
+  const Tensor mean0 = a.net->bn.moving_mean().clone();
+  const std::vector<double> la = step_losses(*a.model, ds, 1), lb = step_losses(*b.model, ds, 1);
+  ASSERT_EQ(la.size(), 3u);
+  expect_bit_equal(la, lb);
+  EXPECT_FALSE(a.net->bn.moving_mean().bit_equal(mean0));  // running stats updated...
+  EXPECT_FALSE(b.net->bn.moving_mean().is_symbolic());     // ...in graph mode too, as concrete tensors
+  expect_same_state(*a.net, *b.net);                       // parameters and running stats, bit for bit
+  EXPECT_EQ(a.net->drop.calls(), 3);
+  // The graph step replays one plan per signature yet draws a fresh mask per step: a second epoch still
+  // matches PyNative (whose masks are keyed on the step), and eval (running stats) agrees too.
+  expect_bit_equal(step_losses(*a.model, ds, 1), step_losses(*b.model, ds, 1));
+  expect_same_state(*a.net, *b.net);
+  const std::map<std::string, double> ea = a.model->eval(ds), eb = b.model->eval(ds);
+  EXPECT_EQ(ea.at("loss"), eb.at("loss"));
+  EXPECT_EQ(ea.at("accuracy"), eb.at("accuracy"));
+
+  // Gradient accumulation with BN and dropout: each micro-batch has its own mask and updates the stats.
+  train::ModelOptions o;
+  o.grad_accumulation = 2;
+  o.clip_norm = 1.0;
+  BnDropTrainer c("pynative", o), d("graph", o);
+  expect_bit_equal(step_losses(*c.model, ds, 2), step_losses(*d.model, ds, 2));
+  expect_same_state(*c.net, *d.net);
+  EXPECT_EQ(c.model->global_step(), 3);  // 3 micro-batches per epoch, 2 epochs, 2 per step
+}
+
+TEST(TrainModel, BatchNormAndDropoutThreadCountDoesNotMatter) {
+  init();
+  const data::Dataset ds = quadrant_data(32, 6, 16);
+  for (const char* mode : {"pynative", "graph"}) {
+    SCOPED_TRACE(mode);
+    set_threads(1);
+    BnDropTrainer a(mode);
+    const std::vector<double> l1 = step_losses(*a.model, ds, 2);
+    set_threads(2);
+    BnDropTrainer b(mode);
+    const std::vector<double> l2 = step_losses(*b.model, ds, 2);
+    set_threads(0);
+    expect_bit_equal(l1, l2);
+    expect_same_state(*a.net, *b.net);
+  }
+}
+
+TEST(TrainModel, EvalReportsTheRequestedMetrics) {
+  init();
+  const data::Dataset train_ds = quadrant_data(64, 13, 16), test_ds = quadrant_data(48, 14, 16);
+  nn::set_seed(7);
+  auto net = train::make_model("mlp", {1, 8, 8}, 4);
+  auto opt = train::make_optimizer("sgd", train::trainable_names(*net), 0.1);
   nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
-  const data::Dataset ds = quadrant_data(32, 2, 16);
-  BnNet bn;
-  auto opt = train::make_optimizer("sgd", train::trainable_names(bn), 0.1);
+  const std::vector<std::string> names{"accuracy", "top2_accuracy", "precision", "recall", "f1", "loss"};
   train::ModelOptions g;
   g.mode = "graph";
-  EXPECT_NE(testing::error_of([&] { train::Model(bn, train::loss_of(ce), *opt, {}, g); }).find("bn.moving_mean"),
+  train::Model model(*net, train::loss_of(ce), *opt, names, g);
+  model.train(1, train_ds);
+  const std::map<std::string, double> m = model.eval(test_ds);
+  EXPECT_EQ(m.size(), names.size() + 1);  // + samples ("loss" is one of the names)
+  for (const std::string& n : names) {
+    ASSERT_TRUE(m.count(n)) << n;
+    EXPECT_GE(m.at(n), 0.0) << n;
+  }
+  EXPECT_EQ(m.at("samples"), 48);
+  EXPECT_GE(m.at("top2_accuracy"), m.at("accuracy"));
+  // The metrics agree with make_metric over the same logits.
+  auto acc = train::make_metric("accuracy"), f1 = train::make_metric("f1");
+  for (int64_t b = 0; b < test_ds.batches_per_epoch(); ++b) {
+    const data::Batch batch = test_ds.make_batch(0, b, test_ds.epoch_order(0));
+    const Tensor logits = model.predict(batch.x);
+    acc->update(logits, batch.y);
+    f1->update(logits, batch.y);
+  }
+  EXPECT_EQ(m.at("accuracy"), acc->value());
+  EXPECT_EQ(m.at("f1"), f1->value());
+  EXPECT_NE(testing::error_of([&] { train::Model(*net, train::loss_of(ce), *opt, {"top0_accuracy"}); })
+                .find("unknown metric 'top0_accuracy'"),
             std::string::npos);
-  train::Model mb(bn, train::loss_of(ce), *opt);
-  const Tensor mean0 = bn.bn.moving_mean().clone();
-  mb.train(1, ds);
-  EXPECT_FALSE(bn.bn.moving_mean().bit_equal(mean0));  // running stats updated in pynative mode
-
-  DropNet dn;
-  auto opt2 = train::make_optimizer("sgd", train::trainable_names(dn), 0.1);
-  EXPECT_NE(testing::error_of([&] { train::Model(dn, train::loss_of(ce), *opt2, {}, g); }).find("Dropout cell 'drop'"),
-            std::string::npos);
-  train::Model md(dn, train::loss_of(ce), *opt2);
-  md.train(1, ds);
-  EXPECT_EQ(dn.drop.calls(), 2);
 }
 
 TEST(TrainModel, BadArguments) {

@@ -57,6 +57,11 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--optimizer", optimizer, "momentum | sgd | adam | adamw")
       ->check(CLI::IsMember({"momentum", "sgd", "adam", "adamw"}));
   app.add_option("--lr", lr, "learning rate")->check(CLI::PositiveNumber);
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  app.add_option("--lr-schedule", lr_schedule, "constant | cosine (to 0 over all steps) | step (x0.1 every 2 epochs)")
+      ->check(CLI::IsMember({"constant", "cosine", "step"}));
+  app.add_option("--warmup-steps", warmup_steps, "linear warm-up over the first N steps")->check(CLI::NonNegativeNumber);
   app.add_option("--weight-decay", weight_decay, "weight decay")->check(CLI::NonNegativeNumber);
   app.add_option("--clip-norm", clip_norm, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber);
   app.add_option("--mode", mode, "graph | pynative")->check(CLI::IsMember({"graph", "pynative"}));
@@ -94,6 +99,15 @@ int cmd_train(int argc, char** argv) {
   const data::Dataset train_ds = data::Dataset::from_tensors(split.train.x, split.train.y).shuffle(seed).batch(batch);
   const data::Dataset test_ds = data::Dataset::from_tensors(split.test.x, split.test.y).batch(std::max<int64_t>(batch, 256));
   const int64_t n_train = split.train.x.dim(0), n_test = split.test.x.dim(0);
+  {
+    const int64_t steps = train_ds.batches_per_epoch() * epochs;
+    std::shared_ptr<train::LrSchedule> sched = lr_schedule == "cosine" ? train::cosine_lr(lr, steps)
+                                               : lr_schedule == "step"
+                                                   ? train::step_lr(lr, 2 * train_ds.batches_per_epoch(), 0.1)
+                                                   : train::constant_lr(lr);
+    if (warmup_steps > 0) sched = train::warmup_lr(warmup_steps, sched);
+    opt->set_schedule(sched);
+  }
   if (!json)
     std::cout << fmt::format("{} on {} ({} train, {} test), {} mode, {} lr {}, batch {}, {} threads\n", model_name,
                              split.description, n_train, n_test, mode, opt->name(), lr, batch, num_threads());

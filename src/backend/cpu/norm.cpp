@@ -182,7 +182,16 @@ void group_norm_kernel(KernelContext& k) {
     loops_group_norm<float>(k);
 }
 
-// ---- dropout: the mask rule (keep iff philox_uniform(seed, 0, i) >= p) is the op's definition.
+// ---- dropout: the mask rule (keep iff philox_uniform(seed, offset, i) >= p) is the op's definition.
+
+// The optional offset input: an i64 or i32 scalar (rank 0 or [1]); 0 when absent. run_in_f32 passes
+// integer inputs through unconverted, so the f16/bf16 wrapper sees the same offset.
+uint64_t dropout_offset(const KernelContext& k) {
+  if (k.num_inputs() < 2) return 0;
+  const Tensor& o = k.in(1);
+  const int64_t v = o.dtype() == DType::i64 ? o.data<int64_t>()[0] : static_cast<int64_t>(o.data<int32_t>()[0]);
+  return static_cast<uint64_t>(v);
+}
 
 template <typename T>
 void loops_dropout(KernelContext& k) {
@@ -192,6 +201,7 @@ void loops_dropout(KernelContext& k) {
   const double p = k.attrs.f("p");
   const bool training = k.attrs.b("training");
   const uint64_t seed = static_cast<uint64_t>(k.attrs.i("seed"));
+  const uint64_t offset = dropout_offset(k);
   const T scale = static_cast<T>(p < 1 ? 1.0 / (1.0 - p) : 0.0);
   constexpr int64_t grain = 1 << 14;
   parallel_for(num_chunks(n, grain), [&](int64_t c) {
@@ -201,7 +211,7 @@ void loops_dropout(KernelContext& k) {
         y[i] = x[i];
         continue;
       }
-      const bool keep = static_cast<double>(philox_uniform(seed, 0, static_cast<uint64_t>(i))) >= p;
+      const bool keep = static_cast<double>(philox_uniform(seed, offset, static_cast<uint64_t>(i))) >= p;
       y[i] = keep ? x[i] * scale : T(0);
     }
   });

@@ -87,11 +87,20 @@ void group_norm_kernel(KernelContext& k) {
   }
 }
 
-// The mask rule is part of the op's definition: keep element i iff philox_uniform(seed, 0, i) >= p.
+// The optional offset input: an i64 or i32 scalar (rank 0 or [1]); 0 when absent.
+uint64_t dropout_offset(const KernelContext& k) {
+  if (k.num_inputs() < 2) return 0;
+  const Tensor& o = k.in(1);
+  const int64_t v = o.dtype() == DType::i64 ? o.data<int64_t>()[0] : static_cast<int64_t>(o.data<int32_t>()[0]);
+  return static_cast<uint64_t>(v);
+}
+
+// The mask rule is part of the op's definition: keep element i iff philox_uniform(seed, offset, i) >= p.
 void dropout_kernel(KernelContext& k) {
   const double p = k.attrs.f("p");
   const bool training = k.attrs.b("training");
   const uint64_t seed = static_cast<uint64_t>(k.attrs.i("seed"));
+  const uint64_t offset = dropout_offset(k);
   const double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
   const auto x = k.in(0).to_doubles();
   for (int64_t i = 0; i < k.in(0).numel(); ++i) {
@@ -99,7 +108,7 @@ void dropout_kernel(KernelContext& k) {
       put(k.out(0), i, x[i]);
       continue;
     }
-    const bool keep = static_cast<double>(philox_uniform(seed, 0, static_cast<uint64_t>(i))) >= p;
+    const bool keep = static_cast<double>(philox_uniform(seed, offset, static_cast<uint64_t>(i))) >= p;
     put(k.out(0), i, keep ? x[i] * scale : 0.0);
   }
 }
