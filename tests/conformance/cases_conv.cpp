@@ -38,6 +38,15 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("conv2d/large", OpId::conv2d, {{2, 32, 28, 28}, {64, 32, 3, 3}, {64}})
                   .attr("padding", V{1, 1, 1, 1})
                   .tol(4));
+  // The cpu backend's direct stride-1 kernel (few input channels, output rows >= 8 wide): LeNet's first layer,
+  // dilation with asymmetric padding, more output channels than one register block, rows of 8k+3 outputs.
+  c.push_back(OpCase("conv2d/direct_lenet1", OpId::conv2d, {{3, 1, 28, 28}, {6, 1, 5, 5}, {6}})
+                  .attr("padding", V{2, 2, 2, 2}));
+  c.push_back(OpCase("conv2d/direct_dilation_asym", OpId::conv2d, {{2, 2, 13, 19}, {5, 2, 3, 3}, {5}})
+                  .attr("dilation", V{2, 1})
+                  .attr("padding", V{1, 0, 2, 3}));
+  c.push_back(
+      OpCase("conv2d/direct_blocks", OpId::conv2d, {{2, 3, 10, 11}, {13, 3, 3, 3}}).attr("padding", V{1, 1, 1, 1}));
   // conv_transpose2d
   c.push_back(OpCase("conv_transpose2d/basic", OpId::conv_transpose2d, {{2, 3, 5, 5}, {3, 4, 3, 3}}));
   c.push_back(OpCase("conv_transpose2d/stride_pad_bias", OpId::conv_transpose2d, {{1, 4, 6, 7}, {4, 5, 3, 3}, {5}})
@@ -58,10 +67,15 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
                   .attr("stride", V{2, 2})
                   .attr("padding", V{1, 1, 1, 1})
                   .tol(4));
+  c.push_back(OpCase("conv_transpose2d/direct_small", OpId::conv_transpose2d, {{2, 3, 9, 10}, {3, 5, 3, 3}, {5}})
+                  .attr("padding", V{1, 0, 1, 2}));
   // max_pool2d
   c.push_back(OpCase("max_pool2d/default", OpId::max_pool2d, {{2, 3, 8, 8}}));
   c.push_back(OpCase("max_pool2d/odd_2x2", OpId::max_pool2d, {{2, 3, 9, 7}}));
   c.push_back(OpCase("max_pool2d/large_2x2", OpId::max_pool2d, {{8, 32, 28, 28}}));
+  // Rows of 16 and 15 windows (vectors of 8, the last overlapping), odd H and W.
+  c.push_back(OpCase("max_pool2d/wide_2x2", OpId::max_pool2d, {{2, 3, 20, 33}}));
+  c.push_back(OpCase("max_pool2d/odd_wide_2x2", OpId::max_pool2d, {{2, 3, 21, 31}}));
   c.push_back(OpCase("max_pool2d/odd_stride_pad", OpId::max_pool2d, {{1, 5, 11, 9}})
                   .attr("kernel", V{3, 3})
                   .attr("stride", V{2, 2})
@@ -147,7 +161,20 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
                   .attr("kernel", V{3, 3})
                   .attr("padding", V{1, 1, 1, 1})
                   .tol(8));
+  c.push_back(OpCase("conv2d_weight_grad/lenet1", OpId::conv2d_weight_grad, {{8, 1, 28, 28}, {8, 6, 28, 28}})
+                  .attr("kernel", V{5, 5})
+                  .attr("padding", V{2, 2, 2, 2})
+                  .tol(4));
+  c.push_back(OpCase("conv2d_weight_grad/wide_kernel", OpId::conv2d_weight_grad, {{3, 2, 12, 14}, {3, 7, 10, 9}})
+                  .attr("kernel", V{3, 7})
+                  .attr("dilation", V{1, 1})
+                  .attr("padding", V{0, 1, 0, 0}));
   // max_pool2d_grad: dy has max_pool2d's output shape.
+  // Integer inputs make ties: the first element in row-major window order takes the gradient.
+  c.push_back(OpCase("max_pool2d_grad/ties_odd", OpId::max_pool2d_grad, {{2, 3, 21, 31}, {2, 3, 10, 15}})
+                  .gen(0, Gen::integers(0, 3)));
+  c.push_back(OpCase("max_pool2d_grad/ties_lenet", OpId::max_pool2d_grad, {{4, 6, 28, 28}, {4, 6, 14, 14}})
+                  .gen(0, Gen::integers(0, 3)));
   c.push_back(OpCase("max_pool2d_grad/default", OpId::max_pool2d_grad, {{2, 3, 8, 8}, {2, 3, 4, 4}}));
   c.push_back(OpCase("max_pool2d_grad/odd_2x2", OpId::max_pool2d_grad, {{2, 3, 9, 7}, {2, 3, 4, 3}}));
   c.push_back(OpCase("max_pool2d_grad/simplenet", OpId::max_pool2d_grad, {{64, 32, 28, 28}, {64, 32, 14, 14}}));

@@ -2,10 +2,14 @@
 // cached per shape; f64, global_avg_pool, and the few geometries oneDNN cannot express (avg pooling with
 // count_include_pad over a ceil_mode overhang) run plain loops parallel over (image, channel) planes.
 // f16/bf16 are staged through f32 (or run natively in bf16 where the CPU supports it).
+// Own AVX2 kernels: a direct stride-1 conv and weight gradient for few input channels, 2x2 max pooling.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
+
+#include <immintrin.h>
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -286,6 +290,269 @@ void im2col_conv_forward(const ConvGeom& cg, const float* x, const float* w, con
   });
 }
 
+// ---- Direct stride-1 kernels on a flat padded grid (f32, AVX2+FMA; the baseline ISA is x86-64-v3).
+// Each input plane is copied into a zero-padded buffer of width wp = W + pad_l + pad_r. Output (y, x) is
+// then grid position q = y*wp + x and tap (i, j) reads pad[q + i*dh*wp + j*dw]: every tap is one
+// contiguous stream over q, so 8 outputs are one unaligned load per tap with no bounds logic and no
+// im2col buffer. Grid columns x >= Wo are computed and dropped (forward) or meet a zero dy (weight
+// gradient), a (wp - Wo)/wp waste that is small for the first CNN layers these serve.
+struct FlatGeom {
+  int64_t c, o, h, w, kh, kw, dh, dw, pt, pl;
+  int64_t hp, wp, oh, ow;
+  int64_t len;    // oh*wp rounded up to whole vectors: the grid positions computed per plane
+  int64_t plane;  // floats per padded plane, covering every read of the last vector's last tap
+};
+
+FlatGeom flat_geom(int64_t c, int64_t o, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t dh, int64_t dw,
+                   int64_t pt, int64_t pl, int64_t pb, int64_t pr) {
+  FlatGeom f{c, o, h, w, kh, kw, dh, dw, pt, pl, h + pt + pb, w + pl + pr, 0, 0, 0, 0};
+  f.oh = f.hp - (kh - 1) * dh;
+  f.ow = f.wp - (kw - 1) * dw;
+  f.len = (f.oh * f.wp + 7) / 8 * 8;
+  f.plane = (f.len + (kh - 1) * dh * f.wp + (kw - 1) * dw + 7) / 8 * 8;
+  return f;
+}
+
+// Per-thread scratch kept between calls (a fresh buffer this size is a fresh mmap whose pages fault in on
+// every call), 32-byte aligned so that grid rows (whole vectors long) are aligned too.
+float* aligned_scratch(std::vector<float>& v, int64_t floats) {
+  if (v.size() < static_cast<size_t>(floats + 8)) v.resize(static_cast<size_t>(floats + 8));
+  const auto a = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + ((32 - a % 32) % 32) / sizeof(float);
+}
+
+// Copies the C planes of one image into zero-padded planes `f.plane` floats apart.
+void pad_planes(const FlatGeom& f, const float* img, float* dst) {
+  for (int64_t c = 0; c < f.c; ++c) {
+    const float* __restrict src = img + c * f.h * f.w;
+    float* __restrict d = dst + c * f.plane;
+    std::fill(d, d + f.pt * f.wp, 0.0f);
+    for (int64_t y = 0; y < f.h; ++y) {
+      float* __restrict r = d + (f.pt + y) * f.wp;
+      std::fill(r, r + f.pl, 0.0f);
+      std::copy(src + y * f.w, src + (y + 1) * f.w, r + f.pl);
+      std::fill(r + f.pl + f.w, r + f.wp, 0.0f);
+    }
+    std::fill(d + (f.pt + f.h) * f.wp, d + f.plane, 0.0f);
+  }
+}
+
+// OB output channels x NV vectors of 8 outputs; vector v covers grid positions q[v].. and output offsets
+// d[v].. (one output row each). Accumulators start at the bias, then add taps in (c, i, j) order, so each
+// output's sum order is fixed. w rows are `wld` apart ([O][C*kH*kW]); outputs are `out_ld` apart.
+template <int OB, int NV>
+inline void direct_fwd_tile(const float* in, const int64_t* off, int64_t taps, const float* w, int64_t wld,
+                            const float* bias, float* out, int64_t out_ld, const int64_t* q, const int64_t* d) {
+  __m256 acc[OB][NV];
+#pragma GCC unroll 16
+  for (int ob = 0; ob < OB; ++ob)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[ob][v] = bias ? _mm256_broadcast_ss(bias + ob) : _mm256_setzero_ps();
+  const float* base[NV];
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) base[v] = in + q[v];
+  // One flat loop over the (c, i, j) taps: with nested loops GCC stored the accumulators every iteration.
+  for (int64_t t = 0; t < taps; ++t) {
+    __m256 x[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) x[v] = _mm256_loadu_ps(base[v] + off[t]);
+#pragma GCC unroll 16
+    for (int ob = 0; ob < OB; ++ob) {
+      const __m256 wv = _mm256_broadcast_ss(w + ob * wld + t);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[ob][v] = _mm256_fmadd_ps(wv, x[v], acc[ob][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int ob = 0; ob < OB; ++ob)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + ob * out_ld + d[v], acc[ob][v]);
+}
+
+template <int OB>
+void direct_fwd_block(const FlatGeom& f, const float* in, const std::vector<int64_t>& off,
+                      const std::vector<int64_t>& vq, const std::vector<int64_t>& vd, const float* w,
+                      const float* bias, float* out) {
+  const auto taps = static_cast<int64_t>(off.size()), nv = static_cast<int64_t>(vq.size());
+  const int64_t out_ld = f.oh * f.ow;
+  int64_t v = 0;
+  for (; v + 2 <= nv; v += 2) direct_fwd_tile<OB, 2>(in, off.data(), taps, w, taps, bias, out, out_ld, &vq[v], &vd[v]);
+  if (v < nv) direct_fwd_tile<OB, 1>(in, off.data(), taps, w, taps, bias, out, out_ld, &vq[v], &vd[v]);
+}
+
+constexpr int64_t kFwdMaxBlock = 6;  // 6 channels x 2 vectors = 12 accumulators + 2 inputs + 1 weight
+
+// Splits n items into `blocks` blocks of near-equal size; returns the start of block b.
+int64_t block_start(int64_t n, int64_t blocks, int64_t b) { return b * (n / blocks) + std::min(b, n % blocks); }
+
+// Stride-1 conv of `n` images x [N, C, H, W] with w [O, C, kH, kW] (groups 1) into y [N, O, Ho, Wo], Wo >= 8.
+// Each output row is covered by vectors at x = 0, 8, ... and a last one ending at Wo (overlapping the one
+// before when 8 does not divide Wo: the overlap is computed twice, identically), stored straight into y.
+// One task per image, so results do not depend on the thread count or on the rest of the batch.
+void direct_conv_forward(const FlatGeom& f, int64_t n, const float* x, const float* w, const float* b, float* y) {
+  std::vector<int64_t> off, vq, vd;  // off: the (c, i, j) taps' offsets into the padded planes
+  for (int64_t c = 0; c < f.c; ++c)
+    for (int64_t i = 0; i < f.kh; ++i)
+      for (int64_t j = 0; j < f.kw; ++j) off.push_back(c * f.plane + i * f.dh * f.wp + j * f.dw);
+  for (int64_t r = 0; r < f.oh; ++r)
+    for (int64_t x0 = 0; x0 < f.ow; x0 += 8) {
+      const int64_t xs = std::min(x0, f.ow - 8);
+      vq.push_back(r * f.wp + xs);
+      vd.push_back(r * f.ow + xs);
+    }
+  const int64_t blocks = (f.o + kFwdMaxBlock - 1) / kFwdMaxBlock, wld = f.c * f.kh * f.kw;
+  parallel_for(n, [&](int64_t img) {
+    thread_local std::vector<float> scratch;
+    float* const pad = aligned_scratch(scratch, f.c * f.plane);
+    pad_planes(f, x + img * f.c * f.h * f.w, pad);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t o0 = block_start(f.o, blocks, blk), ob = block_start(f.o, blocks, blk + 1) - o0;
+      const float* wb = w + o0 * wld;
+      const float* bb = b ? b + o0 : nullptr;
+      float* out = y + (img * f.o + o0) * f.oh * f.ow;
+      switch (ob) {
+        case 1: direct_fwd_block<1>(f, pad, off, vq, vd, wb, bb, out); break;
+        case 2: direct_fwd_block<2>(f, pad, off, vq, vd, wb, bb, out); break;
+        case 3: direct_fwd_block<3>(f, pad, off, vq, vd, wb, bb, out); break;
+        case 4: direct_fwd_block<4>(f, pad, off, vq, vd, wb, bb, out); break;
+        case 5: direct_fwd_block<5>(f, pad, off, vq, vd, wb, bb, out); break;
+        default: direct_fwd_block<6>(f, pad, off, vq, vd, wb, bb, out); break;
+      }
+    }
+  });
+}
+
+// Lane sum in a fixed order.
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Weight gradient of OB output channels x JB kernel columns (one input channel, one kernel row) over m
+// images: acc[ob][j] += dy'[ob][q] * pad[q + j*dw] over the grid, lanes summed at the end. dy' is dy on the
+// grid with zeros in the dropped columns. Results go to out[ob*out_ld + j].
+template <int OB, int JB>
+void wgrad_block(const float* dyp, int64_t dy_img, const float* in, int64_t in_img, int64_t m, int64_t len,
+                 int64_t dw, float* out, int64_t out_ld) {
+  __m256 acc[OB][JB];
+#pragma GCC unroll 16
+  for (int ob = 0; ob < OB; ++ob)
+#pragma GCC unroll 16
+    for (int j = 0; j < JB; ++j) acc[ob][j] = _mm256_setzero_ps();
+  for (int64_t img = 0; img < m; ++img) {
+    const float* d = dyp + img * dy_img;
+    const float* p = in + img * in_img;
+    for (int64_t q = 0; q < len; q += 8) {
+      __m256 dv[OB];
+#pragma GCC unroll 16
+      for (int ob = 0; ob < OB; ++ob) dv[ob] = _mm256_load_ps(d + ob * len + q);
+#pragma GCC unroll 16
+      for (int j = 0; j < JB; ++j) {
+        const __m256 xv = _mm256_loadu_ps(p + q + j * dw);
+#pragma GCC unroll 16
+        for (int ob = 0; ob < OB; ++ob) acc[ob][j] = _mm256_fmadd_ps(dv[ob], xv, acc[ob][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int ob = 0; ob < OB; ++ob)
+#pragma GCC unroll 16
+    for (int j = 0; j < JB; ++j) out[ob * out_ld + j] = hsum(acc[ob][j]);
+}
+
+using WgradFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template <int OB>
+WgradFn wgrad_fn(int64_t jb) {
+  switch (jb) {
+    case 1: return wgrad_block<OB, 1>;
+    case 2: return wgrad_block<OB, 2>;
+    case 3: return wgrad_block<OB, 3>;
+    case 4: return wgrad_block<OB, 4>;
+    case 5: return wgrad_block<OB, 5>;
+    default: return wgrad_block<OB, 6>;
+  }
+}
+WgradFn wgrad_fn(int64_t ob, int64_t jb) {
+  switch (ob) {
+    case 1: return wgrad_fn<1>(jb);
+    case 2: return wgrad_fn<2>(jb);
+    case 3: return wgrad_fn<3>(jb);
+    default: return wgrad_fn<4>(jb);
+  }
+}
+// Channels per block for JB kernel columns: OB*JB accumulators + OB dy vectors + 1 input stay in registers.
+int64_t wgrad_max_block(int64_t jb) { return jb >= 5 ? 2 : jb >= 3 ? 3 : 4; }
+
+// dW [O, C, kH, kW] += over images [n0, n0+m) into `out` (overwritten). Scratch: padded inputs, dy on the grid.
+void direct_weight_grad_slice(const FlatGeom& f, const float* x, const float* dy, int64_t n0, int64_t m, float* out) {
+  thread_local std::vector<float> scratch;
+  const int64_t in_img = f.c * f.plane, dy_img = f.o * f.len;
+  float* const pad = aligned_scratch(scratch, m * (in_img + dy_img));
+  float* const dyp = pad + m * in_img;
+  for (int64_t img = 0; img < m; ++img) {
+    pad_planes(f, x + (n0 + img) * f.c * f.h * f.w, pad + img * in_img);
+    for (int64_t o = 0; o < f.o; ++o) {
+      const float* src = dy + ((n0 + img) * f.o + o) * f.oh * f.ow;
+      float* d = dyp + img * dy_img + o * f.len;
+      for (int64_t r = 0; r < f.oh; ++r) {
+        std::copy(src + r * f.ow, src + (r + 1) * f.ow, d + r * f.wp);
+        std::fill(d + r * f.wp + f.ow, d + (r + 1) * f.wp, 0.0f);
+      }
+      std::fill(d + f.oh * f.wp, d + f.len, 0.0f);
+    }
+  }
+  const int64_t out_ld = f.c * f.kh * f.kw;
+  for (int64_t j0 = 0; j0 < f.kw; j0 += 6) {
+    const int64_t jb = std::min<int64_t>(6, f.kw - j0), maxb = wgrad_max_block(jb);
+    const int64_t blocks = (f.o + maxb - 1) / maxb;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t o0 = block_start(f.o, blocks, blk), ob = block_start(f.o, blocks, blk + 1) - o0;
+      const WgradFn fn = wgrad_fn(ob, jb);
+      for (int64_t c = 0; c < f.c; ++c)
+        for (int64_t i = 0; i < f.kh; ++i)
+          fn(dyp + o0 * f.len, dy_img, pad + c * f.plane + i * f.dh * f.wp + j0 * f.dw, in_img, m, f.len, f.dw,
+             out + ((o0 * f.c + c) * f.kh + i) * f.kw + j0, out_ld);
+    }
+  }
+}
+
+// Where the direct kernels serve a conv (or a transposed conv, as the conv of its input with the flipped,
+// transposed weights): stride 1, groups 1, padding that is not negative, few input channels (where
+// im2col/oneDNN's reorders dominate) and a grid that wastes little. Measured with bench/conv_train_bench.
+std::optional<FlatGeom> direct_geom(const ConvGeom& g, bool transpose) {
+  if (g.sh != 1 || g.sw != 1 || g.groups != 1) return std::nullopt;
+  int64_t pt = g.ph.begin, pl = g.pw.begin, pb = g.ph.end, pr = g.pw.end;
+  if (transpose) {
+    pt = g.dh * (g.kh - 1) - g.ph.begin;
+    pl = g.dw * (g.kw - 1) - g.pw.begin;
+    pb = g.oh + g.dh * (g.kh - 1) - g.h - pt;
+    pr = g.ow + g.dw * (g.kw - 1) - g.w - pl;
+  }
+  if (std::min({pt, pl, pb, pr}) < 0) return std::nullopt;
+  const FlatGeom f = flat_geom(g.c, g.o, g.h, g.w, g.kh, g.kw, g.dh, g.dw, pt, pl, pb, pr);
+  if (f.oh != g.oh || f.ow != g.ow || f.ow < 8) return std::nullopt;
+  // Measured (1 thread): LeNet conv1 0.9 -> 0.33 ms; SimpleNet conv (C=1, O=32) a tie with im2col, bound by
+  // writing y; LeNet conv2 (C=6, Wo=10) and its data gradient (C=16) stay faster in oneDNN.
+  if (g.c > 4 || 10 * f.ow < 6 * f.wp) return std::nullopt;
+  return f;
+}
+
+void direct_conv(const FlatGeom& f, bool transpose, int64_t n, const float* x, const float* w, const float* b,
+                 float* y) {
+  if (!transpose) return direct_conv_forward(f, n, x, w, b, y);
+  // conv_transpose2d weights are [C, O, kH, kW]; the equivalent conv takes [O, C, kH, kW], flipped in space.
+  std::vector<float> wt(static_cast<size_t>(f.o * f.c * f.kh * f.kw));
+  for (int64_t o = 0; o < f.o; ++o)
+    for (int64_t c = 0; c < f.c; ++c)
+      for (int64_t i = 0; i < f.kh; ++i)
+        for (int64_t j = 0; j < f.kw; ++j)
+          wt[((o * f.c + c) * f.kh + i) * f.kw + j] =
+              w[((c * f.o + o) * f.kh + (f.kh - 1 - i)) * f.kw + (f.kw - 1 - j)];
+  direct_conv_forward(f, n, x, wt.data(), b, y);
+}
+
 template <bool transpose>
 void conv_kernel(KernelContext& k) {
   const ConvGeom g = conv_geom(k, transpose);
@@ -300,6 +567,10 @@ void conv_kernel(KernelContext& k) {
       loops_conv(g, k.in(0).data<double>(), k.in(1).data<double>(), b, k.out(0).data<double>());
     return;
   }
+  if (t == DType::f32)
+    if (const auto f = direct_geom(g, transpose))
+      return direct_conv(*f, transpose, g.n, k.in(0).data<float>(), k.in(1).data<float>(),
+                         bias ? bias->data<float>() : nullptr, k.out(0).data<float>());
   if (!transpose && t == DType::f32 && use_im2col_forward(g))
     return im2col_conv_forward(g, k.in(0).data<float>(), k.in(1).data<float>(),
                                bias ? bias->data<float>() : nullptr, k.out(0).data<float>());
@@ -395,6 +666,26 @@ bool is_2x2_tiling(const PoolGeom& g) {
 // The forward's selection rule: NaN wins, else a strictly larger value (ties keep the earlier element).
 inline float take_max(float acc, float v) { return (v != v || v > acc) ? v : acc; }
 
+// 8 windows at a time: a0/a1 (b0/b1) are 16 floats of the top (bottom) row. shuffle_ps splits even and odd
+// columns with the windows in lane order 0,1,4,5 | 2,3,6,7; permuting 64-bit pairs (0,2,1,3) maps between
+// that order and the natural one (it is its own inverse).
+struct Win8 {
+  __m256 v0, v1, v2, v3;  // the four elements of 8 windows in row-major window order, lanes 0,1,4,5,2,3,6,7
+};
+inline Win8 load_win8(const float* a, const float* b) {
+  const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+  const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+  return {_mm256_shuffle_ps(a0, a1, 0x88), _mm256_shuffle_ps(a0, a1, 0xDD), _mm256_shuffle_ps(b0, b1, 0x88),
+          _mm256_shuffle_ps(b0, b1, 0xDD)};
+}
+inline __m256 swap_pairs(__m256 v) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
+}
+// The scalar take_max step on 8 lanes: the mask where v replaces acc (v is NaN, or v > acc).
+inline __m256 takes(__m256 acc, __m256 v) {
+  return _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, acc, _CMP_GT_OQ));
+}
+
 void max_pool_2x2(const PoolGeom& g, const float* x, float* y) {
   parallel_for(num_chunks(g.planes * g.oh, 64), [&](int64_t chunk) {
     const int64_t end = std::min(g.planes * g.oh, (chunk + 1) * 64);
@@ -403,8 +694,19 @@ void max_pool_2x2(const PoolGeom& g, const float* x, float* y) {
       const float* a = x + (p * g.h + 2 * yy) * g.w;
       const float* b = a + g.w;
       float* out = y + r * g.ow;
-      for (int64_t xx = 0; xx < g.ow; ++xx)
-        out[xx] = take_max(take_max(take_max(a[2 * xx], a[2 * xx + 1]), b[2 * xx]), b[2 * xx + 1]);
+      // Vectors at 0, 8, ... and one ending at ow (recomputing a few windows identically).
+      if (g.ow >= 8)
+        for (int64_t x0 = 0; x0 < g.ow; x0 += 8) {
+          const int64_t xs = std::min(x0, g.ow - 8);
+          const Win8 w = load_win8(a + 2 * xs, b + 2 * xs);
+          const __m256 m1 = _mm256_blendv_ps(w.v0, w.v1, takes(w.v0, w.v1));
+          const __m256 m2 = _mm256_blendv_ps(m1, w.v2, takes(m1, w.v2));
+          const __m256 m3 = _mm256_blendv_ps(m2, w.v3, takes(m2, w.v3));
+          _mm256_storeu_ps(out + xs, swap_pairs(m3));
+        }
+      else
+        for (int64_t xx = 0; xx < g.ow; ++xx)
+          out[xx] = take_max(take_max(take_max(a[2 * xx], a[2 * xx + 1]), b[2 * xx]), b[2 * xx + 1]);
     }
   });
 }
@@ -421,7 +723,30 @@ void max_pool_2x2_grad(const PoolGeom& g, const float* x, const float* dy, float
       float* da = dx + (p * g.h + 2 * yy) * g.w;
       float* db = da + g.w;
       const float* d = dy + r * g.ow;
-      for (int64_t xx = 0; xx < g.ow; ++xx) {
+      int64_t x_end = 0;  // windows before it are done by vectors
+      if (g.ow >= 8)
+        for (int64_t x0 = 0; x0 < g.ow; x0 += 8) {
+          const int64_t xs = std::min(x0, g.ow - 8);
+          const Win8 w = load_win8(a + 2 * xs, b + 2 * xs);
+          const __m256 t1 = takes(w.v0, w.v1);
+          const __m256 m1 = _mm256_blendv_ps(w.v0, w.v1, t1);
+          const __m256 t2 = takes(m1, w.v2);
+          const __m256 m2 = _mm256_blendv_ps(m1, w.v2, t2);
+          const __m256 t3 = takes(m2, w.v3);
+          const __m256 gv = swap_pairs(_mm256_loadu_ps(d + xs));
+          // Element k is selected when t_k holds and no later t_j does (t_0 = true).
+          const __m256 g3 = _mm256_and_ps(t3, gv);
+          const __m256 g2 = _mm256_andnot_ps(t3, _mm256_and_ps(t2, gv));
+          const __m256 g1 = _mm256_andnot_ps(_mm256_or_ps(t2, t3), _mm256_and_ps(t1, gv));
+          const __m256 g0 = _mm256_andnot_ps(_mm256_or_ps(t1, _mm256_or_ps(t2, t3)), gv);
+          // unpacklo/hi interleave (even, odd) back into columns 0-7 and 8-15 of the 8 windows.
+          _mm256_storeu_ps(da + 2 * xs, _mm256_unpacklo_ps(g0, g1));
+          _mm256_storeu_ps(da + 2 * xs + 8, _mm256_unpackhi_ps(g0, g1));
+          _mm256_storeu_ps(db + 2 * xs, _mm256_unpacklo_ps(g2, g3));
+          _mm256_storeu_ps(db + 2 * xs + 8, _mm256_unpackhi_ps(g2, g3));
+          x_end = g.ow;
+        }
+      for (int64_t xx = x_end; xx < g.ow; ++xx) {
         const float v0 = a[2 * xx], v1 = a[2 * xx + 1], v2 = b[2 * xx], v3 = b[2 * xx + 1];
         // Replay the forward's scan to find the element it selected (selects, no branches: the choice is
         // data-dependent and mispredicts half the time).
@@ -576,6 +901,17 @@ void loops_conv_weight_grad(const WeightGradGeom& g, const double* x, const doub
   });
 }
 
+// The direct kernel's geometry for a weight gradient, under the same conditions as the forward's.
+std::optional<FlatGeom> direct_weight_grad_geom(const WeightGradGeom& g) {
+  if (g.sh != 1 || g.sw != 1 || g.groups != 1 || std::min({g.pt, g.pl, g.pb, g.pr}) < 0) return std::nullopt;
+  const FlatGeom f = flat_geom(g.c, g.o, g.h, g.w, g.kh, g.kw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr);
+  if (f.oh != g.oh || f.ow != g.ow) return std::nullopt;
+  // Measured (1 thread, batch 64): LeNet conv1 1.4 -> 0.6 ms, conv2 (C=6, Wo=10) 1.9 -> 1.2 ms, SimpleNet
+  // 2.2 -> 1.6 ms against im2col + sgemm.
+  if (g.c > 16 || 10 * f.ow < 6 * f.wp) return std::nullopt;
+  return f;
+}
+
 // f32: im2col + sgemm (oneDNN's backward-weights ran at 5 GFLOP/s on single-channel inputs). The batch is
 // cut into a fixed number of slices that depends only on N; a slice of m images lays its unfolded inputs
 // side by side, col [K, m*P], and its dy as [O/g, m*P], so one sgemm per group reduces over the whole
@@ -594,10 +930,23 @@ void conv2d_weight_grad_kernel(KernelContext& k) {
   }
   constexpr int64_t max_slices = 8;
   const int64_t per = (g.n + max_slices - 1) / max_slices, slices = (g.n + per - 1) / per;
-  const int64_t og = g.o / g.groups, kk = g.c / g.groups * g.kh * g.kw, p = g.oh * g.ow;
-  std::vector<float> partial(static_cast<size_t>((slices - 1) * wsize));
   const float* x = k.in(0).data<float>();
   const float* dy = k.in(1).data<float>();
+  if (const auto f = direct_weight_grad_geom(g)) {
+    std::vector<float> partial(static_cast<size_t>((slices - 1) * wsize));
+    parallel_for(slices, [&](int64_t s) {
+      const int64_t n0 = s * per;
+      direct_weight_grad_slice(*f, x, dy, n0, std::min(g.n, n0 + per) - n0,
+                               s == 0 ? dw : partial.data() + (s - 1) * wsize);
+    });
+    for (int64_t s = 1; s < slices; ++s) {
+      const float* q = partial.data() + (s - 1) * wsize;
+      for (int64_t i = 0; i < wsize; ++i) dw[i] += q[i];
+    }
+    return;
+  }
+  const int64_t og = g.o / g.groups, kk = g.c / g.groups * g.kh * g.kw, p = g.oh * g.ow;
+  std::vector<float> partial(static_cast<size_t>((slices - 1) * wsize));
   run_onednn_tasks(slices, [&](int64_t s) {
     float* out = s == 0 ? dw : partial.data() + (s - 1) * wsize;
     const int64_t n0 = s * per, m = std::min(g.n, n0 + per) - n0, ld = m * p;
