@@ -110,7 +110,10 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const
     if (n.outputs.size() > 1)
       for (size_t i = 0; i < n.outputs.size(); ++i)
         if (!out_grads[i].defined() && n.output_ids[i] >= 0) out_grads[i] = zeros_like(n.outputs[i]);
-    const GradContext ctx{n.inputs, n.outputs, out_grads, n.attrs};
+    // Only tracked inputs need a gradient: rules skip the rest (e.g. the input image's gradient of a first conv).
+    std::vector<uint8_t> wanted(n.inputs.size());
+    for (size_t i = 0; i < wanted.size(); ++i) wanted[i] = n.input_ids[i] >= 0;
+    const GradContext ctx{n.inputs, n.outputs, out_grads, n.attrs, wanted};
     std::vector<Tensor> in_grads = n.def->grad(ctx);
     SPORE_CHECK(in_grads.size() <= n.inputs.size(), ErrorCode::internal,
                 "[{}] gradient rule returned {} gradients for {} inputs", n.def->name, in_grads.size(),

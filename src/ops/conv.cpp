@@ -259,10 +259,6 @@ Ints conv_pads(const GradContext& c) {
   return {t, l, b, r};
 }
 
-Tensor channel_slice(const Tensor& t, int64_t begin, int64_t count) {
-  return ops::slice(t, {begin}, {begin + count}, {1});
-}
-
 // dW[o,c,i,j] = sum_{n,y,x} dy[n,o,y,x] * xpad[n,c,y*s+i*d,x*s+j*d]: one conv2d_weight_grad op (oneDNN's
 // backward-weights kernel on cpu), not a conv of transposed tensors (that ran a 28x28 "kernel" per image).
 Tensor conv_weight_grad(const Tensor& x, const Tensor& dy, int64_t kh, int64_t kw, const Ints& stride,
@@ -291,9 +287,9 @@ Grads conv2d_grad(const GradContext& c) {
     const int64_t eff = (w.dim(2 + i) - 1) * dl[i] + 1;
     t.output_padding[i] = x.dim(2 + i) - ((g.dim(2 + i) - 1) * st[i] - pads[i] - pads[2 + i] + eff);
   }
-  Grads r{ops::conv_transpose2d(g, w, std::nullopt, t),
-          conv_weight_grad(x, g, w.dim(2), w.dim(3), st, pads, dl, groups)};
-  if (c.inputs.size() > 2) r.push_back(ops::reduce_sum(g, {0, 2, 3}));
+  Grads r{c.wants(0) ? ops::conv_transpose2d(g, w, std::nullopt, t) : Tensor(),
+          c.wants(1) ? conv_weight_grad(x, g, w.dim(2), w.dim(3), st, pads, dl, groups) : Tensor()};
+  if (c.inputs.size() > 2) r.push_back(c.wants(2) ? ops::reduce_sum(g, {0, 2, 3}) : Tensor());
   return r;
 }
 

@@ -96,22 +96,25 @@ Grads matmul_grad(const GradContext& c) {
   const Tensor g = gshape == c.output_grads[0].shape() ? c.output_grads[0] : ops::reshape(c.output_grads[0], gshape);
   // With A = op(a) [.., M, K], B = op(b) [.., K, N]: dA = G B^T, dB = A^T G; transposed operands get the
   // transposed products.
-  Tensor da = ta ? ops::matmul(b, g, tb, true) : ops::matmul(g, b, false, !tb);
-  Tensor db = tb ? ops::matmul(g, a, true, ta) : ops::matmul(a, g, !ta, false);
-  da = sum_to(da, a.shape());
-  db = sum_to(db, b.shape());
-  if (a0.rank() == 1) da = ops::reshape(da, a0.shape());
-  if (b0.rank() == 1) db = ops::reshape(db, b0.shape());
+  Tensor da, db;
+  if (c.wants(0)) {
+    da = sum_to(ta ? ops::matmul(b, g, tb, true) : ops::matmul(g, b, false, !tb), a.shape());
+    if (a0.rank() == 1) da = ops::reshape(da, a0.shape());
+  }
+  if (c.wants(1)) {
+    db = sum_to(tb ? ops::matmul(g, a, true, ta) : ops::matmul(a, g, !ta, false), b.shape());
+    if (b0.rank() == 1) db = ops::reshape(db, b0.shape());
+  }
   return {da, db};
 }
 
 Grads linear_grad(const GradContext& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.output_grads[0];
   const int64_t out = w.dim(0), in = w.dim(1);
-  Grads r{ops::matmul(g, w)};
+  Grads r{c.wants(0) ? ops::matmul(g, w) : Tensor()};
   const Tensor g2 = ops::reshape(g, {-1, out});
-  r.push_back(ops::matmul(g2, ops::reshape(x, {-1, in}), true, false));
-  if (c.inputs.size() > 2) r.push_back(ops::reduce_sum(g2, {0}));
+  r.push_back(c.wants(1) ? ops::matmul(g2, ops::reshape(x, {-1, in}), true, false) : Tensor());
+  if (c.inputs.size() > 2) r.push_back(c.wants(2) ? ops::reduce_sum(g2, {0}) : Tensor());
   return r;
 }
 

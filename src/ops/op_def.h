@@ -87,6 +87,10 @@ struct GradContext {
   std::span<const Tensor> outputs;
   std::span<const Tensor> output_grads;  // undefined where an output got no gradient
   const Attrs& attrs;
+  // Which inputs the caller needs a gradient for (empty = all). Rules may skip the others (return an undefined
+  // Tensor): eager backward has no dead-code elimination, and e.g. a first layer's input gradient is large.
+  std::span<const uint8_t> wanted = {};
+  bool wants(size_t i) const { return wanted.empty() || (i < wanted.size() && wanted[i] != 0); }
 };
 using GradFn = std::function<std::vector<Tensor>(const GradContext&)>;
 

@@ -1,5 +1,6 @@
 #include "runtime/eager.h"
 
+#include <memory>
 #include <optional>
 
 #include "autodiff/autodiff.h"
@@ -46,9 +47,38 @@ std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> input
   return outs;
 }
 
+namespace {
+
+// Normalizing copies every attribute (names, lists) on each call, yet a program calls an op with the same
+// attributes again and again: the last normalization per op and thread is kept. Shared so that a nested call
+// replacing the entry cannot pull the attributes from under a running call.
+struct NormalizedEntry {
+  const OpDef* def = nullptr;
+  Attrs given;
+  std::shared_ptr<const Attrs> normalized;
+};
+thread_local std::vector<NormalizedEntry> t_normalized;
+
+std::shared_ptr<const Attrs> normalized_attrs(const OpDef& def, const Attrs& attrs) {
+  const size_t i = static_cast<size_t>(def.id);
+  if (i < t_normalized.size()) {
+    const NormalizedEntry& e = t_normalized[i];
+    if (e.def == &def && e.normalized && e.given == attrs) return e.normalized;
+  }
+  auto n = std::make_shared<const Attrs>(def.normalize(attrs));
+  if (i >= t_normalized.size()) t_normalized.resize(i + 1);
+  t_normalized[i] = NormalizedEntry{&def, attrs, n};
+  return n;
+}
+
+}  // namespace
+
 std::vector<Tensor> EagerDispatcher::call(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
   const OpDef& def = op_registry().get(op);
-  const Attrs a = def.normalize(attrs);
+  // Most calls (elementwise ops) have no attributes in schema or call: nothing to normalize or copy.
+  std::shared_ptr<const Attrs> normalized;
+  if (!attrs.empty() || !def.attrs.empty()) normalized = normalized_attrs(def, attrs);
+  const Attrs& a = normalized ? *normalized : attrs;
   if (Tracer* t = Tracer::active()) {
     auto outs = t->record(def, inputs, a);
     autodiff::record_op(def, inputs, a, outs);  // grad rules traced later put the backward into the same graph

@@ -32,13 +32,30 @@ void* host_alloc(size_t bytes) {
   return p;
 }
 
-// Freed blocks of >= 64 KiB are kept per exact size and handed out again: eager ops and plan outputs
-// allocate the same sizes over and over, and a fresh large block costs page faults on first touch.
+// Freed blocks are kept per exact size and handed out again: eager ops and plan outputs allocate the same
+// sizes over and over. A fresh large block costs page faults on first touch; small blocks went through
+// aligned_alloc/free, and glibc trimming the heap top after a free made the next 32 KiB activation fault its
+// pages in again (an eager relu ran ~5x slower than the same kernel in a plan's arena).
 // Bounded (set_memory_cache_limit) and trimmed before the memory limit would be exceeded.
 constexpr size_t cache_min_block = size_t{64} << 10;
+// Blocks below cache_min_block sit in one list per 64-byte size class (no hashing on the hot path).
+// Under AddressSanitizer small blocks are not cached, so use-after-free on them stays detectable.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool cache_small = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool cache_small = false;
+#else
+constexpr bool cache_small = true;
+#endif
+#else
+constexpr bool cache_small = true;
+#endif
+constexpr size_t small_classes = cache_min_block / tensor_alignment;
 struct BlockCache {
   std::mutex mu;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // >= cache_min_block
+  std::vector<void*> small[small_classes];                     // [size / 64], sizes < cache_min_block
   size_t bytes = 0;
   size_t cap = size_t{1} << 30;
 };
@@ -46,23 +63,33 @@ BlockCache& cache() {
   static BlockCache* c = new BlockCache();  // leaked on purpose: storages may die during static teardown
   return *c;
 }
+bool cacheable(size_t size) { return size >= cache_min_block || (cache_small && size > 0); }
+std::vector<void*>* small_list(BlockCache& c, size_t size) {
+  return size < cache_min_block ? &c.small[size / tensor_alignment] : nullptr;
+}
 void* cache_take(size_t size) {
-  if (size < cache_min_block) return nullptr;
+  if (!cacheable(size)) return nullptr;
   BlockCache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
-  auto it = c.free_blocks.find(size);
-  if (it == c.free_blocks.end() || it->second.empty()) return nullptr;
-  void* p = it->second.back();
-  it->second.pop_back();
+  std::vector<void*>* list = small_list(c, size);
+  if (!list) {
+    auto it = c.free_blocks.find(size);
+    if (it == c.free_blocks.end()) return nullptr;
+    list = &it->second;
+  }
+  if (list->empty()) return nullptr;
+  void* p = list->back();
+  list->pop_back();
   c.bytes -= size;
   return p;
 }
 bool cache_give(void* p, size_t size) {
-  if (size < cache_min_block) return false;
+  if (!cacheable(size)) return false;
   BlockCache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
   if (c.bytes + size > c.cap) return false;
-  c.free_blocks[size].push_back(p);
+  std::vector<void*>* list = small_list(c, size);
+  (list ? *list : c.free_blocks[size]).push_back(p);
   c.bytes += size;
   return true;
 }
@@ -74,6 +101,10 @@ void trim_memory_cache() {
   for (auto& [size, blocks] : c.free_blocks)
     for (void* p : blocks) std::free(p);
   c.free_blocks.clear();
+  for (auto& blocks : c.small) {
+    for (void* p : blocks) std::free(p);
+    blocks.clear();
+  }
   c.bytes = 0;
 }
 size_t memory_cached() {
@@ -108,7 +139,9 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, const char* what) {
   }
   size_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {}
-  auto s = std::shared_ptr<Storage>(new Storage());
+  // One heap block for the Storage and its control block (the constructor is private, hence the local type).
+  struct Made : Storage {};
+  std::shared_ptr<Storage> s = std::make_shared<Made>();
   s->data_ = p;
   s->size_ = rounded;
   s->owned_ = true;

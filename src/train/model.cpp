@@ -120,12 +120,43 @@ double Model::train_step(const Tensor& x, const Tensor& y) {
 
 void Model::apply_update(std::vector<Tensor>& grads) {
   autodiff::NoGradGuard no_grad;
-  if (opts_.clip_norm > 0) clip_by_global_norm(grads, opts_.clip_norm);
   last_lr_ = opt_.lr_at(step_);
   const Tensor lr = Tensor::scalar(last_lr_, DType::f32);
   const Tensor t = Tensor::scalar(static_cast<double>(step_ + 1), DType::f32);
-  std::vector<Tensor> fresh = opt_.update(param_values(), grads, state_, lr, t);
-  for (size_t i = 0; i < slots_.size(); ++i) slots_[i]->value = fresh[i];
+  bool all_defined = true;
+  for (const Tensor& g : grads) all_defined &= g.defined();
+  if (!all_defined) {
+    if (opts_.clip_norm > 0) clip_by_global_norm(grads, opts_.clip_norm);
+    std::vector<Tensor> fresh = opt_.update(param_values(), grads, state_, lr, t);
+    for (size_t i = 0; i < slots_.size(); ++i) slots_[i]->value = fresh[i];
+    ++step_;
+    return;
+  }
+  // The update runs as one cached plan (MindSpore compiles the optimizer in PyNative mode too): a few
+  // elementwise ops per parameter, each of which eagerly cost a dispatch and a fresh output. The plan runs the
+  // same ops with the same kernels as the eager code and as graph mode's step plan, so the bits are the same.
+  const size_t np = slots_.size(), ns = state_.size();
+  if (!update_fn_) {
+    // (lr, t, params, grads, state) -> (params', state')
+    update_fn_ = std::make_unique<CompiledFunction>([this, np, ns](std::span<const Tensor> in) {
+      autodiff::NoGradGuard no_grad;
+      const std::span<const Tensor> g_in = sub(in, 2 + np, np), state_in = sub(in, 2 + 2 * np, ns);
+      std::vector<Tensor> g(g_in.begin(), g_in.end()), state(state_in.begin(), state_in.end());
+      if (opts_.clip_norm > 0) clip_by_global_norm(g, opts_.clip_norm);
+      std::vector<Tensor> out = opt_.update(sub(in, 2, np), g, state, in[0], in[1]);
+      out.insert(out.end(), state.begin(), state.end());
+      return out;
+    });
+  }
+  std::vector<Tensor> in{lr, t};
+  in.reserve(2 + 2 * np + ns);
+  for (nn::Parameter* p : slots_) in.push_back(p->value);
+  in.insert(in.end(), grads.begin(), grads.end());
+  in.insert(in.end(), state_.begin(), state_.end());
+  std::vector<Tensor> out = (*update_fn_)(std::span<const Tensor>(in));
+  SPORE_ASSERT(out.size() == np + ns, "update plan output count");
+  for (size_t i = 0; i < np; ++i) slots_[i]->value = out[i];
+  for (size_t i = 0; i < ns; ++i) state_[i] = out[np + i];
   ++step_;
 }
 

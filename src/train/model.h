@@ -111,6 +111,8 @@ class Model {
   double last_lr_ = 0.0;
   // Graph mode: the fused step (grad_accumulation 1), or the micro and apply plans; the eval forward.
   std::unique_ptr<CompiledFunction> step_fn_, micro_fn_, apply_fn_, eval_fn_;
+  // PyNative mode: the optimizer update (clip + opt_.update) as one cached plan.
+  std::unique_ptr<CompiledFunction> update_fn_;
 };
 
 }  // namespace spore::train
