@@ -138,6 +138,25 @@ Batch Dataset::make_batch(int64_t epoch, int64_t b, const std::vector<int64_t>& 
   int64_t begin = b * batch_, end = std::min(n_, begin + batch_);
   Batch out;
   out.epoch = epoch;
+  if (maps_.empty() && x_.is_contiguous() && (!y_.defined() || y_.is_contiguous())) {
+    // No per-sample transforms: gather the rows straight into the batch (per-sample views and a stack of
+    // them cost about a third of a small model's training step).
+    const auto gather = [&](const Tensor& src) {
+      Shape shape = src.shape();
+      shape[0] = end - begin;
+      Tensor dst = Tensor::empty(shape, src.dtype());
+      const size_t nb = src.dim(0) ? src.nbytes() / static_cast<size_t>(src.dim(0)) : 0;
+      const char* from = static_cast<const char*>(src.raw_data());
+      char* to = static_cast<char*>(dst.raw_data());
+      for (int64_t k = begin; k < end; ++k)
+        if (nb) std::memcpy(to + static_cast<size_t>(k - begin) * nb, from + static_cast<size_t>(order[k]) * nb, nb);
+      return dst;
+    };
+    out.indices.assign(order.begin() + begin, order.begin() + end);
+    out.x = gather(x_);
+    if (y_.defined()) out.y = gather(y_);
+    return out;
+  }
   std::vector<Tensor> xs, ys;
   for (int64_t k = begin; k < end; ++k) {
     int64_t i = order[k];
