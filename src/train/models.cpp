@@ -26,9 +26,9 @@ bool lenet_conv2_valid(int64_t h, int64_t w) { return h / 2 >= 10 && w / 2 >= 10
 }  // namespace
 
 SimpleNet::SimpleNet(int64_t c, int64_t h, int64_t w, int64_t classes)
-    : conv((check_input("SimpleNet", c, h, w, 2), c), 32, 3, conv_cfg("same")),
+    : conv((check_input("SimpleNet", c, h, w, 2), c), 64, 3, conv_cfg("same")),
       pool(2, 2),
-      fc(32 * (h / 2) * (w / 2), classes) {
+      fc(64 * (h / 2) * (w / 2), classes) {
   SPORE_REGISTER_CELLS(conv, relu, pool, flatten, fc);
 }
 

@@ -10,7 +10,9 @@
 
 namespace spore::train {
 
-// conv 3x3 (C -> 32, pad same) -> ReLU -> MaxPool 2 -> Flatten -> Dense 32*(H/2)*(W/2) -> classes.
+// conv 3x3 (C -> 64, pad same) -> ReLU -> MaxPool 2 -> Flatten -> Dense 64*(H/2)*(W/2) -> classes. 64 channels:
+// with 32 the net reached 90.3% on Fashion-MNIST in 5 epochs whatever the optimizer (too close to the 90% bar), 64
+// gives 90.6%.
 class SimpleNet : public nn::Cell {
  public:
   SimpleNet(int64_t channels, int64_t height, int64_t width, int64_t num_classes = 10);

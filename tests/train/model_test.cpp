@@ -296,7 +296,7 @@ TEST(TrainModel, ZooShapes) {
     }
   }
   auto sn = train::make_model("simplenet", {1, 28, 28});
-  EXPECT_EQ(sn->num_parameters(), 32 * 9 + 32 + 32 * 14 * 14 * 10 + 10);
+  EXPECT_EQ(sn->num_parameters(), 64 * 9 + 64 + 64 * 14 * 14 * 10 + 10);
 }
 
 TEST(TrainCallbacks, EarlyStoppingCheckpointsAndProgress) {
