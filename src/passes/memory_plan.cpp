@@ -29,13 +29,24 @@ int64_t aligned_bytes(const TensorType& t) {
   return (b + 63) / 64 * 64;
 }
 
+bool is_reshape_like(OpId op) {
+  return op == OpId::reshape || op == OpId::flatten || op == OpId::squeeze || op == OpId::unsqueeze;
+}
+
 }  // namespace
+
+bool is_arena_alias(const Node& n) {
+  return is_reshape_like(n.op) && n.inputs.size() == 1 && n.outputs.size() == 1 && n.outputs[0]->arena_offset >= 0 &&
+         n.inputs[0]->arena_offset == n.outputs[0]->arena_offset;
+}
 
 MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory) {
   const auto& order = g.nodes();
   std::map<const Node*, int64_t> pos;
   for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = static_cast<int64_t>(i);
   std::vector<Buf> bufs;
+  std::map<const Value*, size_t> buf_of;             // value -> its buffer (aliases: the root's)
+  std::vector<std::pair<Value*, size_t>> aliases;    // reshape-like outputs placed on their input's buffer
   for (Node* n : order) {
     const OpDef& def = op_registry().get(n->op);
     for (Value* v : n->outputs) v->arena_offset = -1;
@@ -46,6 +57,16 @@ MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory) {
                   v->name, v->type.str());
       int64_t last = pos[n];
       for (const Use& u : v->uses) last = std::max(last, pos[u.user]);
+      auto in = level >= 1 && is_reshape_like(n->op) && n->inputs.size() == 1 ? buf_of.find(n->inputs[0]) : buf_of.end();
+      if (in != buf_of.end() && n->inputs[0]->type.dtype == v->type.dtype &&
+          n->inputs[0]->type.numel() == v->type.numel()) {
+        // Same bytes in the same order: share the input's buffer and keep it alive for this value's users.
+        bufs[in->second].last = std::max(bufs[in->second].last, last);
+        buf_of[v] = in->second;
+        aliases.emplace_back(v, in->second);
+        continue;
+      }
+      buf_of[v] = bufs.size();
       bufs.push_back({v, aligned_bytes(v->type), pos[n], last});
     }
   }
@@ -74,6 +95,7 @@ MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory) {
     }
   }
   for (Buf& b : bufs) b.v->arena_offset = b.offset;
+  for (auto& [v, b] : aliases) v->arena_offset = bufs[b].offset;
   if (max_memory > 0 && static_cast<size_t>(info.arena_bytes) > max_memory) {
     // Find the step with the most live bytes and list its largest buffers.
     int64_t worst_step = 0, worst_bytes = -1;

@@ -69,6 +69,10 @@ struct MemoryPlanInfo {
   int64_t num_buffers = 0;
 };
 MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory);
+// At level >= 1 a reshape-like node (reshape, flatten, squeeze, unsqueeze) of an intermediate value gets its
+// output placed on its input's bytes (the input's live range grows to cover the output's users): the plan
+// runs no kernel for it. True for such a node after planning.
+bool is_arena_alias(const Node& n);
 
 // The default pipeline for graph mode: dce, cse, constant folding, dce, memory plan.
 // (Decomposition of ops without kernels happens before, in the runtime's lowering.)

@@ -114,6 +114,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   for (Node* n : g->nodes()) {
     const OpDef& def = op_registry().get(n->op);
     if (def.traits.has(Trait::graph_structure)) continue;
+    if (is_arena_alias(*n)) continue;  // its output is a view of its input's arena bytes: nothing to run
     Plan::Step st;
     st.def = &def;
     st.attrs = &n->attrs;
