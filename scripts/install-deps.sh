@@ -5,6 +5,9 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config python3
       libdnnl-dev libhwy-dev libfmt-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+      libprotobuf-dev protobuf-compiler libonnx-dev  # ONNX import/export
+      python3-onnx  # tests check exported ONNX files with onnx.checker
+      clang libclang-rt-dev  # libFuzzer for the model-file fuzzer (make fuzz)
       ocl-icd-opencl-dev  # dnnl-config.cmake calls find_package(OpenCL)
       dataset-fashion-mnist)  # the 60k Fashion-MNIST training split, used by the training acceptance test
 missing=()

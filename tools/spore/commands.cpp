@@ -13,12 +13,17 @@ constexpr Command commands[] = {
     {"graph", "parse, verify and print a text-IR graph file (--dot for Graphviz)", cmd_graph},
     {"demo", "a small graph-mode demo: trace, compile, run, profile", cmd_demo},
     {"train", "train a model (simplenet, lenet, mlp) on MNIST / digits; checkpoints, --json", cmd_train},
-    {"eval", "test accuracy and loss of a training checkpoint", cmd_eval},
+    {"eval", "test accuracy of a training checkpoint or a model file (.spore / .onnx)", cmd_eval},
+    {"export", "checkpoint + model -> .spore or ONNX file, with fixed or symbolic --input-shape", cmd_export},
+    {"convert", "ONNX/.spore -> .spore: --precision-mode, --quantize, --input-shape; accuracy report", cmd_convert},
+    {"check-ops", "which ops of a model spore supports, decomposes or lacks (with node names)", cmd_check_ops},
+    {"run", "run a model on .npy inputs (or random ones), write one .npy per output", cmd_run},
+    {"bench", "latency p50/p90/p99, throughput and peak memory of a model", cmd_bench},
 };
 
 void usage(FILE* f) {
   std::fprintf(f, "usage: spore <command> [options]\n\ncommands:\n");
-  for (const auto& c : commands) std::fprintf(f, "  %-8s %s\n", c.name, c.summary);
+  for (const auto& c : commands) std::fprintf(f, "  %-10s %s\n", c.name, c.summary);
   std::fprintf(f, "\nrun 'spore <command> --help' for a command's options\n");
 }
 }  // namespace

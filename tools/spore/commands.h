@@ -15,6 +15,11 @@ int cmd_graph(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
+int cmd_export(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
+int cmd_check_ops(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 int main_dispatch(int argc, char** argv);
 

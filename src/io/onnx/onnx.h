@@ -1,0 +1,64 @@
+#pragma once
+// ONNX in and out (opsets 11-17). Protobuf types stay inside the .cpp files.
+//
+//   io::OnnxImportReport rep;
+//   auto g = io::import_onnx("model.onnx", {}, &rep);   // throws with the unsupported list if any
+//   io::export_onnx(*g, "out.onnx");                       // opset 17; ONNX Runtime and Netron open it
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace spore::io {
+
+// One ONNX op type found in a model and how spore handles it.
+struct OnnxOpStatus {
+  std::string domain;   // "" for the default domain
+  std::string op_type;  // "Conv"
+  int64_t count = 0;
+  // "supported": maps to spore ops with kernels; "decomposed": maps to several spore ops or an ONNX
+  // function body / op decomposition; "unsupported": neither (node names listed).
+  std::string status;
+  std::string note;                 // why unsupported / what it decomposes into
+  std::vector<std::string> nodes;   // node names (for unsupported ones: all of them)
+};
+
+struct OnnxImportReport {
+  int64_t opset = 0;
+  std::string producer;              // producer_name + version from the model
+  std::vector<OnnxOpStatus> ops;     // sorted by op type
+  bool has_unsupported() const;
+  // Multi-line table: op type, count, status, nodes of the unsupported ones, and what the user can do.
+  std::string format() const;
+};
+
+struct OnnxImportOptions {
+  // Symbolic dims keep the model's dim_param names; unnamed dynamic dims become "<input>_d<i>".
+  bool keep_symbolic = true;
+};
+
+// Imports an ONNX model file (or bytes) into a spore graph (weights become constants). Throws spore::Error
+// (code unsupported) whose message is the report's table when any op is unsupported, and clear errors for
+// malformed protobufs, missing initializers, bad attributes (naming the node).
+std::unique_ptr<Graph> import_onnx(const std::string& path, const OnnxImportOptions& opts = {},
+                                   OnnxImportReport* report = nullptr);
+std::unique_ptr<Graph> import_onnx_bytes(const std::string& bytes, const std::string& name,
+                                         const OnnxImportOptions& opts = {}, OnnxImportReport* report = nullptr);
+// Classifies every op of a model without failing on unsupported ones.
+OnnxImportReport check_onnx_ops(const std::string& path);
+
+// True when the bytes look like an ONNX ModelProto (used by load_model to pick the reader).
+bool looks_like_onnx(const std::string& head);
+
+struct OnnxExportOptions {
+  int64_t opset = 17;
+  std::string producer = "spore";
+};
+// Writes a spore graph as an ONNX model (atomic write). Every spore op with an ONNX equivalent maps to it
+// (or to a small subgraph); a graph with an op that has none fails naming the node.
+void export_onnx(const Graph& g, const std::string& path, const OnnxExportOptions& opts = {});
+std::string export_onnx_bytes(const Graph& g, const OnnxExportOptions& opts = {});
+
+}  // namespace spore::io

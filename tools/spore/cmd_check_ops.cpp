@@ -1,0 +1,6 @@
+// PLACEHOLDER: replaced by its owner.
+#include "base/error.h"
+#include "tools/spore/commands.h"
+namespace spore::cli {
+int cmd_check_ops(int, char**) { SPORE_FAIL(ErrorCode::unsupported, "not yet"); }
+}  // namespace spore::cli

@@ -1,0 +1,6 @@
+// PLACEHOLDER: replaced by its owner.
+#include "base/error.h"
+#include "tools/spore/commands.h"
+namespace spore::cli {
+int cmd_export(int, char**) { SPORE_FAIL(ErrorCode::unsupported, "not yet"); }
+}  // namespace spore::cli

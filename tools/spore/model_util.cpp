@@ -1,0 +1,166 @@
+#include "tools/spore/model_util.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "io/model_file.h"
+#include "ops/graph_ops.h"
+#include "ops/ops.h"
+
+namespace spore::cli {
+
+namespace {
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t p = s.find(sep, start);
+    out.push_back(s.substr(start, p == std::string::npos ? std::string::npos : p - start));
+    if (p == std::string::npos) break;
+    start = p + 1;
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<InputShapeSpec> parse_input_shapes(const std::vector<std::string>& specs) {
+  std::vector<InputShapeSpec> out;
+  for (const std::string& joined : specs) {
+    for (const std::string& spec : split(joined, ';')) {
+      if (spec.empty()) continue;
+      const size_t colon = spec.rfind(':');
+      SPORE_CHECK(colon != std::string::npos && colon > 0, ErrorCode::invalid_argument,
+                  "--input-shape '{}': expected NAME:D0,D1,... (e.g. x:1,1,28,28)", spec);
+      InputShapeSpec s;
+      s.name = spec.substr(0, colon);
+      const std::string dims = spec.substr(colon + 1);
+      if (!dims.empty()) {
+        for (const std::string& d : split(dims, ',')) {
+          SPORE_CHECK(!d.empty(), ErrorCode::invalid_argument, "--input-shape '{}': empty dim", spec);
+          char* end = nullptr;
+          const long long v = std::strtoll(d.c_str(), &end, 10);
+          if (end && *end == '\0') {
+            SPORE_CHECK(v >= -1, ErrorCode::invalid_argument, "--input-shape '{}': dim {} is negative", spec, v);
+            s.dims.push_back(v == -1 ? Dim::symbol("") : Dim(static_cast<int64_t>(v)));
+          } else {
+            const bool ident = std::all_of(d.begin(), d.end(), [](char c) { return std::isalnum((unsigned char)c) || c == '_'; });
+            SPORE_CHECK(ident && !std::isdigit((unsigned char)d[0]), ErrorCode::invalid_argument,
+                        "--input-shape '{}': dim '{}' is neither a size nor a symbol name", spec, d);
+            s.dims.push_back(Dim::symbol(d));
+          }
+        }
+      }
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+void apply_input_shapes(Graph& g, const std::vector<InputShapeSpec>& specs) {
+  if (specs.empty()) return;
+  for (const InputShapeSpec& s : specs) {
+    Value* v = nullptr;
+    for (Value* in : g.inputs())
+      if (in->name == s.name) v = in;
+    if (!v) {
+      std::string names;
+      for (Value* in : g.inputs()) names += (names.empty() ? "" : ", ") + in->name;
+      SPORE_FAIL(ErrorCode::invalid_argument, "--input-shape: the model has no input '{}' (inputs: {})", s.name, names);
+    }
+    SPORE_CHECK(static_cast<int>(s.dims.size()) == v->type.rank(), ErrorCode::shape_mismatch,
+                "--input-shape {}: {} dims given, but input '{}' is {} (rank {})", s.name, s.dims.size(), s.name,
+                v->type.str(), v->type.rank());
+    for (size_t d = 0; d < s.dims.size(); ++d) {
+      const Dim& want = s.dims[d];
+      Dim& have = v->type.dims[d];
+      if (!want.is_static() && want.sym.empty()) continue;  // -1: keep the model's dim
+      if (have.is_static() && want.is_static())
+        SPORE_CHECK(have.size == want.size, ErrorCode::shape_mismatch,
+                    "--input-shape {}: dim {} is fixed to {} in the model, cannot become {}", s.name, d, have.size, want.size);
+      have = want;
+    }
+  }
+  reinfer_types(g);
+}
+
+std::unique_ptr<Graph> load_model_file(const std::string& path, const std::vector<InputShapeSpec>& specs) {
+  std::unique_ptr<Graph> g = io::load_model(path);
+  apply_input_shapes(*g, specs);
+  return g;
+}
+
+std::vector<Shape> concrete_input_shapes(const Graph& g, int64_t batch) {
+  std::vector<Shape> out;
+  for (const Value* v : g.inputs()) {
+    Shape s;
+    for (int d = 0; d < v->type.rank(); ++d) {
+      const Dim& dim = v->type.dims[d];
+      if (dim.is_static()) {
+        s.push_back(dim.size);
+      } else {
+        SPORE_CHECK(d == 0, ErrorCode::invalid_argument,
+                    "input '{}' ({}) has a symbolic dim '{}' at position {}: fix it with --input-shape {}:...", v->name,
+                    v->type.str(), dim.sym, d, v->name);
+        s.push_back(batch);
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Plan compile_for_shapes(const Graph& g, const std::vector<Shape>& shapes, const CompileOptions& opts) {
+  std::unique_ptr<Graph> copy = g.clone();
+  specialize_inputs(*copy, shapes);
+  return compile_plan(std::move(copy), opts);
+}
+
+ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, int64_t batch, float scale) {
+  SPORE_CHECK(!g.inputs().empty() && !g.outputs().empty(), ErrorCode::invalid_argument,
+              "model '{}' needs at least one input and one output to evaluate", g.name());
+  const TensorType& in_t = g.inputs()[0]->type;
+  SPORE_CHECK(in_t.rank() == d.x.rank(), ErrorCode::shape_mismatch,
+              "model input '{}' is {} but the dataset's images are {}", g.inputs()[0]->name, in_t.str(),
+              shape_str(d.x.shape()));
+  int64_t run_batch = batch;
+  if (in_t.dims[0].is_static()) run_batch = in_t.dims[0].size;
+  const int64_t n = d.x.dim(0);
+  ClassifierEval r;
+  std::map<int64_t, Plan> plans;  // by batch size (the last batch may be smaller)
+  for (int64_t start = 0; start < n; start += run_batch) {
+    int64_t stop = std::min(n, start + run_batch);
+    Tensor x = d.x.slice(0, start, stop).contiguous();
+    if (stop - start < run_batch && in_t.dims[0].is_static()) {  // pad the tail to the model's fixed batch
+      Tensor padded = Tensor::zeros(Shape{run_batch, d.x.dim(1), d.x.dim(2), d.x.dim(3)}, d.x.dtype());
+      copy_strided(x, padded.slice(0, 0, stop - start));
+      x = padded;
+    }
+    if (scale != 1.f) x = ops::mul(x, static_cast<double>(scale));
+    if (x.dtype() != in_t.dtype) x = ops::cast(x, in_t.dtype);
+    const int64_t b = x.dim(0);
+    auto it = plans.find(b);
+    if (it == plans.end()) {
+      Shape s = x.shape();
+      std::vector<Shape> shapes{s};
+      for (size_t i = 1; i < g.inputs().size(); ++i)
+        SPORE_FAIL(ErrorCode::invalid_argument, "model '{}' has {} inputs; a classifier takes one", g.name(), g.inputs().size());
+      it = plans.emplace(b, compile_for_shapes(g, shapes)).first;
+    }
+    std::vector<Tensor> outs = it->second.run(std::span<const Tensor>(&x, 1));
+    Tensor logits = outs.at(0);
+    if (logits.rank() > 2) logits = logits.contiguous().view({logits.dim(0), -1});
+    const Tensor pred = ops::argmax(logits, 1);
+    const int64_t* p = pred.contiguous().data<int64_t>();
+    const Tensor y = d.y.slice(0, start, stop).contiguous();
+    const int64_t* t = y.data<int64_t>();
+    for (int64_t i = 0; i < stop - start; ++i) r.correct += p[i] == t[i];
+    r.samples += stop - start;
+  }
+  r.accuracy = r.samples ? static_cast<double>(r.correct) / static_cast<double>(r.samples) : 0.0;
+  return r;
+}
+
+}  // namespace spore::cli

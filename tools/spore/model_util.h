@@ -1,0 +1,47 @@
+#pragma once
+// Shared by the deployment commands (export, convert, check-ops, run, bench, eval of model files):
+// input-shape specs, loading a model file with shapes applied, compiling it, evaluating a classifier.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/sources.h"
+#include "ir/graph.h"
+#include "runtime/plan.h"
+
+namespace spore::cli {
+
+// One `--input-shape` entry: "x:1,1,28,28" (ATC style). A dim may be a symbol ("batch") to keep it dynamic
+// or -1 to keep the model's own dim. Several entries may be joined with ';'.
+struct InputShapeSpec {
+  std::string name;
+  std::vector<Dim> dims;
+};
+std::vector<InputShapeSpec> parse_input_shapes(const std::vector<std::string>& specs);
+
+// Replaces the named graph inputs' types with the spec'd dims (static dims fix symbolic ones; a static
+// dim that disagrees with a static model dim is an error naming the input) and re-infers every type.
+void apply_input_shapes(Graph& g, const std::vector<InputShapeSpec>& specs);
+
+// load_model + apply_input_shapes.
+std::unique_ptr<Graph> load_model_file(const std::string& path, const std::vector<InputShapeSpec>& specs = {});
+
+// Concrete shapes for the graph inputs: static dims as they are, symbolic dims -> `batch` for the first
+// dim, else an error naming the input and dim (the user must fix it with --input-shape).
+std::vector<Shape> concrete_input_shapes(const Graph& g, int64_t batch = 1);
+
+// Compiles a copy of `g` for the given input shapes.
+Plan compile_for_shapes(const Graph& g, const std::vector<Shape>& shapes, const CompileOptions& opts = {});
+
+// Accuracy of a classifier model (input 0 = images, output 0 = [N, classes] scores) on labelled data.
+// Images are multiplied by `scale` (1 for spore-trained models; 255 for models trained on raw pixels).
+// If the model's batch dim is static (e.g. 1), it runs that many samples at a time.
+struct ClassifierEval {
+  double accuracy = 0;
+  int64_t samples = 0;
+  int64_t correct = 0;
+};
+ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, int64_t batch = 64, float scale = 1.f);
+
+}  // namespace spore::cli
