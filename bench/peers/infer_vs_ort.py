@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Inference latency/throughput: `spore bench` vs ONNX Runtime (npm onnxruntime-node, CPU) on the same ONNX files.
+
+  /usr/bin/python3 bench/peers/infer_vs_ort.py [--spore build/spore] [--batches 1,32] [--threads 1,2]
+      [--repeats 5] [--iters 200] [--model PATH:INPUT:C,H,W ...] [--json]
+
+For each model, batch and thread count it runs `spore bench --json` and ort_bench.js (Node) interleaved `--repeats`
+times (so machine noise hits both alike) and reports medians of p50 latency and throughput, and the ratios
+spore/ORT (throughput: > 1 means spore is faster; p50: < 1 means spore is faster). Both run the same file with the
+same seeded-random input shape, warm-up first. ORT runs with intra-op threads = threads, sequential execution, all
+graph optimizations. Models whose batch dim is fixed in the file (e.g. the model zoo's mnist-8) run at that batch
+only. Default models: the ONNX model-zoo MNIST CNN (mnist-8), and the PyTorch-exported CNN / MLP / transformer
+encoder of tests/data/torch_models plus SimpleNet exported by spore, when present.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+ORT_DIR = os.path.join(HERE, "ort")
+
+
+def run_json(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()[-500:]}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")][-1]
+
+
+def ensure_ort():
+    if not os.path.exists(os.path.join(ORT_DIR, "node_modules", "onnxruntime-node")):
+        # .npmrc there: ignore-scripts (the postinstall downloads CUDA parts), omit optional deps.
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=ORT_DIR, check=True)
+
+
+def default_models():
+    shared = os.path.join(ROOT, "..", "shared", "data", "onnx-models", "mnist-8.onnx")
+    models = []
+    if os.path.exists(shared):
+        models.append(("mnist-8", shared, "Input3", [1, 28, 28], 1))
+    tm = os.path.join(ROOT, "tests", "data", "torch_models")
+    for name, inp in [("cnn", "x"), ("mlp", "x"), ("transformer", "x")]:
+        meta = os.path.join(tm, f"{name}.json")
+        if os.path.exists(meta):
+            m = json.load(open(meta))
+            models.append((f"torch-{name}", os.path.join(tm, f"{name}.onnx"), m["input"], m["sample_shape"],
+                           m.get("fixed_batch")))
+    sn = os.path.join(ROOT, "out", "bench", "simplenet.onnx")
+    if os.path.exists(sn):
+        models.append(("spore-simplenet", sn, "x", [1, 28, 28], None))
+    return models
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--spore", default=os.path.join(ROOT, "build", "spore"))
+    p.add_argument("--batches", default="1,32")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--model", action="append", default=[],
+                   help="NAME=PATH:INPUT:D1,D2,... (per-sample dims; the batch dim is prepended)")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    ensure_ort()
+    models = []
+    for spec in a.model:
+        name, rest = spec.split("=", 1)
+        path, inp, dims = rest.rsplit(":", 2)
+        models.append((name, path, inp, [int(d) for d in dims.split(",")], None))
+    if not models:
+        models = default_models()
+    if not models:
+        sys.exit("infer_vs_ort: no models (need ../shared/data/onnx-models/mnist-8.onnx or --model)")
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    rows = []
+    for name, path, inp, sample, fixed in models:
+        for b in [int(x) for x in a.batches.split(",")]:
+            if fixed is not None and b != fixed:
+                continue
+            shape = ",".join(str(d) for d in [b] + sample)
+            for t in [int(x) for x in a.threads.split(",")]:
+                res = {"spore": [], "ort": []}
+                for _ in range(a.repeats):
+                    res["spore"].append(run_json([a.spore, "bench", path, "--json", "--batch", str(b), "--threads", str(t),
+                                                  "--input-shape", f"{inp}:{shape}", "--warmup", str(a.warmup),
+                                                  "--iters", str(a.iters)], env))
+                    res["ort"].append(run_json(["node", os.path.join(ORT_DIR, "ort_bench.js"), path, "--shape",
+                                                f"{inp}:{shape}", "--threads", str(t), "--warmup", str(a.warmup),
+                                                "--iters", str(a.iters)], env))
+                med = {k: {m: statistics.median(r[m] for r in v) for m in ("p50_ms", "p99_ms", "throughput_per_s")}
+                       for k, v in res.items()}
+                row = {"model": name, "batch": b, "threads": t, "spore": med["spore"], "ort": med["ort"],
+                       "throughput_ratio": med["spore"]["throughput_per_s"] / med["ort"]["throughput_per_s"],
+                       "p50_ratio": med["spore"]["p50_ms"] / med["ort"]["p50_ms"]}
+                rows.append(row)
+                if not a.json:
+                    print(f"{name:18s} batch {b:3d} threads {t}: spore p50 {med['spore']['p50_ms']:.3f} ms "
+                          f"p99 {med['spore']['p99_ms']:.3f} ms {med['spore']['throughput_per_s']:10.1f}/s | ORT p50 "
+                          f"{med['ort']['p50_ms']:.3f} ms p99 {med['ort']['p99_ms']:.3f} ms "
+                          f"{med['ort']['throughput_per_s']:10.1f}/s | throughput spore/ORT {row['throughput_ratio']:.2f}x",
+                          flush=True)
+    if a.json:
+        print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
