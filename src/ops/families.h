@@ -11,4 +11,5 @@ void register_linalg_ops(OpRegistry& r);      // linalg.cpp: matmul, linear
 void register_conv_ops(OpRegistry& r);        // conv.cpp: conv2d, conv_transpose2d, pooling
 void register_norm_ops(OpRegistry& r);        // norm.cpp: batch/layer/rms/group norm, dropout
 void register_shape_ops(OpRegistry& r);       // shape.cpp: reshape ... one_hot, arange, full
+void register_quant_ops(OpRegistry& r);       // quant.cpp: quantize/dequantize_linear, qconv2d, qlinear
 }  // namespace spore

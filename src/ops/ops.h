@@ -164,4 +164,19 @@ Tensor full(const Ints& shape, double value, DType dtype = DType::f32);
 Tensor zeros(const Ints& shape, DType dtype = DType::f32);
 Tensor ones(const Ints& shape, DType dtype = DType::f32);
 
+// ---- quantization (ONNX QuantizeLinear / DequantizeLinear; int8 compute ops of static quantization)
+// q = saturate(round_half_even(x / scale) + zero_point): scale f32 scalar or [x.dim(axis)], zero_point i8/u8
+// of scale's shape (its dtype is q's; u8 without one).
+Tensor quantize_linear(const Tensor& x, const Tensor& scale, const std::optional<Tensor>& zero_point = std::nullopt,
+                       int64_t axis = 1);
+// (q - zero_point) * scale in f32; q i8/u8/i32.
+Tensor dequantize_linear(const Tensor& q, const Tensor& scale, const std::optional<Tensor>& zero_point = std::nullopt,
+                         int64_t axis = 1);
+// conv2d / linear on int8 operands, f32 out: x u8/i8 with per-tensor scale and zero point (scalars of x's
+// dtype), w i8 symmetric with w_scale a scalar or one per output channel, bias f32.
+Tensor qconv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero_point, const Tensor& w,
+               const Tensor& w_scale, const std::optional<Tensor>& bias = std::nullopt, const Conv2dOptions& o = {});
+Tensor qlinear(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero_point, const Tensor& w,
+               const Tensor& w_scale, const std::optional<Tensor>& bias = std::nullopt);
+
 }  // namespace spore::ops

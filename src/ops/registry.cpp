@@ -61,6 +61,7 @@ OpRegistry& op_registry() {
     register_conv_ops(*reg);
     register_norm_ops(*reg);
     register_shape_ops(*reg);
+    register_quant_ops(*reg);
     return reg;
   }();
   return *r;

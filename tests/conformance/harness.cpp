@@ -87,6 +87,7 @@ void build_lists() {
   add_conv_cases(cases(), error_cases());
   add_norm_cases(cases(), error_cases());
   add_shape_cases(cases(), error_cases());
+  add_quant_cases(cases(), error_cases());
 }
 
 DTypeSet case_dtypes(const OpCase& c) {

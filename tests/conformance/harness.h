@@ -79,6 +79,7 @@ void add_linalg_cases(CaseList& c, ErrorList& e);
 void add_conv_cases(CaseList& c, ErrorList& e);
 void add_norm_cases(CaseList& c, ErrorList& e);
 void add_shape_cases(CaseList& c, ErrorList& e);
+void add_quant_cases(CaseList& c, ErrorList& e);
 
 // Tolerance for comparing cpu results to the reference: |a-b| <= atol + rtol*|ref|.
 struct Tolerance {

@@ -9,4 +9,5 @@ void register_linalg(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
 void register_norm(KernelRegistry& r);
 void register_shape(KernelRegistry& r);
+void register_quant(KernelRegistry& r);
 }  // namespace spore::cpu

@@ -21,6 +21,7 @@ void register_cpu_kernels(KernelRegistry& r) {
   cpu::register_conv(r);
   cpu::register_norm(r);
   cpu::register_shape(r);
+  cpu::register_quant(r);
 }
 
 void cpu_set_num_threads(int n) { omp_set_num_threads(n); }

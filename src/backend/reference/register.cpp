@@ -16,5 +16,6 @@ void register_reference_kernels(KernelRegistry& r) {
   reference::register_conv(r);
   reference::register_norm(r);
   reference::register_shape(r);
+  reference::register_quant(r);
 }
 }  // namespace spore
