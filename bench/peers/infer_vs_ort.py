@@ -9,8 +9,8 @@ times (so machine noise hits both alike) and reports medians of p50 latency and 
 spore/ORT (throughput: > 1 means spore is faster; p50: < 1 means spore is faster). Both run the same file with the
 same seeded-random input shape, warm-up first. ORT runs with intra-op threads = threads, sequential execution, all
 graph optimizations. Models whose batch dim is fixed in the file (e.g. the model zoo's mnist-8) run at that batch
-only. Default models: the ONNX model-zoo MNIST CNN (mnist-8), and the PyTorch-exported CNN / MLP / transformer
-encoder of tests/data/torch_models plus SimpleNet exported by spore, when present.
+only. Default models: the ONNX model-zoo MNIST CNN (mnist-8, batch 1 only) and the PyTorch-exported CNN, MLP and
+transformer encoder that make_onnx_models.py writes to out/bench/models (random weights, dynamic batch).
 """
 import argparse
 import json
@@ -38,20 +38,16 @@ def ensure_ort():
 
 
 def default_models():
-    shared = os.path.join(ROOT, "..", "shared", "data", "onnx-models", "mnist-8.onnx")
     models = []
+    shared = os.path.join(ROOT, "..", "shared", "data", "onnx-models", "mnist-8.onnx")
     if os.path.exists(shared):
         models.append(("mnist-8", shared, "Input3", [1, 28, 28], 1))
-    tm = os.path.join(ROOT, "tests", "data", "torch_models")
-    for name, inp in [("cnn", "x"), ("mlp", "x"), ("transformer", "x")]:
-        meta = os.path.join(tm, f"{name}.json")
-        if os.path.exists(meta):
-            m = json.load(open(meta))
-            models.append((f"torch-{name}", os.path.join(tm, f"{name}.onnx"), m["input"], m["sample_shape"],
-                           m.get("fixed_batch")))
-    sn = os.path.join(ROOT, "out", "bench", "simplenet.onnx")
-    if os.path.exists(sn):
-        models.append(("spore-simplenet", sn, "x", [1, 28, 28], None))
+    md = os.path.join(ROOT, "out", "bench", "models")
+    if not os.path.exists(os.path.join(md, "transformer.json")):
+        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_onnx_models.py")], check=True)
+    for name in ("cnn", "mlp", "transformer"):
+        m = json.load(open(os.path.join(md, f"{name}.json")))
+        models.append((f"torch-{name}", os.path.join(md, f"{name}.onnx"), m["input"], m["sample_shape"], None))
     return models
 
 

@@ -3,7 +3,9 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "io/file_util.h"
 #include "io/onnx/onnx.h"
+#include "ops/graph_ops.h"
 
 namespace spore::io {
 
@@ -21,12 +23,27 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 }  // namespace
 
-std::unique_ptr<Graph> load_model(const std::string& path) {
+std::unique_ptr<Graph> load_model(const std::string& path, const std::map<std::string, std::vector<Dim>>& input_dims) {
   const std::string head = read_head(path, 64);
   if (head.rfind("SPOREMDL", 0) == 0) return load_spore(path);
-  if (looks_like_onnx(head)) return import_onnx(path);
+  // Text IR (docs/IR.md): a graph with its constants inline, e.g. written by hand or `spore graph`.
+  if (const size_t first = head.find_first_not_of(" \t\r\n"); first != std::string::npos &&
+      (head.compare(first, 5, "graph") == 0 || head[first] == '#')) {
+    std::unique_ptr<Graph> g = parse_graph(read_file_bytes(path), path);  // errors carry path:line:col
+    try {
+      verify_graph(*g);
+    } catch (const Error& e) {
+      throw Error(e.code(), path + ": " + e.what());
+    }
+    return g;
+  }
+  if (looks_like_onnx(head)) {
+    OnnxImportOptions o;
+    o.input_dims = input_dims;
+    return import_onnx(path, o);
+  }
   SPORE_FAIL(ErrorCode::invalid_argument,
-              "'{}' is neither a .spore model (magic 'SPOREMDL') nor an ONNX model ({} bytes read)", path, head.size());
+              "'{}' is neither a .spore model (magic 'SPOREMDL'), an ONNX model nor a text-IR graph ({} bytes read)", path, head.size());
 }
 
 void save_model(const Graph& g, const std::string& path, const std::map<std::string, std::string>& metadata) {

@@ -38,8 +38,10 @@ std::unique_ptr<Graph> load_spore(const std::string& path, SporeFileInfo* info =
 // Same checks on bytes in memory (copied into aligned storage); `name` is used in error messages.
 std::unique_ptr<Graph> parse_spore(std::span<const uint8_t> bytes, const std::string& name, SporeFileInfo* info = nullptr);
 
-// By content: .spore magic or an ONNX protobuf. Errors name the file.
-std::unique_ptr<Graph> load_model(const std::string& path);
+// By content: .spore magic, an ONNX protobuf or text IR. Errors name the file. `input_dims` (optional) fixes
+// input dims while importing ONNX (so shape computations on a dynamic batch import); other formats ignore it.
+std::unique_ptr<Graph> load_model(const std::string& path,
+                                  const std::map<std::string, std::vector<Dim>>& input_dims = {});
 // By extension: .spore or .onnx.
 void save_model(const Graph& g, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 

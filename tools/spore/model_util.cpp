@@ -87,7 +87,9 @@ void apply_input_shapes(Graph& g, const std::vector<InputShapeSpec>& specs) {
 }
 
 std::unique_ptr<Graph> load_model_file(const std::string& path, const std::vector<InputShapeSpec>& specs) {
-  std::unique_ptr<Graph> g = io::load_model(path);
+  std::map<std::string, std::vector<Dim>> dims;
+  for (const InputShapeSpec& s : specs) dims[s.name] = s.dims;
+  std::unique_ptr<Graph> g = io::load_model(path, dims);
   apply_input_shapes(*g, specs);
   return g;
 }
@@ -157,9 +159,12 @@ ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, i
     const Tensor y = d.y.slice(0, start, stop).contiguous();
     const int64_t* t = y.data<int64_t>();
     for (int64_t i = 0; i < stop - start; ++i) r.correct += p[i] == t[i];
+    const Tensor lsm = ops::log_softmax(ops::cast(logits, DType::f64), 1).contiguous();
+    for (int64_t i = 0; i < stop - start; ++i) r.loss -= lsm.data<double>()[i * lsm.dim(1) + t[i]];
     r.samples += stop - start;
   }
   r.accuracy = r.samples ? static_cast<double>(r.correct) / static_cast<double>(r.samples) : 0.0;
+  r.loss = r.samples ? r.loss / static_cast<double>(r.samples) : 0.0;
   return r;
 }
 

@@ -41,6 +41,7 @@ struct ClassifierEval {
   double accuracy = 0;
   int64_t samples = 0;
   int64_t correct = 0;
+  double loss = 0;  // mean softmax cross-entropy, taking output 0 as logits
 };
 ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, int64_t batch = 64, float scale = 1.f);
 

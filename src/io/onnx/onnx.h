@@ -5,6 +5,7 @@
 //   auto g = io::import_onnx("model.onnx", {}, &rep);   // throws with the unsupported list if any
 //   io::export_onnx(*g, "out.onnx");                       // opset 17; ONNX Runtime and Netron open it
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct OnnxImportReport {
 struct OnnxImportOptions {
   // Symbolic dims keep the model's dim_param names; unnamed dynamic dims become "<input>_d<i>".
   bool keep_symbolic = true;
+  // Overrides of graph input dims, applied before any node is imported (so Shape/Reshape chains that need
+  // static sizes import): input name -> dims; a symbolic dim with an empty name keeps the model's dim.
+  // Static dims that contradict static model dims are an error naming the input.
+  std::map<std::string, std::vector<Dim>> input_dims;
 };
 
 // Imports an ONNX model file (or bytes) into a spore graph (weights become constants). Throws spore::Error

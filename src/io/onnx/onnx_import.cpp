@@ -1,11 +1,855 @@
-// PLACEHOLDER (owned by the ONNX import helper).
+// ONNX import: model, graph, tensor and attribute plumbing, op classification and function inlining.
+// The op table itself is in onnx_import_ops.cpp.
+//
+// Import runs in two phases so that an unsupported op never throws from the middle of a half-built graph:
+// every node is classified first (op table, then the op schema's function body, then model-local
+// functions, then custom ops registered with spore), and only a model whose ops are all supported is built.
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <onnx/defs/schema.h>
+
 #include "base/error.h"
 #include "io/onnx/onnx.h"
+#include "io/onnx/onnx_import_internal.h"
+#include "ops/dispatch.h"
+#include "ops/graph_ops.h"
+#include "ops/registry.h"
+
 namespace spore::io {
-bool OnnxImportReport::has_unsupported() const { return false; }
-std::string OnnxImportReport::format() const { return {}; }
-std::unique_ptr<Graph> import_onnx(const std::string& path, const OnnxImportOptions&, OnnxImportReport*) { SPORE_FAIL(ErrorCode::unsupported, "import_onnx: not yet ({})", path); }
-std::unique_ptr<Graph> import_onnx_bytes(const std::string&, const std::string& name, const OnnxImportOptions&, OnnxImportReport*) { SPORE_FAIL(ErrorCode::unsupported, "import_onnx: not yet ({})", name); }
-OnnxImportReport check_onnx_ops(const std::string& path) { SPORE_FAIL(ErrorCode::unsupported, "check_onnx_ops: not yet ({})", path); }
-bool looks_like_onnx(const std::string&) { return false; }
+
+namespace oi = onnx_import;
+
+namespace onnx_import {
+
+// ------------------------------------------------------------------------------------------- tensors
+
+std::optional<DType> dtype_from_onnx(int32_t t) {
+  switch (t) {
+    case onnx::TensorProto::FLOAT: return DType::f32;
+    case onnx::TensorProto::DOUBLE: return DType::f64;
+    case onnx::TensorProto::FLOAT16: return DType::f16;
+    case onnx::TensorProto::BFLOAT16: return DType::bf16;
+    case onnx::TensorProto::INT64: return DType::i64;
+    case onnx::TensorProto::INT32: return DType::i32;
+    case onnx::TensorProto::INT8: return DType::i8;
+    case onnx::TensorProto::UINT8: return DType::u8;
+    case onnx::TensorProto::BOOL: return DType::boolean;
+    default: return std::nullopt;
+  }
+}
+
+int32_t onnx_type_of(DType d) {
+  switch (d) {
+    case DType::f32: return onnx::TensorProto::FLOAT;
+    case DType::f64: return onnx::TensorProto::DOUBLE;
+    case DType::f16: return onnx::TensorProto::FLOAT16;
+    case DType::bf16: return onnx::TensorProto::BFLOAT16;
+    case DType::i64: return onnx::TensorProto::INT64;
+    case DType::i32: return onnx::TensorProto::INT32;
+    case DType::i8: return onnx::TensorProto::INT8;
+    case DType::u8: return onnx::TensorProto::UINT8;
+    case DType::boolean: return onnx::TensorProto::BOOL;
+  }
+  return onnx::TensorProto::UNDEFINED;
+}
+
+std::string onnx_type_name(int32_t t) {
+  if (onnx::TensorProto_DataType_IsValid(t))
+    return onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(t));
+  return fmt::format("type#{}", t);
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& t, const std::string& what) {
+  SPORE_CHECK(t.data_location() != onnx::TensorProto::EXTERNAL, ErrorCode::unsupported,
+              "tensor '{}' keeps its data in an external file; spore reads self-contained models only "
+              "(re-save with onnx.save_model(m, path, save_as_external_data=False))", what);
+  SPORE_CHECK(!t.has_segment(), ErrorCode::unsupported, "tensor '{}' is segmented; not supported", what);
+  const std::optional<DType> dt = dtype_from_onnx(t.data_type());
+  SPORE_CHECK(dt.has_value(), ErrorCode::unsupported, "tensor '{}' has element type {}, which spore lacks", what,
+              onnx_type_name(t.data_type()));
+  Shape shape;
+  for (int64_t d : t.dims()) {
+    SPORE_CHECK(d >= 0, ErrorCode::invalid_argument, "tensor '{}' has a negative dim {}", what, d);
+    shape.push_back(d);
+  }
+  Tensor out = Tensor::empty(shape, *dt);
+  const int64_t n = out.numel();
+  const size_t esize = dtype_size(*dt);
+  if (t.has_raw_data()) {
+    SPORE_CHECK(t.raw_data().size() == static_cast<size_t>(n) * esize, ErrorCode::invalid_argument,
+                "tensor '{}' ({} {}): raw_data has {} bytes, expected {}", what, dtype_name(*dt), shape_str(shape),
+                t.raw_data().size(), static_cast<size_t>(n) * esize);
+    if (n) std::memcpy(out.raw_data(), t.raw_data().data(), t.raw_data().size());  // both little-endian
+    return out;
+  }
+  auto check_count = [&](int64_t have, const char* field) {
+    SPORE_CHECK(have == n, ErrorCode::invalid_argument, "tensor '{}' ({} {}): {} has {} values, expected {}", what,
+                dtype_name(*dt), shape_str(shape), field, have, n);
+  };
+  auto* p = static_cast<uint8_t*>(n ? out.raw_data() : nullptr);
+  switch (*dt) {
+    case DType::f32:
+      check_count(t.float_data_size(), "float_data");
+      if (n) std::memcpy(p, t.float_data().data(), n * 4);
+      break;
+    case DType::f64:
+      check_count(t.double_data_size(), "double_data");
+      if (n) std::memcpy(p, t.double_data().data(), n * 8);
+      break;
+    case DType::i64:
+      check_count(t.int64_data_size(), "int64_data");
+      if (n) std::memcpy(p, t.int64_data().data(), n * 8);
+      break;
+    case DType::i32:
+      check_count(t.int32_data_size(), "int32_data");
+      if (n) std::memcpy(p, t.int32_data().data(), n * 4);
+      break;
+    case DType::f16:
+    case DType::bf16:  // int32_data holds the 16-bit patterns
+      check_count(t.int32_data_size(), "int32_data");
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
+        std::memcpy(p + i * 2, &bits, 2);
+      }
+      break;
+    case DType::i8:
+    case DType::u8:
+    case DType::boolean:
+      check_count(t.int32_data_size(), "int32_data");
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(t.int32_data(static_cast<int>(i)));
+      break;
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------- attributes
+
+const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+int64_t node_attr_i(const onnx::NodeProto& n, const std::string& name, int64_t def) {
+  const auto* a = find_attr(n, name);
+  return a ? a->i() : def;
+}
+std::string node_attr_s(const onnx::NodeProto& n, const std::string& name, const std::string& def) {
+  const auto* a = find_attr(n, name);
+  return a ? a->s() : def;
+}
+
+int NodeInfo::rank(int i) const {
+  const onnx::TypeProto* t = type(i);
+  if (t && t->has_tensor_type() && t->tensor_type().has_shape()) return t->tensor_type().shape().dim_size();
+  if (const onnx::TensorProto* c = constant(i)) return c->dims_size();
+  return -1;
+}
+
+namespace {
+
+std::string node_label(const onnx::NodeProto& n) {
+  const std::string type = n.domain().empty() || n.domain() == "ai.onnx" ? n.op_type() : n.domain() + "." + n.op_type();
+  if (!n.name().empty()) return fmt::format("{} '{}'", type, n.name());
+  if (n.output_size() > 0) return fmt::format("{} (output '{}')", type, n.output(0));
+  return type;
+}
+
+std::string node_display_name(const onnx::NodeProto& n) {
+  if (!n.name().empty()) return n.name();
+  if (n.output_size() > 0) return "(output " + n.output(0) + ")";
+  return "(unnamed)";
+}
+
+// Symbol names must be identifiers in the text IR.
+std::string sanitize_symbol(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '_';
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "d_" + out;
+  return out;
+}
+
+std::string canonical_domain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
+
+using OpsetMap = std::map<std::string, int64_t>;
+
+OpsetMap opsets_of(const google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto>& ids, const OpsetMap& fallback) {
+  OpsetMap m = fallback;
+  for (const auto& id : ids) m[canonical_domain(id.domain())] = id.version();
+  return m;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------- the importer
+
+using Scope = std::unordered_map<std::string, Value*>;
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& m, const OpsetMap& opsets) : model(m), model_opsets(opsets) {
+    for (const auto& f : m.functions()) local_functions[f.domain() + ":" + f.name()] = &f;
+    const onnx::GraphProto& g = m.graph();
+    for (const auto& vi : g.input()) known_types[vi.name()] = &vi.type();
+    for (const auto& vi : g.value_info()) known_types[vi.name()] = &vi.type();
+    for (const auto& vi : g.output()) known_types[vi.name()] = &vi.type();
+    for (const auto& t : g.initializer()) known_consts[t.name()] = &t;
+    for (const auto& n : g.node())
+      if (n.op_type() == "Constant" && canonical_domain(n.domain()).empty() && n.output_size() == 1)
+        if (const auto* a = find_attr(n, "value"); a && a->has_t()) known_consts[n.output(0)] = &a->t();
+  }
+
+  // Classification-time knowledge of a top-level node's inputs (empty inside function bodies).
+  NodeInfo info_of(const onnx::NodeProto& n, int depth) const {
+    NodeInfo info;
+    if (depth > 0) return info;
+    for (const std::string& name : n.input()) {
+      auto t = known_types.find(name);
+      auto c = known_consts.find(name);
+      info.types.push_back(t == known_types.end() ? nullptr : t->second);
+      info.consts.push_back(c == known_consts.end() ? nullptr : c->second);
+    }
+    return info;
+  }
+  std::map<std::string, const onnx::TypeProto*> known_types;
+  std::map<std::string, const onnx::TensorProto*> known_consts;
+
+  const onnx::ModelProto& model;
+  OpsetMap model_opsets;
+  std::map<std::string, const onnx::FunctionProto*> local_functions;
+  std::unique_ptr<Graph> graph;
+  int64_t max_value_id = -1;
+
+  Value* track(Value* v) {
+    max_value_id = std::max(max_value_id, v->id);
+    return v;
+  }
+
+  // ---- classification
+  struct Verdict {
+    std::string status;  // supported | decomposed | unsupported
+    std::string note;
+  };
+  Verdict classify(const onnx::NodeProto& n, const OpsetMap& opsets, int depth) const;
+
+  // ---- building
+  void emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap& opsets, int depth);
+  std::vector<Value*> inline_function(const onnx::FunctionProto& f, const onnx::NodeProto& caller,
+                                      const std::vector<Value*>& ins, const OpsetMap& caller_opsets, int depth,
+                                      const onnx::OpSchema* schema);
+  void name_value(Value* v, const std::string& name);
+};
+
+namespace {
+
+const onnx::OpSchema* schema_for(const onnx::NodeProto& n, const OpsetMap& opsets) {
+  const std::string dom = canonical_domain(n.domain());
+  auto it = opsets.find(dom);
+  if (it == opsets.end()) return nullptr;
+  return onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(it->second), dom);
+}
+
+bool schema_has_body(const onnx::OpSchema* s) { return s && (s->HasFunction() || s->HasContextDependentFunction()); }
+
+// A context-dependent body needs the input types; `types` may hold default TypeProtos when unknown.
+bool build_schema_body(const onnx::OpSchema* s, const onnx::NodeProto& n, const std::vector<onnx::TypeProto>& types,
+                       onnx::FunctionProto& out) {
+  if (s->HasFunction() && s->GetFunction()) {
+    out = *s->GetFunction();
+    return true;
+  }
+  if (!s->HasContextDependentFunction()) return false;
+  try {
+    onnx::FunctionBodyBuildContextImpl ctx(n, types);
+    return s->BuildContextDependentFunction(ctx, out);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Body nodes with attribute references (ref_attr_name) take the caller's attribute of that name.
+// A referenced attribute the caller leaves out takes the op schema's default.
+onnx::NodeProto substitute_attrs(const onnx::NodeProto& body_node, const onnx::NodeProto& caller,
+                                 const onnx::OpSchema* schema) {
+  onnx::NodeProto out = body_node;
+  out.clear_attribute();
+  for (const auto& a : body_node.attribute()) {
+    if (a.ref_attr_name().empty()) {
+      *out.add_attribute() = a;
+      continue;
+    }
+    if (const auto* given = find_attr(caller, a.ref_attr_name())) {
+      onnx::AttributeProto copy = *given;
+      copy.set_name(a.name());
+      *out.add_attribute() = copy;
+    } else if (schema) {
+      auto it = schema->attributes().find(a.ref_attr_name());
+      if (it != schema->attributes().end() && it->second.default_value.type() != onnx::AttributeProto::UNDEFINED) {
+        onnx::AttributeProto copy = it->second.default_value;
+        copy.set_name(a.name());
+        *out.add_attribute() = copy;
+      }
+    }
+  }
+  return out;
+}
+
+constexpr int max_function_depth = 16;
+
+}  // namespace
+
+Importer::Verdict Importer::classify(const onnx::NodeProto& n, const OpsetMap& opsets, int depth) const {
+  const std::string dom = canonical_domain(n.domain());
+  if (depth > max_function_depth) return {"unsupported", "function bodies nest too deeply (recursive function?)"};
+  // Model-local functions first: they may shadow anything.
+  if (auto it = local_functions.find(n.domain() + ":" + n.op_type()); it != local_functions.end()) {
+    const OpsetMap body_opsets = opsets_of(it->second->opset_import(), opsets);
+    for (const auto& b : it->second->node()) {
+      const Verdict v = classify(b, body_opsets, depth + 1);
+      if (v.status == "unsupported")
+        return {"unsupported", fmt::format("model-local function body needs {}: {}", b.op_type(), v.note)};
+    }
+    return {"decomposed", "model-local function (inlined)"};
+  }
+  if (dom.empty()) {
+    auto op_it = opsets.find("");
+    const int64_t opset = op_it == opsets.end() ? 0 : op_it->second;
+    const onnx::OpSchema* s = schema_for(n, opsets);
+    if (!s) return {"unsupported", fmt::format("not an ONNX op at opset {}", opset)};
+    const int since = s->SinceVersion();
+    const auto& table = onnx_import::op_table();
+    std::string why_not;
+    if (auto t = table.find(n.op_type()); t != table.end()) {
+      const OpMapping& m = t->second;
+      if (since < m.min_since) {
+        why_not = fmt::format("{}-{} (opset {}) predates the oldest version spore maps ({})", n.op_type(), since,
+                              opset, m.min_since);
+      } else {
+        std::string reason = m.check ? m.check(n, since, info_of(n, depth)) : std::string();
+        if (reason.empty()) return {m.decomposed ? "decomposed" : "supported", m.note};
+        why_not = reason;
+      }
+    } else {
+      why_not = "no spore mapping";
+    }
+    if (schema_has_body(s)) {
+      onnx::FunctionProto body;
+      std::vector<onnx::TypeProto> types;
+      const NodeInfo info = info_of(n, depth);
+      for (int i = 0; i < n.input_size(); ++i) types.push_back(info.type(i) ? *info.type(i) : onnx::TypeProto());
+      if (build_schema_body(s, n, types, body)) {
+        const OpsetMap body_opsets = opsets_of(body.opset_import(), opsets);
+        for (const auto& b : body.node()) {
+          const Verdict v = classify(b, body_opsets, depth + 1);
+          if (v.status == "unsupported")
+            return {"unsupported", fmt::format("{}; its ONNX function body needs {}: {}", why_not, b.op_type(), v.note)};
+        }
+        return {"decomposed", "ONNX function body (inlined)"};
+      }
+      if (s->HasContextDependentFunction()) return {"decomposed", "ONNX function body (inlined; built from input types)"};
+    }
+    return {"unsupported", why_not};
+  }
+  // Other domains: a custom op registered with spore under the same name.
+  if (const OpDef* d = op_registry().find(n.op_type()); d && static_cast<int>(d->id) >= num_builtin_ops)
+    return {"supported", "spore custom op"};
+  if (opsets.find(dom) == opsets.end())
+    return {"unsupported", fmt::format("domain '{}' is not imported by the model", dom)};
+  return {"unsupported", fmt::format("domain '{}' is not supported", dom)};
+}
+
+void Importer::name_value(Value* v, const std::string& name) {
+  if (name.empty() || v->name == name) return;
+  Graph& g = *graph;
+  if (Value* other = g.find_value(name)) {  // an auto-named value took it: move that one aside
+    std::string alt;
+    for (int k = 1;; ++k) {
+      alt = fmt::format("{}_{}", name, k);
+      if (!g.find_value(alt)) break;
+    }
+    g.rename_value(other, alt);
+  }
+  g.rename_value(v, name);
+}
+
+namespace {
+onnx::TypeProto type_proto_of(const Value* v) {
+  onnx::TypeProto t;
+  auto* tt = t.mutable_tensor_type();
+  tt->set_elem_type(onnx_type_of(v->type.dtype));
+  auto* sh = tt->mutable_shape();
+  for (const Dim& d : v->type.dims) {
+    auto* dim = sh->add_dim();
+    if (d.is_static())
+      dim->set_dim_value(d.size);
+    else
+      dim->set_dim_param(d.sym);
+  }
+  return t;
+}
+}  // namespace
+
+std::vector<Value*> Importer::inline_function(const onnx::FunctionProto& f, const onnx::NodeProto& caller,
+                                              const std::vector<Value*>& ins, const OpsetMap& caller_opsets,
+                                              int depth, const onnx::OpSchema* schema) {
+  Scope scope;
+  for (int i = 0; i < f.input_size(); ++i) scope[f.input(i)] = i < static_cast<int>(ins.size()) ? ins[i] : nullptr;
+  const OpsetMap opsets = opsets_of(f.opset_import(), caller_opsets);
+  for (const auto& b : f.node()) emit_node(substitute_attrs(b, caller, schema), scope, opsets, depth + 1);
+  std::vector<Value*> outs;
+  for (int i = 0; i < f.output_size(); ++i) {
+    const std::string& o = f.output(i);
+    if (i >= caller.output_size() || caller.output(i).empty()) {  // not requested: the body may skip it
+      outs.push_back(nullptr);
+      continue;
+    }
+    auto it = scope.find(o);
+    SPORE_CHECK(it != scope.end() && it->second, ErrorCode::invalid_argument,
+                "function body of {} does not define its output '{}'", node_label(caller), o);
+    outs.push_back(it->second);
+  }
+  return outs;
+}
+
+void Importer::emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap& opsets, int depth) {
+  std::vector<Value*> ins;
+  for (const std::string& name : n.input()) {
+    if (name.empty()) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    auto it = scope.find(name);
+    SPORE_CHECK(it != scope.end(), ErrorCode::invalid_argument,
+                "node {}: input '{}' is not defined before its use (graph not topologically sorted, or a missing "
+                "initializer)", node_label(n), name);
+    ins.push_back(it->second);
+  }
+  const int64_t watermark = max_value_id;
+  std::vector<Value*> outs;
+  try {
+    const std::string dom = canonical_domain(n.domain());
+    const onnx::OpSchema* s = dom.empty() ? schema_for(n, opsets) : nullptr;
+    const auto& table = op_table();
+    auto lf = local_functions.find(n.domain() + ":" + n.op_type());
+    auto t = table.find(n.op_type());
+    bool mapped = false;
+    if (lf != local_functions.end()) {
+      outs = inline_function(*lf->second, n, ins, opsets, depth, nullptr);
+      mapped = true;
+    } else if (dom.empty() && s && t != table.end() && s->SinceVersion() >= t->second.min_since &&
+               (!t->second.check || t->second.check(n, s->SinceVersion(), info_of(n, depth)).empty())) {
+      NodeCtx ctx(*this, n, s->SinceVersion(), ins);
+      outs = t->second.emit(ctx);
+      mapped = true;
+    } else if (dom.empty() && schema_has_body(s)) {
+      std::vector<onnx::TypeProto> types;
+      for (Value* v : ins) types.push_back(v ? type_proto_of(v) : onnx::TypeProto());
+      onnx::FunctionProto body;
+      SPORE_CHECK(build_schema_body(s, n, types, body), ErrorCode::unsupported,
+                  "could not build the ONNX function body of this op");
+      outs = inline_function(body, n, ins, opsets, depth, s);
+      mapped = true;
+    } else if (!dom.empty()) {
+      if (const OpDef* d = op_registry().find(n.op_type()); d && static_cast<int>(d->id) >= num_builtin_ops) {
+        NodeCtx ctx(*this, n, 1, ins);
+        Attrs attrs;
+        for (const auto& a : n.attribute()) {
+          switch (a.type()) {
+            case onnx::AttributeProto::INT: attrs.set(a.name(), a.i()); break;
+            case onnx::AttributeProto::FLOAT: attrs.set(a.name(), static_cast<double>(a.f())); break;
+            case onnx::AttributeProto::STRING: attrs.set(a.name(), a.s()); break;
+            case onnx::AttributeProto::INTS: attrs.set(a.name(), std::vector<int64_t>(a.ints().begin(), a.ints().end())); break;
+            case onnx::AttributeProto::FLOATS: attrs.set(a.name(), std::vector<double>(a.floats().begin(), a.floats().end())); break;
+            default: SPORE_FAIL(ErrorCode::unsupported, "attribute '{}' has a kind spore custom ops cannot take", a.name());
+          }
+        }
+        std::vector<Value*> present;
+        for (Value* v : ins)
+          if (v) present.push_back(v);
+        outs = ctx.op_n(d->id, present, attrs);
+        mapped = true;
+      }
+    }
+    SPORE_CHECK(mapped, ErrorCode::unsupported, "no spore mapping (classification missed it)");
+  } catch (const Error& e) {
+    if (e.message().rfind("node ", 0) == 0) throw;  // already names its (inner) node
+    throw Error(e.code(), fmt::format("node {}: {}", node_label(n), e.message()));
+  }
+  for (int i = 0; i < n.output_size(); ++i) {
+    const std::string& name = n.output(i);
+    if (name.empty()) continue;
+    SPORE_CHECK(i < static_cast<int>(outs.size()) && outs[i], ErrorCode::unsupported,
+                "node {}: output {} ('{}') is not produced by spore's mapping", node_label(n), i, name);
+    Value* v = outs[i];
+    // Fresh values take the ONNX name (so outputs keep their names); reused ones (Identity-like) keep theirs.
+    if (depth == 0 && v->id > watermark) name_value(v, name);
+    scope[name] = v;
+  }
+}
+
+// ------------------------------------------------------------------------------------------- NodeCtx
+
+NodeCtx::NodeCtx(Importer& im, const onnx::NodeProto& n, int since_version, std::vector<Value*> inputs)
+    : node(n), since(since_version), im_(im), inputs_(std::move(inputs)), label_(node_label(n)) {}
+
+void NodeCtx::fail_msg(ErrorCode code, const std::string& msg) const {
+  throw Error(code, fmt::format("node {}: {}", label_, msg));
+}
+
+bool NodeCtx::has_attr(const std::string& name) const { return find_attr(node, name) != nullptr; }
+const onnx::AttributeProto* NodeCtx::attr(const std::string& name) const { return find_attr(node, name); }
+
+int64_t NodeCtx::attr_i(const std::string& name, int64_t def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() != onnx::AttributeProto::INT && a->type() != onnx::AttributeProto::UNDEFINED)
+    fail(ErrorCode::invalid_argument, "attribute '{}' should be an int", name);
+  return a->i();
+}
+double NodeCtx::attr_f(const std::string& name, double def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() == onnx::AttributeProto::INT) return static_cast<double>(a->i());
+  if (a->type() != onnx::AttributeProto::FLOAT && a->type() != onnx::AttributeProto::UNDEFINED)
+    fail(ErrorCode::invalid_argument, "attribute '{}' should be a float", name);
+  return a->f();
+}
+std::string NodeCtx::attr_s(const std::string& name, const std::string& def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() != onnx::AttributeProto::STRING && a->type() != onnx::AttributeProto::UNDEFINED)
+    fail(ErrorCode::invalid_argument, "attribute '{}' should be a string", name);
+  return a->s();
+}
+std::vector<int64_t> NodeCtx::attr_ints(const std::string& name, const std::vector<int64_t>& def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() == onnx::AttributeProto::INT) return {a->i()};
+  return {a->ints().begin(), a->ints().end()};
+}
+std::vector<double> NodeCtx::attr_floats(const std::string& name, const std::vector<double>& def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() == onnx::AttributeProto::FLOAT) return {static_cast<double>(a->f())};
+  return {a->floats().begin(), a->floats().end()};
+}
+Tensor NodeCtx::attr_tensor(const std::string& name) const {
+  const auto* a = attr(name);
+  if (!a || !a->has_t()) fail(ErrorCode::invalid_argument, "attribute '{}' (a tensor) is missing", name);
+  return tensor_from_proto(a->t(), fmt::format("{}.{}", label_, name));
+}
+
+Value* NodeCtx::in(int i) const {
+  if (!has_input(i)) fail(ErrorCode::invalid_argument, "input {} is required but absent", i);
+  return inputs_[i];
+}
+int NodeCtx::num_outputs() const {
+  int k = node.output_size();
+  while (k > 0 && node.output(k - 1).empty()) --k;
+  return k;
+}
+bool NodeCtx::wants_output(int i) const { return i < node.output_size() && !node.output(i).empty(); }
+
+bool NodeCtx::is_const(Value* v) const { return v && v->producer && v->producer->op == OpId::constant; }
+
+const Tensor& NodeCtx::const_in(int i) const {
+  Value* v = in(i);
+  if (!is_const(v))
+    fail(ErrorCode::unsupported,
+         "input {} ('{}') must be known at import time (a constant, an initializer, or computable from static "
+         "shapes); spore takes it as an attribute", i, node.input(i));
+  return v->producer->payload;
+}
+
+std::vector<int64_t> NodeCtx::ints_in(int i) const {
+  const Tensor& t = const_in(i);
+  const Tensor c = t.contiguous();
+  std::vector<int64_t> out(static_cast<size_t>(c.numel()));
+  switch (c.dtype()) {
+    case DType::i64: std::copy_n(c.data<int64_t>(), out.size(), out.begin()); break;
+    case DType::i32: std::copy_n(c.data<int32_t>(), out.size(), out.begin()); break;
+    default:
+      if (is_floating(c.dtype())) fail(ErrorCode::invalid_argument, "input {} ('{}') should be integer, is {}", i, node.input(i), dtype_name(c.dtype()));
+      for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<int64_t>(c.item_at(static_cast<int64_t>(k)));
+  }
+  return out;
+}
+
+std::vector<double> NodeCtx::floats_in(int i) const { return const_in(i).to_doubles(); }
+
+Shape NodeCtx::static_shape(Value* v, const std::string& what) const {
+  if (!v->type.is_static())
+    fail(ErrorCode::unsupported, "{} ('{}', {}) needs a static shape here; fix the input shapes (--input-shape)", what,
+         v->name, v->type.str());
+  return v->type.shape();
+}
+
+int64_t NodeCtx::norm_axis(int64_t axis, int r) const {
+  if (axis < -r || axis >= std::max(r, 1) + (r == 0 ? 0 : 0))
+    if (!(r == 0 && (axis == 0 || axis == -1))) fail(ErrorCode::invalid_argument, "axis {} is out of range for rank {}", axis, r);
+  return axis < 0 ? axis + r : axis;
+}
+
+std::vector<Value*> NodeCtx::op_n(OpId id, std::vector<Value*> ins, const Attrs& attrs) {
+  for (Value* v : ins)
+    SPORE_ASSERT(v != nullptr, "null input to {} in {}", op_name(id), label_);
+  const OpDef& def = op_registry().get(id);
+  bool fold = current_dispatcher() != nullptr && !def.traits.has(Trait::random) && id != OpId::constant;
+  for (Value* v : ins) fold = fold && is_const(v);
+  if (fold) {
+    std::vector<Tensor> ts;
+    for (Value* v : ins) ts.push_back(v->producer->payload);
+    std::vector<Tensor> outs = ops::call(id, ts, attrs);
+    std::vector<Value*> vs;
+    for (const Tensor& t : outs) vs.push_back(konst(t));
+    return vs;
+  }
+  Node* n = build_node(*im_.graph, id, std::move(ins), attrs, node.name());
+  for (Value* v : n->outputs) im_.track(v);
+  return n->outputs;
+}
+
+Value* NodeCtx::op(OpId id, std::vector<Value*> ins, const Attrs& attrs) { return op_n(id, std::move(ins), attrs).at(0); }
+
+Value* NodeCtx::konst(const Tensor& t) { return im_.track(im_.graph->add_constant(t.contiguous(), node.name())); }
+
+Value* NodeCtx::scalar(double v, DType dt) { return konst(Tensor::scalar(v, dt)); }
+
+Value* NodeCtx::cast(Value* v, DType dt) { return v->type.dtype == dt ? v : op(OpId::cast, {v}, {{"dtype", dt}}); }
+
+Value* NodeCtx::reshape(Value* v, const std::vector<int64_t>& shape) { return op(OpId::reshape, {v}, {{"shape", shape}}); }
+
+}  // namespace onnx_import
+
+// ------------------------------------------------------------------------------------------- public API
+
+bool OnnxImportReport::has_unsupported() const {
+  return std::any_of(ops.begin(), ops.end(), [](const OnnxOpStatus& s) { return s.status == "unsupported"; });
+}
+
+std::string OnnxImportReport::format() const {
+  std::string out = fmt::format("ONNX model: opset {}{}\n", opset, producer.empty() ? "" : ", producer " + producer);
+  size_t w = 7;
+  for (const auto& s : ops) w = std::max(w, (s.domain.empty() ? 0 : s.domain.size() + 1) + s.op_type.size());
+  out += fmt::format("  {:<{}}  {:>5}  {:<11}  {}\n", "op type", w, "count", "status", "note");
+  int64_t unsupported = 0;
+  for (const auto& s : ops) {
+    const std::string type = s.domain.empty() ? s.op_type : s.domain + "." + s.op_type;
+    std::string note = s.note;
+    if (s.status == "unsupported") {
+      ++unsupported;
+      std::string nodes;
+      for (size_t i = 0; i < s.nodes.size() && i < 20; ++i) nodes += (i ? ", " : "") + s.nodes[i];
+      if (s.nodes.size() > 20) nodes += fmt::format(", ... ({} in all)", s.nodes.size());
+      note += (note.empty() ? "" : "; ") + std::string("nodes: ") + nodes;
+    }
+    out += fmt::format("  {:<{}}  {:>5}  {:<11}  {}\n", type, w, s.count, s.status, note);
+  }
+  if (unsupported)
+    out += fmt::format(
+        "{} op type(s) unsupported. To run this model: decompose them in the exporter (e.g. a lower opset or "
+        "export options), or register a custom op of the same name (spore --custom-ops lib.so).\n",
+        unsupported);
+  return out;
+}
+
+namespace {
+
+onnx::ModelProto parse_model(const std::string& bytes, const std::string& name) {
+  onnx::ModelProto m;
+  SPORE_CHECK(!bytes.empty(), ErrorCode::parse_error, "'{}' is empty, not an ONNX model", name);
+  SPORE_CHECK(m.ParseFromString(bytes), ErrorCode::parse_error,
+              "'{}' is not a valid ONNX model (protobuf parse failed; {} bytes)", name, bytes.size());
+  SPORE_CHECK(m.has_graph(), ErrorCode::parse_error, "'{}': the ONNX model has no graph", name);
+  return m;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  SPORE_CHECK(f.good(), ErrorCode::io_error, "cannot open ONNX model '{}'", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+constexpr int64_t max_opset = 17;
+
+oi::OpsetMap model_opsets(const onnx::ModelProto& m, const std::string& name) {
+  oi::OpsetMap opsets = oi::opsets_of(m.opset_import(), {});
+  if (m.opset_import_size() == 0) opsets[""] = 1;  // IR version 1-2 models have no opset import
+  auto it = opsets.find("");
+  SPORE_CHECK(it != opsets.end(), ErrorCode::unsupported, "'{}': the model imports no default-domain (ai.onnx) opset",
+              name);
+  SPORE_CHECK(it->second >= 1 && it->second <= max_opset, ErrorCode::unsupported,
+              "'{}': ONNX opset {} is not supported (spore imports opsets up to {}; convert it with "
+              "onnx.version_converter.convert_version(model, 17))", name, it->second, max_opset);
+  return opsets;
+}
+
+OnnxImportReport classify_model(const onnx::ModelProto& m, const oi::OpsetMap& opsets, const oi::Importer& im) {
+  OnnxImportReport rep;
+  rep.opset = opsets.at("");
+  rep.producer = m.producer_name() + (m.producer_version().empty() ? "" : " " + m.producer_version());
+  std::map<std::pair<std::string, std::string>, OnnxOpStatus> by_type;
+  auto rank = [](const std::string& s) { return s == "unsupported" ? 2 : s == "decomposed" ? 1 : 0; };
+  for (const auto& n : m.graph().node()) {
+    const auto v = im.classify(n, opsets, 0);
+    const std::string dom = oi::canonical_domain(n.domain());
+    OnnxOpStatus& s = by_type[{n.op_type(), dom}];
+    s.domain = dom;
+    s.op_type = n.op_type();
+    ++s.count;
+    if (s.status.empty() || rank(v.status) > rank(s.status)) {
+      if (v.status == "unsupported" && s.status != "unsupported") s.nodes.clear();
+      s.status = v.status;
+      s.note = v.note;
+    }
+    if (v.status == s.status && (v.status == "unsupported" || s.nodes.size() < 8))
+      s.nodes.push_back(oi::node_display_name(n));
+  }
+  for (auto& [k, s] : by_type) rep.ops.push_back(std::move(s));
+  return rep;
+}
+
+TensorType value_type(const onnx::ValueInfoProto& vi, const std::string& input_name) {
+  SPORE_CHECK(vi.type().has_tensor_type(), ErrorCode::unsupported,
+              "graph input '{}' is not a tensor (sequence/map/optional types are not supported)", vi.name());
+  const auto& tt = vi.type().tensor_type();
+  const std::optional<DType> dt = oi::dtype_from_onnx(tt.elem_type());
+  SPORE_CHECK(dt.has_value(), ErrorCode::unsupported, "graph input '{}' has element type {}, which spore lacks",
+              vi.name(), oi::onnx_type_name(tt.elem_type()));
+  SPORE_CHECK(tt.has_shape(), ErrorCode::unsupported,
+              "graph input '{}' has no shape (unknown rank); spore needs the rank at import", vi.name());
+  std::vector<Dim> dims;
+  for (int i = 0; i < tt.shape().dim_size(); ++i) {
+    const auto& d = tt.shape().dim(i);
+    if (d.has_dim_value() && d.dim_value() >= 0)
+      dims.emplace_back(d.dim_value());
+    else if (d.has_dim_param() && !d.dim_param().empty())
+      dims.push_back(Dim::symbol(oi::sanitize_symbol(d.dim_param())));
+    else
+      dims.push_back(Dim::symbol(oi::sanitize_symbol(fmt::format("{}_d{}", input_name, i))));
+  }
+  return TensorType(*dt, std::move(dims));
+}
+
+std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string& name, const OnnxImportOptions& opts,
+                                    OnnxImportReport* report) {
+  const oi::OpsetMap opsets = model_opsets(m, name);
+  oi::Importer im(m, opsets);
+  OnnxImportReport rep = classify_model(m, opsets, im);
+  if (report) *report = rep;
+  if (rep.has_unsupported())
+    throw Error(ErrorCode::unsupported, fmt::format("'{}' has ops spore cannot run:\n{}", name, rep.format()));
+
+  const onnx::GraphProto& gp = m.graph();
+  im.graph = std::make_unique<Graph>(gp.name().empty() ? "main" : gp.name());
+  Graph& g = *im.graph;
+  oi::Scope scope;
+  std::set<std::string> init_names;
+  for (const auto& t : gp.initializer()) init_names.insert(t.name());
+  SPORE_CHECK(gp.sparse_initializer_size() == 0, ErrorCode::unsupported, "'{}': sparse initializers are not supported",
+              name);
+  // Inputs first (declaration order), then initializers as constants.
+  for (const auto& vi : gp.input()) {
+    if (init_names.count(vi.name())) continue;  // an initializer with a default value: a constant
+    TensorType t = value_type(vi, vi.name());
+    if (auto it = opts.input_dims.find(vi.name()); it != opts.input_dims.end()) {
+      SPORE_CHECK(it->second.size() == t.dims.size(), ErrorCode::shape_mismatch,
+                  "'{}': input shape for '{}' has {} dims, but the model's input is {} (rank {})", name, vi.name(),
+                  it->second.size(), t.str(), t.rank());
+      for (size_t i = 0; i < t.dims.size(); ++i) {
+        const Dim& want = it->second[i];
+        if (!want.is_static() && want.sym.empty()) continue;
+        SPORE_CHECK(!(t.dims[i].is_static() && want.is_static()) || t.dims[i].size == want.size, ErrorCode::shape_mismatch,
+                    "'{}': input '{}' dim {} is fixed to {} in the model, cannot become {}", name, vi.name(), i,
+                    t.dims[i].size, want.size);
+        t.dims[i] = want;
+      }
+    }
+    if (!opts.keep_symbolic)
+      for (Dim& d : t.dims)
+        SPORE_CHECK(d.is_static(), ErrorCode::invalid_argument,
+                    "graph input '{}' has a dynamic dim '{}' and keep_symbolic is off", vi.name(), d.sym);
+    Value* v = im.track(g.add_input(std::move(t), vi.name()));
+    scope[vi.name()] = v;
+  }
+  for (const auto& t : gp.initializer()) {
+    Value* v = im.track(g.add_constant(oi::tensor_from_proto(t, t.name()), t.name()));
+    im.name_value(v, t.name());
+    scope[t.name()] = v;
+  }
+  for (const auto& n : gp.node()) im.emit_node(n, scope, opsets, 0);
+  std::vector<Value*> outs;
+  for (const auto& o : gp.output()) {
+    auto it = scope.find(o.name());
+    SPORE_CHECK(it != scope.end() && it->second, ErrorCode::invalid_argument,
+                "'{}': graph output '{}' is not produced by any node", name, o.name());
+    Value* v = it->second;
+    // An output that is a graph input, an earlier-named value or a repeated output gets its own identity node
+    // so that it carries the ONNX output name.
+    if (v->name != o.name()) {
+      Node* idn = build_node(g, OpId::identity, {v}, {}, o.name());
+      im.name_value(idn->output(0), o.name());
+      v = idn->output(0);
+    }
+    outs.push_back(v);
+  }
+  g.set_outputs(outs);
+  // Drop what folding left unused (dead constants and the nodes that only fed them).
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    std::vector<Node*> nodes = g.nodes();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      Node* n = *it;
+      if (n->op == OpId::input) continue;
+      bool used = false;
+      for (Value* v : n->outputs) used = used || !v->uses.empty() || g.is_output(v);
+      if (!used) {
+        g.erase_node(n);
+        changed = true;
+      }
+    }
+  }
+  verify_graph(g);
+  return std::move(im.graph);
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> import_onnx_bytes(const std::string& bytes, const std::string& name,
+                                         const OnnxImportOptions& opts, OnnxImportReport* report) {
+  const onnx::ModelProto m = parse_model(bytes, name);
+  return import_model(m, name, opts, report);
+}
+
+std::unique_ptr<Graph> import_onnx(const std::string& path, const OnnxImportOptions& opts, OnnxImportReport* report) {
+  return import_onnx_bytes(read_file(path), path, opts, report);
+}
+
+OnnxImportReport check_onnx_ops(const std::string& path) {
+  const onnx::ModelProto m = parse_model(read_file(path), path);
+  const oi::OpsetMap opsets = model_opsets(m, path);
+  oi::Importer im(m, opsets);
+  return classify_model(m, opsets, im);
+}
+
+bool looks_like_onnx(const std::string& head) {
+  // A ModelProto starts with field 1 (ir_version, varint: 0x08) in every exporter we know; some writers put
+  // another field first, so also accept the tags of opset_import (8, 0x42), producer_name (2, 0x12),
+  // producer_version (3, 0x1a), domain (4, 0x22), model_version (5, 0x28), doc_string (6, 0x32), graph (7, 0x3a).
+  if (head.empty()) return false;
+  const unsigned char c = static_cast<unsigned char>(head[0]);
+  if (c == 0x08) return head.size() >= 2 && static_cast<unsigned char>(head[1]) < 0x80 && head[1] > 0 && head[1] < 32;
+  return c == 0x12 || c == 0x1a || c == 0x22 || c == 0x28 || c == 0x32 || c == 0x3a || c == 0x42;
+}
+
 }  // namespace spore::io

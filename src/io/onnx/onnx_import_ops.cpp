@@ -1,0 +1,1455 @@
+// The ONNX op table: how each ONNX op (default domain, opsets 1-17 as far as each mapping says) becomes spore
+// ops. Semantics follow the ONNX operator spec of the schema version in effect (NodeCtx::since); where a spore op
+// differs (Softmax < 13 coerces to 2-D, auto_pad, legacy broadcast attributes...) the mapping adapts it here.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "io/onnx/onnx_import_internal.h"
+
+namespace spore::io::onnx_import {
+
+namespace {
+
+using V = std::vector<Value*>;
+using Ints = std::vector<int64_t>;
+
+Ints normalize_axes(const NodeCtx& c, Ints axes, int rank) {
+  for (int64_t& a : axes) a = c.norm_axis(a, rank);
+  return axes;
+}
+
+// ------------------------------------------------------------------------------------------- elementwise
+
+EmitFn unary(OpId id) {
+  return [id](NodeCtx& c) -> V { return {c.op(id, {c.in(0)})}; };
+}
+
+// Opset < 7 binary ops broadcast only with broadcast=1, aligning B at `axis` of A.
+Value* legacy_broadcast(NodeCtx& c, Value* a, Value* b) {
+  if (c.since >= 7 || c.attr_i("broadcast", 0) == 0 || !c.has_attr("axis")) return b;
+  const int ra = c.rank(a), rb = c.rank(b);
+  const int64_t axis = c.norm_axis(c.attr_i("axis", 0), ra);
+  const int64_t trailing = ra - axis - rb;
+  if (trailing <= 0) return b;
+  Shape s = c.static_shape(b, "input B");
+  for (int64_t i = 0; i < trailing; ++i) s.push_back(1);
+  return c.reshape(b, s);
+}
+
+EmitFn binary(OpId id) {
+  return [id](NodeCtx& c) -> V {
+    Value* a = c.in(0);
+    Value* b = legacy_broadcast(c, a, c.in(1));
+    return {c.op(id, {a, b})};
+  };
+}
+
+// Sum/Max/Min/Mean: variadic with broadcasting.
+EmitFn variadic(OpId id, bool mean) {
+  return [id, mean](NodeCtx& c) -> V {
+    Value* acc = nullptr;
+    int n = 0;
+    for (Value* v : c.inputs()) {
+      if (!v) continue;
+      acc = acc ? c.op(id, {acc, v}) : v;
+      ++n;
+    }
+    if (!acc) c.fail(ErrorCode::invalid_argument, "needs at least one input");
+    if (mean && n > 1) acc = c.op(OpId::div, {acc, c.scalar(n, c.dtype(acc))});
+    if (n == 1) acc = c.op(OpId::identity, {acc});
+    return {acc};
+  };
+}
+
+Value* zero_like(NodeCtx& c, Value* x) { return c.scalar(0, c.dtype(x)); }
+
+V emit_pow(NodeCtx& c) {
+  Value* a = c.in(0);
+  Value* b = legacy_broadcast(c, a, c.in(1));
+  const DType dt = c.dtype(a);
+  if (is_floating(dt)) return {c.op(OpId::pow, {a, c.cast(b, dt)})};
+  // Integer bases: spore's pow is floating; f64 holds every exact integer power that fits i32/i64 loosely.
+  Value* r = c.op(OpId::pow, {c.cast(a, DType::f64), c.cast(b, DType::f64)});
+  return {c.cast(r, dt)};
+}
+
+V emit_clip(NodeCtx& c) {
+  Value* x = c.in(0);
+  const DType dt = c.dtype(x);
+  const double inf = std::numeric_limits<double>::infinity();
+  if (c.since < 11) return {c.op(OpId::clip, {x}, {{"min", c.attr_f("min", -inf)}, {"max", c.attr_f("max", inf)}})};
+  Value* lo = c.has_input(1) ? c.in(1) : nullptr;
+  Value* hi = c.has_input(2) ? c.in(2) : nullptr;
+  if (is_floating(dt) && (!lo || c.is_const(lo)) && (!hi || c.is_const(hi)))
+    return {c.op(OpId::clip, {x}, {{"min", lo ? c.floats_in(1).at(0) : -inf}, {"max", hi ? c.floats_in(2).at(0) : inf}})};
+  Value* y = x;
+  if (lo) y = c.op(OpId::maximum, {y, lo});
+  if (hi) y = c.op(OpId::minimum, {y, hi});
+  if (y == x) y = c.op(OpId::identity, {x});
+  return {y};
+}
+
+V emit_cast(NodeCtx& c) {
+  const auto dt = dtype_from_onnx(static_cast<int32_t>(c.attr_i("to", 0)));
+  return {c.op(OpId::cast, {c.in(0)}, {{"dtype", *dt}})};
+}
+std::string check_cast(const onnx::NodeProto& n, int, const NodeInfo&) {
+  const int64_t to = node_attr_i(n, "to", 0);
+  if (!dtype_from_onnx(static_cast<int32_t>(to))) return "Cast to " + onnx_type_name(static_cast<int32_t>(to)) + ", which spore lacks";
+  return "";
+}
+
+// Activations composed from spore ops.
+Value* mulc(NodeCtx& c, Value* x, double k) { return k == 1.0 ? x : c.op(OpId::mul, {x, c.scalar(k, c.dtype(x))}); }
+Value* addc(NodeCtx& c, Value* x, double k) { return k == 0.0 ? x : c.op(OpId::add, {x, c.scalar(k, c.dtype(x))}); }
+
+Value* act_elu(NodeCtx& c, Value* x, double alpha) {
+  Value* neg = mulc(c, addc(c, c.op(OpId::exp, {x}), -1.0), alpha);
+  return c.op(OpId::where, {c.op(OpId::gt, {x, zero_like(c, x)}), x, neg});
+}
+Value* act_hard_sigmoid(NodeCtx& c, Value* x, double alpha, double beta) {
+  return c.op(OpId::clip, {addc(c, mulc(c, x, alpha), beta)}, {{"min", 0.0}, {"max", 1.0}});
+}
+Value* act_softplus(NodeCtx& c, Value* x) { return c.op(OpId::log, {addc(c, c.op(OpId::exp, {x}), 1.0)}); }
+Value* act_softsign(NodeCtx& c, Value* x) { return c.op(OpId::div, {x, addc(c, c.op(OpId::abs, {x}), 1.0)}); }
+
+// ------------------------------------------------------------------------------------------- conv / pool
+
+struct Window {
+  Ints kernel, strides, dilations, pads;  // pads: begins then ends (ONNX order)
+};
+
+std::pair<int64_t, int64_t> same_pads(int64_t in, int64_t k, int64_t s, int64_t d, bool upper) {
+  const int64_t out = (in + s - 1) / s;
+  const int64_t total = std::max<int64_t>((out - 1) * s + (k - 1) * d + 1 - in, 0);
+  const int64_t small = total / 2, big = total - small;
+  return upper ? std::pair{small, big} : std::pair{big, small};
+}
+
+// Reads kernel/strides/dilations/pads/auto_pad for `nsp` spatial dims; resolves SAME_* and VALID to explicit pads
+// (static spatial dims needed for SAME_*). Returns false in `same_symbolic` cases handled by pad_mode "same".
+Window read_window(NodeCtx& c, Value* x, const Ints& kernel, int nsp, std::string* pad_mode) {
+  Window w;
+  w.kernel = kernel;
+  w.strides = c.attr_ints("strides", Ints(nsp, 1));
+  w.dilations = c.attr_ints("dilations", Ints(nsp, 1));
+  w.pads = c.attr_ints("pads", Ints(2 * nsp, 0));
+  if (static_cast<int>(w.strides.size()) != nsp || static_cast<int>(w.dilations.size()) != nsp ||
+      static_cast<int>(w.pads.size()) != 2 * nsp || static_cast<int>(w.kernel.size()) != nsp)
+    c.fail(ErrorCode::invalid_argument, "kernel/strides/dilations/pads do not match {} spatial dims", nsp);
+  const std::string auto_pad = c.attr_s("auto_pad", "NOTSET");
+  if (auto_pad == "VALID") {
+    std::fill(w.pads.begin(), w.pads.end(), 0);
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    bool all_static = true;
+    for (int i = 0; i < nsp; ++i) all_static = all_static && x->type.dims[2 + i].is_static();
+    if (!all_static) {
+      if (auto_pad == "SAME_LOWER" || !pad_mode)
+        c.fail(ErrorCode::unsupported, "auto_pad {} needs static spatial dims (input is {})", auto_pad, x->type.str());
+      *pad_mode = "same";
+      std::fill(w.pads.begin(), w.pads.end(), 0);
+      return w;
+    }
+    for (int i = 0; i < nsp; ++i) {
+      auto [b, e] = same_pads(x->type.dims[2 + i].size, w.kernel[i], w.strides[i], w.dilations[i], auto_pad == "SAME_UPPER");
+      w.pads[i] = b;
+      w.pads[nsp + i] = e;
+    }
+  } else if (auto_pad != "NOTSET" && !auto_pad.empty()) {
+    c.fail(ErrorCode::invalid_argument, "unknown auto_pad '{}'", auto_pad);
+  }
+  return w;
+}
+
+// 1-D windows run as 2-D with a unit H dim.
+Window to_2d(const Window& w) {
+  return {{1, w.kernel[0]}, {1, w.strides[0]}, {1, w.dilations[0]}, {0, w.pads[0], 0, w.pads[1]}};
+}
+
+std::string check_spatial(const onnx::NodeProto& n, int, const NodeInfo& info) {
+  if (const auto* a = find_attr(n, "kernel_shape"); a && a->ints_size() > 2)
+    return fmt::format("{}-D windows (spore has 1-D and 2-D)", a->ints_size());
+  for (int i = 0; i < 2; ++i)
+    if (info.rank(i) > 4) return fmt::format("{}-D windows (spore has 1-D and 2-D)", info.rank(i) - 2);
+  return "";
+}
+
+V emit_conv(NodeCtx& c) {
+  Value* x = c.in(0);
+  Value* w = c.in(1);
+  Value* b = c.has_input(2) ? c.in(2) : nullptr;
+  const int nsp = c.rank(x) - 2;
+  if (nsp != 1 && nsp != 2) c.fail(ErrorCode::unsupported, "{}-D convolution (spore has 1-D and 2-D)", nsp);
+  const Shape ws = c.static_shape(w, "weight W");
+  std::string pad_mode = "pad";
+  Window win = read_window(c, x, c.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end())), nsp, &pad_mode);
+  if (nsp == 1) {
+    x = c.op(OpId::unsqueeze, {x}, {{"axes", Ints{2}}});
+    w = c.op(OpId::unsqueeze, {w}, {{"axes", Ints{2}}});
+    win = to_2d(win);
+  }
+  V ins{x, w};
+  if (b) ins.push_back(b);
+  Value* y = c.op(OpId::conv2d, ins,
+                  {{"stride", win.strides}, {"padding", win.pads}, {"dilation", win.dilations},
+                   {"groups", c.attr_i("group", 1)}, {"pad_mode", pad_mode}});
+  if (nsp == 1) y = c.op(OpId::squeeze, {y}, {{"axes", Ints{2}}});
+  return {y};
+}
+
+V emit_conv_transpose(NodeCtx& c) {
+  Value* x = c.in(0);
+  Value* w = c.in(1);
+  Value* b = c.has_input(2) ? c.in(2) : nullptr;
+  const int nsp = c.rank(x) - 2;
+  if (nsp != 1 && nsp != 2) c.fail(ErrorCode::unsupported, "{}-D transposed convolution (spore has 1-D and 2-D)", nsp);
+  const Shape ws = c.static_shape(w, "weight W");
+  const Ints kernel = c.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end()));
+  Ints strides = c.attr_ints("strides", Ints(nsp, 1));
+  Ints dil = c.attr_ints("dilations", Ints(nsp, 1));
+  Ints pads = c.attr_ints("pads", Ints(2 * nsp, 0));
+  Ints out_pad = c.attr_ints("output_padding", Ints(nsp, 0));
+  const Ints out_shape = c.attr_ints("output_shape", {});
+  const std::string auto_pad = c.attr_s("auto_pad", "NOTSET");
+  if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const Shape xs = c.static_shape(x, "input X");
+    for (int i = 0; i < nsp; ++i) {
+      const int64_t in = xs[2 + i];
+      const int64_t want = out_shape.empty() ? in * strides[i] : out_shape[out_shape.size() - nsp + i];
+      int64_t total = strides[i] * (in - 1) + out_pad[i] + ((kernel[i] - 1) * dil[i] + 1) - want;
+      if (total < 0) {  // a larger output than the windows cover: the extra rows/cols come as output padding
+        out_pad[i] -= total;
+        total = 0;
+      }
+      if (auto_pad == "SAME_UPPER") {
+        pads[i] = total / 2;
+        pads[nsp + i] = total - total / 2;
+      } else {
+        pads[i] = total - total / 2;
+        pads[nsp + i] = total / 2;
+      }
+    }
+  } else if (auto_pad == "VALID") {
+    std::fill(pads.begin(), pads.end(), 0);
+  }
+  if (nsp == 1) {
+    x = c.op(OpId::unsqueeze, {x}, {{"axes", Ints{2}}});
+    w = c.op(OpId::unsqueeze, {w}, {{"axes", Ints{2}}});
+    strides = {1, strides[0]};
+    dil = {1, dil[0]};
+    pads = {0, pads[0], 0, pads[1]};
+    out_pad = {0, out_pad[0]};
+  }
+  V ins{x, w};
+  if (b) ins.push_back(b);
+  Value* y = c.op(OpId::conv_transpose2d, ins,
+                  {{"stride", strides}, {"padding", pads}, {"output_padding", out_pad}, {"dilation", dil},
+                   {"groups", c.attr_i("group", 1)}});
+  if (nsp == 1) y = c.op(OpId::squeeze, {y}, {{"axes", Ints{2}}});
+  return {y};
+}
+
+EmitFn pool(bool is_max) {
+  return [is_max](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    const int nsp = c.rank(x) - 2;
+    if (nsp != 1 && nsp != 2) c.fail(ErrorCode::unsupported, "{}-D pooling (spore has 1-D and 2-D)", nsp);
+    std::string pad_mode = "pad";
+    Window win = read_window(c, x, c.attr_ints("kernel_shape"), nsp, &pad_mode);
+    if (nsp == 1) {
+      x = c.op(OpId::unsqueeze, {x}, {{"axes", Ints{2}}});
+      win = to_2d(win);
+    }
+    Attrs a{{"kernel", win.kernel}, {"stride", win.strides}, {"padding", win.pads},
+            {"ceil_mode", c.attr_i("ceil_mode", 0) != 0}, {"pad_mode", pad_mode}};
+    Value* y;
+    if (is_max) {
+      a.set("dilation", win.dilations);
+      const DType dt = c.dtype(x);
+      if (!is_floating(dt)) {  // spore pools floats; small integers are exact in f32, the rest in f64
+        const DType ft = dt == DType::u8 || dt == DType::i8 ? DType::f32 : DType::f64;
+        y = c.cast(c.op(OpId::max_pool2d, {c.cast(x, ft)}, a), dt);
+      } else {
+        y = c.op(OpId::max_pool2d, {x}, a);
+      }
+    } else {
+      a.set("count_include_pad", c.attr_i("count_include_pad", 0) != 0);
+      y = c.op(OpId::avg_pool2d, {x}, a);
+    }
+    if (nsp == 1) y = c.op(OpId::squeeze, {y}, {{"axes", Ints{2}}});
+    return {y};
+  };
+}
+
+std::string check_maxpool(const onnx::NodeProto& n, int since, const NodeInfo& info) {
+  if (n.output_size() > 1 && !n.output(1).empty()) return "the Indices output (argmax positions) is not supported";
+  if (node_attr_i(n, "storage_order", 0) != 0) return "storage_order=1";
+  return check_spatial(n, since, info);
+}
+
+Ints spatial_axes(int rank) {
+  Ints a;
+  for (int i = 2; i < rank; ++i) a.push_back(i);
+  return a;
+}
+
+// ------------------------------------------------------------------------------------------- linear algebra
+
+V emit_gemm(NodeCtx& c) {
+  Value* a = c.in(0);
+  Value* b = c.in(1);
+  Value* cc = c.has_input(2) ? c.in(2) : nullptr;
+  const bool ta = c.attr_i("transA", 0) != 0, tb = c.attr_i("transB", 0) != 0;
+  const double alpha = c.attr_f("alpha", 1.0), beta = c.attr_f("beta", 1.0);
+  if (!ta && tb && alpha == 1.0 && (!cc || (beta == 1.0 && c.rank(cc) == 1))) {  // the Linear layer pattern
+    V ins{a, b};
+    if (cc) ins.push_back(cc);
+    return {c.op(OpId::linear, ins)};
+  }
+  Value* y = mulc(c, c.op(OpId::matmul, {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}), alpha);
+  if (cc && beta != 0.0) y = c.op(OpId::add, {y, mulc(c, cc, beta)});
+  return {y};
+}
+
+// ------------------------------------------------------------------------------------------- normalization
+
+V emit_batch_norm(NodeCtx& c) {
+  if (c.since >= 14 && c.attr_i("training_mode", 0) != 0)
+    c.fail(ErrorCode::unsupported, "training_mode=1 (spore imports inference graphs)");
+  return {c.op(OpId::batch_norm, {c.in(0), c.in(1), c.in(2), c.in(3), c.in(4)}, {{"epsilon", c.attr_f("epsilon", 1e-5)}})};
+}
+std::string check_batch_norm(const onnx::NodeProto& n, int since, const NodeInfo&) {
+  for (int i = 1; i < n.output_size(); ++i)
+    if (!n.output(i).empty()) return "training outputs (running mean/var, saved statistics)";
+  if (since < 9 && node_attr_i(n, "spatial", 1) == 0) return "spatial=0 (per-activation statistics)";
+  if (node_attr_i(n, "training_mode", 0) != 0) return "training_mode=1";
+  return "";
+}
+
+V emit_instance_norm(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Dim& ch = x->type.dims.at(1);
+  if (!ch.is_static()) c.fail(ErrorCode::unsupported, "needs a static channel dim (input is {})", x->type.str());
+  return {c.op(OpId::group_norm, {x, c.in(1), c.in(2)}, {{"num_groups", ch.size}, {"epsilon", c.attr_f("epsilon", 1e-5)}})};
+}
+
+V emit_layer_norm(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int r = c.rank(x);
+  const int64_t axis = c.norm_axis(c.attr_i("axis", -1), r);
+  const double eps = c.attr_f("epsilon", 1e-5);
+  std::vector<Dim> norm_dims(x->type.dims.begin() + axis, x->type.dims.end());
+  auto fit = [&](Value* p) -> Value* {  // weight/bias must have the normalized shape; ONNX lets them broadcast
+    if (p->type.dims == norm_dims) return p;
+    Ints shape;
+    for (const Dim& d : norm_dims) {
+      if (!d.is_static()) c.fail(ErrorCode::unsupported, "Scale/B broadcast over a symbolic dim");
+      shape.push_back(d.size);
+    }
+    return c.op(OpId::expand, {p}, {{"shape", shape}});
+  };
+  V ins{x, fit(c.in(1))};
+  if (c.has_input(2)) ins.push_back(fit(c.in(2)));
+  V outs{c.op(OpId::layer_norm, ins, {{"axis", axis}, {"epsilon", eps}})};
+  if (c.wants_output(1) || c.wants_output(2)) {
+    Ints axes;
+    for (int i = static_cast<int>(axis); i < r; ++i) axes.push_back(i);
+    Value* mean = c.op(OpId::reduce_mean, {x}, {{"axes", axes}, {"keepdims", true}});
+    Value* d = c.op(OpId::sub, {x, mean});
+    Value* var = c.op(OpId::reduce_mean, {c.op(OpId::mul, {d, d})}, {{"axes", axes}, {"keepdims", true}});
+    outs.push_back(mean);
+    outs.push_back(c.op(OpId::rsqrt, {addc(c, var, eps)}));
+  }
+  return outs;
+}
+
+// LRN: sum of squares over a window of channels as an average pool over a [N,1,C,H*W] view.
+V emit_lrn(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Shape s = c.static_shape(x, "input X");
+  const int64_t size = c.attr_i("size", 1);
+  const double alpha = c.attr_f("alpha", 1e-4), beta = c.attr_f("beta", 0.75), bias = c.attr_f("bias", 1.0);
+  int64_t rest = 1;
+  for (size_t i = 2; i < s.size(); ++i) rest *= s[i];
+  Value* sq = c.reshape(c.op(OpId::mul, {x, x}), {s[0], 1, s[1], rest});
+  const int64_t lo = (size - 1) / 2, hi = (size - 1) - lo;
+  Value* avg = c.op(OpId::avg_pool2d, {sq},
+                    {{"kernel", Ints{size, 1}}, {"stride", Ints{1, 1}}, {"padding", Ints{lo, 0, hi, 0}},
+                     {"count_include_pad", true}});
+  Value* sum = mulc(c, c.reshape(avg, s), static_cast<double>(size));
+  Value* den = c.op(OpId::pow, {addc(c, mulc(c, sum, alpha / static_cast<double>(size)), bias), c.scalar(beta, c.dtype(x))});
+  return {c.op(OpId::div, {x, den})};
+}
+
+// Softmax, LogSoftmax, Hardmax: before opset 13 they coerce the input to 2-D at `axis` (default 1).
+EmitFn softmax_like(OpId id, bool hard) {
+  return [id, hard](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    const int r = c.rank(x);
+    const bool legacy = c.since < 13;
+    const int64_t axis = c.norm_axis(c.attr_i("axis", legacy ? 1 : -1), r);
+    auto apply = [&](Value* v, int64_t ax) -> Value* {
+      if (!hard) return c.op(id, {v}, {{"axis", ax}});
+      const Dim& d = v->type.dims.at(ax);
+      if (!d.is_static()) c.fail(ErrorCode::unsupported, "Hardmax over a symbolic dim");
+      Value* idx = c.op(OpId::argmax, {v}, {{"axis", ax}, {"keepdims", false}});
+      return c.op(OpId::one_hot, {idx}, {{"depth", d.size}, {"dtype", c.dtype(v)}, {"axis", ax}});
+    };
+    if (!legacy || axis == r - 1) return {apply(x, axis)};
+    const Shape s = c.static_shape(x, "input");
+    Value* flat = c.op(OpId::flatten, {x}, {{"axis", axis}});
+    return {c.reshape(apply(flat, 1), s)};
+  };
+}
+
+// ------------------------------------------------------------------------------------------- reductions
+
+enum class Red { sum, mean, max, min, prod, l1, l2, log_sum, log_sum_exp, sum_square };
+
+EmitFn reduce(Red kind) {
+  return [kind](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    const bool keep = c.attr_i("keepdims", 1) != 0;
+    Ints axes;
+    if (c.since >= 13 && kind == Red::sum) {
+      if (c.has_input(1)) axes = c.ints_in(1);
+    } else {
+      axes = c.attr_ints("axes", {});
+    }
+    if (axes.empty() && c.attr_i("noop_with_empty_axes", 0) != 0) return {c.op(OpId::identity, {x})};
+    axes = normalize_axes(c, axes, c.rank(x));
+    if (axes.empty())
+      for (int i = 0; i < c.rank(x); ++i) axes.push_back(i);
+    const Attrs a{{"axes", axes}, {"keepdims", keep}};
+    switch (kind) {
+      case Red::sum: return {c.op(OpId::reduce_sum, {x}, a)};
+      case Red::mean: return {c.op(OpId::reduce_mean, {x}, a)};
+      case Red::max: return {c.op(OpId::reduce_max, {x}, a)};
+      case Red::min: return {c.op(OpId::reduce_min, {x}, a)};
+      case Red::prod: return {c.op(OpId::reduce_prod, {x}, a)};
+      case Red::l1: return {c.op(OpId::reduce_sum, {c.op(OpId::abs, {x})}, a)};
+      case Red::l2: {
+        Value* s = c.op(OpId::reduce_sum, {c.op(OpId::mul, {x, x})}, a);
+        if (is_floating(c.dtype(x))) return {c.op(OpId::sqrt, {s})};
+        return {c.cast(c.op(OpId::sqrt, {c.cast(s, DType::f64)}), c.dtype(x))};
+      }
+      case Red::log_sum: return {c.op(OpId::log, {c.op(OpId::reduce_sum, {x}, a)})};
+      case Red::sum_square: return {c.op(OpId::reduce_sum, {c.op(OpId::mul, {x, x})}, a)};
+      case Red::log_sum_exp: {
+        Value* m = c.op(OpId::reduce_max, {x}, {{"axes", axes}, {"keepdims", true}});
+        // Rows that are all -inf give max -inf; subtracting it would make nan, so shift by 0 there.
+        Value* finite = c.op(OpId::eq, {m, c.op(OpId::sub, {m, m})});
+        Value* shift = c.op(OpId::where, {finite, m, zero_like(c, m)});
+        Value* s = c.op(OpId::reduce_sum, {c.op(OpId::exp, {c.op(OpId::sub, {x, shift})})}, a);
+        Value* ms = keep ? shift : c.op(OpId::squeeze, {shift}, {{"axes", axes}});
+        return {c.op(OpId::add, {c.op(OpId::log, {s}), ms})};
+      }
+    }
+    return {};
+  };
+}
+
+EmitFn arg_reduce(OpId id) {
+  return [id](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    const int64_t axis = c.norm_axis(c.attr_i("axis", 0), c.rank(x));
+    const bool keep = c.attr_i("keepdims", 1) != 0;
+    const Attrs a{{"axis", axis}, {"keepdims", keep}};
+    if (c.attr_i("select_last_index", 0) == 0) return {c.op(id, {x}, a)};
+    const Dim& d = x->type.dims.at(axis);
+    if (!d.is_static()) c.fail(ErrorCode::unsupported, "select_last_index over a symbolic dim");
+    Value* rev = c.op(OpId::slice, {x},
+                      {{"starts", Ints{-1}}, {"ends", Ints{std::numeric_limits<int64_t>::min()}}, {"axes", Ints{axis}},
+                       {"steps", Ints{-1}}});
+    Value* i = c.op(id, {rev}, a);
+    return {c.op(OpId::sub, {c.scalar(static_cast<double>(d.size - 1), DType::i64), i})};
+  };
+}
+
+// ------------------------------------------------------------------------------------------- shapes
+
+Ints axes_input_or_attr(NodeCtx& c, int input) {
+  if (c.since >= 13) return c.has_input(input) ? c.ints_in(input) : Ints{};
+  return c.attr_ints("axes", {});
+}
+
+V emit_reshape(NodeCtx& c) {
+  Value* x = c.in(0);
+  Ints shape = c.since < 5 ? c.attr_ints("shape") : c.ints_in(1);
+  const bool allowzero = c.attr_i("allowzero", 0) != 0;
+  const bool has_minus1 = std::count(shape.begin(), shape.end(), -1) > 0;
+  bool used_minus1 = has_minus1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] != 0 || allowzero) continue;
+    if (static_cast<int>(i) >= c.rank(x)) c.fail(ErrorCode::invalid_argument, "shape[{}] = 0 copies a dim the input lacks", i);
+    const Dim& d = x->type.dims[i];
+    if (d.is_static()) {
+      shape[i] = d.size;
+    } else if (!used_minus1) {
+      shape[i] = -1;  // the symbolic dim is the one size the element count leaves open
+      used_minus1 = true;
+    } else {
+      c.fail(ErrorCode::unsupported, "shape copies symbolic dim '{}' and also has a -1", d.sym);
+    }
+  }
+  return {c.reshape(x, shape)};
+}
+
+V emit_shape(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int r = c.rank(x);
+  int64_t start = c.attr_i("start", 0), end = c.attr_i("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, 0, r);
+  std::vector<int64_t> dims;
+  for (int64_t i = start; i < end; ++i) {
+    const Dim& d = x->type.dims[i];
+    if (!d.is_static())
+      c.fail(ErrorCode::unsupported, "Shape of '{}' ({}) has the symbolic dim '{}': spore folds Shape at import; fix the "
+             "input shapes (--input-shape) or export with static shapes", x->name, x->type.str(), d.sym);
+    dims.push_back(d.size);
+  }
+  return {c.konst(Tensor::from_vector<int64_t>(dims, {static_cast<int64_t>(dims.size())}))};
+}
+
+V emit_size(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int64_t n = x->type.numel();
+  if (n < 0) c.fail(ErrorCode::unsupported, "Size of '{}' ({}) with symbolic dims", x->name, x->type.str());
+  return {c.konst(Tensor::scalar(static_cast<double>(n), DType::i64))};
+}
+
+V emit_flatten(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int r = c.rank(x);
+  int64_t axis = c.attr_i("axis", 1);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis > r) c.fail(ErrorCode::invalid_argument, "axis {} out of range for rank {}", c.attr_i("axis", 1), r);
+  if (axis == 0) {  // [1, all]
+    Value* f = c.op(OpId::flatten, {x}, {{"axis", int64_t{0}}});
+    return {f};
+  }
+  return {c.op(OpId::flatten, {x}, {{"axis", axis}})};
+}
+
+V emit_squeeze(NodeCtx& c) {
+  Value* x = c.in(0);
+  Ints axes = normalize_axes(c, axes_input_or_attr(c, 1), c.rank(x));
+  return {c.op(OpId::squeeze, {x}, {{"axes", axes}})};
+}
+
+V emit_unsqueeze(NodeCtx& c) {
+  Value* x = c.in(0);
+  Ints axes = axes_input_or_attr(c, 1);
+  const int out_rank = c.rank(x) + static_cast<int>(axes.size());
+  axes = normalize_axes(c, axes, out_rank);
+  std::sort(axes.begin(), axes.end());
+  return {c.op(OpId::unsqueeze, {x}, {{"axes", axes}})};
+}
+
+V emit_concat(NodeCtx& c) {
+  V ins;
+  for (Value* v : c.inputs())
+    if (v) ins.push_back(v);
+  if (ins.empty()) c.fail(ErrorCode::invalid_argument, "needs inputs");
+  const int64_t axis = c.norm_axis(c.attr_i("axis", 0), c.rank(ins[0]));
+  if (ins.size() == 1) return {c.op(OpId::identity, ins)};
+  return {c.op(OpId::concat, ins, {{"axis", axis}})};
+}
+
+V emit_split(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int64_t axis = c.norm_axis(c.attr_i("axis", 0), c.rank(x));
+  Ints sizes = c.since >= 13 ? (c.has_input(1) ? c.ints_in(1) : Ints{}) : c.attr_ints("split", {});
+  const int n = c.node.output_size();
+  if (sizes.empty()) {
+    const Dim& d = x->type.dims.at(axis);
+    if (!d.is_static()) c.fail(ErrorCode::unsupported, "an even split of symbolic dim '{}'", d.sym);
+    if (n <= 0 || d.size % n != 0) c.fail(ErrorCode::invalid_argument, "dim {} ({}) does not split evenly into {} outputs", axis, d.size, n);
+    sizes.assign(n, d.size / n);
+  }
+  if (static_cast<int>(sizes.size()) != n)
+    c.fail(ErrorCode::invalid_argument, "{} split sizes for {} outputs", sizes.size(), n);
+  return c.op_n(OpId::split, {x}, {{"sizes", sizes}, {"axis", axis}});
+}
+
+V emit_slice(NodeCtx& c) {
+  Value* x = c.in(0);
+  Ints starts, ends, axes, steps;
+  if (c.since < 10) {
+    starts = c.attr_ints("starts");
+    ends = c.attr_ints("ends");
+    axes = c.attr_ints("axes", {});
+  } else {
+    starts = c.ints_in(1);
+    ends = c.ints_in(2);
+    if (c.has_input(3)) axes = c.ints_in(3);
+    if (c.has_input(4)) steps = c.ints_in(4);
+  }
+  if (!axes.empty()) axes = normalize_axes(c, axes, c.rank(x));
+  return {c.op(OpId::slice, {x}, {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}})};
+}
+
+V emit_transpose(NodeCtx& c) {
+  Value* x = c.in(0);
+  Ints perm = c.attr_ints("perm", {});
+  if (perm.empty())
+    for (int i = c.rank(x) - 1; i >= 0; --i) perm.push_back(i);
+  return {c.op(OpId::transpose, {x}, {{"perm", perm}})};
+}
+
+V emit_pad(NodeCtx& c) {
+  Value* x = c.in(0);
+  const std::string mode = c.attr_s("mode", "constant");
+  Ints pads;
+  double value = 0;
+  if (c.since < 11) {
+    pads = c.attr_ints(c.since < 2 ? "paddings" : "pads");
+    value = c.attr_f("value", 0.0);
+  } else {
+    pads = c.ints_in(1);
+    if (c.has_input(2)) value = c.floats_in(2).at(0);
+  }
+  if (mode != "constant" && mode != "reflect" && mode != "edge") c.fail(ErrorCode::unsupported, "pad mode '{}'", mode);
+  return {c.op(OpId::pad, {x}, {{"pads", pads}, {"mode", mode}, {"value", value}})};
+}
+std::string check_pad(const onnx::NodeProto& n, int, const NodeInfo&) {
+  const std::string mode = node_attr_s(n, "mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") return "pad mode '" + mode + "'";
+  if (n.input_size() > 3 && !n.input(3).empty()) return "the axes input (opset 18)";
+  return "";
+}
+
+V emit_gather(NodeCtx& c) {
+  Value* x = c.in(0);
+  return {c.op(OpId::gather, {x, c.in(1)}, {{"axis", c.norm_axis(c.attr_i("axis", 0), c.rank(x))}})};
+}
+V emit_gather_elements(NodeCtx& c) {
+  Value* x = c.in(0);
+  return {c.op(OpId::gather_elements, {x, c.in(1)}, {{"axis", c.norm_axis(c.attr_i("axis", 0), c.rank(x))}})};
+}
+V emit_scatter_elements(NodeCtx& c) {
+  Value* x = c.in(0);
+  return {c.op(OpId::scatter, {x, c.in(1), c.in(2)},
+               {{"axis", c.norm_axis(c.attr_i("axis", 0), c.rank(x))}, {"reduction", c.attr_s("reduction", "none")}})};
+}
+std::string check_scatter(const onnx::NodeProto& n, int, const NodeInfo&) {
+  const std::string r = node_attr_s(n, "reduction", "none");
+  if (r != "none" && r != "add" && r != "mul") return "reduction '" + r + "'";
+  return "";
+}
+
+// GatherND (batch_dims = 0): flatten the indexed leading dims and gather with linear indices.
+V emit_gather_nd(NodeCtx& c) {
+  Value* x = c.in(0);
+  Value* idx = c.cast(c.in(1), DType::i64);
+  if (c.attr_i("batch_dims", 0) != 0) c.fail(ErrorCode::unsupported, "batch_dims != 0");
+  const Shape xs = c.static_shape(x, "data");
+  const Shape is = c.static_shape(idx, "indices");
+  const int64_t k = is.back();
+  if (k > static_cast<int64_t>(xs.size())) c.fail(ErrorCode::invalid_argument, "index depth {} > data rank {}", k, xs.size());
+  std::vector<int64_t> strides(k), dims(k);
+  int64_t lead = 1;
+  for (int64_t i = k - 1; i >= 0; --i) {
+    strides[i] = lead;
+    dims[i] = xs[i];
+    lead *= xs[i];
+  }
+  // Negative indices count from the end of their dim.
+  Value* dimv = c.konst(Tensor::from_vector<int64_t>(dims, {k}));
+  Value* neg = c.op(OpId::lt, {idx, c.scalar(0, DType::i64)});
+  idx = c.op(OpId::where, {neg, c.op(OpId::add, {idx, dimv}), idx});
+  Value* lin = c.op(OpId::reduce_sum, {c.op(OpId::mul, {idx, c.konst(Tensor::from_vector<int64_t>(strides, {k}))})},
+                    {{"axes", Ints{static_cast<int64_t>(is.size()) - 1}}, {"keepdims", false}});
+  Ints flat{lead};
+  for (size_t i = k; i < xs.size(); ++i) flat.push_back(xs[i]);
+  return {c.op(OpId::gather, {c.reshape(x, flat), lin}, {{"axis", int64_t{0}}})};
+}
+
+V emit_expand(NodeCtx& c) { return {c.op(OpId::expand, {c.in(0)}, {{"shape", c.ints_in(1)}})}; }
+V emit_tile(NodeCtx& c) { return {c.op(OpId::tile, {c.in(0)}, {{"repeats", c.ints_in(1)}})}; }
+
+V emit_constant(NodeCtx& c) {
+  if (c.has_attr("value")) return {c.konst(c.attr_tensor("value"))};
+  if (c.has_attr("value_float")) return {c.konst(Tensor::scalar(c.attr_f("value_float", 0), DType::f32))};
+  if (c.has_attr("value_int")) return {c.konst(Tensor::scalar(static_cast<double>(c.attr_i("value_int", 0)), DType::i64))};
+  if (c.has_attr("value_floats")) {
+    const auto f = c.attr_floats("value_floats");
+    return {c.konst(Tensor::from_doubles(f, {static_cast<int64_t>(f.size())}, DType::f32))};
+  }
+  if (c.has_attr("value_ints")) {
+    const auto v = c.attr_ints("value_ints");
+    return {c.konst(Tensor::from_vector<int64_t>(v, {static_cast<int64_t>(v.size())}))};
+  }
+  c.fail(ErrorCode::unsupported, "no supported value attribute (string and sparse constants are not supported)");
+}
+std::string check_constant(const onnx::NodeProto& n, int, const NodeInfo&) {
+  for (const char* a : {"sparse_value", "value_string", "value_strings"})
+    if (find_attr(n, a)) return std::string(a) + " constants";
+  if (const auto* a = find_attr(n, "value"); a && !dtype_from_onnx(a->t().data_type()))
+    return "a constant of type " + onnx_type_name(a->t().data_type());
+  return "";
+}
+
+Value* full_value(NodeCtx& c, const Ints& shape, double value, DType dt) {
+  if (dt == DType::boolean) return c.cast(c.op(OpId::full, {}, {{"shape", shape}, {"value", value}, {"dtype", DType::u8}}), dt);
+  return c.op(OpId::full, {}, {{"shape", shape}, {"value", value}, {"dtype", dt}});
+}
+
+V emit_constant_of_shape(NodeCtx& c) {
+  const Ints shape = c.ints_in(0);
+  double value = 0;
+  DType dt = DType::f32;
+  if (c.has_attr("value")) {
+    const Tensor t = c.attr_tensor("value");
+    dt = t.dtype();
+    if (t.numel() != 1) c.fail(ErrorCode::invalid_argument, "value must have one element");
+    value = t.item_at(0);
+  }
+  return {full_value(c, shape, value, dt)};
+}
+
+V emit_range(NodeCtx& c) {
+  const DType dt = c.dtype(c.in(0));
+  const double start = c.floats_in(0).at(0), limit = c.floats_in(1).at(0), delta = c.floats_in(2).at(0);
+  if (delta == 0) c.fail(ErrorCode::invalid_argument, "delta is 0");
+  return {c.op(OpId::arange, {}, {{"start", start}, {"stop", limit}, {"step", delta}, {"dtype", dt}})};
+}
+
+V emit_topk(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int64_t k = c.since < 10 ? c.attr_i("k", 1) : c.ints_in(1).at(0);
+  const int64_t axis = c.norm_axis(c.attr_i("axis", -1), c.rank(x));
+  return c.op_n(OpId::topk, {x},
+                {{"k", k}, {"axis", axis}, {"largest", c.attr_i("largest", 1) != 0}, {"sorted", c.attr_i("sorted", 1) != 0}});
+}
+
+V emit_cumsum(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int64_t axis = c.norm_axis(c.ints_in(1).at(0), c.rank(x));
+  return {c.op(OpId::cumsum, {x},
+               {{"axis", axis}, {"exclusive", c.attr_i("exclusive", 0) != 0}, {"reverse", c.attr_i("reverse", 0) != 0}})};
+}
+
+V emit_one_hot(NodeCtx& c) {
+  Value* idx = c.in(0);
+  if (is_floating(c.dtype(idx))) idx = c.cast(idx, DType::i64);
+  else if (c.dtype(idx) != DType::i64 && c.dtype(idx) != DType::i32) idx = c.cast(idx, DType::i64);
+  const int64_t depth = static_cast<int64_t>(c.floats_in(1).at(0));
+  const Tensor& vals = c.const_in(2);
+  if (vals.numel() != 2) c.fail(ErrorCode::invalid_argument, "values must be [off_value, on_value]");
+  const int64_t axis = c.attr_i("axis", -1);
+  const int out_rank = c.rank(idx) + 1;
+  return {c.op(OpId::one_hot, {idx},
+               {{"depth", depth}, {"dtype", vals.dtype()}, {"axis", axis < 0 ? axis + out_rank : axis},
+                {"on_value", vals.item_at(1)}, {"off_value", vals.item_at(0)}})};
+}
+
+V emit_where(NodeCtx& c) { return {c.op(OpId::where, {c.in(0), c.in(1), c.in(2)})}; }
+
+V emit_dropout(NodeCtx& c) {
+  Value* x = c.in(0);
+  if (c.since >= 12 && c.has_input(2) && c.is_const(c.in(2)) && c.floats_in(2).at(0) != 0) {
+    const double ratio = c.has_input(1) ? c.floats_in(1).at(0) : 0.5;
+    if (ratio != 0) c.fail(ErrorCode::unsupported, "training_mode=true with ratio {} (random masks)", ratio);
+  }
+  V outs{c.op(OpId::identity, {x})};
+  if (c.wants_output(1)) {
+    Ints shape;
+    for (int64_t d : c.static_shape(x, "input")) shape.push_back(d);
+    outs.push_back(full_value(c, shape, 1.0, c.since >= 10 ? DType::boolean : c.dtype(x)));
+  }
+  return outs;
+}
+
+V emit_trilu(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Shape s = c.static_shape(x, "input");
+  const int64_t k = c.has_input(1) ? c.ints_in(1).at(0) : 0;
+  const bool upper = c.attr_i("upper", 1) != 0;
+  const int64_t n = s[s.size() - 2], m = s.back();
+  Tensor mask = Tensor::empty({n, m}, DType::boolean);
+  auto* p = static_cast<uint8_t*>(mask.raw_data());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) p[i * m + j] = upper ? (j - i >= k) : (j - i <= k);
+  return {c.op(OpId::where, {c.konst(mask), x, zero_like(c, x)})};
+}
+
+V emit_eye_like(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Shape s = c.static_shape(x, "input");
+  const int64_t k = c.attr_i("k", 0);
+  DType dt = c.dtype(x);
+  if (c.has_attr("dtype")) {
+    const auto d = dtype_from_onnx(static_cast<int32_t>(c.attr_i("dtype", 1)));
+    if (!d) c.fail(ErrorCode::unsupported, "dtype {}", onnx_type_name(static_cast<int32_t>(c.attr_i("dtype", 1))));
+    dt = *d;
+  }
+  std::vector<double> v(static_cast<size_t>(s[0] * s[1]), 0.0);
+  for (int64_t i = 0; i < s[0]; ++i)
+    if (i + k >= 0 && i + k < s[1]) v[static_cast<size_t>(i * s[1] + i + k)] = 1.0;
+  return {c.konst(Tensor::from_doubles(v, s, dt))};
+}
+
+V emit_depth_to_space(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Shape s = c.static_shape(x, "input");
+  const int64_t b = c.attr_i("blocksize", 1), n = s[0], ch = s[1], h = s[2], w = s[3];
+  const bool crd = c.attr_s("mode", "DCR") == "CRD";
+  Value* t = crd ? c.reshape(x, {n, ch / (b * b), b, b, h, w}) : c.reshape(x, {n, b, b, ch / (b * b), h, w});
+  t = c.op(OpId::transpose, {t}, {{"perm", crd ? Ints{0, 1, 4, 2, 5, 3} : Ints{0, 3, 4, 1, 5, 2}}});
+  return {c.reshape(t, {n, ch / (b * b), h * b, w * b})};
+}
+
+V emit_space_to_depth(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Shape s = c.static_shape(x, "input");
+  const int64_t b = c.attr_i("blocksize", 1), n = s[0], ch = s[1], h = s[2], w = s[3];
+  Value* t = c.reshape(x, {n, ch, h / b, b, w / b, b});
+  t = c.op(OpId::transpose, {t}, {{"perm", Ints{0, 3, 5, 1, 2, 4}}});
+  return {c.reshape(t, {n, ch * b * b, h / b, w / b})};
+}
+
+// DequantizeLinear: (x - zero_point) * scale, per tensor or per `axis`.
+V emit_dequantize(NodeCtx& c) {
+  Value* x = c.in(0);
+  Value* scale = c.in(1);
+  const DType ft = c.dtype(scale);
+  Value* xf = c.cast(x, ft);
+  auto per_axis = [&](Value* v) -> Value* {
+    if (c.rank(v) != 1 || c.rank(x) <= 1) return v;
+    const int64_t axis = c.norm_axis(c.attr_i("axis", 1), c.rank(x));
+    Ints shape(c.rank(x), 1);
+    shape[axis] = -1;
+    return c.reshape(v, shape);
+  };
+  if (c.has_input(2)) xf = c.op(OpId::sub, {xf, per_axis(c.cast(c.in(2), ft))});
+  return {c.op(OpId::mul, {xf, per_axis(scale)})};
+}
+
+// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) into u8 (default) or the zero point's type.
+V emit_quantize(NodeCtx& c) {
+  Value* x = c.in(0);
+  Value* scale = c.in(1);
+  const DType ft = c.dtype(x);
+  DType qt = c.has_input(2) ? c.dtype(c.in(2)) : DType::u8;
+  auto per_axis = [&](Value* v) -> Value* {
+    if (c.rank(v) != 1 || c.rank(x) <= 1) return v;
+    const int64_t axis = c.norm_axis(c.attr_i("axis", 1), c.rank(x));
+    Ints shape(c.rank(x), 1);
+    shape[axis] = -1;
+    return c.reshape(v, shape);
+  };
+  Value* q = c.op(OpId::round, {c.op(OpId::div, {x, per_axis(c.cast(scale, ft))})});
+  if (c.has_input(2)) q = c.op(OpId::add, {q, per_axis(c.cast(c.in(2), ft))});
+  const double lo = qt == DType::u8 ? 0 : -128, hi = qt == DType::u8 ? 255 : 127;
+  q = c.op(OpId::clip, {q}, {{"min", lo}, {"max", hi}});
+  return {c.cast(q, qt)};
+}
+std::string check_quantize(const onnx::NodeProto& n, int, const NodeInfo& info) {
+  if (n.input_size() > 2 && !n.input(2).empty()) {
+    const auto* t = info.type(2);
+    if (t && t->has_tensor_type() && t->tensor_type().elem_type() != onnx::TensorProto::UINT8 &&
+        t->tensor_type().elem_type() != onnx::TensorProto::INT8)
+      return "zero point of type " + onnx_type_name(t->tensor_type().elem_type());
+  }
+  return "";
+}
+
+// Dropout in training mode draws random masks that no other implementation reproduces.
+std::string check_dropout(const onnx::NodeProto& n, int since, const NodeInfo& info) {
+  if (since < 12 || n.input_size() < 3 || n.input(2).empty()) return "";
+  const auto* t = info.constant(2);
+  if (!t) return "training_mode given as a run-time input (spore imports inference graphs: it must be a constant false)";
+  const Tensor v = tensor_from_proto(*t, n.input(2));
+  if (v.numel() == 1 && v.item_at(0) != 0) {
+    const auto* r = info.constant(1);
+    if (n.input_size() > 1 && !n.input(1).empty() && r && tensor_from_proto(*r, n.input(1)).item_at(0) == 0) return "";
+    return "training_mode=true (random masks)";
+  }
+  return "";
+}
+
+// ------------------------------------------------------------------------------------------- Resize / Upsample
+
+// Separable resampling: each resized axis becomes T index_selects (taps) weighted by constant tensors.
+struct AxisPlan {
+  int64_t in = 0, out = 0;
+  int taps = 1;
+  std::vector<int64_t> idx;  // [out * taps]
+  std::vector<double> w;     // [out * taps]
+  std::vector<uint8_t> outside;  // tf_crop_and_resize: positions that take extrapolation_value
+};
+
+V emit_resize(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Shape s = c.static_shape(x, "input X");
+  const int r = static_cast<int>(s.size());
+  const bool upsample = c.node.op_type() == "Upsample";
+  std::string mode = c.attr_s("mode", "nearest");
+  std::string coord = (upsample || c.since < 11) ? "asymmetric" : c.attr_s("coordinate_transformation_mode", "half_pixel");
+  std::string nearest_mode = (upsample || c.since < 11) ? "floor" : c.attr_s("nearest_mode", "round_prefer_floor");
+  const double cubic_a = c.attr_f("cubic_coeff_a", -0.75);
+  const bool exclude_outside = c.attr_i("exclude_outside", 0) != 0;
+  const double extrapolation = c.attr_f("extrapolation_value", 0.0);
+  if (mode == "bilinear") mode = "linear";
+  std::vector<double> scales;
+  Ints sizes;
+  std::vector<double> roi;
+  if (upsample) {
+    scales = c.since >= 9 ? c.floats_in(1) : c.attr_floats("scales");
+  } else if (c.since < 11) {
+    scales = c.floats_in(1);
+  } else {
+    if (c.has_input(1) && c.const_in(1).numel() > 0) roi = c.floats_in(1);
+    if (c.has_input(2) && c.const_in(2).numel() > 0) scales = c.floats_in(2);
+    if (c.has_input(3) && c.const_in(3).numel() > 0) sizes = c.ints_in(3);
+  }
+  if (scales.empty() && sizes.empty()) c.fail(ErrorCode::invalid_argument, "needs scales or sizes");
+  if (!scales.empty() && static_cast<int>(scales.size()) != r) c.fail(ErrorCode::invalid_argument, "{} scales for rank {}", scales.size(), r);
+  if (!sizes.empty() && static_cast<int>(sizes.size()) != r) c.fail(ErrorCode::invalid_argument, "{} sizes for rank {}", sizes.size(), r);
+  Value* y = x;
+  for (int ax = 0; ax < r; ++ax) {
+    const int64_t in = s[ax];
+    int64_t out;
+    double scale;
+    if (!sizes.empty()) {
+      out = sizes[ax];
+      scale = static_cast<double>(out) / static_cast<double>(in);
+    } else {
+      scale = scales[ax];
+      out = static_cast<int64_t>(std::floor(static_cast<double>(in) * scale));
+    }
+    if (out == in && scale == 1.0 && coord != "tf_crop_and_resize") continue;
+    if (out <= 0) c.fail(ErrorCode::invalid_argument, "axis {} resizes to {}", ax, out);
+    AxisPlan p;
+    p.in = in;
+    p.out = out;
+    p.taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+    p.idx.resize(static_cast<size_t>(out * p.taps));
+    p.w.resize(p.idx.size());
+    p.outside.assign(static_cast<size_t>(out), 0);
+    for (int64_t o = 0; o < out; ++o) {
+      const double xr = static_cast<double>(o);
+      double xo;
+      if (coord == "half_pixel") xo = (xr + 0.5) / scale - 0.5;
+      else if (coord == "pytorch_half_pixel") xo = out > 1 ? (xr + 0.5) / scale - 0.5 : 0.0;
+      else if (coord == "align_corners") {
+        // With scales, ONNX (and its reference) take the unrounded in*scale as the output length here.
+        const double len = sizes.empty() ? static_cast<double>(in) * scale : static_cast<double>(out);
+        xo = len == 1 ? 0.0 : xr * static_cast<double>(in - 1) / (len - 1);
+      }
+      else if (coord == "asymmetric") xo = xr / scale;
+      else if (coord == "tf_half_pixel_for_nn") xo = (xr + 0.5) / scale;
+      else if (coord == "tf_crop_and_resize") {
+        if (static_cast<int>(roi.size()) != 2 * r) c.fail(ErrorCode::invalid_argument, "tf_crop_and_resize needs roi of {} values", 2 * r);
+        const double st = roi[ax], en = roi[r + ax];
+        xo = out > 1 ? st * static_cast<double>(in - 1) + xr * (en - st) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
+                     : 0.5 * (st + en) * static_cast<double>(in - 1);
+        if (xo < 0 || xo > static_cast<double>(in - 1)) p.outside[o] = 1;
+      } else c.fail(ErrorCode::unsupported, "coordinate_transformation_mode '{}'", coord);
+      auto clampi = [&](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
+      const size_t base = static_cast<size_t>(o * p.taps);
+      if (mode == "nearest") {
+        double f = std::floor(xo);
+        const double frac = xo - f;
+        int64_t i;
+        if (nearest_mode == "floor") i = static_cast<int64_t>(f);
+        else if (nearest_mode == "ceil") i = static_cast<int64_t>(std::ceil(xo));
+        else if (nearest_mode == "round_prefer_ceil") i = static_cast<int64_t>(frac >= 0.5 ? f + 1 : f);
+        else i = static_cast<int64_t>(frac > 0.5 ? f + 1 : f);  // round_prefer_floor
+        p.idx[base] = clampi(i);
+        p.w[base] = 1.0;
+        continue;
+      }
+      const int64_t i0 = static_cast<int64_t>(std::floor(xo));
+      const double t = xo - static_cast<double>(i0);
+      std::vector<double> coef;
+      std::vector<int64_t> pos;
+      if (mode == "linear") {
+        coef = {1 - t, t};
+        pos = {i0, i0 + 1};
+      } else {
+        const double A = cubic_a;
+        auto k = [A](double d) {  // Keys cubic kernel at distance d
+          d = std::abs(d);
+          if (d <= 1) return ((A + 2) * d - (A + 3)) * d * d + 1;
+          if (d < 2) return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A;
+          return 0.0;
+        };
+        coef = {k(t + 1), k(t), k(1 - t), k(2 - t)};
+        pos = {i0 - 1, i0, i0 + 1, i0 + 2};
+      }
+      if (exclude_outside) {
+        double sum = 0;
+        for (size_t j = 0; j < pos.size(); ++j) {
+          if (pos[j] < 0 || pos[j] >= in) coef[j] = 0;
+          sum += coef[j];
+        }
+        if (sum != 0)
+          for (double& v : coef) v /= sum;
+      }
+      for (size_t j = 0; j < pos.size(); ++j) {
+        p.idx[base + j] = clampi(pos[j]);
+        p.w[base + j] = coef[j];
+      }
+    }
+    // Apply this axis.
+    Shape wshape(r, 1);
+    wshape[ax] = out;
+    Value* acc = nullptr;
+    for (int t = 0; t < p.taps; ++t) {
+      std::vector<int64_t> ids(static_cast<size_t>(out));
+      std::vector<double> ws(static_cast<size_t>(out));
+      for (int64_t o = 0; o < out; ++o) {
+        ids[o] = p.idx[static_cast<size_t>(o * p.taps + t)];
+        ws[o] = p.outside[o] ? 0.0 : p.w[static_cast<size_t>(o * p.taps + t)];
+      }
+      Value* g = c.op(OpId::index_select, {y, c.konst(Tensor::from_vector<int64_t>(ids, {out}))}, {{"axis", int64_t{ax}}});
+      if (p.taps > 1 || coord == "tf_crop_and_resize") g = c.op(OpId::mul, {g, c.konst(Tensor::from_doubles(ws, wshape, c.dtype(x)))});
+      acc = acc ? c.op(OpId::add, {acc, g}) : g;
+    }
+    if (coord == "tf_crop_and_resize") {
+      std::vector<double> ex(static_cast<size_t>(out));
+      for (int64_t o = 0; o < out; ++o) ex[o] = p.outside[o] ? extrapolation : 0.0;
+      acc = c.op(OpId::add, {acc, c.konst(Tensor::from_doubles(ex, wshape, c.dtype(x)))});
+    }
+    y = acc;
+  }
+  if (y == x) y = c.op(OpId::identity, {x});
+  return {y};
+}
+std::string check_resize(const onnx::NodeProto& n, int, const NodeInfo&) {
+  std::string mode = node_attr_s(n, "mode", "nearest");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic" && mode != "bilinear") return "mode '" + mode + "'";
+  if (node_attr_i(n, "antialias", 0) != 0) return "antialias";
+  return "";
+}
+
+// ------------------------------------------------------------------------------------------- RNNs
+
+struct Activation {
+  std::string name;
+  double alpha = 0, beta = 0;
+};
+
+Value* apply_act(NodeCtx& c, const Activation& a, Value* x) {
+  const std::string& n = a.name;
+  if (n == "Sigmoid") return c.op(OpId::sigmoid, {x});
+  if (n == "Tanh") return c.op(OpId::tanh, {x});
+  if (n == "Relu") return c.op(OpId::relu, {x});
+  if (n == "LeakyRelu") return c.op(OpId::leaky_relu, {x}, {{"alpha", a.alpha}});
+  if (n == "HardSigmoid") return act_hard_sigmoid(c, x, a.alpha, a.beta);
+  if (n == "Affine") return addc(c, mulc(c, x, a.alpha), a.beta);
+  if (n == "ScaledTanh") return mulc(c, c.op(OpId::tanh, {mulc(c, x, a.beta)}), a.alpha);
+  if (n == "Elu") return act_elu(c, x, a.alpha);
+  if (n == "Softsign") return act_softsign(c, x);
+  if (n == "Softplus") return act_softplus(c, x);
+  if (n == "ThresholdedRelu") return c.op(OpId::where, {c.op(OpId::gt, {x, c.scalar(a.alpha, c.dtype(x))}), x, zero_like(c, x)});
+  c.fail(ErrorCode::unsupported, "RNN activation '{}'", n);
+}
+
+std::vector<Activation> read_activations(NodeCtx& c, const std::vector<std::string>& defaults, int dirs) {
+  std::vector<std::string> names;
+  if (const auto* a = c.attr("activations"))
+    for (const auto& s : a->strings()) names.push_back(s);
+  if (names.empty())
+    for (int d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
+  const auto alphas = c.attr_floats("activation_alpha", {});
+  const auto betas = c.attr_floats("activation_beta", {});
+  size_t ai = 0, bi = 0;
+  std::vector<Activation> out;
+  for (const std::string& raw : names) {
+    Activation a;
+    // Names are case-insensitive in practice (PyTorch writes "Tanh", some writers "tanh").
+    a.name = raw;
+    for (const char* canon : {"Sigmoid", "Tanh", "Relu", "LeakyRelu", "HardSigmoid", "Affine", "ScaledTanh", "Elu",
+                              "Softsign", "Softplus", "ThresholdedRelu"}) {
+      std::string lc = raw, lcan = canon;
+      std::transform(lc.begin(), lc.end(), lc.begin(), ::tolower);
+      std::transform(lcan.begin(), lcan.end(), lcan.begin(), ::tolower);
+      if (lc == lcan) a.name = canon;
+    }
+    const bool uses_alpha = a.name == "LeakyRelu" || a.name == "HardSigmoid" || a.name == "Affine" ||
+                            a.name == "ScaledTanh" || a.name == "Elu" || a.name == "ThresholdedRelu";
+    const bool uses_beta = a.name == "HardSigmoid" || a.name == "Affine" || a.name == "ScaledTanh";
+    if (uses_alpha) {
+      const double def = a.name == "LeakyRelu" ? 0.01 : a.name == "HardSigmoid" ? 0.2 : 1.0;
+      a.alpha = ai < alphas.size() ? alphas[ai++] : def;
+    }
+    if (uses_beta) {
+      const double def = a.name == "HardSigmoid" ? 0.5 : a.name == "ScaledTanh" ? 1.0 : 0.0;
+      a.beta = bi < betas.size() ? betas[bi++] : def;
+    }
+    out.push_back(a);
+  }
+  if (static_cast<int>(out.size()) != static_cast<int>(defaults.size()) * dirs)
+    c.fail(ErrorCode::invalid_argument, "{} activations given, expected {}", out.size(), defaults.size() * dirs);
+  return out;
+}
+
+enum class Cell { rnn, gru, lstm };
+
+// Unrolled over the (static) sequence length: one matmul for the input projections of all steps, then per step
+// the recurrent matmul and the gate arithmetic.
+EmitFn rnn(Cell cell) {
+  return [cell](NodeCtx& c) -> V {
+    const int G = cell == Cell::lstm ? 4 : cell == Cell::gru ? 3 : 1;
+    Value* x = c.in(0);
+    const int64_t layout = c.attr_i("layout", 0);
+    if (layout == 1) x = c.op(OpId::transpose, {x}, {{"perm", Ints{1, 0, 2}}});
+    const Shape xs = c.static_shape(x, "input X");
+    const int64_t S = xs[0], B = xs[1];
+    const std::string direction = c.attr_s("direction", "forward");
+    const int dirs = direction == "bidirectional" ? 2 : 1;
+    const Shape ws = c.static_shape(c.in(1), "W");
+    const int64_t H = c.attr_i("hidden_size", ws[1] / G);
+    const double clip = c.attr_f("clip", 0.0);
+    const bool input_forget = c.attr_i("input_forget", 0) != 0;
+    const bool lbr = c.attr_i("linear_before_reset", 0) != 0;
+    const DType dt = c.dtype(x);
+    if (c.has_input(4)) {  // sequence_lens: fine when every sequence is full length
+      for (int64_t l : c.ints_in(4))
+        if (l != S) c.fail(ErrorCode::unsupported, "sequence_lens with a length {} shorter than the sequence ({})", l, S);
+    }
+    const std::vector<std::string> defaults = cell == Cell::lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                              : cell == Cell::gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                                  : std::vector<std::string>{"Tanh"};
+    const std::vector<Activation> acts = read_activations(c, defaults, dirs);
+    const int na = static_cast<int>(defaults.size());
+    auto take = [&](Value* v, int64_t d) {  // v[d] of a [dirs, ...] tensor
+      Value* s = c.op(OpId::slice, {v}, {{"starts", Ints{d}}, {"ends", Ints{d + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}});
+      return c.op(OpId::squeeze, {s}, {{"axes", Ints{0}}});
+    };
+    auto state_in = [&](int idx, int64_t d) -> Value* {
+      if (!c.has_input(idx)) return full_value(c, {B, H}, 0.0, dt);
+      Value* v = c.in(idx);
+      if (layout == 1) v = c.op(OpId::transpose, {v}, {{"perm", Ints{1, 0, 2}}});
+      return take(v, d);
+    };
+    auto clipv = [&](Value* v) { return clip > 0 ? c.op(OpId::clip, {v}, {{"min", -clip}, {"max", clip}}) : v; };
+    auto chunk = [&](Value* v, int64_t k, int axis) {  // the k-th H-wide slice along `axis`
+      return c.op(OpId::slice, {v}, {{"starts", Ints{k * H}}, {"ends", Ints{(k + 1) * H}}, {"axes", Ints{axis}}, {"steps", Ints{}}});
+    };
+    V ys, hs, cs;
+    for (int64_t d = 0; d < dirs; ++d) {
+      const bool reverse = direction == "reverse" || d == 1;
+      const Activation* a = &acts[static_cast<size_t>(d * na)];
+      Value* W = take(c.in(1), d);  // [G*H, I]
+      Value* R = take(c.in(2), d);  // [G*H, H]
+      Value* xw = c.op(OpId::matmul, {x, W}, {{"transpose_b", true}});  // [S, B, G*H]
+      Value* rb = nullptr;
+      if (c.has_input(3)) {
+        Value* bias = take(c.in(3), d);  // [2*G*H]: Wb then Rb
+        Value* wb = c.op(OpId::slice, {bias}, {{"starts", Ints{0}}, {"ends", Ints{G * H}}, {"axes", Ints{0}}, {"steps", Ints{}}});
+        rb = c.op(OpId::slice, {bias}, {{"starts", Ints{G * H}}, {"ends", Ints{2 * G * H}}, {"axes", Ints{0}}, {"steps", Ints{}}});
+        if (cell == Cell::gru && lbr) {
+          xw = c.op(OpId::add, {xw, wb});
+        } else {
+          xw = c.op(OpId::add, {xw, c.op(OpId::add, {wb, rb})});
+          rb = nullptr;
+        }
+      }
+      Value* P = (cell == Cell::lstm && c.has_input(7)) ? take(c.in(7), d) : nullptr;  // [3H]: i, o, f
+      Value* h = state_in(5, d);
+      Value* cst = cell == Cell::lstm ? state_in(6, d) : nullptr;
+      std::vector<Value*> steps(static_cast<size_t>(S));
+      for (int64_t k = 0; k < S; ++k) {
+        const int64_t t = reverse ? S - 1 - k : k;
+        Value* xt = c.op(OpId::squeeze, {c.op(OpId::slice, {xw}, {{"starts", Ints{t}}, {"ends", Ints{t + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}})},
+                         {{"axes", Ints{0}}});  // [B, G*H]
+        if (cell == Cell::lstm) {
+          Value* gates = c.op(OpId::add, {xt, c.op(OpId::matmul, {h, R}, {{"transpose_b", true}})});
+          Value* gi = chunk(gates, 0, 1);
+          Value* go = chunk(gates, 1, 1);
+          Value* gf = chunk(gates, 2, 1);
+          Value* gc = chunk(gates, 3, 1);
+          if (P) {
+            gi = c.op(OpId::add, {gi, c.op(OpId::mul, {chunk(P, 0, 0), cst})});
+            gf = c.op(OpId::add, {gf, c.op(OpId::mul, {chunk(P, 2, 0), cst})});
+          }
+          Value* i = apply_act(c, a[0], clipv(gi));
+          Value* f = input_forget ? c.op(OpId::sub, {c.scalar(1, dt), i}) : apply_act(c, a[0], clipv(gf));
+          Value* g = apply_act(c, a[1], clipv(gc));
+          cst = c.op(OpId::add, {c.op(OpId::mul, {f, cst}), c.op(OpId::mul, {i, g})});
+          if (P) go = c.op(OpId::add, {go, c.op(OpId::mul, {chunk(P, 1, 0), cst})});
+          Value* o = apply_act(c, a[0], clipv(go));
+          h = c.op(OpId::mul, {o, apply_act(c, a[2], cst)});
+        } else if (cell == Cell::gru) {
+          Value* hr = c.op(OpId::matmul, {h, R}, {{"transpose_b", true}});  // [B, 3H]
+          if (rb) hr = c.op(OpId::add, {hr, rb});
+          Value* z = apply_act(c, a[0], clipv(c.op(OpId::add, {chunk(xt, 0, 1), chunk(hr, 0, 1)})));
+          Value* r = apply_act(c, a[0], clipv(c.op(OpId::add, {chunk(xt, 1, 1), chunk(hr, 1, 1)})));
+          Value* hh;
+          if (lbr) {
+            hh = c.op(OpId::add, {chunk(xt, 2, 1), c.op(OpId::mul, {r, chunk(hr, 2, 1)})});
+          } else {
+            Value* Rh = chunk(R, 2, 0);  // [H, H]
+            hh = c.op(OpId::add, {chunk(xt, 2, 1), c.op(OpId::matmul, {c.op(OpId::mul, {r, h}), Rh}, {{"transpose_b", true}})});
+          }
+          hh = apply_act(c, a[1], clipv(hh));
+          // h = (1 - z) * hh + z * h = hh + z * (h - hh)
+          h = c.op(OpId::add, {hh, c.op(OpId::mul, {z, c.op(OpId::sub, {h, hh})})});
+        } else {
+          h = apply_act(c, a[0], clipv(c.op(OpId::add, {xt, c.op(OpId::matmul, {h, R}, {{"transpose_b", true}})})));
+        }
+        steps[static_cast<size_t>(t)] = h;
+      }
+      if (c.wants_output(0)) {
+        V us;
+        for (Value* s : steps) us.push_back(c.op(OpId::unsqueeze, {s}, {{"axes", Ints{0}}}));
+        ys.push_back(us.size() == 1 ? us[0] : c.op(OpId::concat, us, {{"axis", int64_t{0}}}));  // [S, B, H]
+      }
+      hs.push_back(h);
+      if (cst) cs.push_back(cst);
+    }
+    auto stack = [&](const V& parts, int64_t axis) {
+      V us;
+      for (Value* p : parts) us.push_back(c.op(OpId::unsqueeze, {p}, {{"axes", Ints{axis}}}));
+      return us.size() == 1 ? us[0] : c.op(OpId::concat, us, {{"axis", axis}});
+    };
+    V outs;
+    if (c.wants_output(0)) {
+      Value* y = stack(ys, 1);  // [S, D, B, H]
+      if (layout == 1) y = c.op(OpId::transpose, {y}, {{"perm", Ints{2, 0, 1, 3}}});
+      outs.push_back(y);
+    } else {
+      outs.push_back(nullptr);
+    }
+    Value* yh = stack(hs, 0);  // [D, B, H]
+    if (layout == 1) yh = c.op(OpId::transpose, {yh}, {{"perm", Ints{1, 0, 2}}});
+    outs.push_back(yh);
+    if (cell == Cell::lstm) {
+      Value* yc = stack(cs, 0);
+      if (layout == 1) yc = c.op(OpId::transpose, {yc}, {{"perm", Ints{1, 0, 2}}});
+      outs.push_back(yc);
+    }
+    return outs;
+  };
+}
+
+// ------------------------------------------------------------------------------------------- the table
+
+std::map<std::string, OpMapping> build_table() {
+  std::map<std::string, OpMapping> t;
+  auto add = [&](const std::string& name, int min_since, bool decomposed, const std::string& note, EmitFn emit,
+                 CheckFn check = nullptr) {
+    t[name] = OpMapping{min_since, decomposed, note, std::move(check), std::move(emit)};
+  };
+  // elementwise unary
+  add("Abs", 6, false, "abs", unary(OpId::abs));
+  add("Neg", 6, false, "neg", unary(OpId::neg));
+  add("Exp", 6, false, "exp", unary(OpId::exp));
+  add("Log", 6, false, "log", unary(OpId::log));
+  add("Sqrt", 6, false, "sqrt", unary(OpId::sqrt));
+  add("Reciprocal", 6, false, "reciprocal", unary(OpId::reciprocal));
+  add("Tanh", 6, false, "tanh", unary(OpId::tanh));
+  add("Sigmoid", 6, false, "sigmoid", unary(OpId::sigmoid));
+  add("Relu", 6, false, "relu", unary(OpId::relu));
+  add("Erf", 9, false, "erf", unary(OpId::erf));
+  add("Sin", 7, false, "sin", unary(OpId::sin));
+  add("Cos", 7, false, "cos", unary(OpId::cos));
+  add("Floor", 6, false, "floor", unary(OpId::floor));
+  add("Ceil", 6, false, "ceil", unary(OpId::ceil));
+  add("Round", 11, false, "round (half to even)", unary(OpId::round));
+  add("Sign", 9, false, "sign", unary(OpId::sign));
+  add("Not", 1, false, "logical_not", unary(OpId::logical_not));
+  add("Identity", 1, false, "identity", unary(OpId::identity));
+  add("Tan", 7, true, "sin / cos", [](NodeCtx& c) -> V {
+    return {c.op(OpId::div, {c.op(OpId::sin, {c.in(0)}), c.op(OpId::cos, {c.in(0)})})};
+  });
+  add("Sinh", 9, true, "(exp(x) - exp(-x)) / 2", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    return {mulc(c, c.op(OpId::sub, {c.op(OpId::exp, {x}), c.op(OpId::exp, {c.op(OpId::neg, {x})})}), 0.5)};
+  });
+  add("Cosh", 9, true, "(exp(x) + exp(-x)) / 2", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    return {mulc(c, c.op(OpId::add, {c.op(OpId::exp, {x}), c.op(OpId::exp, {c.op(OpId::neg, {x})})}), 0.5)};
+  });
+  add("Asinh", 9, true, "log(x + sqrt(x^2 + 1))", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    return {c.op(OpId::log, {c.op(OpId::add, {x, c.op(OpId::sqrt, {addc(c, c.op(OpId::mul, {x, x}), 1.0)})})})};
+  });
+  add("Acosh", 9, true, "log(x + sqrt(x^2 - 1))", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    return {c.op(OpId::log, {c.op(OpId::add, {x, c.op(OpId::sqrt, {addc(c, c.op(OpId::mul, {x, x}), -1.0)})})})};
+  });
+  add("Atanh", 9, true, "log((1 + x) / (1 - x)) / 2", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    Value* one = c.scalar(1, c.dtype(x));
+    return {mulc(c, c.op(OpId::log, {c.op(OpId::div, {c.op(OpId::add, {one, x}), c.op(OpId::sub, {one, x})})}), 0.5)};
+  });
+  add("IsNaN", 9, true, "ne(x, x)", [](NodeCtx& c) -> V { return {c.op(OpId::ne, {c.in(0), c.in(0)})}; });
+  add("IsInf", 10, true, "eq(x, +-inf)", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    const double inf = std::numeric_limits<double>::infinity();
+    const bool pos = c.attr_i("detect_positive", 1) != 0, neg = c.attr_i("detect_negative", 1) != 0;
+    Value* p = pos ? c.op(OpId::eq, {x, c.scalar(inf, c.dtype(x))}) : nullptr;
+    Value* n = neg ? c.op(OpId::eq, {x, c.scalar(-inf, c.dtype(x))}) : nullptr;
+    if (p && n) return {c.op(OpId::logical_or, {p, n})};
+    if (p || n) return {p ? p : n};
+    return {c.op(OpId::logical_and, {c.op(OpId::ne, {x, x}), c.op(OpId::eq, {x, x})})};  // both off: all false
+  });
+  // activations
+  add("LeakyRelu", 6, false, "leaky_relu", [](NodeCtx& c) -> V {
+    return {c.op(OpId::leaky_relu, {c.in(0)}, {{"alpha", c.attr_f("alpha", 0.01)}})};
+  });
+  add("Elu", 6, true, "where(x > 0, x, alpha*(exp(x)-1))", [](NodeCtx& c) -> V { return {act_elu(c, c.in(0), c.attr_f("alpha", 1.0))}; });
+  add("Selu", 6, true, "gamma * elu(x, alpha)", [](NodeCtx& c) -> V {
+    return {mulc(c, act_elu(c, c.in(0), c.attr_f("alpha", 1.67326319217681884765625)), c.attr_f("gamma", 1.05070102214813232421875))};
+  });
+  add("Celu", 12, true, "max(0,x) + min(0, alpha*(exp(x/alpha)-1))", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    const double alpha = c.attr_f("alpha", 1.0);
+    Value* e = mulc(c, addc(c, c.op(OpId::exp, {mulc(c, x, 1.0 / alpha)}), -1.0), alpha);
+    return {c.op(OpId::add, {c.op(OpId::relu, {x}), c.op(OpId::minimum, {zero_like(c, x), e})})};
+  });
+  add("HardSigmoid", 6, true, "clip(alpha*x + beta, 0, 1)", [](NodeCtx& c) -> V {
+    return {act_hard_sigmoid(c, c.in(0), c.attr_f("alpha", 0.2), c.attr_f("beta", 0.5))};
+  });
+  add("HardSwish", 14, true, "x * hard_sigmoid(x, 1/6, 1/2)", [](NodeCtx& c) -> V {
+    return {c.op(OpId::mul, {c.in(0), act_hard_sigmoid(c, c.in(0), 1.0 / 6.0, 0.5)})};
+  });
+  add("Softplus", 1, true, "log(exp(x) + 1)", [](NodeCtx& c) -> V { return {act_softplus(c, c.in(0))}; });
+  add("Softsign", 1, true, "x / (1 + |x|)", [](NodeCtx& c) -> V { return {act_softsign(c, c.in(0))}; });
+  add("ThresholdedRelu", 10, true, "where(x > alpha, x, 0)", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    return {c.op(OpId::where, {c.op(OpId::gt, {x, c.scalar(c.attr_f("alpha", 1.0), c.dtype(x))}), x, zero_like(c, x)})};
+  });
+  add("Shrink", 9, true, "where(x < -l, x + b, where(x > l, x - b, 0))", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    const double l = c.attr_f("lambd", 0.5), b = c.attr_f("bias", 0.0);
+    const DType dt = c.dtype(x);
+    Value* hi = c.op(OpId::where, {c.op(OpId::gt, {x, c.scalar(l, dt)}), c.op(OpId::sub, {x, c.scalar(b, dt)}), zero_like(c, x)});
+    return {c.op(OpId::where, {c.op(OpId::lt, {x, c.scalar(-l, dt)}), c.op(OpId::add, {x, c.scalar(b, dt)}), hi})};
+  });
+  add("PRelu", 6, true, "where(x < 0, slope * x, x)", [](NodeCtx& c) -> V {
+    Value* x = c.in(0);
+    Value* slope = c.in(1);
+    // Opset < 7: a 1-D slope of C values applies per channel (axis 1).
+    if (c.since < 7 && c.rank(slope) == 1 && c.rank(x) > 2) {
+      Ints shape(static_cast<size_t>(c.rank(x) - 1), 1);
+      shape[0] = -1;
+      slope = c.reshape(slope, shape);
+    }
+    return {c.op(OpId::where, {c.op(OpId::lt, {x, zero_like(c, x)}), c.op(OpId::mul, {x, slope}), x})};
+  });
+  add("Softmax", 1, false, "softmax (opset < 13: on the input coerced to 2-D)", softmax_like(OpId::softmax, false));
+  add("LogSoftmax", 1, false, "log_softmax (opset < 13: on the input coerced to 2-D)", softmax_like(OpId::log_softmax, false));
+  add("Hardmax", 1, true, "one_hot(argmax)", softmax_like(OpId::argmax, true));
+  // binary
+  add("Add", 6, false, "add", binary(OpId::add));
+  add("Sub", 6, false, "sub", binary(OpId::sub));
+  add("Mul", 6, false, "mul", binary(OpId::mul));
+  add("Div", 6, false, "div", binary(OpId::div));
+  add("Pow", 1, false, "pow", emit_pow);
+  add("Mod", 10, false, "mod", [](NodeCtx& c) -> V {
+    return {c.op(OpId::mod, {c.in(0), c.in(1)}, {{"fmod", c.attr_i("fmod", 0) != 0}})};
+  });
+  add("Equal", 7, false, "eq", binary(OpId::eq));
+  add("Less", 7, false, "lt", binary(OpId::lt));
+  add("Greater", 7, false, "gt", binary(OpId::gt));
+  add("LessOrEqual", 12, false, "le", binary(OpId::le));
+  add("GreaterOrEqual", 12, false, "ge", binary(OpId::ge));
+  add("And", 7, false, "logical_and", binary(OpId::logical_and));
+  add("Or", 7, false, "logical_or", binary(OpId::logical_or));
+  add("Xor", 7, false, "ne on bools", binary(OpId::ne));
+  add("Max", 6, false, "maximum", variadic(OpId::maximum, false));
+  add("Min", 6, false, "minimum", variadic(OpId::minimum, false));
+  add("Sum", 6, false, "add", variadic(OpId::add, false));
+  add("Mean", 6, true, "add, div", variadic(OpId::add, true));
+  add("Where", 9, false, "where", emit_where);
+  add("Clip", 6, false, "clip (or maximum/minimum for tensor bounds)", emit_clip);
+  add("Cast", 6, false, "cast", emit_cast, check_cast);
+  add("CastLike", 15, false, "cast", [](NodeCtx& c) -> V { return {c.op(OpId::cast, {c.in(0)}, {{"dtype", c.dtype(c.in(1))}})}; });
+  // linear algebra and nn
+  add("MatMul", 1, false, "matmul", [](NodeCtx& c) -> V { return {c.op(OpId::matmul, {c.in(0), c.in(1)})}; });
+  add("Gemm", 6, false, "linear, or matmul + scale + add", emit_gemm);
+  add("Conv", 1, false, "conv2d (1-D via a unit H dim)", emit_conv, check_spatial);
+  add("ConvTranspose", 1, false, "conv_transpose2d (1-D via a unit H dim)", emit_conv_transpose, check_spatial);
+  add("MaxPool", 1, false, "max_pool2d (1-D via a unit H dim)", pool(true), check_maxpool);
+  add("AveragePool", 1, false, "avg_pool2d (1-D via a unit H dim)", pool(false), check_spatial);
+  add("GlobalAveragePool", 1, false, "global_avg_pool", [](NodeCtx& c) -> V {
+    return {c.op(OpId::global_avg_pool, {c.in(0)})};
+  });
+  add("GlobalMaxPool", 1, false, "reduce_max over spatial dims", [](NodeCtx& c) -> V {
+    return {c.op(OpId::reduce_max, {c.in(0)}, {{"axes", spatial_axes(c.rank(c.in(0)))}, {"keepdims", true}})};
+  });
+  add("BatchNormalization", 6, false, "batch_norm (inference)", emit_batch_norm, check_batch_norm);
+  add("InstanceNormalization", 6, false, "group_norm with one group per channel", emit_instance_norm);
+  add("LayerNormalization", 17, false, "layer_norm", emit_layer_norm);
+  add("LRN", 1, true, "avg_pool2d over channels of x^2, pow, div", emit_lrn);
+  add("Dropout", 1, false, "identity (inference)", emit_dropout, check_dropout);
+  // reductions
+  add("ReduceSum", 1, false, "reduce_sum", reduce(Red::sum));
+  add("ReduceMean", 1, false, "reduce_mean", reduce(Red::mean));
+  add("ReduceMax", 1, false, "reduce_max", reduce(Red::max));
+  add("ReduceMin", 1, false, "reduce_min", reduce(Red::min));
+  add("ReduceProd", 1, false, "reduce_prod", reduce(Red::prod));
+  add("ReduceL1", 1, true, "reduce_sum(abs)", reduce(Red::l1));
+  add("ReduceL2", 1, true, "sqrt(reduce_sum(x*x))", reduce(Red::l2));
+  add("ReduceLogSum", 1, true, "log(reduce_sum)", reduce(Red::log_sum));
+  add("ReduceLogSumExp", 1, true, "max-shifted log(sum(exp))", reduce(Red::log_sum_exp));
+  add("ReduceSumSquare", 1, true, "reduce_sum(x*x)", reduce(Red::sum_square));
+  add("ArgMax", 1, false, "argmax", arg_reduce(OpId::argmax));
+  add("ArgMin", 1, false, "argmin", arg_reduce(OpId::argmin));
+  add("TopK", 1, false, "topk", emit_topk);
+  add("CumSum", 11, false, "cumsum", emit_cumsum);
+  // shape and data movement
+  add("Reshape", 1, false, "reshape", emit_reshape);
+  add("Flatten", 1, false, "flatten", emit_flatten);
+  add("Squeeze", 1, false, "squeeze", emit_squeeze);
+  add("Unsqueeze", 1, false, "unsqueeze", emit_unsqueeze);
+  add("Concat", 4, false, "concat", emit_concat);
+  add("Split", 2, false, "split", emit_split);
+  add("Slice", 1, false, "slice", emit_slice);
+  add("Transpose", 1, false, "transpose", emit_transpose);
+  add("Gather", 1, false, "gather", emit_gather);
+  add("GatherElements", 11, false, "gather_elements", emit_gather_elements);
+  add("GatherND", 11, true, "gather on linearized indices", emit_gather_nd, [](const onnx::NodeProto& n, int, const NodeInfo&) {
+    return node_attr_i(n, "batch_dims", 0) != 0 ? std::string("batch_dims != 0") : std::string();
+  });
+  add("ScatterElements", 11, false, "scatter", emit_scatter_elements, check_scatter);
+  add("Scatter", 9, false, "scatter", emit_scatter_elements, check_scatter);
+  add("Pad", 2, false, "pad", emit_pad, check_pad);
+  add("Expand", 8, false, "expand", emit_expand);
+  add("Tile", 6, false, "tile", emit_tile);
+  add("Constant", 1, false, "constant", emit_constant, check_constant);
+  add("ConstantOfShape", 9, false, "full", emit_constant_of_shape, [](const onnx::NodeProto& n, int, const NodeInfo&) {
+    if (const auto* a = find_attr(n, "value"); a && !dtype_from_onnx(a->t().data_type()))
+      return "value of type " + onnx_type_name(a->t().data_type());
+    return std::string();
+  });
+  add("Shape", 1, false, "constant (folded from static shapes)", emit_shape);
+  add("Size", 1, false, "constant (folded from static shapes)", emit_size);
+  add("Range", 11, false, "arange (constant inputs)", emit_range);
+  add("OneHot", 9, false, "one_hot", emit_one_hot);
+  add("Trilu", 14, true, "where with a constant mask", emit_trilu);
+  add("EyeLike", 9, false, "constant", emit_eye_like);
+  add("DepthToSpace", 1, true, "reshape, transpose, reshape", emit_depth_to_space);
+  add("SpaceToDepth", 1, true, "reshape, transpose, reshape", emit_space_to_depth);
+  add("Resize", 10, true, "index_select + weighted sums per axis (nearest, linear, cubic)", emit_resize, check_resize);
+  add("Upsample", 7, true, "index_select + weighted sums per axis (nearest, linear)", emit_resize, check_resize);
+  add("DequantizeLinear", 10, true, "(cast(x) - zero_point) * scale", emit_dequantize);
+  add("QuantizeLinear", 10, true, "clip(round(x / scale) + zero_point), cast", emit_quantize, check_quantize);
+  add("LSTM", 7, true, "unrolled: matmul, sigmoid, tanh per step", rnn(Cell::lstm));
+  add("GRU", 7, true, "unrolled: matmul, sigmoid, tanh per step", rnn(Cell::gru));
+  add("RNN", 7, true, "unrolled: matmul, tanh per step", rnn(Cell::rnn));
+  return t;
+}
+
+}  // namespace
+
+const std::map<std::string, OpMapping>& op_table() {
+  static const std::map<std::string, OpMapping> table = build_table();
+  return table;
+}
+
+}  // namespace spore::io::onnx_import

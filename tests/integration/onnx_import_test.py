@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""spore check-ops and spore eval on ONNX files.
+
+usage: onnx_import_test.py SPORE check-ops      builds two small models with onnx.helper (python3-onnx): one with
+                                                an op spore lacks (listed with its node name, exit code 3) and one
+                                                that is fully supported (exit 0; spore run-free import check)
+       onnx_import_test.py SPORE eval-mnist8    spore eval on the ONNX zoo mnist-8 over MNIST t10k (>= 98.5%);
+                                                exits 77 (skip) without $SPORE_SHARED_DATA unless CI=true
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import onnx
+    from onnx import TensorProto, helper
+except ImportError:  # python3-onnx (Debian); a pyenv python on PATH may lack it
+    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    raise
+
+
+def run(*args):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=600)
+
+
+def fail(msg, p=None):
+    if p is not None:
+        msg += f"\n--- rc={p.returncode}\n--- stdout:\n{p.stdout[-4000:]}\n--- stderr:\n{p.stderr[-4000:]}"
+    sys.exit(msg)
+
+
+def save(model, path):
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def check_ops(spore):
+    tmp = tempfile.mkdtemp(prefix="spore_onnx_")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], [0.1 * i for i in range(12)])
+    b = helper.make_tensor("b", TensorProto.FLOAT, [3], [0.5, -0.5, 1.0])
+    gemm = helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="fc", transB=1)
+    relu = helper.make_node("Relu", ["h"], ["y"], name="act")
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])
+    ok = helper.make_model(helper.make_graph([gemm, relu], "ok", [x], [y], [w, b]),
+                           opset_imports=[helper.make_opsetid("", 13)])
+    ok_path = os.path.join(tmp, "ok.onnx")
+    save(ok, ok_path)
+
+    # Det has no spore mapping; two nodes so both names must be listed.
+    m = helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 3, 3])
+    det1 = helper.make_node("Det", ["m"], ["d1"], name="det_first")
+    det2 = helper.make_node("Det", ["m"], ["d2"], name="det_second")
+    add = helper.make_node("Add", ["d1", "d2"], ["z"], name="sum")
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])
+    bad = helper.make_model(helper.make_graph([det1, det2, add], "bad", [m], [z]),
+                            opset_imports=[helper.make_opsetid("", 13)])
+    bad_path = os.path.join(tmp, "bad.onnx")
+    save(bad, bad_path)
+
+    p = run(spore, "check-ops", ok_path)
+    if p.returncode != 0 or "Gemm" not in p.stdout or "All ops supported" not in p.stdout:
+        fail("check-ops on a supported model must list its ops and exit 0", p)
+    p = run(spore, "check-ops", ok_path, "--json")
+    j = json.loads(p.stdout)
+    if p.returncode != 0 or not j["all_supported"] or {o["op"] for o in j["ops"]} != {"Gemm", "Relu"}:
+        fail("check-ops --json on a supported model", p)
+
+    p = run(spore, "check-ops", bad_path)
+    if p.returncode != 3:
+        fail("check-ops on a model with an unsupported op must exit 3", p)
+    for want in ("Det", "unsupported", "det_first", "det_second", "--custom-ops"):
+        if want not in p.stdout:
+            fail(f"check-ops output lacks '{want}'", p)
+    p = run(spore, "check-ops", bad_path, "--json")
+    j = json.loads(p.stdout)
+    det = [o for o in j["ops"] if o["op"] == "Det"]
+    if p.returncode != 3 or j["all_supported"] or not det or det[0]["status"] != "unsupported" \
+            or sorted(det[0]["nodes"]) != ["det_first", "det_second"] or det[0]["count"] != 2:
+        fail("check-ops --json on a model with an unsupported op", p)
+
+    # Importing it (spore eval / run / convert load models the same way) fails with the same table, one line per op.
+    p = run(spore, "eval", bad_path, "--dataset", "digits:/nonexistent")
+    if p.returncode == 0:
+        fail("eval of a model with unsupported ops must fail", p)
+
+    p = run(spore, "check-ops", os.path.join(tmp, "missing.onnx"))
+    if p.returncode != 1 or "missing.onnx" not in p.stderr:
+        fail("check-ops on a missing file: exit 1 naming it", p)
+    print("check-ops: ok")
+
+
+def eval_mnist8(spore):
+    data = os.environ.get("SPORE_SHARED_DATA", "")
+    model = os.path.join(data, "onnx-models", "mnist-8.onnx")
+    mnist = os.path.join(data, "mnist")
+    if not data or not os.path.exists(model) or not os.path.isdir(mnist):
+        if os.environ.get("CI") == "true":
+            fail(f"shared data missing under CI=true: {model}")
+        print("SKIP: no $SPORE_SHARED_DATA/onnx-models/mnist-8.onnx")
+        sys.exit(77)
+    # mnist-8 was trained on raw pixels 0..255; spore's MNIST loader gives [0, 1].
+    p = run(spore, "eval", model, "--dataset", f"mnist:{mnist}", "--split", "t10k", "--input-scale", "255", "--json")
+    if p.returncode != 0:
+        fail("spore eval mnist-8", p)
+    j = json.loads(p.stdout)
+    for key in ("accuracy", "loss", "samples"):
+        if key not in j:
+            fail(f"eval --json lacks '{key}'", p)
+    if j["samples"] != 10000 or j["accuracy"] < 0.985:
+        fail(f"mnist-8 on t10k: accuracy {j['accuracy']} over {j['samples']} samples (want >= 0.985 over 10000)", p)
+    print(f"mnist-8: accuracy {j['accuracy']:.4f} on {j['samples']} t10k images")
+
+
+if __name__ == "__main__":
+    spore, what = sys.argv[1], sys.argv[2]
+    {"check-ops": check_ops, "eval-mnist8": eval_mnist8}[what](spore)

@@ -1,0 +1,379 @@
+// ONNX import on small hand-built ModelProtos: names, types, constants, classification, errors, function inlining,
+// opset-dependent semantics. The backend node-test conformance run is tests/onnx/node_tests_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <onnx/onnx_pb.h>
+
+#include <spore/spore.h>
+
+#include "io/model_file.h"
+#include "io/onnx/onnx.h"
+#include "ops/graph_ops.h"
+#include "runtime/plan.h"
+#include "test_util.h"
+
+namespace spore {
+namespace {
+
+using testing::error_of;
+
+struct ModelBuilder {
+  onnx::ModelProto m;
+  explicit ModelBuilder(int64_t opset = 13) {
+    m.set_ir_version(8);
+    m.set_producer_name("spore-test");
+    auto* o = m.add_opset_import();
+    o->set_domain("");
+    o->set_version(opset);
+    m.mutable_graph()->set_name("g");
+  }
+  onnx::GraphProto& g() { return *m.mutable_graph(); }
+  void input(const std::string& name, int32_t et, const std::vector<std::string>& dims, bool output = false) {
+    auto* vi = output ? g().add_output() : g().add_input();
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(et);
+    auto* sh = tt->mutable_shape();
+    for (const std::string& d : dims) {
+      auto* dim = sh->add_dim();
+      if (d.empty()) continue;  // unknown
+      if (std::isdigit(static_cast<unsigned char>(d[0]))) dim->set_dim_value(std::stoll(d));
+      else dim->set_dim_param(d);
+    }
+  }
+  void output(const std::string& name, int32_t et = onnx::TensorProto::FLOAT) {
+    auto* vi = g().add_output();
+    vi->set_name(name);
+    vi->mutable_type()->mutable_tensor_type()->set_elem_type(et);
+  }
+  void init(const std::string& name, const std::vector<float>& v, const std::vector<int64_t>& dims) {
+    auto* t = g().add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float x : v) t->add_float_data(x);
+  }
+  void init_i64(const std::string& name, const std::vector<int64_t>& v) {
+    auto* t = g().add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 8));
+  }
+  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& ins, const std::vector<std::string>& outs,
+                        const std::string& name = "") {
+    auto* n = g().add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (const auto& i : ins) n->add_input(i);
+    for (const auto& o : outs) n->add_output(o);
+    return n;
+  }
+  static void attr_i(onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  std::string bytes() const { return m.SerializeAsString(); }
+};
+
+std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs) {
+  std::unique_ptr<Graph> copy = g.clone();
+  std::vector<Shape> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  specialize_inputs(*copy, shapes);
+  Plan p = compile_plan(std::move(copy), {});
+  return p.run(inputs);
+}
+
+void expect_close(const Tensor& got, const Tensor& want, double tol = 1e-5) {
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.item_at(i), want.item_at(i), tol) << "at " << i;
+}
+
+// Gemm (transB, as PyTorch's Linear exports it) + Relu, weights as initializers, symbolic batch.
+ModelBuilder linear_relu_model() {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"batch", "3"});
+  b.init("fc.weight", {0.5f, -1.f, 2.f, 1.5f, 0.25f, -0.5f}, {2, 3});
+  b.init("fc.bias", {0.1f, -0.2f}, {2});
+  auto* gemm = b.node("Gemm", {"x", "fc.weight", "fc.bias"}, {"h"}, "fc");
+  ModelBuilder::attr_i(gemm, "transB", 1);
+  b.node("Relu", {"h"}, {"y:0"}, "act");
+  b.output("y:0");
+  return b;
+}
+
+TEST(OnnxImport, LinearReluKeepsNamesAndRuns) {
+  ModelBuilder b = linear_relu_model();
+  io::OnnxImportReport rep;
+  std::unique_ptr<Graph> g = io::import_onnx_bytes(b.bytes(), "linear", {}, &rep);
+  EXPECT_EQ(rep.opset, 13);
+  EXPECT_FALSE(rep.has_unsupported());
+  ASSERT_EQ(g->inputs().size(), 1u);  // initializers are constants, not inputs
+  EXPECT_EQ(g->inputs()[0]->name, "x");
+  EXPECT_EQ(g->inputs()[0]->type.str(), "f32[batch,3]");
+  ASSERT_EQ(g->outputs().size(), 1u);
+  EXPECT_EQ(g->outputs()[0]->name, "y:0");
+  EXPECT_EQ(g->outputs()[0]->producer->name, "act");
+  EXPECT_NE(g->find_value("fc.weight"), nullptr);
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, -1, 0.5f, 4}, {2, 3});
+  const Tensor w = Tensor::from_vector<float>({0.5f, -1.f, 2.f, 1.5f, 0.25f, -0.5f}, {2, 3});
+  const Tensor want = ops::relu(ops::add(ops::matmul(x, w, false, true), Tensor::from_vector<float>({0.1f, -0.2f}, {2})));
+  expect_close(run(*g, {x})[0], want);
+}
+
+TEST(OnnxImport, ReportTableAndUnsupportedError) {
+  ModelBuilder b = linear_relu_model();
+  b.node("FrobnicateV2", {"y:0"}, {"z"}, "frob_1");
+  b.output("z");
+  const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "frob.onnx"); });
+  EXPECT_NE(msg.find("FrobnicateV2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("frob_1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unsupported"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--custom-ops"), std::string::npos) << msg;
+  try {
+    io::import_onnx_bytes(b.bytes(), "frob.onnx");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+  }
+  const auto path = testing::temp_dir("onnx_import") / "frob.onnx";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << b.bytes();
+  }
+  const io::OnnxImportReport rep = io::check_onnx_ops(path.string());
+  ASSERT_EQ(rep.ops.size(), 3u);  // sorted by op type
+  EXPECT_EQ(rep.ops[0].op_type, "FrobnicateV2");
+  EXPECT_EQ(rep.ops[0].status, "unsupported");
+  EXPECT_EQ(rep.ops[0].nodes, std::vector<std::string>{"frob_1"});
+  EXPECT_EQ(rep.ops[1].op_type, "Gemm");
+  EXPECT_EQ(rep.ops[1].status, "supported");
+  EXPECT_TRUE(rep.has_unsupported());
+  EXPECT_NE(rep.format().find("frob_1"), std::string::npos);
+}
+
+TEST(OnnxImport, RejectsNewerOpsetAndBadBytes) {
+  ModelBuilder b(18);
+  b.input("x", onnx::TensorProto::FLOAT, {"2"});
+  b.node("Relu", {"x"}, {"y"});
+  b.output("y");
+  const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "new.onnx"); });
+  EXPECT_NE(msg.find("opset 18"), std::string::npos) << msg;
+  EXPECT_NE(error_of([] { io::import_onnx_bytes("definitely not protobuf \xff\xff\xff", "junk.onnx"); }).find("junk.onnx"),
+            std::string::npos);
+  EXPECT_FALSE(io::looks_like_onnx("SPOREMDL"));
+  EXPECT_TRUE(io::looks_like_onnx(linear_relu_model().bytes().substr(0, 16)));
+}
+
+TEST(OnnxImport, ClearErrorsNameTensorsAndNodes) {
+  {  // external data
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {"2"});
+    auto* t = b.g().add_initializer();
+    t->set_name("big_weight");
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(2);
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    b.node("Add", {"x", "big_weight"}, {"y"});
+    b.output("y");
+    const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "ext.onnx"); });
+    EXPECT_NE(msg.find("big_weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("external"), std::string::npos) << msg;
+  }
+  {  // unsupported element type of an input
+    ModelBuilder b;
+    b.input("s", onnx::TensorProto::STRING, {"2"});
+    b.node("Identity", {"s"}, {"y"});
+    b.output("y", onnx::TensorProto::STRING);
+    const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "str.onnx"); });
+    EXPECT_NE(msg.find("'s'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("STRING"), std::string::npos) << msg;
+  }
+  {  // shape mismatch inside a node: the error names the ONNX node
+    ModelBuilder b;
+    b.input("a", onnx::TensorProto::FLOAT, {"2", "3"});
+    b.input("b", onnx::TensorProto::FLOAT, {"4", "5"});
+    b.node("MatMul", {"a", "b"}, {"y"}, "mm_bad");
+    b.output("y");
+    const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "mm.onnx"); });
+    EXPECT_NE(msg.find("MatMul 'mm_bad'"), std::string::npos) << msg;
+  }
+  {  // a Reshape whose shape is a run-time input
+    ModelBuilder b;
+    b.input("x", onnx::TensorProto::FLOAT, {"2", "3"});
+    b.input("shape", onnx::TensorProto::INT64, {"2"});
+    b.node("Reshape", {"x", "shape"}, {"y"}, "rs");
+    b.output("y");
+    const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "rs.onnx"); });
+    EXPECT_NE(msg.find("Reshape 'rs'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'shape'"), std::string::npos) << msg;
+  }
+}
+
+TEST(OnnxImport, SymbolicDimsAndShapeFolding) {
+  ModelBuilder b;
+  b.input("img-in", onnx::TensorProto::FLOAT, {"N", "", "4"});
+  b.node("Relu", {"img-in"}, {"y"});
+  b.output("y");
+  std::unique_ptr<Graph> g = io::import_onnx_bytes(b.bytes(), "sym");
+  EXPECT_EQ(g->inputs()[0]->type.str(), "f32[N,img_in_d1,4]");
+
+  // Shape -> Gather -> Concat -> Reshape folds to a static reshape when the shapes are static.
+  ModelBuilder s;
+  s.input("x", onnx::TensorProto::FLOAT, {"2", "3", "4"});
+  s.init_i64("idx0", {0});
+  s.init_i64("minus1", {-1});
+  s.node("Shape", {"x"}, {"shp"});
+  auto* gat = s.node("Gather", {"shp", "idx0"}, {"n"});
+  ModelBuilder::attr_i(gat, "axis", 0);
+  auto* cat = s.node("Concat", {"n", "minus1"}, {"newshape"});
+  ModelBuilder::attr_i(cat, "axis", 0);
+  s.node("Reshape", {"x", "newshape"}, {"y"});
+  s.output("y");
+  std::unique_ptr<Graph> g2 = io::import_onnx_bytes(s.bytes(), "fold");
+  EXPECT_EQ(g2->outputs()[0]->type.str(), "f32[2,12]");
+  int non_const = 0;
+  for (const Node* n : g2->nodes()) non_const += n->op != OpId::input && n->op != OpId::constant;
+  EXPECT_EQ(non_const, 1);  // just the reshape
+}
+
+TEST(OnnxImport, SoftmaxOpset11CoercesTo2D) {
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, -1, 0.5f, 2, 1, 0, 3, 1, -2}, {2, 2, 3});
+  for (int64_t opset : {11, 13}) {
+    ModelBuilder b(opset);
+    b.input("x", onnx::TensorProto::FLOAT, {"2", "2", "3"});
+    auto* n = b.node("Softmax", {"x"}, {"y"});
+    ModelBuilder::attr_i(n, "axis", 1);
+    b.output("y");
+    std::unique_ptr<Graph> g = io::import_onnx_bytes(b.bytes(), "sm");
+    const Tensor got = run(*g, {x})[0];
+    // opset 11: softmax over the flattened dims 1.. (6 values per row); opset 13: over axis 1 only.
+    const Tensor want = opset == 11 ? ops::reshape(ops::softmax(ops::reshape(x, {2, 6}), 1), {2, 2, 3}) : ops::softmax(x, 1);
+    expect_close(got, want);
+  }
+}
+
+TEST(OnnxImport, ModelLocalFunctionIsInlined) {
+  ModelBuilder b;
+  auto* imp = b.m.add_opset_import();
+  imp->set_domain("my.fns");
+  imp->set_version(1);
+  auto* f = b.m.add_functions();
+  f->set_name("AddRelu");
+  f->set_domain("my.fns");
+  f->add_input("a");
+  f->add_input("b");
+  f->add_output("out");
+  auto* fo = f->add_opset_import();
+  fo->set_domain("");
+  fo->set_version(13);
+  auto* n1 = f->add_node();
+  n1->set_op_type("Add");
+  n1->add_input("a");
+  n1->add_input("b");
+  n1->add_output("s");
+  auto* n2 = f->add_node();
+  n2->set_op_type("Relu");
+  n2->add_input("s");
+  n2->add_output("out");
+  b.input("x", onnx::TensorProto::FLOAT, {"4"});
+  b.input("y", onnx::TensorProto::FLOAT, {"4"});
+  auto* call = b.node("AddRelu", {"x", "y"}, {"z"}, "fused");
+  call->set_domain("my.fns");
+  b.output("z");
+  io::OnnxImportReport rep;
+  std::unique_ptr<Graph> g = io::import_onnx_bytes(b.bytes(), "fn", {}, &rep);
+  ASSERT_EQ(rep.ops.size(), 1u);
+  EXPECT_EQ(rep.ops[0].status, "decomposed");
+  const Tensor x = Tensor::from_vector<float>({1, -2, 3, -4}, {4}), y = Tensor::from_vector<float>({-2, 1, 1, 1}, {4});
+  expect_close(run(*g, {x, y})[0], ops::relu(ops::add(x, y)));
+  EXPECT_EQ(g->outputs()[0]->name, "z");
+}
+
+TEST(OnnxImport, SchemaFunctionBodyIsInlined) {
+  // MeanVarianceNormalization has no direct mapping: its ONNX function body is inlined (default axes [0,2,3]).
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"2", "2", "1", "3"});
+  b.node("MeanVarianceNormalization", {"x"}, {"y"}, "mvn");
+  b.output("y");
+  io::OnnxImportReport rep;
+  std::unique_ptr<Graph> g = io::import_onnx_bytes(b.bytes(), "mvn", {}, &rep);
+  EXPECT_EQ(rep.ops.at(0).status, "decomposed");
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12.5f}, {2, 2, 1, 3});
+  const Tensor mean = ops::reduce_mean(x, {0, 2, 3}, true);
+  const Tensor d = ops::sub(x, mean);
+  const Tensor want = ops::div(d, ops::add(ops::sqrt(ops::reduce_mean(ops::mul(d, d), {0, 2, 3}, true)), 1e-9));
+  expect_close(run(*g, {x})[0], want, 1e-4);
+}
+
+TEST(OnnxImport, LstmMatchesStepByStepReference) {
+  // One forward LSTM layer (gate order i, o, f, c), seq 3, batch 2, input 2, hidden 2.
+  ModelBuilder b(14);
+  const int64_t S = 3, B = 2, I = 2, H = 2;
+  b.input("x", onnx::TensorProto::FLOAT, {"3", "2", "2"});
+  std::vector<float> w(4 * H * I), r(4 * H * H), bias(8 * H);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.1f * static_cast<float>((i * 7) % 11) - 0.5f;
+  for (size_t i = 0; i < r.size(); ++i) r[i] = 0.05f * static_cast<float>((i * 5) % 13) - 0.3f;
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.02f * static_cast<float>(i) - 0.1f;
+  b.init("W", w, {1, 4 * H, I});
+  b.init("R", r, {1, 4 * H, H});
+  b.init("B", bias, {1, 8 * H});
+  auto* n = b.node("LSTM", {"x", "W", "R", "B"}, {"Y", "Y_h", "Y_c"}, "lstm");
+  ModelBuilder::attr_i(n, "hidden_size", H);
+  b.output("Y");
+  b.output("Y_h");
+  b.output("Y_c");
+  std::unique_ptr<Graph> g = io::import_onnx_bytes(b.bytes(), "lstm");
+  std::vector<float> xv(static_cast<size_t>(S * B * I));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.3f * static_cast<float>(i % 5) - 0.6f;
+  const Tensor x = Tensor::from_vector<float>(xv, {S, B, I});
+  const std::vector<Tensor> outs = run(*g, {x});
+  // Reference in plain loops.
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  std::vector<double> h(B * H, 0), c(B * H, 0), ys;
+  for (int64_t t = 0; t < S; ++t) {
+    std::vector<double> nh(B * H), nc(B * H);
+    for (int64_t bi = 0; bi < B; ++bi) {
+      std::vector<double> gates(4 * H);
+      for (int64_t gi = 0; gi < 4 * H; ++gi) {
+        double acc = bias[gi] + bias[4 * H + gi];
+        for (int64_t k = 0; k < I; ++k) acc += xv[(t * B + bi) * I + k] * w[gi * I + k];
+        for (int64_t k = 0; k < H; ++k) acc += h[bi * H + k] * r[gi * H + k];
+        gates[gi] = acc;
+      }
+      for (int64_t j = 0; j < H; ++j) {
+        const double ig = sig(gates[j]), og = sig(gates[H + j]), fg = sig(gates[2 * H + j]), cg = std::tanh(gates[3 * H + j]);
+        nc[bi * H + j] = fg * c[bi * H + j] + ig * cg;
+        nh[bi * H + j] = og * std::tanh(nc[bi * H + j]);
+      }
+    }
+    h = nh;
+    c = nc;
+    ys.insert(ys.end(), h.begin(), h.end());
+  }
+  ASSERT_EQ(outs.size(), 3u);
+  EXPECT_EQ(outs[0].shape(), (Shape{S, 1, B, H}));
+  for (int64_t i = 0; i < S * B * H; ++i) EXPECT_NEAR(outs[0].item_at(i), ys[i], 1e-5);
+  for (int64_t i = 0; i < B * H; ++i) {
+    EXPECT_NEAR(outs[1].item_at(i), h[i], 1e-5);
+    EXPECT_NEAR(outs[2].item_at(i), c[i], 1e-5);
+  }
+}
+
+TEST(OnnxImport, LoadModelPicksOnnxByContent) {
+  const auto path = testing::temp_dir("onnx_import") / "model.bin";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << linear_relu_model().bytes();
+  }
+  std::unique_ptr<Graph> g = io::load_model(path.string());
+  EXPECT_EQ(g->outputs()[0]->name, "y:0");
+}
+
+}  // namespace
+}  // namespace spore
