@@ -12,7 +12,7 @@ constexpr int64_t fold_max_elements = 1 << 20;
 class FoldPass final : public Pass {
  public:
   std::string name() const override { return "fold_constants"; }
-  bool run(Graph& g, const PassOptions&) override {
+  bool run(Graph& g, const PassOptions& opts) override {
     bool changed = false;
     for (Node* n : std::vector<Node*>(g.nodes())) {
       if (n->dead) continue;
@@ -24,6 +24,12 @@ class FoldPass final : public Pass {
       bool small = true;
       for (Value* v : n->outputs) small &= v->type.is_static() && v->type.numel() <= fold_max_elements;
       if (!small) continue;
+      if (opts.fold_keeps_size) {
+        int64_t in_bytes = 0, out_bytes = 0;
+        for (Value* v : n->inputs) in_bytes += v->type.numel() * static_cast<int64_t>(dtype_size(v->type.dtype));
+        for (Value* v : n->outputs) out_bytes += v->type.numel() * static_cast<int64_t>(dtype_size(v->type.dtype));
+        if (out_bytes > in_bytes) continue;
+      }
       std::vector<Tensor> ins;
       for (Value* v : n->inputs) ins.push_back(v->producer->payload);
       std::vector<Tensor> outs = ops::call(n->op, ins, n->attrs);

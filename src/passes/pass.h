@@ -21,6 +21,10 @@ struct PassOptions {
   std::string save_graphs_dir;        // if set, writes NN_<pass>.ir after each pass
   int memory_optimize_level = 1;
   size_t max_memory = 0;  // 0 = unlimited; memory planning fails above it
+  // Preparing a model file: fold_constants skips nodes whose folded outputs would take more bytes than their
+  // constant inputs, so compressed weights (int8 + dequantize_linear, f16 + cast) stay compressed in the file.
+  // Compiling for running leaves it off: there folding them saves the work on every run.
+  bool fold_keeps_size = false;
 };
 
 class Pass {

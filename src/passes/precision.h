@@ -28,7 +28,8 @@ struct PrecisionReport {
   std::vector<std::string> kept_f32;  // node labels kept in f32 by their AmpPolicy (mix mode) or lacking a kernel
 };
 
-// Counts nodes per compute dtype (the dtype of their first floating input or output), skipping input/constant.
+// Counts nodes per compute dtype (the dtype of their first floating input or output; i8/u8 for nodes dispatching
+// on an int8 operand, e.g. qconv2d), skipping input/constant.
 std::map<std::string, int64_t> ops_per_dtype(const Graph& g);
 
 // `low` is the dtype for allow_mix_precision (f16 or bf16).
