@@ -1,10 +1,12 @@
 # Set-up-to-result entry points (see README). Each installs what it needs with apt-get first.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TIME ?= 120
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps build demo test test-asan bench bench-peers clean
+.PHONY: deps build demo test test-asan fuzz bench bench-peers clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -34,6 +36,18 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L unit --timeout 900
 
+# The .spore reader under libFuzzer + ASan + UBSan (clang; fuzz/CMakeLists.txt): seeds are valid files
+# generated from examples/ir; runs FUZZ_TIME seconds and fails on a crash, a sanitizer report, a leak or an
+# internal error (a reproducer lands in $(FUZZ_BUILD)/crash-*). The corpus it grows is kept for the next run.
+fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPORE_BUILD_FUZZ=ON \
+	  -DSPORE_SANITIZE=ON -DSPORE_BUILD_TESTS=OFF -DSPORE_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target spore_load_fuzz spore_fuzz_seeds
+	rm -rf $(FUZZ_BUILD)/seeds && mkdir -p $(FUZZ_BUILD)/corpus
+	./$(FUZZ_BUILD)/fuzz/spore_fuzz_seeds $(FUZZ_BUILD)/seeds examples/ir/*.ir
+	./$(FUZZ_BUILD)/fuzz/spore_load_fuzz $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/seeds -dict=fuzz/spore.dict \
+	  -max_total_time=$(FUZZ_TIME) -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/
+
 bench: build
 	bash scripts/bench.sh -b $(BUILD)
 
@@ -43,4 +57,4 @@ bench-peers: build
 	/usr/bin/python3 bench/peers/train_vs_torch.py --spore $(BUILD)/spore --repeats 5 --accuracy-epochs 5
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -22,6 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 ORT_DIR = os.path.join(HERE, "ort")
+SPORE = os.path.join(ROOT, "build", "spore")
 
 
 def run_json(cmd, env=None):
@@ -45,6 +46,17 @@ def default_models():
     md = os.path.join(ROOT, "out", "bench", "models")
     if not os.path.exists(os.path.join(md, "transformer.json")):
         subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_onnx_models.py")], check=True)
+    # SimpleNet trained briefly and exported by spore itself: checks ORT opens spore's ONNX export, too.
+    mnist = os.path.join(ROOT, "..", "shared", "data", "mnist")
+    sn = os.path.join(md, "simplenet.onnx")
+    if not os.path.exists(sn) and os.path.isdir(mnist):
+        ck = os.path.join(md, "ckpt")
+        subprocess.run([SPORE, "train", "--model", "simplenet", "--dataset", f"mnist:{mnist}", "--epochs", "1",
+                        "--limit-train", "2000", "--ckpt-dir", ck, "--no-progress"], check=True, capture_output=True)
+        subprocess.run([SPORE, "export", "--model", "simplenet", "--ckpt", os.path.join(ck, "simplenet_epoch1.safetensors"),
+                        "--input-shape", "x:batch,1,28,28", "-o", sn], check=True, capture_output=True)
+    if os.path.exists(sn):
+        models.append(("spore-simplenet", sn, "x", [1, 28, 28], None))
     for name in ("cnn", "mlp", "transformer"):
         m = json.load(open(os.path.join(md, f"{name}.json")))
         models.append((f"torch-{name}", os.path.join(md, f"{name}.onnx"), m["input"], m["sample_shape"], None))
@@ -63,6 +75,8 @@ def main():
                    help="NAME=PATH:INPUT:D1,D2,... (per-sample dims; the batch dim is prepended)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    global SPORE
+    SPORE = a.spore
     ensure_ort()
     models = []
     for spec in a.model:

@@ -57,7 +57,9 @@ SafetensorsFile parse_safetensors(const void* data, size_t size, const std::stri
   const uint64_t data_start = 8 + n, data_size = size - data_start;
   SafetensorsFile out;
   std::vector<Entry> entries;
-  for (auto& [name, v] : header.items()) {
+  for (auto& item : header.items()) {  // no structured binding: clang 14 cannot capture one in `bad` below
+    const std::string& name = item.key();
+    auto& v = item.value();
     if (name == "__metadata__") {
       SPORE_CHECK(v.is_object(), ErrorCode::parse_error, "safetensors '{}': __metadata__ is not an object", file);
       for (auto& [k, mv] : v.items()) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <unordered_set>
 #include <string>
 #include <vector>
@@ -113,9 +114,18 @@ void verify_structure(const Graph& g);
 struct PrintOptions {
   // Constants larger than this print as `elided<N bytes>` (for reading, not re-parsing); -1 = all data.
   int64_t max_constant_bytes = -1;
+  // When set, constants print as `= tensor<K>` instead of their bytes and the printer appends each
+  // constant node here, K being its position: containers (.spore) store the data outside the text.
+  std::vector<const Node*>* external_constants = nullptr;
+};
+struct ParseOptions {
+  // The data of `= tensor<K>` constants: K indexes this span, whose tensor must have the constant's
+  // dtype and shape and be contiguous (the constant then shares its storage). Empty: `tensor<K>` is an error.
+  std::span<const Tensor> external_constants;
 };
 std::string print_graph(const Graph& g, const PrintOptions& opts = {});
-std::unique_ptr<Graph> parse_graph(std::string_view text, std::string_view source_name = "<text>");
+std::unique_ptr<Graph> parse_graph(std::string_view text, std::string_view source_name = "<text>",
+                                   const ParseOptions& opts = {});
 // Graphviz DOT.
 std::string graph_to_dot(const Graph& g);
 

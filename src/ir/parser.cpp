@@ -17,7 +17,8 @@ namespace {
 
 class Parser {
  public:
-  Parser(std::string_view text, std::string_view source) : s_(text), source_(source) {}
+  Parser(std::string_view text, std::string_view source, const ParseOptions& opts)
+      : s_(text), source_(source), opts_(opts) {}
 
   std::unique_ptr<Graph> parse() {
     expect_word("graph");
@@ -116,22 +117,15 @@ class Parser {
       SPORE_CHECK(!peek_word("elided"), ErrorCode::parse_error,
                   "{}: this constant's data was elided when the graph was printed for display; print it in full to re-parse",
                   where());
-      expect_word("hex");
-      std::string hex = string_lit();
       SPORE_CHECK(*op == OpId::constant && types.size() == 1, ErrorCode::parse_error, "{}: only constants carry data", where());
-      SPORE_CHECK(types[0].is_static(), ErrorCode::parse_error, "{}: a constant needs a static shape", where());
-      payload = Tensor::empty(types[0].shape(), types[0].dtype);
-      SPORE_CHECK(hex.size() == payload.nbytes() * 2, ErrorCode::parse_error, "{}: constant data has {} bytes, type {} needs {}",
-                  where(), hex.size() / 2, types[0].str(), payload.nbytes());
-      auto* p = static_cast<unsigned char*>(payload.raw_data());
-      for (size_t i = 0; i < payload.nbytes(); ++i) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        SPORE_CHECK(hi >= 0 && lo >= 0, ErrorCode::parse_error, "{}: bad hex digit in constant data", where());
-        p[i] = static_cast<unsigned char>(hi * 16 + lo);
+      if (peek_word("tensor")) {
+        payload = external_tensor(types[0]);
+      } else {
+        payload = hex_data(types[0]);
       }
     } else if (*op == OpId::constant) {
       pos_ = name_pos[0];
-      SPORE_FAIL(ErrorCode::parse_error, "{}: constant %{} has no data (= hex\"...\")", where(), names[0]);
+      SPORE_FAIL(ErrorCode::parse_error, "{}: constant %{} has no data (= hex\"...\" or = tensor<K>)", where(), names[0]);
     }
     if (*op == OpId::input) {
       pos_ = op_pos;
@@ -150,6 +144,56 @@ class Parser {
       values_[names[i]] = n->outputs[i];
       if (offsets.count(static_cast<int>(i))) n->outputs[i]->arena_offset = offsets[static_cast<int>(i)];
     }
+  }
+
+  // `hex"..."`: the constant's bytes inline.
+  Tensor hex_data(const TensorType& type) {
+    expect_word("hex");
+    std::string hex = string_lit();
+    SPORE_CHECK(type.is_static(), ErrorCode::parse_error, "{}: a constant needs a static shape", where());
+    // Size check before allocating: a hostile type (f32[99999999999]) must not reach the allocator.
+    uint64_t want = dtype_size(type.dtype);
+    for (const Dim& d : type.dims) {
+      const auto n = static_cast<uint64_t>(d.size);
+      want = n != 0 && want > (uint64_t{1} << 62) / n ? uint64_t{1} << 62 : want * n;
+    }
+    SPORE_CHECK(hex.size() % 2 == 0 && hex.size() / 2 == want, ErrorCode::parse_error,
+                "{}: constant data has {} bytes, type {} needs {}", where(), hex.size() / 2, type.str(), want);
+    Tensor payload = Tensor::empty(type.shape(), type.dtype);
+    auto* p = static_cast<unsigned char*>(payload.raw_data());
+    for (size_t i = 0; i < payload.nbytes(); ++i) {
+      int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+      SPORE_CHECK(hi >= 0 && lo >= 0, ErrorCode::parse_error, "{}: bad hex digit in constant data", where());
+      p[i] = static_cast<unsigned char>(hi * 16 + lo);
+    }
+    return payload;
+  }
+
+  // `tensor<K>`: the data is entry K of the caller's external tensors (a .spore file's tensor index).
+  Tensor external_tensor(const TensorType& type) {
+    const size_t at = pos_;
+    expect_word("tensor");
+    expect('<');
+    skip_ws();
+    const size_t k_pos = pos_;
+    const int64_t k = integer();
+    expect('>');
+    const size_t end = pos_;
+    const auto& ext = opts_.external_constants;
+    pos_ = k_pos;
+    SPORE_CHECK(!ext.empty(), ErrorCode::parse_error,
+                "{}: constant refers to tensor<{}> but no external tensors were given (text IR inlines data as hex\"...\")",
+                where(), k);
+    SPORE_CHECK(k >= 0 && static_cast<uint64_t>(k) < ext.size(), ErrorCode::parse_error,
+                "{}: tensor<{}> does not exist (the tensor index has {} entries)", where(), k, ext.size());
+    const Tensor& t = ext[static_cast<size_t>(k)];
+    pos_ = at;
+    SPORE_CHECK(type.is_static() && t.defined() && t.dtype() == type.dtype && t.shape() == type.shape(),
+                ErrorCode::parse_error, "{}: tensor<{}> is {}{} but the constant's type is {}", where(), k,
+                t.defined() ? dtype_name(t.dtype()) : "undefined", t.defined() ? shape_str(t.shape()) : "", type.str());
+    SPORE_CHECK(t.is_contiguous(), ErrorCode::invalid_argument, "{}: tensor<{}> is not contiguous", where(), k);
+    pos_ = end;
+    return t;
   }
 
   Attrs attr_dict() {
@@ -382,6 +426,7 @@ class Parser {
 
   std::string_view s_;
   std::string_view source_;
+  const ParseOptions& opts_;
   size_t pos_ = 0;
   Graph* g_ = nullptr;
   std::unordered_map<std::string, Value*> values_;
@@ -389,8 +434,8 @@ class Parser {
 
 }  // namespace
 
-std::unique_ptr<Graph> parse_graph(std::string_view text, std::string_view source_name) {
-  return Parser(text, source_name).parse();
+std::unique_ptr<Graph> parse_graph(std::string_view text, std::string_view source_name, const ParseOptions& opts) {
+  return Parser(text, source_name, opts).parse();
 }
 
 }  // namespace spore

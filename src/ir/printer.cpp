@@ -57,7 +57,10 @@ std::string print_graph(const Graph& g, const PrintOptions& opts) {
       if (n->outputs[i]->arena_offset >= 0) out += fmt::format(" !offset{}={}", i, n->outputs[i]->arena_offset);
     }
     if (n->op == OpId::constant) {
-      if (opts.max_constant_bytes >= 0 && n->payload.nbytes() > static_cast<size_t>(opts.max_constant_bytes)) {
+      if (opts.external_constants) {
+        out += fmt::format(" = tensor<{}>", opts.external_constants->size());
+        opts.external_constants->push_back(n);
+      } else if (opts.max_constant_bytes >= 0 && n->payload.nbytes() > static_cast<size_t>(opts.max_constant_bytes)) {
         out += fmt::format(" = elided<{} bytes>", n->payload.nbytes());  // display only: does not re-parse
       } else {
         out += " = hex\"" + hex(n->payload) + "\"";

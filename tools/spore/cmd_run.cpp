@@ -1,6 +1,195 @@
-// PLACEHOLDER: replaced by its owner.
-#include "base/error.h"
+// spore run: runs a model file (.spore, .onnx or text IR) once on .npy inputs (random ones, seeded,
+// for inputs not given), prints each output and optionally writes one .npy per output.
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <spore/spore.h>
+
+#include "io/npy.h"
 #include "tools/spore/commands.h"
+#include "tools/spore/model_util.h"
+#include "tools/spore/random_input.h"
+
 namespace spore::cli {
-int cmd_run(int, char**) { SPORE_FAIL(ErrorCode::unsupported, "not yet"); }
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A file name for an output: characters outside [A-Za-z0-9_.-] become '_', never "", "." or "..".
+std::string safe_file_name(const std::string& name, size_t index) {
+  std::string s;
+  for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ? c : '_';
+  if (s.empty() || s.find_first_not_of('.') == std::string::npos) s = "output" + std::to_string(index);
+  if (s[0] == '.') s[0] = '_';  // no hidden files
+  return s;
+}
+
+// "[0.5, -1, 3, ...]": the first `n` elements in row-major order.
+std::string first_values(const Tensor& t, int64_t n) {
+  std::string s = "[";
+  for (int64_t i = 0; i < std::min(n, t.numel()); ++i) s += (i ? ", " : "") + fmt::format("{:.6g}", t.item_at(i));
+  return s + (t.numel() > n ? ", ...]" : "]");
+}
+
+std::string input_names(const Graph& g) {
+  std::string names;
+  for (const Value* in : g.inputs()) names += (names.empty() ? "" : ", ") + in->name;
+  return names.empty() ? "none" : names;
+}
+
+// Checks a user-given tensor against the model input's type; symbolic dims bind (consistently across
+// inputs) to the given sizes.
+void check_given_input(const Value& in, const Tensor& t, const std::string& file, std::map<std::string, int64_t>& bound) {
+  SPORE_CHECK(t.dtype() == in.type.dtype, ErrorCode::dtype_mismatch, "input '{}': {} holds {}, the model wants {}",
+              in.name, file, dtype_name(t.dtype()), in.type.str());
+  SPORE_CHECK(t.rank() == in.type.rank(), ErrorCode::shape_mismatch, "input '{}': {} has shape {}, the model wants {}",
+              in.name, file, shape_str(t.shape()), in.type.str());
+  for (int d = 0; d < t.rank(); ++d) {
+    const Dim& dim = in.type.dims[d];
+    if (dim.is_static()) {
+      SPORE_CHECK(dim.size == t.dim(d), ErrorCode::shape_mismatch,
+                  "input '{}': {} has shape {}, the model wants {} (dim {} differs)", in.name, file, shape_str(t.shape()),
+                  in.type.str(), d);
+      continue;
+    }
+    auto [it, fresh] = bound.emplace(dim.sym, t.dim(d));
+    SPORE_CHECK(fresh || it->second == t.dim(d), ErrorCode::shape_mismatch,
+                "input '{}': {} has shape {}, but dim '{}' is {} in another input", in.name, file, shape_str(t.shape()),
+                dim.sym, it->second);
+  }
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  CLI::App app("spore run: run a model (.spore, .onnx or text-IR .ir) once on .npy inputs (random for inputs not "
+               "given) and print or save its outputs",
+               "spore run");
+  std::string model, output_dir;
+  std::vector<std::string> input_specs, shape_specs;
+  int threads = 0;
+  uint64_t seed = 0;
+  int64_t batch = 1;
+  bool no_random = false;
+  app.add_option("model", model, "model file: .spore, .onnx or text IR")->required();
+  app.add_option("--input", input_specs, "NAME=FILE.npy (repeatable); inputs not given get random values")
+      ->allow_extra_args(false);
+  app.add_option("--input-shape", shape_specs, "NAME:D0,D1,... fixes input dims (repeatable; ';' joins several)")
+      ->allow_extra_args(false);
+  app.add_option("--batch", batch, "size of a symbolic first dim of random inputs (default 1)")->check(CLI::PositiveNumber);
+  app.add_flag("--no-random", no_random, "every input must be given with --input (no random inputs)");
+  app.add_option("--output", output_dir, "write <output name>.npy for every output into this directory");
+  app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", seed, "seed of the random inputs (default 0)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  set_threads(threads);
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Graph> g = load_model_file(model, parse_input_shapes(shape_specs));
+  const double load_ms = ms_since(t0);
+
+  // Inputs given as files, by name; every name must be a model input, each given once.
+  std::map<std::string, std::string> files;
+  for (const std::string& spec : input_specs) {
+    const size_t eq = spec.find('=');
+    SPORE_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), ErrorCode::invalid_argument,
+                "--input '{}': expected NAME=FILE.npy", spec);
+    const std::string name = spec.substr(0, eq);
+    bool known = false;
+    for (const Value* in : g->inputs()) known |= in->name == name;
+    SPORE_CHECK(known, ErrorCode::invalid_argument, "--input {}: the model has no input '{}' (inputs: {})", spec, name,
+                input_names(*g));
+    SPORE_CHECK(files.emplace(name, spec.substr(eq + 1)).second, ErrorCode::invalid_argument,
+                "--input: input '{}' is given twice", name);
+  }
+  if (no_random) {
+    std::string missing;
+    for (const Value* in : g->inputs())
+      if (!files.count(in->name)) missing += (missing.empty() ? "" : ", ") + in->name;
+    SPORE_CHECK(missing.empty(), ErrorCode::invalid_argument, "--no-random: no --input NAME=FILE.npy for input(s) {}",
+                missing);
+  }
+
+  const size_t n_in = g->inputs().size();
+  std::vector<Tensor> inputs(n_in);
+  std::map<std::string, int64_t> bound;  // symbolic dim -> size, from the given inputs
+  for (size_t i = 0; i < n_in; ++i) {
+    const Value& in = *g->inputs()[i];
+    auto it = files.find(in.name);
+    if (it == files.end()) continue;
+    inputs[i] = io::read_npy(it->second);
+    check_given_input(in, inputs[i], it->second, bound);
+  }
+  std::vector<Shape> shapes(n_in);
+  for (size_t i = 0; i < n_in; ++i) {
+    const Value& in = *g->inputs()[i];
+    if (inputs[i].defined()) {
+      shapes[i] = inputs[i].shape();
+      continue;
+    }
+    for (int d = 0; d < in.type.rank(); ++d) {
+      const Dim& dim = in.type.dims[d];
+      if (dim.is_static()) {
+        shapes[i].push_back(dim.size);
+      } else if (auto b = bound.find(dim.sym); b != bound.end()) {
+        shapes[i].push_back(b->second);
+      } else {
+        SPORE_CHECK(d == 0, ErrorCode::invalid_argument,
+                    "input '{}' ({}) has a symbolic dim '{}' at position {}: give the input with --input or fix the dim "
+                    "with --input-shape {}:...",
+                    in.name, in.type.str(), dim.sym, d, in.name);
+        shapes[i].push_back(batch);
+        bound.emplace(dim.sym, batch);
+      }
+    }
+    inputs[i] = random_input(shapes[i], in.type.dtype, seed, i);
+  }
+
+  t0 = std::chrono::steady_clock::now();
+  Plan plan = compile_for_shapes(*g, shapes);
+  const double compile_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const std::vector<Tensor> outs = plan.run(inputs);
+  const double run_ms = ms_since(t0);
+
+  std::cout << fmt::format("{}: {} ({} nodes), loaded in {:.1f} ms, compiled in {:.1f} ms ({} kernels), ran in {:.3f} ms\n",
+                           model, g->name(), g->num_live_nodes(), load_ms, compile_ms, plan.num_kernels(), run_ms);
+  for (size_t i = 0; i < n_in; ++i) {
+    const Value& in = *g->inputs()[i];
+    auto it = files.find(in.name);
+    std::cout << fmt::format("input  {}: {}{} {}\n", in.name, dtype_name(inputs[i].dtype()), shape_str(inputs[i].shape()),
+                             it != files.end() ? "from " + it->second : fmt::format("random (seed {})", seed));
+  }
+  std::set<std::string> used;
+  if (!output_dir.empty()) std::filesystem::create_directories(output_dir);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Tensor& t = outs[i];
+    const std::string& name = g->outputs()[i]->name;
+    std::cout << fmt::format("output {}: {}{} {}\n", name, dtype_name(t.dtype()), shape_str(t.shape()), first_values(t, 8));
+    if (output_dir.empty()) continue;
+    std::string file = safe_file_name(name, i);
+    if (!used.insert(file).second) {  // two outputs with one file name (e.g. the same value returned twice)
+      file += "_" + std::to_string(i);
+      used.insert(file);
+    }
+    const std::string path = (std::filesystem::path(output_dir) / (file + ".npy")).string();
+    // NumPy has no bf16: such outputs are written as f32 (exactly: every bf16 is an f32).
+    io::write_npy(path, t.dtype() == DType::bf16 ? ops::cast(t, DType::f32) : t);
+    std::cout << fmt::format("       -> {}{}\n", path, t.dtype() == DType::bf16 ? " (bf16 written as f32)" : "");
+  }
+  return 0;
+}
+
 }  // namespace spore::cli
