@@ -6,8 +6,8 @@ usage: deploy_acceptance.py SPORE_BINARY
 SimpleNet is trained with `spore train` on MNIST (first 8,000 t10k images; ../shared/data/mnist), exported to .spore
 and ONNX with a symbolic batch dim, and converted by `spore convert` in every precision / quantization mode. Each
 converted file is evaluated independently by `spore eval` on the held-out 2,000 images; the accuracy cost against
-the f32 export must be within: fp16 0.5, bf16 0.5, mixed 0.5, weight_int8 0.5, int8 (static PTQ, min-max and entropy
-calibration) 1.0 points. Every file also runs in `spore run` (.npy in and out) and `spore bench --json`.
+the f32 export must be within: fp16 0.5, bf16 0.5, mixed 0.5, weight_int8 0.5, int8 (static PTQ, min-max, percentile
+and entropy calibration) 1.0 points. Every file also runs in `spore run` (.npy in and out) and `spore bench --json`.
 Without the data the test SKIPs (exit 77) on a user's machine, but FAILs when CI=true.
 """
 import json
@@ -24,6 +24,7 @@ LIMITS = {  # name: (convert args, max accuracy cost in points)
     "mixed": (["--precision-mode", "allow_mix_precision"], 0.5),
     "weight_int8": (["--quantize", "weight_int8"], 0.5),
     "int8_minmax": (["--quantize", "int8", "--calib-method", "minmax"], 1.0),
+    "int8_percentile": (["--quantize", "int8", "--calib-method", "percentile"], 1.0),
     "int8_entropy": (["--quantize", "int8", "--calib-method", "entropy"], 1.0),
 }
 
