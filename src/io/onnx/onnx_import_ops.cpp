@@ -72,6 +72,11 @@ V emit_pow(NodeCtx& c) {
   Value* a = c.in(0);
   Value* b = legacy_broadcast(c, a, c.in(1));
   const DType dt = c.dtype(a);
+  // x^2 (LayerNorm as PyTorch exports it before opset 17: Pow(x - mean, 2)) as x * x: exact (correctly rounded,
+  // where powf may be off by an ulp) and ~20x cheaper; it was a quarter of a transformer encoder's run time.
+  if (is_floating(dt) && c.is_const(b) && b->type.numel() == 1 && b->type.rank() <= a->type.rank() &&
+      c.floats_in(1).at(0) == 2.0)
+    return {c.op(OpId::mul, {a, a})};
   if (is_floating(dt)) return {c.op(OpId::pow, {a, c.cast(b, dt)})};
   // Integer bases: spore's pow is floating; f64 holds every exact integer power that fits i32/i64 loosely.
   Value* r = c.op(OpId::pow, {c.cast(a, DType::f64), c.cast(b, DType::f64)});
