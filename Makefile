@@ -15,14 +15,23 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: build, show what spore runs on and a graph-mode demo, then train SimpleNet on the
-# bundled digits in graph mode, checkpoint it and evaluate the checkpoint.
+# The main job: build, show what spore runs on and a graph-mode demo, then train SimpleNet on the bundled digits
+# in graph mode, evaluate the checkpoint, export it (.spore and ONNX), check its ops, convert it to fp16 and to
+# static int8 (the report gives size and accuracy cost against f32), and benchmark the int8 file.
 demo: build
 	./$(BUILD)/spore info
 	./$(BUILD)/spore demo
 	./$(BUILD)/spore train --model simplenet --dataset digits:data/digits.csv.gz --epochs 3 --batch 16 --lr 0.05 \
 	  --mode graph --ckpt-dir out/ckpt --no-progress
 	./$(BUILD)/spore eval --model simplenet --ckpt out/ckpt/simplenet_epoch3.safetensors --dataset digits:data/digits.csv.gz
+	./$(BUILD)/spore export --model simplenet --ckpt out/ckpt/simplenet_epoch3.safetensors \
+	  --input-shape x:batch,1,8,8 -o out/simplenet.onnx
+	./$(BUILD)/spore check-ops out/simplenet.onnx
+	./$(BUILD)/spore convert out/simplenet.onnx -o out/simplenet_fp16.spore --precision-mode allow_fp32_to_fp16 \
+	  --eval-data digits:data/digits.csv.gz
+	./$(BUILD)/spore convert out/simplenet.onnx -o out/simplenet_int8.spore --quantize int8 \
+	  --calib-data digits:data/digits.csv.gz --eval-data digits:data/digits.csv.gz
+	./$(BUILD)/spore bench out/simplenet_int8.spore --batch 32 --threads 1
 
 # Every test: unit, conformance (every op x dtype vs the reference backend), integration (CLI), acceptance
 # (training runs on real data). ctest runs tests side by side: OpenMP threads that spin-wait for work
@@ -55,6 +64,7 @@ bench: build
 bench-peers: build
 	bash bench/peers/setup.sh
 	/usr/bin/python3 bench/peers/train_vs_torch.py --spore $(BUILD)/spore --repeats 5 --accuracy-epochs 5
+	/usr/bin/python3 bench/peers/infer_vs_ort.py --spore $(BUILD)/spore --repeats 5
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -4,7 +4,7 @@
 # libblas.so.3 alternative (with only the reference BLAS installed torch's Linear layers run ~10x slower,
 # which would flatter spore).
 set -euo pipefail
-pkgs=(python3-torch python3-numpy libopenblas0-pthread)
+pkgs=(python3-torch python3-numpy libopenblas0-pthread python3-onnx nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,3 +18,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)
 case "$blas" in *openblas*) ;; *) echo "bench/peers/setup.sh: warning: libblas.so.3 is $blas, not OpenBLAS" >&2 ;; esac
+# ONNX Runtime for infer_vs_ort.py: npm onnxruntime-node (CPU library inside the package; .npmrc there skips the
+# postinstall that would fetch CUDA parts).
+if [ ! -d bench/peers/ort/node_modules/onnxruntime-node ]; then
+  (cd "$(dirname "$0")/ort" && npm install --no-audit --no-fund >/dev/null)
+fi
