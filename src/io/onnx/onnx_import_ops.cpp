@@ -1377,10 +1377,10 @@ std::map<std::string, OpMapping> build_table() {
   // linear algebra and nn
   add("MatMul", 1, false, "matmul", [](NodeCtx& c) -> V { return {c.op(OpId::matmul, {c.in(0), c.in(1)})}; });
   add("Gemm", 6, false, "linear, or matmul + scale + add", emit_gemm);
-  add("Conv", 1, false, "conv2d (1-D via a unit H dim)", emit_conv, check_spatial);
-  add("ConvTranspose", 1, false, "conv_transpose2d (1-D via a unit H dim)", emit_conv_transpose, check_spatial);
-  add("MaxPool", 1, false, "max_pool2d (1-D via a unit H dim)", pool(true), check_maxpool);
-  add("AveragePool", 1, false, "avg_pool2d (1-D via a unit H dim)", pool(false), check_spatial);
+  add("Conv", 1, false, "conv2d (1-D as 2-D with H = 1)", emit_conv, check_spatial);
+  add("ConvTranspose", 1, false, "conv_transpose2d (1-D as 2-D with H = 1)", emit_conv_transpose, check_spatial);
+  add("MaxPool", 1, false, "max_pool2d (1-D as 2-D with H = 1)", pool(true), check_maxpool);
+  add("AveragePool", 1, false, "avg_pool2d (1-D as 2-D with H = 1)", pool(false), check_spatial);
   add("GlobalAveragePool", 1, false, "global_avg_pool", [](NodeCtx& c) -> V {
     return {c.op(OpId::global_avg_pool, {c.in(0)})};
   });
