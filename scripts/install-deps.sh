@@ -7,7 +7,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config python3
       libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
       libprotobuf-dev protobuf-compiler libonnx-dev  # ONNX import/export
       python3-onnx  # tests check exported ONNX files with onnx.checker
-      clang libclang-rt-dev  # libFuzzer for the model-file fuzzer (make fuzz)
+      clang libclang-rt-dev libomp-dev  # libFuzzer (make fuzz); clang needs libomp for -fopenmp
       ocl-icd-opencl-dev  # dnnl-config.cmake calls find_package(OpenCL)
       dataset-fashion-mnist)  # the 60k Fashion-MNIST training split, used by the training acceptance test
 missing=()
