@@ -12,4 +12,6 @@ void register_conv_ops(OpRegistry& r);        // conv.cpp: conv2d, conv_transpos
 void register_norm_ops(OpRegistry& r);        // norm.cpp: batch/layer/rms/group norm, dropout
 void register_shape_ops(OpRegistry& r);       // shape.cpp: reshape ... one_hot, arange, full
 void register_quant_ops(OpRegistry& r);       // quant.cpp: quantize/dequantize_linear, qconv2d, qlinear
+void register_fused_elementwise_ops(OpRegistry& r);  // fused_elementwise.cpp: fused_elementwise
+void register_fused_ops(OpRegistry& r);       // fused.cpp: conv2d_fused, linear_fused (epilogue fusion)
 }  // namespace spore

@@ -62,6 +62,8 @@ OpRegistry& op_registry() {
     register_norm_ops(*reg);
     register_shape_ops(*reg);
     register_quant_ops(*reg);
+    register_fused_elementwise_ops(*reg);
+    register_fused_ops(*reg);
     return reg;
   }();
   return *r;

@@ -25,6 +25,9 @@ struct PassOptions {
   // constant inputs, so compressed weights (int8 + dequantize_linear, f16 + cast) stay compressed in the file.
   // Compiling for running leaves it off: there folding them saves the work on every run.
   bool fold_keeps_size = false;
+  // The graph only runs inference (a deployed model): the inference-only passes fold batch_norm into the
+  // preceding conv2d/linear and remove dropout. Training graphs (graph mode steps) leave it off.
+  bool inference = false;
 };
 
 class Pass {
@@ -65,12 +68,27 @@ std::unique_ptr<Pass> make_cse_pass();
 std::unique_ptr<Pass> make_fold_constants_pass();
 // Assigns arena offsets to intermediate values (Value::arena_offset); see memory_plan.cpp.
 std::unique_ptr<Pass> make_memory_plan_pass();
+// Groups connected f32 elementwise/broadcast nodes (at least 2; values used outside the group become extra
+// outputs) into one fused_elementwise node that keeps the values' names; see fuse_elementwise.cpp.
+std::unique_ptr<Pass> make_fuse_elementwise_pass();
+// Exact algebraic simplification (x*1, x/1, neg(neg x), transpose/reshape/cast chains, no-op shape ops,
+// identity, dropout that is off); see simplify.cpp.
+std::unique_ptr<Pass> make_simplify_pass();
+// Inference-only (PassOptions::inference, else no-ops): batch_norm folded into a preceding conv2d/linear with
+// constant weights; dropout removed.
+std::unique_ptr<Pass> make_fold_batch_norm_pass();
+std::unique_ptr<Pass> make_remove_dropout_pass();
+// conv2d/linear -> [add(residual)] -> [activation], intermediates used once, becomes conv2d_fused/linear_fused
+// (ops/fused.h), bit-identical to the unfused ops; see fuse_epilogue.cpp.
+std::unique_ptr<Pass> make_fuse_epilogue_pass();
 
 // Result of memory planning, readable after the pass ran.
 struct MemoryPlanInfo {
   int64_t arena_bytes = 0;   // arena size (peak of simultaneously live intermediates, with packing)
   int64_t total_bytes = 0;   // sum of all intermediate sizes (what O0 would use)
   int64_t num_buffers = 0;
+  int64_t num_inplace = 0;      // level 2: outputs written over their dying input 0
+  int64_t live_peak_bytes = 0;  // most bytes live at one step (a lower bound for any packing)
 };
 MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory);
 // At level >= 1 a reshape-like node (reshape, flatten, squeeze, unsqueeze) of an intermediate value gets its

@@ -80,6 +80,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   po.save_graphs_dir = o.save_graphs_dir;
   po.memory_optimize_level = o.memory_optimize_level;
   po.max_memory = o.max_memory;
+  po.inference = o.inference;
   if (o.backend == Backend::null) po.disabled.push_back("fold_constants");  // null kernels compute nothing
   PassManager pm(po);
   add_default_pipeline(pm);

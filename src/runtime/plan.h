@@ -26,6 +26,7 @@ struct CompileOptions {
   bool verify_each = false;
   std::vector<std::string> disabled_passes;
   std::string save_graphs_dir;
+  bool inference = false;  // PassOptions::inference: a deployed model (batch_norm folding, dropout removal)
 };
 
 class Plan {

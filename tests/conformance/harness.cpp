@@ -88,6 +88,8 @@ void build_lists() {
   add_norm_cases(cases(), error_cases());
   add_shape_cases(cases(), error_cases());
   add_quant_cases(cases(), error_cases());
+  add_fused_elementwise_cases(cases(), error_cases());
+  add_fused_cases(cases(), error_cases());
 }
 
 DTypeSet case_dtypes(const OpCase& c) {

@@ -80,6 +80,8 @@ void add_conv_cases(CaseList& c, ErrorList& e);
 void add_norm_cases(CaseList& c, ErrorList& e);
 void add_shape_cases(CaseList& c, ErrorList& e);
 void add_quant_cases(CaseList& c, ErrorList& e);
+void add_fused_elementwise_cases(CaseList& c, ErrorList& e);
+void add_fused_cases(CaseList& c, ErrorList& e);  // cases_fused.cpp: conv2d_fused, linear_fused
 
 // Tolerance for comparing cpu results to the reference: |a-b| <= atol + rtol*|ref|.
 struct Tolerance {

@@ -1,10 +1,14 @@
 // spore bench: latency percentiles, throughput, peak memory and kernel count of a model file, compiled
-// once for fixed shapes (a symbolic first dim = --batch) and run on seeded random inputs.
+// once for fixed shapes (a symbolic first dim = --batch) and run on seeded random inputs. With
+// --find-max-batch it only compiles: a search for the largest batch whose planned memory fits --max-memory.
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <iostream>
 #include <numeric>
+#include <optional>
+#include <regex>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -32,6 +36,127 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
+// "2GB", "512MiB", "1.5e9", "300000000B": decimal units are powers of 1000, the *iB ones powers of 1024.
+size_t parse_bytes(const std::string& text) {
+  static const std::regex re(R"(\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*)");
+  std::smatch m;
+  SPORE_CHECK(std::regex_match(text, m, re), ErrorCode::invalid_argument,
+              "--max-memory '{}': expected a size such as 2GB, 512MiB or 1000000", text);
+  std::string unit = m[2].str();
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::pair<const char*, double> units[] = {{"", 1},         {"b", 1},           {"k", 1e3},  {"kb", 1e3},
+                                                  {"m", 1e6},      {"mb", 1e6},        {"g", 1e9},  {"gb", 1e9},
+                                                  {"t", 1e12},     {"tb", 1e12},       {"kib", 1024.0},
+                                                  {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  for (const auto& [name, scale] : units)
+    if (unit == name) {
+      const double bytes = std::stod(m[1].str()) * scale;
+      SPORE_CHECK(bytes >= 1 && bytes < 9e18, ErrorCode::invalid_argument, "--max-memory '{}': out of range", text);
+      return static_cast<size_t>(bytes);
+    }
+  SPORE_FAIL(ErrorCode::invalid_argument, "--max-memory '{}': unknown unit '{}' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)",
+             text, m[2].str());
+}
+
+// What a compiled plan holds while it runs, as planned at compile time: the arena of intermediates, the
+// constants (weights) and the graph inputs and outputs.
+struct PlannedMemory {
+  int64_t arena = 0, weights = 0, io = 0;
+  int64_t total() const { return arena + weights + io; }
+};
+
+int64_t bytes_of(const TensorType& t) { return t.numel() * static_cast<int64_t>(dtype_size(t.dtype)); }
+
+PlannedMemory planned_memory(const Plan& plan) {
+  PlannedMemory m;
+  m.arena = plan.arena_bytes();
+  const Graph& g = plan.graph();
+  for (const Node* n : g.nodes())
+    if (n->op == OpId::constant && !n->dead) m.weights += bytes_of(n->outputs[0]->type);
+  for (const Value* v : g.inputs()) m.io += bytes_of(v->type);
+  for (const Value* v : g.outputs())
+    if (v->producer->op != OpId::input && v->producer->op != OpId::constant) m.io += bytes_of(v->type);
+  return m;
+}
+
+std::string memory_str(const PlannedMemory& m) {
+  return fmt::format("{} bytes (arena {} + weights {} + inputs/outputs {})", m.total(), m.arena, m.weights, m.io);
+}
+
+// Compiles at `batch` and returns its planned memory, or nullopt when it does not fit `cap` (the arena
+// alone is capped at compile time, so a batch far too large fails before allocating anything).
+std::optional<PlannedMemory> try_batch(const Graph& g, int64_t batch, CompileOptions o, size_t cap) {
+  o.max_memory = cap;
+  try {
+    const Plan plan = compile_for_shapes(g, concrete_input_shapes(g, batch), o);
+    const PlannedMemory m = planned_memory(plan);
+    if (static_cast<size_t>(m.total()) > cap) return std::nullopt;
+    return m;
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::out_of_memory) return std::nullopt;
+    throw;
+  }
+}
+
+// Largest batch (symbolic first dim) whose plan fits `cap`: doubling, then bisection. Planned memory grows
+// with the batch, so the search is exact for the plans it compiles.
+int find_max_batch(const Graph& g, const std::string& model, const CompileOptions& o, size_t cap, const std::string& cap_text,
+                   bool json) {
+  int64_t compiles = 0;
+  auto fits = [&](int64_t b) {
+    ++compiles;
+    return try_batch(g, b, o, cap);
+  };
+  std::optional<PlannedMemory> best = fits(1);
+  if (!best) {
+    CompileOptions uncapped = o;
+    const PlannedMemory need = planned_memory(compile_for_shapes(g, concrete_input_shapes(g, 1), uncapped));
+    SPORE_FAIL(ErrorCode::out_of_memory, "--max-memory {} ({} bytes): even batch 1 of '{}' needs {} at memory_optimize_level={}{}",
+               cap_text, cap, model, memory_str(need), o.memory_optimize_level,
+               o.memory_optimize_level < 2 ? "; try --memory-optimize-level 2" : "");
+  }
+  constexpr int64_t kLimit = int64_t{1} << 24;
+  int64_t lo = 1, hi = 0;  // lo fits; hi (when > 0) does not
+  while (hi == 0 && lo < kLimit) {
+    const int64_t b = lo * 2;
+    if (auto m = fits(b)) {
+      lo = b;
+      best = m;
+    } else {
+      hi = b;
+    }
+  }
+  while (hi > 0 && hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (auto m = fits(mid)) {
+      lo = mid;
+      best = m;
+    } else {
+      hi = mid;
+    }
+  }
+  if (json) {
+    std::cout << nlohmann::json{{"max_batch", lo},
+                                {"max_memory", cap},
+                                {"planned_peak_bytes", best->total()},
+                                {"arena_bytes", best->arena},
+                                {"weights_bytes", best->weights},
+                                {"io_bytes", best->io},
+                                {"memory_optimize_level", o.memory_optimize_level},
+                                {"limit_reached", hi == 0},
+                                {"compiles", compiles},
+                                {"model", model}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
+  std::cout << fmt::format("{}: largest batch within --max-memory {} ({} bytes) at memory_optimize_level={}: {}{}\n", model,
+                           cap_text, cap, o.memory_optimize_level, lo, hi == 0 ? " (the search limit)" : "");
+  std::cout << fmt::format("planned peak {}; batch {} does not fit ({} plans compiled)\n", memory_str(*best), hi == 0 ? lo * 2 : hi,
+                           compiles);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -44,7 +169,9 @@ int cmd_bench(int argc, char** argv) {
   double time_s = 0;
   int threads = 0;
   uint64_t seed = 0;
-  bool json = false;
+  bool json = false, find_batch = false;
+  int memory_level = CompileOptions{}.memory_optimize_level;
+  std::string max_memory_text;
   app.add_option("model", model, "model file: .spore, .onnx or text IR")->required();
   auto* batch_opt = app.add_option("--batch", batch, "size of a symbolic first input dim (default 1)")->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
@@ -56,6 +183,17 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--input-shape", shape_specs, "NAME:D0,D1,... fixes input dims (repeatable; ';' joins several)")
       ->allow_extra_args(false);
   app.add_option("--seed", seed, "seed of the random inputs (default 0)");
+  app.add_option("--memory-optimize-level", memory_level,
+                 "0: every intermediate its own buffer, 1: liveness-based reuse (default), 2: also in place and "
+                 "tighter packing")
+      ->check(CLI::Range(0, 2));
+  auto* max_mem_opt = app.add_option("--max-memory", max_memory_text,
+                                     "cap on planned memory (arena + weights + inputs/outputs), e.g. 2GB, 512MiB; "
+                                     "a plan needing more fails at compile time");
+  app.add_flag("--find-max-batch", find_batch,
+               "only compile: find the largest --batch whose planned memory fits --max-memory")
+      ->needs(max_mem_opt)
+      ->excludes(batch_opt);
   app.add_flag("--json", json, "print {\"p50_ms\", \"p90_ms\", \"p99_ms\", \"mean_ms\", \"throughput_per_s\", \"batch\", "
                                "\"threads\", \"peak_bytes\", \"kernels\", ...}");
   try {
@@ -73,13 +211,28 @@ int cmd_bench(int argc, char** argv) {
   SPORE_CHECK(has_batch_dim || batch_opt->count() == 0, ErrorCode::invalid_argument,
               "--batch {}: no input of '{}' has a symbolic first dim (its shapes are fixed; see --input-shape)", batch,
               model);
+  CompileOptions copts;
+  copts.memory_optimize_level = memory_level;
+  const size_t cap = max_mem_opt->count() ? parse_bytes(max_memory_text) : 0;
+  if (find_batch) {
+    SPORE_CHECK(has_batch_dim, ErrorCode::invalid_argument,
+                "--find-max-batch: no input of '{}' has a symbolic first dim to vary (its shapes are fixed)", model);
+    return find_max_batch(*g, model, copts, cap, max_memory_text, json);
+  }
+  copts.max_memory = cap;  // the arena alone; the whole plan is checked below
   const std::vector<Shape> shapes = concrete_input_shapes(*g, batch);
   // Samples per run: the first dim of the first input (the batch when it is symbolic).
   const int64_t samples = !shapes.empty() && !shapes[0].empty() ? shapes[0][0] : 1;
 
   t0 = clock_type::now();
-  Plan plan = compile_for_shapes(*g, shapes);
+  Plan plan = compile_for_shapes(*g, shapes, copts);
   const double compile_ms = ms_between(t0, clock_type::now());
+  const PlannedMemory planned = planned_memory(plan);
+  SPORE_CHECK(cap == 0 || static_cast<size_t>(planned.total()) <= cap, ErrorCode::out_of_memory,
+              "--max-memory {} ({} bytes): the plan of '{}' at batch {} needs {}; try {}a smaller --batch "
+              "(--find-max-batch finds the largest that fits)",
+              max_memory_text, cap, model, samples, memory_str(planned),
+              memory_level < 2 ? "--memory-optimize-level 2 or " : "");
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < shapes.size(); ++i) inputs.push_back(random_input(shapes[i], g->inputs()[i]->type.dtype, seed, i));
 
@@ -113,6 +266,10 @@ int cmd_bench(int argc, char** argv) {
                                 {"threads", used_threads},
                                 {"peak_bytes", peak},
                                 {"arena_bytes", plan.arena_bytes()},
+                                {"planned_peak_bytes", planned.total()},
+                                {"weights_bytes", planned.weights},
+                                {"io_bytes", planned.io},
+                                {"memory_optimize_level", memory_level},
                                 {"kernels", plan.num_kernels()},
                                 {"iters", static_cast<int64_t>(lat.size())},
                                 {"warmup", warmup},
@@ -129,6 +286,8 @@ int cmd_bench(int argc, char** argv) {
   std::cout << fmt::format("{}: {} | inputs {} | {} threads\n", model, g->name(), shape_list, used_threads);
   std::cout << fmt::format("load {:.1f} ms, compile {:.1f} ms, {} kernels per run, arena {:.1f} KiB\n", load_ms, compile_ms,
                            plan.num_kernels(), static_cast<double>(plan.arena_bytes()) / 1024);
+  std::cout << fmt::format("planned peak {:.1f} KiB at memory_optimize_level={}: {}\n",
+                           static_cast<double>(planned.total()) / 1024, memory_level, memory_str(planned));
   std::cout << fmt::format("{} runs after {} warm-up: p50 {:.3f} ms  p90 {:.3f} ms  p99 {:.3f} ms  mean {:.3f} ms  "
                            "(min {:.3f}, max {:.3f})\n",
                            lat.size(), warmup, p50, p90, p99, mean, sorted.front(), sorted.back());

@@ -1,6 +1,10 @@
-// spore graph: parse a text-IR file, verify it, print it back (text or DOT), optionally after the
-// default pass pipeline. Errors point at file:line:col.
+// spore graph: parse a text-IR file (or load a .spore/.onnx model), verify it, print it back (text or DOT),
+// optionally after the default pass pipeline, after chosen passes (--print-after) or saving every pass's graph
+// (--save-graphs). Errors point at file:line:col.
+#include <unistd.h>
+
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -11,6 +15,7 @@
 #include <spore/spore.h>
 
 #include "tools/spore/commands.h"
+#include "tools/spore/model_util.h"
 
 namespace spore::cli {
 namespace {
@@ -43,9 +48,17 @@ std::string locate(const std::string& text, const std::string& file, const std::
 
 int cmd_graph(int argc, char** argv) {
   CLI::App app("spore graph: parse, verify and print a text-IR graph file (see docs/IR.md)", "spore graph");
-  std::string file, output;
+  std::string file, output, save_dir;
+  std::vector<std::string> print_after, shape_specs;
+  int opt_level = 1;
   bool dot = false, verify_only = false, passes = false;
-  app.add_option("file", file, "text-IR file ('-' reads stdin)")->required();
+  app.add_option("file", file, "text-IR file ('-' reads stdin), or a .spore / .onnx model")->required();
+  app.add_option("--print-after", print_after,
+                 "run the default pipeline and print the graph after this pass (repeatable; 'all' = every pass)");
+  app.add_option("--save-graphs", save_dir, "run the default pipeline and write NN_<pass>.ir/.dot after each pass here");
+  app.add_option("--opt-level", opt_level, "optimization level for the pipeline (0 skips the optimizing passes)")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--input-shape", shape_specs, "fix input dims, e.g. x:1,3,32,32 (repeatable)");
   app.add_flag("--dot", dot, "print Graphviz DOT instead of text IR");
   app.add_flag("--verify-only", verify_only, "only parse and verify; print a one-line summary");
   app.add_flag("--passes", passes, "run the default pass pipeline (needs static input shapes) and print the result");
@@ -56,7 +69,14 @@ int cmd_graph(int argc, char** argv) {
     return app.exit(e);
   }
   std::string text;
-  if (file == "-") {
+  std::unique_ptr<Graph> g;
+  const auto ends_with = [&](const char* ext) {
+    const std::string e = ext;
+    return file.size() >= e.size() && file.compare(file.size() - e.size(), e.size(), e) == 0;
+  };
+  if (ends_with(".spore") || ends_with(".onnx")) {
+    g = load_model_file(file, parse_input_shapes(shape_specs));
+  } else if (file == "-") {
     std::stringstream ss;
     ss << std::cin.rdbuf();
     text = ss.str();
@@ -68,7 +88,10 @@ int cmd_graph(int argc, char** argv) {
     text = ss.str();
   }
   const std::string source = file == "-" ? "<stdin>" : file;
-  std::unique_ptr<Graph> g = parse_graph(text, source);  // parse errors already carry file:line:col
+  if (!g) {
+    g = parse_graph(text, source);  // parse errors already carry file:line:col
+    if (!shape_specs.empty()) apply_input_shapes(*g, parse_input_shapes(shape_specs));
+  }
   try {
     verify_graph(*g);
   } catch (const Error& e) {
@@ -79,18 +102,51 @@ int cmd_graph(int argc, char** argv) {
                 g->outputs().size());
     return 0;
   }
-  std::string records;
-  if (passes) {
+  std::string records, dumps;
+  if (passes || !print_after.empty() || !save_dir.empty()) {
     for (const Value* v : g->inputs())
       SPORE_CHECK(v->type.is_static(), ErrorCode::shape_mismatch,
-                  "{}: --passes needs static input shapes, but input %{} is {}", source, v->name, v->type.str());
-    PassManager pm(PassOptions{.verify_each = true});
+                  "{}: running passes needs static input shapes, but input %{} is {} (fix it with --input-shape {}:...)",
+                  source, v->name, v->type.str(), v->name);
+    // --print-after reads the graphs the manager saves; without --save-graphs they go to a scratch dir.
+    const bool scratch = save_dir.empty() && !print_after.empty();
+    const std::string dir =
+        scratch ? (std::filesystem::temp_directory_path() / fmt::format("spore_graph_{}", getpid())).string() : save_dir;
+    PassManager pm(PassOptions{.opt_level = opt_level, .verify_each = true, .save_graphs_dir = dir, .inference = true});
     add_default_pipeline(pm);
-    pm.run(*g);
-    for (const PassRecord& r : pm.records())
-      records += fmt::format("# pass {:<16} {:>8.3f} ms{}\n", r.name, r.ms, r.skipped ? " (skipped)" : r.changed ? " (changed)" : "");
+    std::vector<std::string> wanted = print_after;
+    try {
+      pm.run(*g);
+      for (size_t i = 0; i < pm.records().size(); ++i) {
+        const PassRecord& r = pm.records()[i];
+        records += fmt::format("# pass {:<16} {:>8.3f} ms{}\n", r.name, r.ms, r.skipped ? " (skipped)" : r.changed ? " (changed)" : "");
+        const bool all = std::find(print_after.begin(), print_after.end(), "all") != print_after.end();
+        if (!all && std::find(print_after.begin(), print_after.end(), r.name) == print_after.end()) continue;
+        std::erase(wanted, r.name);
+        if (r.skipped) {  // the manager saves nothing for a skipped pass
+          dumps += fmt::format("# after pass {:02d} {} (skipped)\n", i + 1, r.name);
+          continue;
+        }
+        const std::string path = fmt::format("{}/{:02d}_{}.{}", dir, i + 1, r.name, dot ? "dot" : "ir");
+        std::ifstream in(path, std::ios::binary);
+        SPORE_CHECK(in.good(), ErrorCode::io_error, "cannot read the graph saved after pass '{}' ('{}')", r.name, path);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        dumps += fmt::format("# after pass {:02d} {}\n{}", i + 1, r.name, ss.str());
+      }
+    } catch (...) {
+      if (scratch) std::filesystem::remove_all(dir);
+      throw;
+    }
+    if (scratch) std::filesystem::remove_all(dir);
+    std::erase(wanted, "all");
+    if (!wanted.empty()) {
+      std::string names;
+      for (const PassRecord& r : pm.records()) names += (names.empty() ? "" : ", ") + r.name;
+      SPORE_FAIL(ErrorCode::invalid_argument, "--print-after: no pass named '{}' in the pipeline ({})", wanted[0], names);
+    }
   }
-  const std::string out = dot ? graph_to_dot(*g) : records + print_graph(*g);
+  const std::string out = !print_after.empty() ? records + dumps : dot ? graph_to_dot(*g) : records + print_graph(*g);
   if (output.empty()) {
     std::fwrite(out.data(), 1, out.size(), stdout);
   } else {

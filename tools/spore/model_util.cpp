@@ -117,7 +117,9 @@ std::vector<Shape> concrete_input_shapes(const Graph& g, int64_t batch) {
 Plan compile_for_shapes(const Graph& g, const std::vector<Shape>& shapes, const CompileOptions& opts) {
   std::unique_ptr<Graph> copy = g.clone();
   specialize_inputs(*copy, shapes);
-  return compile_plan(std::move(copy), opts);
+  CompileOptions o = opts;
+  o.inference = true;  // the CLI runs models, it never trains them
+  return compile_plan(std::move(copy), o);
 }
 
 ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, int64_t batch, float scale) {

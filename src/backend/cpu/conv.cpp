@@ -8,11 +8,13 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include <immintrin.h>
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "backend/cpu/conv_epilogue.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
 #include "base/thread_pool.h"
@@ -271,7 +273,8 @@ WeightGradGeom im2col_geom(const ConvGeom& g) {
 // and one sgemm per group, so results do not depend on the thread count or on the batch.
 bool use_im2col_forward(const ConvGeom& g) { return g.c / g.groups <= 4; }
 
-void im2col_conv_forward(const ConvGeom& cg, const float* x, const float* w, const float* b, float* y) {
+void im2col_conv_forward(const ConvGeom& cg, const float* x, const float* w, const float* b, float* y,
+                         const ConvEpilogue* epi = nullptr) {
   const WeightGradGeom g = im2col_geom(cg);
   const int64_t og = g.o / g.groups, kk = g.c / g.groups * g.kh * g.kw, p = g.oh * g.ow;
   run_onednn_tasks(g.n, [&](int64_t n) {
@@ -287,6 +290,7 @@ void im2col_conv_forward(const ConvGeom& cg, const float* x, const float* w, con
       SPORE_CHECK(st == dnnl_success, ErrorCode::internal, "[conv2d] dnnl_sgemm failed with status {}",
                   static_cast<int>(st));
     }
+    if (epi) epi->fn(n * g.o * p, g.o * p);
   });
 }
 
@@ -389,7 +393,8 @@ int64_t block_start(int64_t n, int64_t blocks, int64_t b) { return b * (n / bloc
 // Each output row is covered by vectors at x = 0, 8, ... and a last one ending at Wo (overlapping the one
 // before when 8 does not divide Wo: the overlap is computed twice, identically), stored straight into y.
 // One task per image, so results do not depend on the thread count or on the rest of the batch.
-void direct_conv_forward(const FlatGeom& f, int64_t n, const float* x, const float* w, const float* b, float* y) {
+void direct_conv_forward(const FlatGeom& f, int64_t n, const float* x, const float* w, const float* b, float* y,
+                         const ConvEpilogue* epi = nullptr) {
   std::vector<int64_t> off, vq, vd;  // off: the (c, i, j) taps' offsets into the padded planes
   for (int64_t c = 0; c < f.c; ++c)
     for (int64_t i = 0; i < f.kh; ++i)
@@ -419,6 +424,7 @@ void direct_conv_forward(const FlatGeom& f, int64_t n, const float* x, const flo
         default: direct_fwd_block<6>(f, pad, off, vq, vd, wb, bb, out); break;
       }
     }
+    if (epi) epi->fn(img * f.o * f.oh * f.ow, f.o * f.oh * f.ow);
   });
 }
 
@@ -540,8 +546,8 @@ std::optional<FlatGeom> direct_geom(const ConvGeom& g, bool transpose) {
 }
 
 void direct_conv(const FlatGeom& f, bool transpose, int64_t n, const float* x, const float* w, const float* b,
-                 float* y) {
-  if (!transpose) return direct_conv_forward(f, n, x, w, b, y);
+                 float* y, const ConvEpilogue* epi = nullptr) {
+  if (!transpose) return direct_conv_forward(f, n, x, w, b, y, epi);
   // conv_transpose2d weights are [C, O, kH, kW]; the equivalent conv takes [O, C, kH, kW], flipped in space.
   std::vector<float> wt(static_cast<size_t>(f.o * f.c * f.kh * f.kw));
   for (int64_t o = 0; o < f.o; ++o)
@@ -558,6 +564,8 @@ void conv_kernel(KernelContext& k) {
   const ConvGeom g = conv_geom(k, transpose);
   const Tensor* bias = k.num_inputs() > 2 ? &k.in(2) : nullptr;
   const DType t = k.out(0).dtype();
+  // conv2d_fused's epilogue (conv_epilogue.h), taken here so that no nested call sees it.
+  ConvEpilogue* const epi = transpose ? nullptr : std::exchange(pending_conv_epilogue(), nullptr);
   if (k.out(0).numel() == 0) return;
   if (t == DType::f64) {
     const double* b = bias ? bias->data<double>() : nullptr;
@@ -567,13 +575,20 @@ void conv_kernel(KernelContext& k) {
       loops_conv(g, k.in(0).data<double>(), k.in(1).data<double>(), b, k.out(0).data<double>());
     return;
   }
-  if (t == DType::f32)
-    if (const auto f = direct_geom(g, transpose))
-      return direct_conv(*f, transpose, g.n, k.in(0).data<float>(), k.in(1).data<float>(),
-                         bias ? bias->data<float>() : nullptr, k.out(0).data<float>());
-  if (!transpose && t == DType::f32 && use_im2col_forward(g))
-    return im2col_conv_forward(g, k.in(0).data<float>(), k.in(1).data<float>(),
-                               bias ? bias->data<float>() : nullptr, k.out(0).data<float>());
+  if (t == DType::f32) {
+    if (const auto f = direct_geom(g, transpose)) {
+      direct_conv(*f, transpose, g.n, k.in(0).data<float>(), k.in(1).data<float>(),
+                  bias ? bias->data<float>() : nullptr, k.out(0).data<float>(), epi);
+      if (epi) epi->applied = true;
+      return;
+    }
+  }
+  if (!transpose && t == DType::f32 && use_im2col_forward(g)) {
+    im2col_conv_forward(g, k.in(0).data<float>(), k.in(1).data<float>(), bias ? bias->data<float>() : nullptr,
+                        k.out(0).data<float>(), epi);
+    if (epi) epi->applied = true;
+    return;
+  }
   static PrimitiveCache<std::optional<ConvPrim>> cache;
   const auto p = cache.get(geom_key(g, t, bias != nullptr) + (transpose ? "t" : "c"), [&]() -> std::optional<ConvPrim> {
     try {
@@ -1004,6 +1019,11 @@ void global_avg_pool_kernel(KernelContext& k) {
 void global_avg_pool_low(KernelContext& k) { run_in_f32(k, global_avg_pool_kernel); }
 
 }  // namespace
+
+ConvEpilogue*& pending_conv_epilogue() {
+  thread_local ConvEpilogue* e = nullptr;
+  return e;
+}
 
 void register_conv(KernelRegistry& r) {
   r.add(Backend::cpu, OpId::conv2d, {DType::f32, DType::f64}, conv_kernel<false>, "onednn");

@@ -22,6 +22,8 @@ void register_cpu_kernels(KernelRegistry& r) {
   cpu::register_norm(r);
   cpu::register_shape(r);
   cpu::register_quant(r);
+  cpu::register_fused(r);
+  cpu::register_fused_elementwise(r);
 }
 
 void cpu_set_num_threads(int n) { omp_set_num_threads(n); }

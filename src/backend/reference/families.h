@@ -10,4 +10,6 @@ void register_conv(KernelRegistry& r);
 void register_norm(KernelRegistry& r);
 void register_shape(KernelRegistry& r);
 void register_quant(KernelRegistry& r);
+void register_fused(KernelRegistry& r);  // fused.cpp: conv2d_fused, linear_fused
+void register_fused_elementwise(KernelRegistry& r);
 }  // namespace spore::reference

@@ -17,5 +17,7 @@ void register_reference_kernels(KernelRegistry& r) {
   reference::register_norm(r);
   reference::register_shape(r);
   reference::register_quant(r);
+  reference::register_fused(r);
+  reference::register_fused_elementwise(r);
 }
 }  // namespace spore

@@ -1,0 +1,122 @@
+// CPU kernels of the fused ops (ops/fused.h): conv2d_fused and linear_fused run the conv2d / linear kernel
+// into the output, then the epilogue (residual add, activation) in place. Determinism: the epilogue uses
+// the functions the unfused kernels use (unary_f32 / the registered add and activation kernels), which give
+// every element the same bits wherever a block starts (Highway's tail goes through a padded vector), so
+// fused == unfused bit for bit, for any thread count. f32 does add + activation in one pass (the add of two
+// floats is one IEEE operation, whatever code does it): inside the conv kernel on each image's output right
+// after it is computed where the kernel path allows (conv_epilogue.h: direct AVX2 conv, im2col), else over
+// cache-sized blocks after the base kernel (oneDNN conv, linear). f16/bf16/f64 run the registered add and
+// activation kernels in place after the base kernel (still one launch and no intermediate buffers).
+#include <algorithm>
+
+#include "backend/cpu/conv_epilogue.h"
+#include "backend/cpu/elementwise_simd.h"
+#include "backend/cpu/families.h"
+#include "base/thread_pool.h"
+#include "ops/fused.h"
+
+namespace spore::cpu {
+namespace {
+
+constexpr int64_t kBlock = 16384;  // the elementwise kernels' chunk: 64 KB of f32, in L2 while both steps run
+
+void run_kernel(OpId op, DType t, std::span<const Tensor> inputs, Tensor& out, const Attrs& attrs) {
+  const KernelInfo* ki = kernel_registry().find(Backend::cpu, op, t);
+  SPORE_CHECK(ki != nullptr && ki->fn != nullptr, ErrorCode::unsupported, "[{}] no cpu kernel for {}", op_name(op),
+              dtype_name(t));
+  KernelContext kc{inputs, std::span<Tensor>(&out, 1), attrs, op, {}};
+  ki->fn(kc);
+}
+
+// The UnaryOp (and its parameters) of the activation, as unary_lowp_kernel derives them for f32.
+UnaryOp unary_of(OpId act, const Attrs& a, UnaryParams& p) {
+  switch (act) {
+    case OpId::relu: return UnaryOp::relu;
+    case OpId::leaky_relu: p.a = static_cast<float>(a.f("alpha")); return UnaryOp::leaky_relu;
+    case OpId::clip:
+      p.a = static_cast<float>(a.f("min"));
+      p.b = static_cast<float>(a.f("max"));
+      return UnaryOp::clip;
+    case OpId::sigmoid: return UnaryOp::sigmoid;
+    case OpId::tanh: return UnaryOp::tanh;
+    case OpId::gelu: return a.s("approximate") == "tanh" ? UnaryOp::gelu_tanh : UnaryOp::gelu_erf;
+    case OpId::silu: return UnaryOp::silu;
+    default: SPORE_FAIL(ErrorCode::internal, "fused epilogue: {} is not an activation", op_name(act));
+  }
+}
+
+// The f32 epilogue of elements [b, b + m): residual add, then the activation, in place.
+struct EpilogueF32 {
+  float* y;
+  const float* res;
+  bool has_act;
+  UnaryOp op;
+  UnaryParams p;
+
+  void operator()(int64_t b, int64_t m) const {
+    float* __restrict yb = y + b;
+    if (res) {
+      const float* __restrict rb = res + b;
+      for (int64_t i = 0; i < m; ++i) yb[i] = yb[i] + rb[i];
+    }
+    if (has_act) unary_f32(op, yb, yb, static_cast<size_t>(m), p);
+  }
+  // Over the whole output, in parallel blocks.
+  void all(int64_t n) const {
+    parallel_for(num_chunks(n, kBlock), [&](int64_t blk) {
+      const int64_t b = blk * kBlock;
+      (*this)(b, std::min(kBlock, n - b));
+    });
+  }
+};
+
+// Clears the pending conv epilogue however the conv kernel returns.
+struct PendingEpilogue {
+  explicit PendingEpilogue(ConvEpilogue* e) { pending_conv_epilogue() = e; }
+  ~PendingEpilogue() { pending_conv_epilogue() = nullptr; }
+  PendingEpilogue(const PendingEpilogue&) = delete;
+  PendingEpilogue& operator=(const PendingEpilogue&) = delete;
+};
+
+void fused_kernel(KernelContext& k) {
+  const OpId base = *fused::base_op(k.op);
+  const fused::Operands o = fused::operands(k.attrs, k.num_inputs());
+  Tensor& y = k.out(0);
+  const DType t = y.dtype();
+  std::vector<Tensor> ins{k.in(0), k.in(1)};
+  if (o.bias >= 0) ins.push_back(k.in(o.bias));
+  const std::optional<OpId> act = fused::activation_op(k.attrs.s("activation"));
+  const Tensor* res = o.residual >= 0 ? &k.in(o.residual) : nullptr;
+  if (t == DType::f32) {
+    EpilogueF32 e{y.data<float>(), res ? res->data<float>() : nullptr, act.has_value(), UnaryOp::relu, {}};
+    if (act) e.op = unary_of(*act, k.attrs, e.p);
+    // Only f32 conv2d takes the per-image hook: f16/bf16 convs compute in f32 staging buffers, and the
+    // epilogue must see the rounded outputs.
+    ConvEpilogue hook{[&e](int64_t b, int64_t m) { e(b, m); }, false};
+    {
+      PendingEpilogue guard(base == OpId::conv2d ? &hook : nullptr);
+      run_kernel(base, t, ins, y, k.attrs);  // the base kernels read only their own attributes
+    }
+    if (!hook.applied) e.all(y.numel());
+    return;
+  }
+  run_kernel(base, t, ins, y, k.attrs);
+  if (y.numel() == 0) return;
+  if (res) {
+    const Tensor sum_in[2] = {y, *res};
+    run_kernel(OpId::add, t, sum_in, y, Attrs{});
+  }
+  if (act) {
+    const Tensor act_in[1] = {y};
+    run_kernel(*act, t, act_in, y, k.attrs);
+  }
+}
+
+}  // namespace
+
+void register_fused(KernelRegistry& r) {
+  r.add(Backend::cpu, OpId::conv2d_fused, dtypes::floating, fused_kernel, "onednn+hwy");
+  r.add(Backend::cpu, OpId::linear_fused, dtypes::floating, fused_kernel, "onednn+hwy");
+}
+
+}  // namespace spore::cpu

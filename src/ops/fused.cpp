@@ -1,0 +1,178 @@
+// Fused ops made by the epilogue fusion pass (passes/fuse_epilogue.cpp); see ops/fused.h for the semantics.
+// Shape inference and cost reuse the base op's; the decomposition (base op, add, activation) is the
+// definition, and the fallback on backends without a fused kernel. Inference only: no gradient.
+#include "ops/fused.h"
+
+#include <limits>
+
+#include "ops/families.h"
+#include "ops/infer.h"
+#include "ops/ops.h"
+
+namespace spore {
+namespace fused {
+namespace {
+struct ActEntry {
+  std::string_view name;
+  OpId op;
+};
+constexpr ActEntry kActivations[] = {
+    {"relu", OpId::relu},       {"leaky_relu", OpId::leaky_relu}, {"clip", OpId::clip}, {"sigmoid", OpId::sigmoid},
+    {"tanh", OpId::tanh},       {"gelu", OpId::gelu},             {"silu", OpId::silu},
+};
+}  // namespace
+
+std::optional<OpId> base_op(OpId f) {
+  if (f == OpId::conv2d_fused) return OpId::conv2d;
+  if (f == OpId::linear_fused) return OpId::linear;
+  return std::nullopt;
+}
+
+std::optional<OpId> fused_op_of(OpId base) {
+  if (base == OpId::conv2d) return OpId::conv2d_fused;
+  if (base == OpId::linear) return OpId::linear_fused;
+  return std::nullopt;
+}
+
+std::optional<OpId> activation_op(std::string_view activation) {
+  if (activation == "none") return std::nullopt;
+  for (const ActEntry& e : kActivations)
+    if (e.name == activation) return e.op;
+  SPORE_FAIL(ErrorCode::invalid_argument,
+             "activation must be none, relu, leaky_relu, clip, sigmoid, tanh, gelu or silu, got \"{}\"", activation);
+}
+
+std::optional<std::string_view> activation_name(OpId op) {
+  for (const ActEntry& e : kActivations)
+    if (e.op == op) return e.name;
+  return std::nullopt;
+}
+
+Attrs base_attrs(OpId f, const Attrs& a) {
+  Attrs r;
+  if (f == OpId::conv2d_fused)
+    for (const char* n : {"stride", "padding", "dilation", "groups", "pad_mode"})
+      if (const AttrValue* v = a.find(n)) r.set(n, *v);
+  return r;
+}
+
+Attrs activation_attrs(const Attrs& a) {
+  Attrs r;
+  const auto op = activation_op(a.s("activation"));
+  if (!op) return r;
+  const auto copy = [&](const char* n) {
+    if (const AttrValue* v = a.find(n)) r.set(n, *v);
+  };
+  if (*op == OpId::leaky_relu) copy("alpha");
+  if (*op == OpId::clip) copy("min"), copy("max");
+  if (*op == OpId::gelu) copy("approximate");
+  return r;
+}
+
+Operands operands(const Attrs& a, int num_inputs) {
+  Operands o;
+  const bool res = a.b("residual");
+  if (res) o.residual = num_inputs - 1;
+  if (num_inputs - (res ? 1 : 0) > 2) o.bias = 2;
+  return o;
+}
+}  // namespace fused
+
+namespace {
+using infer::dims_compatible;
+using infer::dims_str;
+
+std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
+  const fused::Operands o = fused::operands(c.attrs, c.num_inputs());
+  c.check(!c.attrs.b("residual") || c.num_inputs() >= 3, ErrorCode::invalid_argument,
+          "residual=true needs a residual input after x and w, got {} inputs", c.num_inputs());
+  std::optional<OpId> act;
+  try {
+    act = fused::activation_op(c.attrs.s("activation"));
+  } catch (const Error& e) {
+    c.fail(ErrorCode::invalid_argument, e.what());
+  }
+  if (act == OpId::gelu) {
+    const std::string& ap = c.attrs.s("approximate");
+    c.check(ap == "none" || ap == "tanh", ErrorCode::invalid_argument,
+            "approximate must be \"none\" or \"tanh\", got \"{}\"", ap);
+  }
+  std::vector<TensorType> ins{c.in(0), c.in(1)};
+  if (o.bias >= 0) ins.push_back(c.in(o.bias));
+  // Looked up at call time: the registry may still be being built while this family registers.
+  const OpDef& def = op_registry().get(base);
+  const InferContext bc{def, ins, c.attrs, c.where};
+  std::vector<TensorType> out = def.infer(bc);
+  if (o.residual >= 0) {
+    const TensorType& r = c.in(o.residual);
+    bool same = r.dtype == out[0].dtype && r.rank() == out[0].rank();
+    for (size_t i = 0; same && i < r.dims.size(); ++i) same = dims_compatible(r.dims[i], out[0].dims[i]);
+    c.check(same, ErrorCode::shape_mismatch, "residual must have the output's type {}{}, got {}{}",
+            dtype_name(out[0].dtype), dims_str(out[0].dims), dtype_name(r.dtype), dims_str(r.dims));
+  }
+  return out;
+}
+
+std::vector<Tensor> decompose_fused(OpId f, std::span<const Tensor> inputs, const Attrs& a) {
+  const fused::Operands o = fused::operands(a, static_cast<int>(inputs.size()));
+  std::vector<Tensor> ins{inputs[0], inputs[1]};
+  if (o.bias >= 0) ins.push_back(inputs[static_cast<size_t>(o.bias)]);
+  Tensor y = ops::call1(*fused::base_op(f), ins, fused::base_attrs(f, a));
+  if (o.residual >= 0) y = ops::add(y, inputs[static_cast<size_t>(o.residual)]);
+  if (const auto act = fused::activation_op(a.s("activation"))) y = ops::call1(*act, {&y, 1}, fused::activation_attrs(a));
+  return {y};
+}
+
+OpCost fused_cost(OpId f, std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
+  const fused::Operands o = fused::operands(a, static_cast<int>(ins.size()));
+  const size_t nb = o.bias >= 0 ? 3 : 2;
+  const OpDef& def = op_registry().get(*fused::base_op(f));
+  OpCost c = def.cost_of(ins.subspan(0, nb), outs, fused::base_attrs(f, a));
+  const double n = static_cast<double>(std::max<int64_t>(outs[0].numel(), 0));
+  if (o.residual >= 0) c.bytes += n * static_cast<double>(dtype_size(outs[0].dtype));
+  c.flops += n * ((o.residual >= 0 ? 1 : 0) + (a.s("activation") == "none" ? 0 : 1));
+  return c;
+}
+
+void epilogue_attrs(OpDefBuilder& b) {
+  const double inf = std::numeric_limits<double>::infinity();
+  b.attr("activation", AttrKind::str, std::string("none"))
+      .attr("alpha", AttrKind::f64, 0.01)
+      .attr("min", AttrKind::f64, -inf)
+      .attr("max", AttrKind::f64, inf)
+      .attr("approximate", AttrKind::str, std::string("none"))
+      .attr("residual", AttrKind::boolean, false);
+}
+}  // namespace
+
+void register_fused_ops(OpRegistry& r) {
+  using V = std::vector<int64_t>;
+  OpDefBuilder conv = r.def(OpId::conv2d_fused);
+  conv.doc("act(conv2d(x, w, bias) [+ residual]): conv2d's attributes; activation none|relu|leaky_relu(alpha)|"
+           "clip(min,max)|sigmoid|tanh|gelu(approximate)|silu; residual=true: the last input is added before the "
+           "activation and has the output's type. Made by fuse_epilogue; inference only.")
+      .inputs({"x", "w", "bias?", "residual?"})
+      .attr("stride", AttrKind::i64s, V{1, 1})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
+      .attr("dilation", AttrKind::i64s, V{1, 1})
+      .attr("groups", AttrKind::i64, int64_t{1})
+      .attr("pad_mode", AttrKind::str, std::string("pad"));
+  epilogue_attrs(conv);
+  conv.dtypes(dtypes::floating)
+      .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)
+      .infer([](const InferContext& c) { return infer_fused(c, OpId::conv2d); })
+      .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused(OpId::conv2d_fused, in, a); })
+      .cost([](auto ins, auto outs, const Attrs& a) { return fused_cost(OpId::conv2d_fused, ins, outs, a); });
+  OpDefBuilder lin = r.def(OpId::linear_fused);
+  lin.doc("act(x @ w^T + bias [+ residual]): activation and residual as conv2d_fused. Made by fuse_epilogue; "
+          "inference only.")
+      .inputs({"x", "w", "bias?", "residual?"});
+  epilogue_attrs(lin);
+  lin.dtypes(dtypes::floating)
+      .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)
+      .infer([](const InferContext& c) { return infer_fused(c, OpId::linear); })
+      .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused(OpId::linear_fused, in, a); })
+      .cost([](auto ins, auto outs, const Attrs& a) { return fused_cost(OpId::linear_fused, ins, outs, a); });
+}
+
+}  // namespace spore

@@ -1,0 +1,146 @@
+// fused_elementwise: a chain or tree of elementwise/broadcast ops run as one kernel (made by the
+// fuse_elementwise pass; the program format is in ops/fused_elementwise.h). Backends without a kernel
+// for a dtype get the decomposition: the program replayed with the unfused ops.
+#include "ops/fused_elementwise.h"
+
+#include "ops/families.h"
+#include "ops/infer.h"
+#include "ops/ops.h"
+
+namespace spore {
+
+namespace fused {
+
+int fusable_arity(OpId op) {
+  switch (op) {
+    case OpId::neg: case OpId::abs: case OpId::exp: case OpId::log: case OpId::sqrt: case OpId::rsqrt:
+    case OpId::reciprocal: case OpId::tanh: case OpId::sigmoid: case OpId::relu: case OpId::leaky_relu:
+    case OpId::gelu: case OpId::silu: case OpId::erf: case OpId::sin: case OpId::cos: case OpId::floor:
+    case OpId::ceil: case OpId::round: case OpId::sign: case OpId::clip:
+      return 1;
+    case OpId::add: case OpId::sub: case OpId::mul: case OpId::div: case OpId::maximum: case OpId::minimum:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+void encode_params(OpId op, const Attrs& attrs, double& p0, double& p1) {
+  p0 = p1 = 0;
+  if (op == OpId::leaky_relu) p0 = attrs.f("alpha");
+  if (op == OpId::clip) {
+    p0 = attrs.f("min");
+    p1 = attrs.f("max");
+  }
+  if (op == OpId::gelu) p0 = attrs.s("approximate") == "tanh" ? 1.0 : 0.0;
+}
+
+Attrs op_attrs(const Instr& ins) {
+  switch (ins.op) {
+    case OpId::leaky_relu: return Attrs{{"alpha", ins.p0}};
+    case OpId::clip: return Attrs{{"min", ins.p0}, {"max", ins.p1}};
+    case OpId::gelu: return Attrs{{"approximate", std::string(ins.p0 != 0 ? "tanh" : "none")}};
+    default: return {};
+  }
+}
+
+Program decode(const Attrs& attrs, int num_inputs, std::string_view where) {
+  const std::vector<int64_t>& prog = attrs.ints("program");
+  const std::vector<double> params = attrs.floats("params");
+  const std::vector<int64_t>& results = attrs.ints("results");
+  const auto fail = [&](const std::string& msg) {
+    SPORE_FAIL(ErrorCode::invalid_argument, "[fused_elementwise] {}{}{}", msg, where.empty() ? "" : " (node ",
+               where.empty() ? std::string() : std::string(where) + ")");
+  };
+  if (prog.size() % kInstrWidth != 0) fail(fmt::format("program has {} entries, not a multiple of {}", prog.size(), kInstrWidth));
+  const size_t n = prog.size() / kInstrWidth;
+  if (n == 0) fail("program is empty");
+  if (params.size() != n * kParamWidth)
+    fail(fmt::format("params has {} entries, expected {} ({} per instruction)", params.size(), n * kParamWidth, kParamWidth));
+  if (results.empty()) fail("results is empty");
+  Program p;
+  p.num_inputs = num_inputs;
+  p.instrs.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    Instr& ins = p.instrs[j];
+    const int64_t op = prog[j * kInstrWidth];
+    if (op < 0 || op >= num_builtin_ops || fusable_arity(static_cast<OpId>(op)) == 0)
+      fail(fmt::format("instruction {}: op id {} is not an op a program may contain", j, op));
+    ins.op = static_cast<OpId>(op);
+    ins.arity = fusable_arity(ins.op);
+    const int64_t slots = num_inputs + static_cast<int64_t>(j);
+    for (int a = 0; a < 3; ++a) {
+      const int64_t s = prog[j * kInstrWidth + 1 + a];
+      if (a < ins.arity) {
+        if (s < 0 || s >= slots)
+          fail(fmt::format("instruction {} ({}): operand {} is slot {}, expected 0..{}", j, op_name(ins.op), a, s, slots - 1));
+        ins.args[a] = static_cast<int>(s);
+      } else if (s != -1) {
+        fail(fmt::format("instruction {} ({}): operand {} must be -1, got {}", j, op_name(ins.op), a, s));
+      }
+    }
+    ins.p0 = params[j * kParamWidth];
+    ins.p1 = params[j * kParamWidth + 1];
+  }
+  const int64_t total = num_inputs + static_cast<int64_t>(n);
+  for (int64_t r : results) {
+    if (r < 0 || r >= total) fail(fmt::format("result slot {} out of range 0..{}", r, total - 1));
+    p.results.push_back(static_cast<int>(r));
+  }
+  return p;
+}
+
+}  // namespace fused
+
+namespace {
+
+std::vector<TensorType> infer_fused(const InferContext& c) {
+  const DType t = infer::common_dtype(c);
+  const fused::Program p = fused::decode(c.attrs, c.num_inputs(), c.where);
+  std::vector<Dim> dims = c.in(0).dims;
+  for (int i = 1; i < c.num_inputs(); ++i) dims = infer::broadcast_dims(c, dims, c.in(i).dims);
+  return std::vector<TensorType>(p.results.size(), TensorType(t, dims));
+}
+
+// Replays the program with the unfused ops (the fallback for dtypes and backends without a kernel).
+std::vector<Tensor> decompose_fused(std::span<const Tensor> inputs, const Attrs& attrs) {
+  const fused::Program p = fused::decode(attrs, static_cast<int>(inputs.size()));
+  std::vector<Tensor> slots(inputs.begin(), inputs.end());
+  for (const fused::Instr& ins : p.instrs) {
+    std::vector<Tensor> args;
+    for (int a = 0; a < ins.arity; ++a) args.push_back(slots[ins.args[a]]);
+    slots.push_back(ops::call1(ins.op, args, fused::op_attrs(ins)));
+  }
+  Shape full = inputs[0].shape();
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    const Shape& s = inputs[i].shape();
+    if (s.size() > full.size()) full.insert(full.begin(), s.size() - full.size(), 1);
+    for (size_t d = 0; d < s.size(); ++d) {
+      int64_t& f = full[full.size() - s.size() + d];
+      if (f == 1) f = s[d];
+    }
+  }
+  std::vector<Tensor> outs;
+  for (int r : p.results) outs.push_back(slots[r].shape() == full ? slots[r] : ops::expand(slots[r], full));
+  return outs;
+}
+
+}  // namespace
+
+void register_fused_elementwise_ops(OpRegistry& r) {
+  // Opaque to other passes: a fused node has many inputs and outputs, so no pass that matches single
+  // elementwise ops (activation fusion, in-place reuse) should take it for one.
+  r.def(OpId::fused_elementwise)
+      .doc("Runs a program of elementwise/broadcast ops over the broadcast output shape in one pass "
+           "(attributes: program, params, results; see ops/fused_elementwise.h).")
+      .variadic_inputs("x", 1)
+      .attr("program", AttrKind::i64s)
+      .attr("params", AttrKind::f64s, std::vector<double>{})
+      .attr("results", AttrKind::i64s)
+      .dtypes(dtypes::floating)
+      .traits(TraitSet{}, FusionKind::opaque, AmpPolicy::follow)
+      .infer(infer_fused)
+      .decompose(decompose_fused);
+}
+
+}  // namespace spore

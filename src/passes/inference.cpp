@@ -1,0 +1,130 @@
+// Inference-only passes (they run only when PassOptions::inference is set, i.e. for a deployed model):
+//  - fold_batch_norm: batch_norm(conv2d(x, w, b)) -> conv2d(x, w * s, (b - mean) * s + bias) with
+//    s = scale / sqrt(var + epsilon) per output channel, and the same for linear (output [N, features]);
+//    the new weights are computed once here (in f64, stored in w's dtype). It needs w, b and the batch_norm
+//    parameters constant and the conv/linear output used by nothing else. The result differs from the unfolded
+//    graph by rounding only (about 1e-6 relative in f32), which is why training graphs never get it.
+//  - remove_dropout: every dropout becomes its input (inference means dropout is off, whatever its attrs say).
+#include <cmath>
+
+#include "ir/rewrite/rewrite.h"
+#include "ops/graph_ops.h"
+#include "passes/pass.h"
+
+namespace spore {
+namespace {
+using namespace rewrite;
+
+bool is_const(const Value* v) { return v->producer && v->producer->op == OpId::constant && v->producer->payload.defined(); }
+
+// Routes `from`'s uses (and graph-output slots, keeping the output's value name) to `to`, a fresh value.
+void forward_fresh(Graph& g, Value* from, Value* to) {
+  if (g.is_output(from)) {
+    const std::string name = from->name;
+    for (int k = 0;; ++k) {  // a fresh name (those of dead values stay taken; find_value does not see them)
+      try {
+        g.rename_value(from, name + ".folded" + (k ? std::to_string(k) : ""));
+        break;
+      } catch (const Error&) {
+        if (k > 1000) throw;
+      }
+    }
+    g.replace_all_uses(from, to);
+    g.rename_value(to, name);
+    return;
+  }
+  g.replace_all_uses(from, to);
+}
+
+bool fold_bn(Match& mt, Rewriter& rw) {
+  Graph& g = rw.graph();
+  Node* bn = mt.root;
+  Value* y = bn->inputs[0];
+  Node* p = y->producer;
+  if (!p || (p->op != OpId::conv2d && p->op != OpId::linear)) return false;
+  if (y->uses.size() != 1 || g.is_output(y)) return false;
+  for (int i = 1; i < 5; ++i)
+    if (!is_const(bn->inputs[i])) return false;
+  Value* w = p->inputs.at(1);
+  Value* b = p->inputs.size() > 2 ? p->inputs[2] : nullptr;
+  if (!is_const(w) || (b && !is_const(b))) return false;
+  if (!w->type.is_static() || !is_floating(w->type.dtype)) return false;
+  // batch_norm normalizes axis 1: for linear that is the feature axis only when the output is [N, features].
+  if (p->op == OpId::linear && y->type.rank() != 2) return false;
+  const int64_t channels = w->type.dims[0].size;
+  for (int i = 1; i < 5; ++i)
+    if (bn->inputs[i]->type.numel() != channels) return false;
+
+  const double eps = op_registry().get(OpId::batch_norm).normalize(bn->attrs, bn->label()).f("epsilon");
+  const std::vector<double> scale = bn->inputs[1]->producer->payload.to_doubles();
+  const std::vector<double> shift = bn->inputs[2]->producer->payload.to_doubles();
+  const std::vector<double> mean = bn->inputs[3]->producer->payload.to_doubles();
+  const std::vector<double> var = bn->inputs[4]->producer->payload.to_doubles();
+  std::vector<double> wv = w->producer->payload.to_doubles();
+  std::vector<double> bv = b ? b->producer->payload.to_doubles() : std::vector<double>(channels, 0.0);
+  const size_t per_channel = wv.size() / static_cast<size_t>(channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    const double s = scale[c] / std::sqrt(var[c] + eps);
+    for (size_t k = 0; k < per_channel; ++k) wv[c * per_channel + k] *= s;
+    bv[c] = (bv[c] - mean[c]) * s + shift[c];
+  }
+  const DType bias_dtype = b ? b->type.dtype : w->type.dtype;
+  Value* new_w = g.add_constant(Tensor::from_doubles(wv, w->type.shape(), w->type.dtype), w->name + ".bn_folded");
+  Value* new_b = g.add_constant(Tensor::from_doubles(bv, {channels}, bias_dtype),
+                                (b ? b->name : bn->inputs[2]->name) + ".bn_folded");
+  Node* fused = rw.add(p->op, {p->inputs[0], new_w, new_b}, p->attrs, {bn->output(0)->type},
+                       p->name.empty() ? bn->name : p->name);
+  forward_fresh(g, bn->output(0), fused->output(0));
+  return true;
+}
+
+RewriteSet make_bn_rules() {
+  RewriteSet rules("fold_batch_norm");
+  rules.add({"batch_norm_into_producer",
+             m::op(OpId::batch_norm, {m::any(), m::constant(), m::constant(), m::constant(), m::constant()}), fold_bn});
+  return rules;
+}
+
+bool drop(Match& mt, Rewriter& rw) {
+  Graph& g = rw.graph();
+  Value* out = mt.root->output(0);
+  Value* x = mt["x"];
+  if (g.is_output(out) && (g.is_output(x) || (x->producer && x->producer->op == OpId::input))) return false;
+  forward_fresh(g, out, x);
+  return true;
+}
+
+RewriteSet make_dropout_rules() {
+  RewriteSet rules("remove_dropout");
+  rules.add({"dropout", m::op(OpId::dropout, {m::any("x")}), drop});
+  rules.add({"dropout_with_offset", m::op(OpId::dropout, {m::any("x"), m::any()}), drop});
+  return rules;
+}
+
+class FoldBatchNormPass final : public Pass {
+ public:
+  std::string name() const override { return "fold_batch_norm"; }
+  int min_opt_level() const override { return 1; }
+  bool run(Graph& g, const PassOptions& opts) override {
+    if (!opts.inference) return false;
+    static const RewriteSet rules = make_bn_rules();
+    return apply_greedy(g, rules).applied > 0;
+  }
+};
+
+class RemoveDropoutPass final : public Pass {
+ public:
+  std::string name() const override { return "remove_dropout"; }
+  bool run(Graph& g, const PassOptions& opts) override {
+    if (!opts.inference) return false;
+    static const RewriteSet rules = make_dropout_rules();
+    return apply_greedy(g, rules).applied > 0;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fold_batch_norm_pass() { return std::make_unique<FoldBatchNormPass>(); }
+std::unique_ptr<Pass> make_remove_dropout_pass() { return std::make_unique<RemoveDropoutPass>(); }
+
+}  // namespace spore
