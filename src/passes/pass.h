@@ -96,7 +96,8 @@ MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory);
 // runs no kernel for it. True for such a node after planning.
 bool is_arena_alias(const Node& n);
 
-// The default pipeline for graph mode: dce, cse, constant folding, dce, memory plan.
+// The default pipeline for graph mode: dce, remove_dropout, fold_batch_norm, simplify, cse, fold_constants, dce,
+// fuse_epilogue, fuse_elementwise, dce, memory_plan (the optimizing passes need opt_level >= 1).
 // (Decomposition of ops without kernels happens before, in the runtime's lowering.)
 void add_default_pipeline(PassManager& pm);
 

@@ -9,6 +9,15 @@ namespace spore {
 
 void PassManager::run(Graph& g) {
   records_.clear();
+  for (const std::string& d : opts_.disabled) {
+    bool known = false;
+    std::string names;
+    for (const auto& p : passes_) {
+      known |= p->name() == d;
+      if (names.find(p->name()) == std::string::npos) names += (names.empty() ? "" : ", ") + p->name();
+    }
+    SPORE_CHECK(known, ErrorCode::invalid_argument, "cannot disable pass '{}': no such pass in the pipeline ({})", d, names);
+  }
   int index = 0;
   auto save = [&](const std::string& name) {
     if (opts_.save_graphs_dir.empty()) return;
@@ -45,8 +54,14 @@ void PassManager::run(Graph& g) {
 
 void add_default_pipeline(PassManager& pm) {
   pm.add(make_dce_pass());
+  pm.add(make_remove_dropout_pass());    // inference only
+  pm.add(make_fold_batch_norm_pass());   // inference only
+  pm.add(make_simplify_pass());
   pm.add(make_cse_pass());
   pm.add(make_fold_constants_pass());
+  pm.add(make_dce_pass());
+  pm.add(make_fuse_epilogue_pass());     // before fuse_elementwise, which would otherwise take bias-add + act
+  pm.add(make_fuse_elementwise_pass());
   pm.add(make_dce_pass());
   pm.add(make_memory_plan_pass());
 }

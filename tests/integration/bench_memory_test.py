@@ -31,12 +31,14 @@ def fail(msg, p=None):
     sys.exit("FAIL: " + msg)
 
 
-def spore(*args):
-    return subprocess.run([SPORE, *args], capture_output=True, text=True, timeout=120)
+def spore(*args, opt_level="0"):
+    # --opt-level 0: these checks are about the planner, so the chain must not be fused into one kernel.
+    extra = ["--opt-level", opt_level] if args and args[0] == "bench" else []
+    return subprocess.run([SPORE, *args, *extra], capture_output=True, text=True, timeout=120)
 
 
-def bench_json(*args):
-    p = spore("bench", *args, "--json")
+def bench_json(*args, opt_level="0"):
+    p = spore("bench", *args, "--json", opt_level=opt_level)
     if p.returncode != 0:
         fail(f"spore bench {' '.join(args)} exited {p.returncode}", p)
     return json.loads(p.stdout)
@@ -60,6 +62,16 @@ def main():
             peaks.append(j["arena_bytes"])
         if peaks != [5 * 16 * row, 2 * 16 * row, 16 * row]:
             fail(f"arena bytes at O0/O1/O2: {peaks}, expected {[5 * 16 * row, 2 * 16 * row, 16 * row]}")
+
+        # The default pipeline fuses the whole chain into one kernel that writes only the output.
+        fused = bench_json(model, "--batch", "16", "--iters", "2", "--warmup", "0", opt_level="1")
+        plain = bench_json(model, "--batch", "16", "--iters", "2", "--warmup", "0")
+        if fused["kernels"] != 1 or plain["kernels"] != 6 or fused["arena_bytes"] != 0:
+            fail(f"kernels fused/plain {fused['kernels']}/{plain['kernels']}, fused arena {fused['arena_bytes']}: "
+                 "expected 1/6 and 0")
+        p = spore("bench", model, "--disable-pass", "no_such_pass", "--iters", "1")
+        if p.returncode == 0 or "no_such_pass" not in p.stderr or "fuse_elementwise" not in p.stderr:
+            fail("an unknown --disable-pass should be an error listing the passes", p)
 
         cap = 1_000_000
         j = bench_json(model, "--find-max-batch", "--max-memory", "1MB", "--memory-optimize-level", "2")

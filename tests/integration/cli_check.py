@@ -85,8 +85,11 @@ def check_graph_roundtrip(spore, *files):
 
 
 def check_graph_passes(spore, f):
-    p = run(spore, "graph", f, "--passes")
+    p = run(spore, "graph", f, "--passes", "--opt-level", "0")
     if p.returncode != 0 or "# pass memory_plan" not in p.stdout or "!offset0=" not in p.stdout:
+        fail(f"spore graph {f} --passes --opt-level 0", p)
+    p = run(spore, "graph", f, "--passes")  # the default level fuses the elementwise chain
+    if p.returncode != 0 or "# pass fuse_elementwise" not in p.stdout or "fused_elementwise(" not in p.stdout:
         fail(f"spore graph {f} --passes", p)
 
 

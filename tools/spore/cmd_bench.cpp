@@ -171,6 +171,8 @@ int cmd_bench(int argc, char** argv) {
   uint64_t seed = 0;
   bool json = false, find_batch = false;
   int memory_level = CompileOptions{}.memory_optimize_level;
+  int opt_level = CompileOptions{}.opt_level;
+  std::vector<std::string> disabled_passes;
   std::string max_memory_text;
   app.add_option("model", model, "model file: .spore, .onnx or text IR")->required();
   auto* batch_opt = app.add_option("--batch", batch, "size of a symbolic first input dim (default 1)")->check(CLI::PositiveNumber);
@@ -187,6 +189,12 @@ int cmd_bench(int argc, char** argv) {
                  "0: every intermediate its own buffer, 1: liveness-based reuse (default), 2: also in place and "
                  "tighter packing")
       ->check(CLI::Range(0, 2));
+  app.add_option("--opt-level", opt_level,
+                 "graph optimization level: 0 runs only dce, constant folding and memory planning (no simplification "
+                 "or fusion), 1 the whole pipeline (default)")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--disable-pass", disabled_passes, "skip this pass of the pipeline, e.g. fuse_elementwise (repeatable)")
+      ->allow_extra_args(false);
   auto* max_mem_opt = app.add_option("--max-memory", max_memory_text,
                                      "cap on planned memory (arena + weights + inputs/outputs), e.g. 2GB, 512MiB; "
                                      "a plan needing more fails at compile time");
@@ -213,6 +221,8 @@ int cmd_bench(int argc, char** argv) {
               model);
   CompileOptions copts;
   copts.memory_optimize_level = memory_level;
+  copts.opt_level = opt_level;
+  copts.disabled_passes = disabled_passes;
   const size_t cap = max_mem_opt->count() ? parse_bytes(max_memory_text) : 0;
   if (find_batch) {
     SPORE_CHECK(has_batch_dim, ErrorCode::invalid_argument,
@@ -270,6 +280,7 @@ int cmd_bench(int argc, char** argv) {
                                 {"weights_bytes", planned.weights},
                                 {"io_bytes", planned.io},
                                 {"memory_optimize_level", memory_level},
+                                {"opt_level", opt_level},
                                 {"kernels", plan.num_kernels()},
                                 {"iters", static_cast<int64_t>(lat.size())},
                                 {"warmup", warmup},

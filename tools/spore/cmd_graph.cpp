@@ -59,6 +59,8 @@ int cmd_graph(int argc, char** argv) {
   app.add_option("--opt-level", opt_level, "optimization level for the pipeline (0 skips the optimizing passes)")
       ->check(CLI::Range(0, 3));
   app.add_option("--input-shape", shape_specs, "fix input dims, e.g. x:1,3,32,32 (repeatable)");
+  std::vector<std::string> disabled;
+  app.add_option("--disable-pass", disabled, "skip this pass of the pipeline (repeatable)")->allow_extra_args(false);
   app.add_flag("--dot", dot, "print Graphviz DOT instead of text IR");
   app.add_flag("--verify-only", verify_only, "only parse and verify; print a one-line summary");
   app.add_flag("--passes", passes, "run the default pass pipeline (needs static input shapes) and print the result");
@@ -103,7 +105,7 @@ int cmd_graph(int argc, char** argv) {
     return 0;
   }
   std::string records, dumps;
-  if (passes || !print_after.empty() || !save_dir.empty()) {
+  if (passes || !print_after.empty() || !save_dir.empty() || !disabled.empty()) {
     for (const Value* v : g->inputs())
       SPORE_CHECK(v->type.is_static(), ErrorCode::shape_mismatch,
                   "{}: running passes needs static input shapes, but input %{} is {} (fix it with --input-shape {}:...)",
@@ -112,7 +114,8 @@ int cmd_graph(int argc, char** argv) {
     const bool scratch = save_dir.empty() && !print_after.empty();
     const std::string dir =
         scratch ? (std::filesystem::temp_directory_path() / fmt::format("spore_graph_{}", getpid())).string() : save_dir;
-    PassManager pm(PassOptions{.opt_level = opt_level, .verify_each = true, .save_graphs_dir = dir, .inference = true});
+    PassManager pm(PassOptions{
+        .opt_level = opt_level, .verify_each = true, .disabled = disabled, .save_graphs_dir = dir, .inference = true});
     add_default_pipeline(pm);
     std::vector<std::string> wanted = print_after;
     try {
