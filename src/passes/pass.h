@@ -81,6 +81,12 @@ std::unique_ptr<Pass> make_remove_dropout_pass();
 // conv2d/linear -> [add(residual)] -> [activation], intermediates used once, becomes conv2d_fused/linear_fused
 // (ops/fused.h), bit-identical to the unfused ops; see fuse_epilogue.cpp.
 std::unique_ptr<Pass> make_fuse_epilogue_pass();
+// Normalization/activation patterns written out as primitives (as ONNX exporters and users write them) mapped to
+// the fused ops: layer_norm, rms_norm, softmax, gelu (erf and tanh forms), silu; see patterns.cpp.
+std::unique_ptr<Pass> make_recognize_patterns_pass();
+// matmul(q * scale, k^T) [+ mask] -> softmax(last axis) -> matmul(., v) becomes one `attention` node
+// (ops/attention.h); see fuse_attention.cpp.
+std::unique_ptr<Pass> make_fuse_attention_pass();
 
 // Result of memory planning, readable after the pass ran.
 struct MemoryPlanInfo {
@@ -97,7 +103,7 @@ MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory);
 bool is_arena_alias(const Node& n);
 
 // The default pipeline for graph mode: dce, remove_dropout, fold_batch_norm, simplify, cse, fold_constants, dce,
-// fuse_epilogue, fuse_elementwise, dce, memory_plan (the optimizing passes need opt_level >= 1).
+// recognize_patterns, fuse_attention, dce, fuse_epilogue, fuse_elementwise, dce, memory_plan (the optimizing passes need opt_level >= 1).
 // (Decomposition of ops without kernels happens before, in the runtime's lowering.)
 void add_default_pipeline(PassManager& pm);
 

@@ -60,6 +60,9 @@ void add_default_pipeline(PassManager& pm) {
   pm.add(make_cse_pass());
   pm.add(make_fold_constants_pass());
   pm.add(make_dce_pass());
+  pm.add(make_recognize_patterns_pass());
+  pm.add(make_fuse_attention_pass());    // after recognize_patterns (a written-out softmax becomes softmax first)
+  pm.add(make_dce_pass());
   pm.add(make_fuse_epilogue_pass());     // before fuse_elementwise, which would otherwise take bias-add + act
   pm.add(make_fuse_elementwise_pass());
   pm.add(make_dce_pass());
