@@ -9,8 +9,12 @@ times (so machine noise hits both alike) and reports medians of p50 latency and 
 spore/ORT (throughput: > 1 means spore is faster; p50: < 1 means spore is faster). Both run the same file with the
 same seeded-random input shape, warm-up first. ORT runs with intra-op threads = threads, sequential execution, all
 graph optimizations. Models whose batch dim is fixed in the file (e.g. the model zoo's mnist-8) run at that batch
-only. Default models: the ONNX model-zoo MNIST CNN (mnist-8, batch 1 only) and the PyTorch-exported CNN, MLP and
-transformer encoder that make_onnx_models.py writes to out/bench/models (random weights, dynamic batch).
+only. Default models: the ONNX model-zoo MNIST CNN (mnist-8, batch 1 only) and the PyTorch-exported CNN, ResNet-style CNN,
+MLP and 6-layer transformer encoder that make_onnx_models.py writes to out/bench/models (random weights, dynamic batch).
+
+--passes also runs spore without its graph optimizations (`spore bench --opt-level 0`: only dce, constant folding and
+memory planning) in the same interleaved loop, and reports kernels per run: spore's (from `spore bench`) with and
+without passes, and ORT's (the node kernels in one run of its profile, ort_bench.js --kernels).
 """
 import argparse
 import json
@@ -44,7 +48,8 @@ def default_models():
     if os.path.exists(shared):
         models.append(("mnist-8", shared, "Input3", [1, 28, 28], 1))
     md = os.path.join(ROOT, "out", "bench", "models")
-    if not os.path.exists(os.path.join(md, "transformer.json")):
+    stamp = os.path.join(md, "transformer.json")
+    if not os.path.exists(stamp) or json.load(open(stamp)).get("version") != 2:
         subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_onnx_models.py")], check=True)
     # SimpleNet trained briefly and exported by spore itself: checks ORT opens spore's ONNX export, too.
     mnist = os.path.join(ROOT, "..", "shared", "data", "mnist")
@@ -57,7 +62,7 @@ def default_models():
                         "--input-shape", "x:batch,1,28,28", "-o", sn], check=True, capture_output=True)
     if os.path.exists(sn):
         models.append(("spore-simplenet", sn, "x", [1, 28, 28], None))
-    for name in ("cnn", "mlp", "transformer"):
+    for name in ("cnn", "resnet", "mlp", "transformer"):
         m = json.load(open(os.path.join(md, f"{name}.json")))
         models.append((f"torch-{name}", os.path.join(md, f"{name}.onnx"), m["input"], m["sample_shape"], None))
     return models
@@ -74,6 +79,7 @@ def main():
     p.add_argument("--model", action="append", default=[],
                    help="NAME=PATH:INPUT:D1,D2,... (per-sample dims; the batch dim is prepended)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--passes", action="store_true", help="also time spore --opt-level 0 and count kernels")
     a = p.parse_args()
     global SPORE
     SPORE = a.spore
@@ -98,20 +104,36 @@ def main():
             shape = ",".join(str(d) for d in [b] + sample)
             for t in [int(x) for x in a.threads.split(",")]:
                 res = {"spore": [], "ort": []}
-                for _ in range(a.repeats):
-                    res["spore"].append(run_json([a.spore, "bench", path, "--json", "--threads", str(t),
-                                                  "--input-shape", f"{inp}:{shape}", "--warmup", str(a.warmup),
-                                                  "--iters", str(a.iters)], env))
+                if a.passes:
+                    res["spore_O0"] = []
+                spore_cmd = [a.spore, "bench", path, "--json", "--threads", str(t), "--input-shape", f"{inp}:{shape}",
+                             "--warmup", str(a.warmup), "--iters", str(a.iters)]
+                for rep in range(a.repeats):
+                    res["spore"].append(run_json(spore_cmd, env))
+                    if a.passes:
+                        res["spore_O0"].append(run_json(spore_cmd + ["--opt-level", "0"], env))
                     res["ort"].append(run_json(["node", os.path.join(ORT_DIR, "ort_bench.js"), path, "--shape",
                                                 f"{inp}:{shape}", "--threads", str(t), "--warmup", str(a.warmup),
-                                                "--iters", str(a.iters)], env))
+                                                "--iters", str(a.iters)] + (["--kernels"] if a.passes and rep == 0 else []),
+                                               env))
                 med = {k: {m: statistics.median(r[m] for r in v) for m in ("p50_ms", "p99_ms", "throughput_per_s")}
                        for k, v in res.items()}
                 row = {"model": name, "batch": b, "threads": t, "spore": med["spore"], "ort": med["ort"],
                        "throughput_ratio": med["spore"]["throughput_per_s"] / med["ort"]["throughput_per_s"],
                        "p50_ratio": med["spore"]["p50_ms"] / med["ort"]["p50_ms"]}
+                if a.passes:
+                    row["spore_O0"] = med["spore_O0"]
+                    row["kernels"] = {"spore": res["spore"][0]["kernels"], "spore_O0": res["spore_O0"][0]["kernels"],
+                                      "ort": res["ort"][0]["kernels"]}
+                    row["passes_p50_ratio"] = med["spore"]["p50_ms"] / med["spore_O0"]["p50_ms"]
                 rows.append(row)
-                if not a.json:
+                if not a.json and a.passes:
+                    k = row["kernels"]
+                    print(f"{name:18s} batch {b:3d} threads {t}: p50 spore {med['spore']['p50_ms']:.3f} ms, "
+                          f"without passes {med['spore_O0']['p50_ms']:.3f} ms, ORT {med['ort']['p50_ms']:.3f} ms | "
+                          f"spore/ORT p50 {row['p50_ratio']:.2f}x, passes/no passes {row['passes_p50_ratio']:.2f}x | "
+                          f"kernels spore {k['spore']} (without passes {k['spore_O0']}), ORT {k['ort']}", flush=True)
+                elif not a.json:
                     print(f"{name:18s} batch {b:3d} threads {t}: spore p50 {med['spore']['p50_ms']:.3f} ms "
                           f"p99 {med['spore']['p99_ms']:.3f} ms {med['spore']['throughput_per_s']:10.1f}/s | ORT p50 "
                           f"{med['ort']['p50_ms']:.3f} ms p99 {med['ort']['p99_ms']:.3f} ms "

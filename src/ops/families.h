@@ -14,4 +14,5 @@ void register_shape_ops(OpRegistry& r);       // shape.cpp: reshape ... one_hot,
 void register_quant_ops(OpRegistry& r);       // quant.cpp: quantize/dequantize_linear, qconv2d, qlinear
 void register_fused_elementwise_ops(OpRegistry& r);  // fused_elementwise.cpp: fused_elementwise
 void register_fused_ops(OpRegistry& r);       // fused.cpp: conv2d_fused, linear_fused (epilogue fusion)
+void register_attention_ops(OpRegistry& r);   // attention.cpp: attention (fuse_attention)
 }  // namespace spore

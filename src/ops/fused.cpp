@@ -69,6 +69,12 @@ Attrs activation_attrs(const Attrs& a) {
   return r;
 }
 
+Attrs pool_attrs() {
+  using V = std::vector<int64_t>;
+  return Attrs{{"kernel", V{2, 2}},         {"stride", V{2, 2}},       {"padding", V{0, 0, 0, 0}},
+               {"dilation", V{1, 1}},       {"ceil_mode", false},      {"pad_mode", std::string("pad")}};
+}
+
 Operands operands(const Attrs& a, int num_inputs) {
   Operands o;
   const bool res = a.b("residual");
@@ -103,12 +109,24 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
   const OpDef& def = op_registry().get(base);
   const InferContext bc{def, ins, c.attrs, c.where};
   std::vector<TensorType> out = def.infer(bc);
+  if (base == OpId::conv2d && c.attrs.s("pool") != "none") {
+    c.check(c.attrs.s("pool") == "max2x2", ErrorCode::invalid_argument, "pool must be \"none\" or \"max2x2\", got \"{}\"",
+            c.attrs.s("pool"));
+  }
   if (o.residual >= 0) {
     const TensorType& r = c.in(o.residual);
     bool same = r.dtype == out[0].dtype && r.rank() == out[0].rank();
     for (size_t i = 0; same && i < r.dims.size(); ++i) same = dims_compatible(r.dims[i], out[0].dims[i]);
     c.check(same, ErrorCode::shape_mismatch, "residual must have the output's type {}{}, got {}{}",
             dtype_name(out[0].dtype), dims_str(out[0].dims), dtype_name(r.dtype), dims_str(r.dims));
+  }
+  if (base == OpId::conv2d && c.attrs.s("pool") == "max2x2") {
+    for (size_t d : {2u, 3u}) {
+      Dim& dim = out[0].dims[d];
+      c.check(dim.is_static() && dim.size >= 2, ErrorCode::shape_mismatch,
+              "pool max2x2 needs a static conv output height and width of at least 2, got {}", dims_str(out[0].dims));
+      dim = Dim(dim.size / 2);
+    }
   }
   return out;
 }
@@ -120,6 +138,7 @@ std::vector<Tensor> decompose_fused(OpId f, std::span<const Tensor> inputs, cons
   Tensor y = ops::call1(*fused::base_op(f), ins, fused::base_attrs(f, a));
   if (o.residual >= 0) y = ops::add(y, inputs[static_cast<size_t>(o.residual)]);
   if (const auto act = fused::activation_op(a.s("activation"))) y = ops::call1(*act, {&y, 1}, fused::activation_attrs(a));
+  if (f == OpId::conv2d_fused && a.s("pool") == "max2x2") y = ops::call1(OpId::max_pool2d, {&y, 1}, fused::pool_attrs());
   return {y};
 }
 
@@ -148,15 +167,17 @@ void epilogue_attrs(OpDefBuilder& b) {
 void register_fused_ops(OpRegistry& r) {
   using V = std::vector<int64_t>;
   OpDefBuilder conv = r.def(OpId::conv2d_fused);
-  conv.doc("act(conv2d(x, w, bias) [+ residual]): conv2d's attributes; activation none|relu|leaky_relu(alpha)|"
+  conv.doc("[pool](act(conv2d(x, w, bias) [+ residual])): conv2d's attributes; activation none|relu|leaky_relu(alpha)|"
            "clip(min,max)|sigmoid|tanh|gelu(approximate)|silu; residual=true: the last input is added before the "
-           "activation and has the output's type. Made by fuse_epilogue; inference only.")
+           "activation and has the conv output's type; pool none|max2x2 (max_pool2d 2x2 windows, stride 2, no "
+           "padding, floor) after the activation. Made by fuse_epilogue; inference only.")
       .inputs({"x", "w", "bias?", "residual?"})
       .attr("stride", AttrKind::i64s, V{1, 1})
       .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
       .attr("dilation", AttrKind::i64s, V{1, 1})
       .attr("groups", AttrKind::i64, int64_t{1})
-      .attr("pad_mode", AttrKind::str, std::string("pad"));
+      .attr("pad_mode", AttrKind::str, std::string("pad"))
+      .attr("pool", AttrKind::str, std::string("none"));
   epilogue_attrs(conv);
   conv.dtypes(dtypes::floating)
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)

@@ -4,7 +4,8 @@
 //   linear_fused(x, w, bias?, residual?)  epilogue attributes
 // compute y = act(base(x, w, bias) [+ residual]) with the residual of exactly the output's type (no
 // broadcasting) and act one of none, relu, leaky_relu(alpha), clip(min, max), sigmoid, tanh,
-// gelu(approximate), silu. Attribute `residual` says whether the last input is the residual (so a residual
+// gelu(approximate), silu; conv2d_fused may end with pool="max2x2" (a 2x2/2 max_pool2d of the activation's
+// output; the output is then pooled and the residual has the conv output's type). Attribute `residual` says whether the last input is the residual (so a residual
 // without a bias is inputs (x, w, residual)). Kernels run the base op's kernel and then the add and the
 // activation with the very functions the unfused kernels use, so fused == unfused bit for bit.
 #include <optional>
@@ -27,6 +28,8 @@ std::optional<std::string_view> activation_name(OpId op);
 // The attributes of the base op and of the activation op (normalized fused attrs in, only theirs out).
 Attrs base_attrs(OpId fused, const Attrs& a);
 Attrs activation_attrs(const Attrs& a);
+// conv2d_fused's pool="max2x2" step as max_pool2d attributes (2x2 windows, stride 2, no padding, floor).
+Attrs pool_attrs();
 // Which inputs are bias and residual (-1: absent), from the input count and the `residual` attribute.
 struct Operands {
   int bias = -1;

@@ -64,6 +64,7 @@ OpRegistry& op_registry() {
     register_quant_ops(*reg);
     register_fused_elementwise_ops(*reg);
     register_fused_ops(*reg);
+    register_attention_ops(*reg);
     return reg;
   }();
   return *r;

@@ -1,5 +1,5 @@
-// Epilogue fusion (inference): conv2d / linear -> [add(residual)] -> [activation] becomes one conv2d_fused /
-// linear_fused node (ops/fused.h), whose kernel applies the add and the activation to the output while it is
+// Epilogue fusion: conv2d / linear -> [add(residual)] -> [activation] (-> [max_pool2d 2x2/2] after a conv2d)
+// becomes one conv2d_fused / linear_fused node (ops/fused.h), whose kernel applies the add and the activation to the output while it is
 // still in cache and without the intermediate buffers; the kernels give the unfused ops' bits exactly.
 //
 // A step is absorbed only when the value it consumes has exactly one use and is not a graph output, so a
@@ -21,6 +21,19 @@ namespace {
 bool single_use(const Graph& g, const Value* v) { return v->uses.size() == 1 && !g.is_output(v); }
 
 bool same_type(const TensorType& a, const TensorType& b) { return a == b; }
+
+// max_pool2d that conv2d_fused's pool="max2x2" computes: 2x2 windows, stride 2, no padding or dilation, floor.
+bool is_max_pool_2x2(const Node& n) {
+  if (n.op != OpId::max_pool2d || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  using V = std::vector<int64_t>;
+  const Attrs& a = n.attrs;  // absent attributes have max_pool2d's defaults
+  const auto ints = [&](const char* k, const V& def) { return a.find(k) ? a.ints(k) : def; };
+  const V stride = ints("stride", {});
+  const std::string pad_mode = a.find("pad_mode") ? a.s("pad_mode") : "pad";
+  return ints("kernel", {2, 2}) == V{2, 2} && (stride.empty() || stride == V{2, 2}) &&
+         ints("padding", {0, 0, 0, 0}) == V{0, 0, 0, 0} && ints("dilation", {1, 1}) == V{1, 1} &&
+         !(a.find("ceil_mode") && a.b("ceil_mode")) && (pad_mode == "pad" || pad_mode == "valid");
+}
 
 class FuseEpiloguePass final : public Pass {
  public:
@@ -55,17 +68,24 @@ class FuseEpiloguePass final : public Pass {
           cur = u->output(0);
         }
       }
-      if (!add && !act) continue;
+      Node* pool = nullptr;
+      if (n->op == OpId::conv2d && single_use(g, cur) && is_max_pool_2x2(*cur->uses[0].user)) {
+        pool = cur->uses[0].user;
+        cur = pool->output(0);
+      }
+      if (!add && !act && !pool) continue;
       Attrs a = n->attrs;
       a.set("activation", std::string(act ? *fused::activation_name(act->op) : "none"));
       if (act)
         for (const auto& [k, v] : act->attrs.items()) a.set(k, v);
       a.set("residual", residual != nullptr);
+      if (n->op == OpId::conv2d) a.set("pool", std::string(pool ? "max2x2" : "none"));
       std::vector<Value*> ins = n->inputs;
       if (residual) ins.push_back(residual);
       Node* f = build_node(g, *fop, std::move(ins), a, n->name);
       const std::string keep = cur->name;
       g.replace_all_uses(cur, f->output(0));
+      if (pool) g.erase_node(pool);
       if (act) g.erase_node(act);
       if (add) g.erase_node(add);
       g.erase_node(n);

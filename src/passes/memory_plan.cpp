@@ -20,6 +20,7 @@
 // node), and what would lower it: a higher level (with the bytes it would need) or a smaller batch.
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "ops/registry.h"
 #include "passes/pass.h"
@@ -59,6 +60,7 @@ Buffers collect_buffers(Graph& g, int level) {
   Buffers r;
   r.num_steps = static_cast<int64_t>(order.size());
   std::map<const Value*, size_t> buf_of;  // value -> its buffer
+  std::set<const Value*> input_views;      // level >= 1: reshapes of graph inputs, run as views (is_input_view)
   for (Node* n : order) {
     const OpDef& def = op_registry().get(n->op);
     if (def.traits.has(Trait::graph_structure)) continue;
@@ -71,6 +73,11 @@ Buffers collect_buffers(Graph& g, int level) {
       for (const Use& u : v->uses) last = std::max(last, pos[u.user]);
       const bool same_bytes = !n->inputs.empty() && n->inputs[0]->type.dtype == v->type.dtype &&
                               n->inputs[0]->type.numel() == v->type.numel();
+      if (level >= 1 && oi == 0 && same_bytes && is_reshape_like(n->op) && n->inputs.size() == 1 &&
+          (n->inputs[0]->producer->op == OpId::input || input_views.count(n->inputs[0]))) {
+        input_views.insert(v);  // no buffer: the plan reads the graph input's bytes with this shape
+        continue;
+      }
       auto in = same_bytes && oi == 0 ? buf_of.find(n->inputs[0]) : buf_of.end();
       if (in != buf_of.end() && level >= 1 && is_reshape_like(n->op) && n->inputs.size() == 1) {
         // Same bytes in the same order: share the input's buffer and keep it alive for this value's users.
@@ -186,6 +193,14 @@ Buffers plan_buffers(Graph& g, int level, int64_t& arena) {
 }
 
 }  // namespace
+
+bool is_input_view(const Graph& g, const Node& n) {
+  if (!is_reshape_like(n.op) || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  const Value* in = n.inputs[0];
+  const Value* out = n.outputs[0];
+  if (out->arena_offset >= 0 || g.is_output(out) || in->type.dtype != out->type.dtype || !out->type.is_static()) return false;
+  return in->producer->op == OpId::input || is_input_view(g, *in->producer);
+}
 
 bool is_arena_alias(const Node& n) {
   return is_reshape_like(n.op) && n.inputs.size() == 1 && n.outputs.size() == 1 && n.outputs[0]->arena_offset >= 0 &&

@@ -28,6 +28,9 @@ struct PassOptions {
   // The graph only runs inference (a deployed model): the inference-only passes fold batch_norm into the
   // preceding conv2d/linear and remove dropout. Training graphs (graph mode steps) leave it off.
   bool inference = false;
+  // Rematerialization (set_context recompute): the rematerialize pass recomputes cheap activations at their late
+  // uses; off by default.
+  bool recompute = false;
 };
 
 class Pass {
@@ -81,12 +84,18 @@ std::unique_ptr<Pass> make_remove_dropout_pass();
 // conv2d/linear -> [add(residual)] -> [activation], intermediates used once, becomes conv2d_fused/linear_fused
 // (ops/fused.h), bit-identical to the unfused ops; see fuse_epilogue.cpp.
 std::unique_ptr<Pass> make_fuse_epilogue_pass();
-// Normalization/activation patterns written out as primitives (as ONNX exporters and users write them) mapped to
-// the fused ops: layer_norm, rms_norm, softmax, gelu (erf and tanh forms), silu; see patterns.cpp.
+// Inference only: normalization/activation patterns written out as primitives (as ONNX exporters and users write
+// them) mapped to spore's ops: layer_norm, rms_norm, softmax, gelu (erf and tanh forms), silu; and
+// matmul(x, W constant) [+ bias] -> linear (so fuse_epilogue can take its activation); see patterns.cpp.
 std::unique_ptr<Pass> make_recognize_patterns_pass();
 // matmul(q * scale, k^T) [+ mask] -> softmax(last axis) -> matmul(., v) becomes one `attention` node
 // (ops/attention.h); see fuse_attention.cpp.
 std::unique_ptr<Pass> make_fuse_attention_pass();
+// PassOptions::recompute only (else a no-op): a cheap elementwise value (relu, sigmoid, add of a constant...)
+// whose inputs are live anyway at its late uses is recomputed by a clone right before them, so it does not stay
+// live from the forward to the backward; same kernel on the same inputs, so the same bits. Runs before
+// memory_plan; see remat.cpp.
+std::unique_ptr<Pass> make_rematerialize_pass();
 
 // Result of memory planning, readable after the pass ran.
 struct MemoryPlanInfo {
@@ -101,9 +110,12 @@ MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory);
 // output placed on its input's bytes (the input's live range grows to cover the output's users): the plan
 // runs no kernel for it. True for such a node after planning.
 bool is_arena_alias(const Node& n);
+// At level >= 1 a reshape-like node of a graph input (or of such a view), whose output is not a graph output,
+// gets no buffer: the plan hands its users the input's bytes with the output's shape and runs no kernel for it.
+bool is_input_view(const Graph& g, const Node& n);
 
 // The default pipeline for graph mode: dce, remove_dropout, fold_batch_norm, simplify, cse, fold_constants, dce,
-// recognize_patterns, fuse_attention, dce, fuse_epilogue, fuse_elementwise, dce, memory_plan (the optimizing passes need opt_level >= 1).
+// recognize_patterns, fuse_attention, dce, fuse_epilogue, fuse_elementwise, dce, rematerialize, memory_plan (the optimizing passes need opt_level >= 1).
 // (Decomposition of ops without kernels happens before, in the runtime's lowering.)
 void add_default_pipeline(PassManager& pm);
 

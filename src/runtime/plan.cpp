@@ -81,6 +81,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   po.memory_optimize_level = o.memory_optimize_level;
   po.max_memory = o.max_memory;
   po.inference = o.inference;
+  po.recompute = o.recompute;
   if (o.backend == Backend::null) po.disabled.push_back("fold_constants");  // null kernels compute nothing
   PassManager pm(po);
   add_default_pipeline(pm);
@@ -100,6 +101,13 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
 
   std::unordered_map<const Value*, int> input_index, output_index;
   for (size_t i = 0; i < g->inputs().size(); ++i) input_index[g->inputs()[i]] = static_cast<int>(i);
+  // Reshapes of graph inputs that run as views: value -> the graph input whose bytes it reads.
+  std::unordered_map<const Value*, int> view_of_input;
+  for (Node* n : g->nodes())
+    if (is_input_view(*g, *n)) {
+      const Value* in = n->inputs[0];
+      view_of_input[n->outputs[0]] = input_index.count(in) ? input_index.at(in) : view_of_input.at(in);
+    }
   for (size_t i = 0; i < g->outputs().size(); ++i) output_index.emplace(g->outputs()[i], static_cast<int>(i));
 
   auto tensor_for = [&](const Value* v) -> Tensor {
@@ -116,6 +124,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
     const OpDef& def = op_registry().get(n->op);
     if (def.traits.has(Trait::graph_structure)) continue;
     if (is_arena_alias(*n)) continue;  // its output is a view of its input's arena bytes: nothing to run
+    if (view_of_input.count(n->outputs[0])) continue;  // a view of a graph input: its users read the input
     Plan::Step st;
     st.def = &def;
     st.attrs = &n->attrs;
@@ -132,6 +141,8 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
       st.ins.push_back(tensor_for(v));
       if (!st.ins.back().defined()) {
         if (input_index.count(v)) p.patches_.push_back({step_index, false, static_cast<int>(i), input_index[v]});
+        else if (view_of_input.count(v))
+          p.patches_.push_back({step_index, false, static_cast<int>(i), view_of_input.at(v), v->type.shape(), true});
         else if (output_index.count(v)) p.patches_.push_back({step_index, false, static_cast<int>(i), -1 - output_index[v]});
       }
     }
@@ -184,7 +195,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   for (const Patch& pt : patches_) {
     Step& st = steps_[pt.step];
     const Tensor& t = pt.slot >= 0 ? (pt.is_output ? outs[pt.slot] : ins[pt.slot]) : outs[-1 - pt.slot];
-    (pt.is_output ? st.outs : st.ins)[pt.index] = t;
+    (pt.is_output ? st.outs : st.ins)[pt.index] = pt.is_view ? t.view(pt.view) : t;
   }
   Profiler* prof = Profiler::active();
   for (Step& st : steps_) {

@@ -27,6 +27,7 @@ struct CompileOptions {
   std::vector<std::string> disabled_passes;
   std::string save_graphs_dir;
   bool inference = false;  // PassOptions::inference: a deployed model (batch_norm folding, dropout removal)
+  bool recompute = false;  // PassOptions::recompute: rematerialize cheap activations (set_context recompute)
 };
 
 class Plan {
@@ -57,6 +58,8 @@ class Plan {
     bool is_output;
     int index;
     int slot;  // graph input or output index
+    Shape view;      // a graph input read through a reshape-like node (is_input_view): this shape
+    bool is_view = false;
   };
   std::unique_ptr<Graph> graph_;
   std::vector<Step> steps_;

@@ -18,9 +18,15 @@ struct ContextOptions {
   bool deterministic = true;
   int threads = 0;  // 0 = all available cores
   Backend backend = Backend::cpu;
-  int memory_optimize_level = 1;  // 0: no buffer reuse, 1: liveness-based reuse
+  int memory_optimize_level = 1;  // 0: no buffer reuse, 1: liveness-based reuse, 2: + in place, tighter packing
   size_t max_device_memory = 0;   // 0 = unlimited; plans needing more fail at compile time
   bool profile = false;
+  // A directory: every graph-mode compile writes its graph after each pass (NN_<pass>.ir and .dot) into its own
+  // subdirectory <name>_<n> (MindSpore's save_graphs + save_graphs_path). Empty: no dumps.
+  std::string save_graphs;
+  // Rematerialization: cheap elementwise activations are recomputed next to their late (backward) uses instead
+  // of staying live across the forward (the "rematerialize" pass); same bits, less activation memory.
+  bool recompute = false;
 };
 
 // Registers kernels and installs the dispatcher. Safe to call many times and from many threads.

@@ -138,7 +138,7 @@ void Model::apply_update(std::vector<Tensor>& grads) {
   const size_t np = slots_.size(), ns = state_.size();
   if (!update_fn_) {
     // (lr, t, params, grads, state) -> (params', state')
-    update_fn_ = std::make_unique<CompiledFunction>([this, np, ns](std::span<const Tensor> in) {
+    update_fn_ = std::make_unique<CompiledFunction>(TensorFn([this, np, ns](std::span<const Tensor> in) {
       autodiff::NoGradGuard no_grad;
       const std::span<const Tensor> g_in = sub(in, 2 + np, np), state_in = sub(in, 2 + 2 * np, ns);
       std::vector<Tensor> g(g_in.begin(), g_in.end()), state(state_in.begin(), state_in.end());
@@ -146,7 +146,7 @@ void Model::apply_update(std::vector<Tensor>& grads) {
       std::vector<Tensor> out = opt_.update(sub(in, 2, np), g, state, in[0], in[1]);
       out.insert(out.end(), state.begin(), state.end());
       return out;
-    });
+    }), CompileRole{.name = "optimizer_update"});
   }
   std::vector<Tensor> in{lr, t};
   in.reserve(2 + 2 * np + ns);
@@ -220,7 +220,7 @@ double Model::train_step_graph(const Tensor& x, const Tensor& y) {
   const size_t np = slots_.size(), nb = buffers_.size();
   if (!step_fn_) {
     // (x, y, lr, t, counter, params, buffers, state) -> (loss, logits, params', buffers', state')
-    step_fn_ = std::make_unique<CompiledFunction>([this, np, nb](std::span<const Tensor> in) {
+    step_fn_ = std::make_unique<CompiledFunction>(TensorFn([this, np, nb](std::span<const Tensor> in) {
       Traced t = trace_forward_backward(in[0], in[1], in[4], sub(in, 5, np), sub(in, 5 + np, nb));
       autodiff::NoGradGuard no_grad;
       if (opts_.clip_norm > 0) clip_by_global_norm(t.grads, opts_.clip_norm);
@@ -233,7 +233,7 @@ double Model::train_step_graph(const Tensor& x, const Tensor& y) {
       out.insert(out.end(), t.buffers.begin(), t.buffers.end());
       out.insert(out.end(), state.begin(), state.end());
       return out;
-    });
+    }), CompileRole{.name = "train_step"});
   }
   last_lr_ = opt_.lr_at(step_);
   std::vector<Tensor> in{x, y, Tensor::scalar(last_lr_, DType::f32),
@@ -255,16 +255,16 @@ double Model::train_micro_graph(const Tensor& x, const Tensor& y) {
   const int64_t n_micro = opts_.grad_accumulation;
   if (!micro_fn_) {
     // (x, y, counter, params, buffers, accum) -> (loss, logits, buffers', accum + grads)
-    micro_fn_ = std::make_unique<CompiledFunction>([this, np, nb](std::span<const Tensor> in) {
+    micro_fn_ = std::make_unique<CompiledFunction>(TensorFn([this, np, nb](std::span<const Tensor> in) {
       Traced t = trace_forward_backward(in[0], in[1], in[2], sub(in, 3, np), sub(in, 3 + np, nb));
       autodiff::NoGradGuard no_grad;
       std::vector<Tensor> out{t.loss, t.logits};
       out.insert(out.end(), t.buffers.begin(), t.buffers.end());
       for (size_t i = 0; i < np; ++i) out.push_back(ops::add(in[3 + np + nb + i], t.grads[i]));
       return out;
-    });
+    }), CompileRole{.name = "train_micro"});
     // (lr, t, params, state, accum) -> (params', state')
-    apply_fn_ = std::make_unique<CompiledFunction>([this, np, ns, n_micro](std::span<const Tensor> in) {
+    apply_fn_ = std::make_unique<CompiledFunction>(TensorFn([this, np, ns, n_micro](std::span<const Tensor> in) {
       autodiff::NoGradGuard no_grad;
       std::vector<Tensor> grads;
       for (const Tensor& a : sub(in, 2 + np + ns, np)) grads.push_back(ops::div(a, static_cast<double>(n_micro)));
@@ -274,7 +274,7 @@ double Model::train_micro_graph(const Tensor& x, const Tensor& y) {
       std::vector<Tensor> out = opt_.update(sub(in, 2, np), grads, state, in[0], in[1]);
       out.insert(out.end(), state.begin(), state.end());
       return out;
-    });
+    }), CompileRole{.name = "train_apply"});
   }
   if (accum_.empty())
     for (nn::Parameter* p : slots_) accum_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype()));
@@ -308,26 +308,33 @@ double Model::train_micro_graph(const Tensor& x, const Tensor& y) {
 Tensor Model::forward_eval(const Tensor& x) {
   autodiff::NoGradGuard no_grad;
   if (opts_.mode != "graph") return net_(x);
+  // The eval graph is an inference graph (CompileOptions::inference: batch_norm folded into the conv/linear
+  // before it, dropout removed, fusion): the parameters and running stats are baked in as constants, which the
+  // folding needs, so the plans are rebuilt when a parameter holds another tensor than at their compile (every
+  // optimizer step, a checkpoint load). Holding the compiled-in tensors keeps their bytes from being reused, so
+  // a new tensor never looks like an old one. The train step stays a training graph (inference=false).
   std::vector<nn::Parameter*> all = net_.parameter_slots();
-  if (!eval_fn_) {
-    eval_fn_ = std::make_unique<CompiledFunction>([this](std::span<const Tensor> in) {
-      std::vector<nn::Parameter*> slots = net_.parameter_slots();
-      std::vector<Tensor> saved;
-      for (nn::Parameter* p : slots) saved.push_back(p->value);
-      struct Restore {
-        std::vector<nn::Parameter*>& slots;
-        std::vector<Tensor>& saved;
-        ~Restore() {
-          for (size_t i = 0; i < saved.size(); ++i) slots[i]->value = saved[i];
-        }
-      } restore{slots, saved};
-      for (size_t i = 0; i < slots.size(); ++i) slots[i]->value = in[1 + i];
-      return std::vector<Tensor>{net_(in[0])};
-    });
+  bool same = eval_fn_ != nullptr && eval_params_.size() == all.size();
+  for (size_t i = 0; same && i < all.size(); ++i)
+    same = all[i]->value.storage() == eval_params_[i].storage() && all[i]->value.raw_data() == eval_params_[i].raw_data();
+  if (!same) {
+    eval_params_.clear();
+    for (nn::Parameter* p : all) eval_params_.push_back(p->value);
+    eval_fn_ = std::make_unique<CompiledFunction>(
+        TensorFn([this](std::span<const Tensor> in) { return std::vector<Tensor>{net_(in[0])}; }),
+        CompileRole{.name = "eval", .inference = true});
   }
-  std::vector<Tensor> in{x};
-  for (nn::Parameter* p : all) in.push_back(p->value);
-  return (*eval_fn_)(std::span<const Tensor>(in))[0];
+  return (*eval_fn_)({x})[0];
+}
+
+const Plan* Model::compiled_plan(const std::string& which) const {
+  const std::map<std::string, const CompiledFunction*> fns{{"step", step_fn_.get()},   {"micro", micro_fn_.get()},
+                                                         {"apply", apply_fn_.get()}, {"eval", eval_fn_.get()},
+                                                         {"update", update_fn_.get()}};
+  auto it = fns.find(which);
+  SPORE_CHECK(it != fns.end(), ErrorCode::invalid_argument,
+              "train::Model::compiled_plan: expected 'step', 'micro', 'apply', 'eval' or 'update', got '{}'", which);
+  return it->second ? it->second->last_plan() : nullptr;
 }
 
 Tensor Model::predict(const Tensor& x) {
@@ -433,6 +440,8 @@ void Model::load_checkpoint(const std::string& path) {
   epoch_ = info.epoch;
   accum_.clear();
   micro_ = 0;
+  eval_fn_.reset();  // its plans have the old weights compiled in
+  eval_params_.clear();
 }
 
 }  // namespace spore::train

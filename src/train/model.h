@@ -10,7 +10,11 @@
 // PyNative mode runs each step eagerly. Graph mode compiles ONE plan per step whose inputs are
 // (x, y, lr, step, counter, params..., buffers..., state...) and outputs (loss, logits, new params..., new
 // buffers..., new state...): parameters and buffers (BatchNorm's running stats) are graph inputs, so the cached
-// plan sees every update. Both modes run the forward inside an nn::StepScope whose counter is the micro-step
+// plan sees every update. The eval/predict plan is an inference graph (batch_norm folded, dropout removed, with
+// the parameters as constants; recompiled after they change); the step plans are training graphs, so graph
+// mode training stays bit-identical to PyNative. Compiles take set_context()'s memory_optimize_level,
+// max_device_memory, recompute and save_graphs.
+// Both modes run the forward inside an nn::StepScope whose counter is the micro-step
 // (step * grad_accumulation + micro-batch index; in graph mode a plan input), so Dropout draws a fresh mask
 // each step and BatchNorm updates its running stats in both modes. With grad_accumulation N > 1 graph mode
 // runs a "micro" plan per micro-batch ((x, y, counter, params, buffers, accum) -> (loss, logits, buffers',
@@ -30,6 +34,7 @@
 
 namespace spore {
 class CompiledFunction;
+class Plan;
 }
 
 namespace spore::train {
@@ -79,6 +84,10 @@ class Model {
   int64_t epoch() const { return epoch_; }
   const std::vector<Tensor>& optimizer_state() const { return state_; }
   nn::Cell& network() { return net_; }
+  // The plan a graph-mode function last ran: "step" (forward + backward + update), "micro"/"apply"
+  // (grad_accumulation > 1), "eval" (eval/predict: an inference graph), "update" (PyNative's optimizer plan);
+  // null before its first run.
+  const Plan* compiled_plan(const std::string& which) const;
   Optimizer& optimizer() { return opt_; }
   const ModelOptions& options() const { return opts_; }
 
@@ -111,6 +120,7 @@ class Model {
   double last_lr_ = 0.0;
   // Graph mode: the fused step (grad_accumulation 1), or the micro and apply plans; the eval forward.
   std::unique_ptr<CompiledFunction> step_fn_, micro_fn_, apply_fn_, eval_fn_;
+  std::vector<Tensor> eval_params_;  // the parameter tensors eval_fn_'s plans have baked in
   // PyNative mode: the optimizer update (clip + opt_.update) as one cached plan.
   std::unique_ptr<CompiledFunction> update_fn_;
 };

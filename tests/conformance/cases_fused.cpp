@@ -58,6 +58,24 @@ void add_fused_cases(CaseList& c, ErrorList& e) {
                   .attr("activation", std::string("relu"))
                   .tol(8));
 
+  // pool="max2x2" after the activation, on each conv path, odd and even sizes, with a residual.
+  c.push_back(OpCase("conv2d_fused/direct_relu_pool", cf, {{2, 1, 11, 13}, {6, 1, 3, 3}, {6}})
+                  .attr("padding", V{1, 1, 1, 1})
+                  .attr("activation", std::string("relu"))
+                  .attr("pool", std::string("max2x2")));
+  c.push_back(OpCase("conv2d_fused/im2col_pool_no_act", cf, {{2, 3, 15, 12}, {4, 3, 3, 3}})
+                  .attr("stride", V{2, 2})
+                  .attr("pool", std::string("max2x2")));
+  c.push_back(OpCase("conv2d_fused/onednn_residual_gelu_pool", cf, {{1, 16, 10, 10}, {8, 16, 3, 3}, {8}, {1, 8, 10, 10}})
+                  .attr("padding", V{1, 1, 1, 1})
+                  .attr("activation", std::string("gelu"))
+                  .attr("residual", true)
+                  .attr("pool", std::string("max2x2")));
+
+  e.push_back({"conv2d_fused/unknown_pool", cf, {{1, 2, 5, 5}, {3, 2, 3, 3}}, {f, f}, {{"pool", std::string("avg")}},
+               ErrorCode::invalid_argument});
+  e.push_back({"conv2d_fused/pool_too_small", cf, {{1, 2, 3, 3}, {3, 2, 3, 3}}, {f, f}, {{"pool", std::string("max2x2")}},
+               ErrorCode::shape_mismatch});
   e.push_back({"conv2d_fused/residual_shape", cf, {{1, 2, 5, 5}, {3, 2, 3, 3}, {3}, {1, 3, 5, 5}}, {f, f, f, f},
                {{"residual", true}}, ErrorCode::shape_mismatch});
   e.push_back({"linear_fused/residual_broadcast", lf, {{4, 6}, {5, 6}, {5}}, {f, f, f}, {{"residual", true}},

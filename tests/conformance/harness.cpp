@@ -90,6 +90,7 @@ void build_lists() {
   add_quant_cases(cases(), error_cases());
   add_fused_elementwise_cases(cases(), error_cases());
   add_fused_cases(cases(), error_cases());
+  add_attention_cases(cases(), error_cases());
 }
 
 DTypeSet case_dtypes(const OpCase& c) {

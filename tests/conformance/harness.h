@@ -82,6 +82,7 @@ void add_shape_cases(CaseList& c, ErrorList& e);
 void add_quant_cases(CaseList& c, ErrorList& e);
 void add_fused_elementwise_cases(CaseList& c, ErrorList& e);
 void add_fused_cases(CaseList& c, ErrorList& e);  // cases_fused.cpp: conv2d_fused, linear_fused
+void add_attention_cases(CaseList& c, ErrorList& e);  // cases_attention.cpp: attention
 
 // Tolerance for comparing cpu results to the reference: |a-b| <= atol + rtol*|ref|.
 struct Tolerance {

@@ -41,8 +41,8 @@ TEST(FuseEpilogue, ConvResidualReluBecomesOneNodeKeepingTheOutputName) {
   EXPECT_EQ(print_graph(*g),
             "graph @g(%x: f32[1,2,5,5], %w: f32[3,2,3,3], %b: f32[3], %r: f32[1,3,5,5]) {\n"
             "  %y = conv2d_fused(%x, %w, %b, %r) {activation=\"relu\", alpha=0.01, approximate=\"none\", "
-            "dilation=[1,1], groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], residual=true, "
-            "stride=[1,1]} : f32[1,3,5,5] !name=\"conv1\"\n"
+            "dilation=[1,1], groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], pool=\"none\", "
+            "residual=true, stride=[1,1]} : f32[1,3,5,5] !name=\"conv1\"\n"
             "  return %y\n"
             "}\n");
   EXPECT_EQ(print_graph(*parse(print_graph(*g))), print_graph(*g));  // the fused op's IR parses back
@@ -95,6 +95,34 @@ TEST(FuseEpilogue, IntermediatesUsedElsewhereOrReturnedStay) {
             "  %u = mul(%s, %t) : f32[2,3]\n"
             "  return %y, %c, %u\n"
             "}\n");
+}
+
+TEST(FuseEpilogue, ConvReluMaxPoolBecomesOneNode) {
+  auto g = parse(
+      "graph @g(%x: f32[2,2,7,9], %w: f32[4,2,3,3], %b: f32[4]) {\n"
+      "  %c = conv2d(%x, %w, %b) {padding=[1,1,1,1]} : f32[2,4,7,9]\n"
+      "  %r = relu(%c) : f32[2,4,7,9]\n"
+      "  %p = max_pool2d(%r) {kernel=[2,2], stride=[2,2]} : f32[2,4,3,4]\n"
+      "  %q = max_pool2d(%p) {kernel=[2,2], stride=[1,1]} : f32[2,4,2,3]\n"
+      "  return %q\n"
+      "}\n");
+  EXPECT_TRUE(fuse(*g));
+  EXPECT_EQ(print_graph(*g),
+            "graph @g(%x: f32[2,2,7,9], %w: f32[4,2,3,3], %b: f32[4]) {\n"
+            "  %p = conv2d_fused(%x, %w, %b) {activation=\"relu\", alpha=0.01, approximate=\"none\", "
+            "dilation=[1,1], groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], pool=\"max2x2\", "
+            "residual=false, stride=[1,1]} : f32[2,4,3,4]\n"
+            "  %q = max_pool2d(%p) {kernel=[2,2], stride=[1,1]} : f32[2,4,2,3]\n"
+            "  return %q\n"
+            "}\n");
+  // A pool whose input is read again (as max_pool2d_grad reads it in training) stays separate.
+  auto t = parse(
+      "graph @g(%x: f32[1,2,6,6], %w: f32[4,2,3,3]) {\n"
+      "  %c = conv2d(%x, %w) : f32[1,4,4,4]\n"
+      "  %p = max_pool2d(%c) {kernel=[2,2]} : f32[1,4,2,2]\n"
+      "  return %p, %c\n"
+      "}\n");
+  EXPECT_FALSE(fuse(*t));
 }
 
 TEST(FuseEpilogue, BroadcastAddIsNotAResidual) {
@@ -197,6 +225,44 @@ TEST(FuseEpilogue, FusedPlanGivesTheUnfusedBitsForEveryActivationAndDtype) {
           EXPECT_TRUE(bit_equal(want[i], got4[i])) << "output " << i << " (4 threads)";
         }
       }
+    }
+  }
+}
+
+// conv2d -> relu -> max_pool2d 2x2/2 on each conv path (direct AVX2, im2col, oneDNN), odd and even sizes: the
+// fused node (pool in the per-image hook, or after the base kernel) gives the unfused bits on 1 and 4 threads.
+TEST(FuseEpilogue, ConvReluMaxPoolGivesTheUnfusedBits) {
+  struct Geo {
+    int64_t c_in, h, w, stride;
+  };
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    for (const Geo& geo : {Geo{1, 11, 13, 1}, Geo{3, 15, 17, 2}, Geo{16, 10, 12, 1}}) {
+      SCOPED_TRACE(fmt::format("{} c_in={} {}x{} stride {}", dtype_name(t), geo.c_in, geo.h, geo.w, geo.stride));
+      std::mt19937 rng(21);
+      auto g = std::make_unique<Graph>("pool");
+      Value* x = g->add_input(TensorType::of(t, {3, geo.c_in, geo.h, geo.w}), "x");
+      Value* w = g->add_constant(random_tensor(rng, {8, geo.c_in, 3, 3}, t, -0.5, 0.5), "w");
+      Value* b = g->add_constant(random_tensor(rng, {8}, t), "b");
+      using V = std::vector<int64_t>;
+      Node* c = build_node(*g, OpId::conv2d, {x, w, b}, {{"padding", V{1, 1, 1, 1}}, {"stride", V{geo.stride, geo.stride}}});
+      Node* r = build_node(*g, OpId::relu, {c->output(0)}, {});
+      Node* p = build_node(*g, OpId::max_pool2d, {r->output(0)}, {{"kernel", V{2, 2}}, {"stride", V{2, 2}}});
+      g->set_outputs({p->output(0)});
+      auto fused = g->clone();
+      ASSERT_TRUE(fuse(*fused));
+      Plan base = compile_plan(std::move(g), options());
+      Plan opt = compile_plan(std::move(fused), options());
+      EXPECT_EQ(opt.num_kernels(), 1);
+      EXPECT_EQ(base.num_kernels(), 3);
+      const Tensor in[] = {random_tensor(rng, {3, geo.c_in, geo.h, geo.w}, t)};
+      set_threads(1);
+      const auto want = base.run(in);
+      const auto got1 = opt.run(in);
+      set_threads(4);
+      const auto got4 = opt.run(in);
+      set_threads(0);
+      EXPECT_TRUE(bit_equal(want[0], got1[0])) << "1 thread";
+      EXPECT_TRUE(bit_equal(want[0], got4[0])) << "4 threads";
     }
   }
 }

@@ -52,17 +52,18 @@ struct ConvPrim {
 
 void exec_conv(const ConvPrim& p, const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) {
   dnnl::stream& s = dnnl_stream();
+  thread_local std::vector<char> src_buf, wei_buf, dst_buf;  // reorder buffers (onednn_util.h scratch_memory)
   memory xs = user_memory(p.user_src, x), ws = user_memory(p.user_wei, w), ys = user_memory(p.user_dst, y);
   memory xm = xs, wm = ws, ym = ys;
   if (p.src != p.user_src) {
-    xm = memory(p.src, dnnl_engine());
+    xm = scratch_memory(p.src, src_buf);
     dnnl::reorder(xs, xm).execute(s, xs, xm);
   }
   if (p.wei != p.user_wei) {
-    wm = memory(p.wei, dnnl_engine());
+    wm = scratch_memory(p.wei, wei_buf);
     dnnl::reorder(ws, wm).execute(s, ws, wm);
   }
-  if (p.dst != p.user_dst) ym = memory(p.dst, dnnl_engine());
+  if (p.dst != p.user_dst) ym = scratch_memory(p.dst, dst_buf);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
   if (b) args.emplace(DNNL_ARG_BIAS, user_memory(p.bias, *b));
   p.prim.execute(s, args);
@@ -701,10 +702,9 @@ inline __m256 takes(__m256 acc, __m256 v) {
   return _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, acc, _CMP_GT_OQ));
 }
 
-void max_pool_2x2(const PoolGeom& g, const float* x, float* y) {
-  parallel_for(num_chunks(g.planes * g.oh, 64), [&](int64_t chunk) {
-    const int64_t end = std::min(g.planes * g.oh, (chunk + 1) * 64);
-    for (int64_t r = chunk * 64; r < end; ++r) {
+// Output rows [r0, r1) (row r = plane r / oh, output row r % oh).
+void max_pool_2x2_rows(const PoolGeom& g, const float* x, float* y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
       const int64_t p = r / g.oh, yy = r % g.oh;
       const float* a = x + (p * g.h + 2 * yy) * g.w;
       const float* b = a + g.w;
@@ -723,6 +723,11 @@ void max_pool_2x2(const PoolGeom& g, const float* x, float* y) {
         for (int64_t xx = 0; xx < g.ow; ++xx)
           out[xx] = take_max(take_max(take_max(a[2 * xx], a[2 * xx + 1]), b[2 * xx]), b[2 * xx + 1]);
     }
+}
+
+void max_pool_2x2(const PoolGeom& g, const float* x, float* y) {
+  parallel_for(num_chunks(g.planes * g.oh, 64), [&](int64_t chunk) {
+    max_pool_2x2_rows(g, x, y, chunk * 64, std::min(g.planes * g.oh, (chunk + 1) * 64));
   });
 }
 
@@ -1019,6 +1024,11 @@ void global_avg_pool_kernel(KernelContext& k) {
 void global_avg_pool_low(KernelContext& k) { run_in_f32(k, global_avg_pool_kernel); }
 
 }  // namespace
+
+void max_pool_2x2_planes(const float* x, float* y, int64_t planes, int64_t h, int64_t w) {
+  PoolGeom g{planes, h, w, h / 2, w / 2, 2, 2, 2, 2, 1, 1, {}, {}, true, false};
+  max_pool_2x2_rows(g, x, y, 0, planes * g.oh);  // the max_pool2d kernel's code, on this thread
+}
 
 ConvEpilogue*& pending_conv_epilogue() {
   thread_local ConvEpilogue* e = nullptr;

@@ -17,4 +17,8 @@ struct ConvEpilogue {
 // The epilogue for the next conv2d kernel call on this thread (the kernel takes and clears it at entry).
 ConvEpilogue*& pending_conv_epilogue();
 
+// max_pool2d with 2x2 windows, stride 2, no padding (floor) of `planes` f32 planes h x w into h/2 x w/2, on the
+// calling thread, with the f32 max_pool2d kernel's own code (so the same bits); conv2d_fused's pool="max2x2".
+void max_pool_2x2_planes(const float* x, float* y, int64_t planes, int64_t h, int64_t w);
+
 }  // namespace spore::cpu

@@ -14,6 +14,7 @@
 #include "backend/cpu/families.h"
 #include "base/thread_pool.h"
 #include "ops/fused.h"
+#include "ops/registry.h"
 
 namespace spore::cpu {
 namespace {
@@ -78,38 +79,69 @@ struct PendingEpilogue {
   PendingEpilogue& operator=(const PendingEpilogue&) = delete;
 };
 
+// pool="max2x2": the conv output goes to a scratch buffer of this thread (kept between calls: a fresh
+// multi-megabyte allocation per call would page-fault every run), the pooled result to the kernel's output.
+Tensor conv_scratch(const Shape& shape, DType t) {
+  thread_local std::shared_ptr<Storage> storage;
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);
+  if (!storage || storage->size() < bytes) storage = Storage::allocate(bytes, "conv2d_fused pool scratch");
+  return Tensor::from_storage(storage, shape, contiguous_strides(shape), 0, t);
+}
+
+Shape conv_output_shape(const KernelContext& k, std::span<const Tensor> ins) {
+  const Shape& y = k.out(0).shape();
+  // The pooled output is floor(conv / 2): recover the conv's own size from its geometry (conv2d's shape rule).
+  const OpDef& def = op_registry().get(OpId::conv2d);
+  std::vector<TensorType> types;
+  for (const Tensor& t : ins) types.push_back(TensorType::of(t.dtype(), t.shape()));
+  const InferContext c{def, types, k.attrs, "conv2d_fused"};
+  const TensorType out = def.infer(c)[0];
+  return Shape{y[0], y[1], out.dims[2].size, out.dims[3].size};
+}
+
 void fused_kernel(KernelContext& k) {
   const OpId base = *fused::base_op(k.op);
   const fused::Operands o = fused::operands(k.attrs, k.num_inputs());
-  Tensor& y = k.out(0);
-  const DType t = y.dtype();
+  const bool pool = base == OpId::conv2d && k.attrs.s("pool") == "max2x2";
+  Tensor& out = k.out(0);
+  const DType t = out.dtype();
   std::vector<Tensor> ins{k.in(0), k.in(1)};
   if (o.bias >= 0) ins.push_back(k.in(o.bias));
+  Tensor y = pool ? conv_scratch(conv_output_shape(k, ins), t) : out;
   const std::optional<OpId> act = fused::activation_op(k.attrs.s("activation"));
   const Tensor* res = o.residual >= 0 ? &k.in(o.residual) : nullptr;
   if (t == DType::f32) {
     EpilogueF32 e{y.data<float>(), res ? res->data<float>() : nullptr, act.has_value(), UnaryOp::relu, {}};
     if (act) e.op = unary_of(*act, k.attrs, e.p);
+    const int64_t c = y.dim(1), h = pool ? y.dim(2) : 0, w = pool ? y.dim(3) : 0;
+    const int64_t image = pool ? c * h * w : 0, pooled = pool ? c * (h / 2) * (w / 2) : 0;
     // Only f32 conv2d takes the per-image hook: f16/bf16 convs compute in f32 staging buffers, and the
-    // epilogue must see the rounded outputs.
-    ConvEpilogue hook{[&e](int64_t b, int64_t m) { e(b, m); }, false};
+    // epilogue must see the rounded outputs. With pool, the hook pools each image while it is in cache.
+    ConvEpilogue hook{[&](int64_t b, int64_t m) {
+                        e(b, m);
+                        if (pool)
+                          max_pool_2x2_planes(y.data<float>() + b, out.data<float>() + b / image * pooled, m / (h * w), h, w);
+                      },
+                      false};
     {
       PendingEpilogue guard(base == OpId::conv2d ? &hook : nullptr);
       run_kernel(base, t, ins, y, k.attrs);  // the base kernels read only their own attributes
     }
-    if (!hook.applied) e.all(y.numel());
-    return;
+    if (hook.applied) return;
+    e.all(y.numel());
+  } else {
+    run_kernel(base, t, ins, y, k.attrs);
+    if (y.numel() == 0) return;
+    if (res) {
+      const Tensor sum_in[2] = {y, *res};
+      run_kernel(OpId::add, t, sum_in, y, Attrs{});
+    }
+    if (act) {
+      const Tensor act_in[1] = {y};
+      run_kernel(*act, t, act_in, y, k.attrs);
+    }
   }
-  run_kernel(base, t, ins, y, k.attrs);
-  if (y.numel() == 0) return;
-  if (res) {
-    const Tensor sum_in[2] = {y, *res};
-    run_kernel(OpId::add, t, sum_in, y, Attrs{});
-  }
-  if (act) {
-    const Tensor act_in[1] = {y};
-    run_kernel(*act, t, act_in, y, k.attrs);
-  }
+  if (pool) run_kernel(OpId::max_pool2d, t, std::span<const Tensor>(&y, 1), out, fused::pool_attrs());
 }
 
 }  // namespace

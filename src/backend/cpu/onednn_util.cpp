@@ -48,6 +48,13 @@ void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+dnnl::memory scratch_memory(const dnnl::memory::desc& md, std::vector<char>& buf) {
+  const size_t bytes = md.get_size() + 64;
+  if (buf.size() < bytes) buf.resize(bytes);
+  const auto a = reinterpret_cast<uintptr_t>(buf.data());
+  return dnnl::memory(md, dnnl_engine(), buf.data() + (64 - a % 64) % 64);
+}
+
 dnnl::memory user_memory(const dnnl::memory::desc& md, const Tensor& t) {
   return dnnl::memory(md, dnnl_engine(), t.raw_data());
 }

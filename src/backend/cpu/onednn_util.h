@@ -5,6 +5,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -40,6 +41,10 @@ class PrimitiveCache {
 
 // A user buffer as oneDNN memory (no copy). oneDNN takes non-const pointers even for inputs.
 dnnl::memory user_memory(const dnnl::memory::desc& md, const Tensor& t);
+// Memory of `md`'s layout over `buf` (grown as needed, 64-byte aligned), which the caller keeps between calls
+// (thread_local): a fresh buffer per call (memory(md, engine)) is a fresh mmap for large activations whose page
+// faults cost more than the reorder itself.
+dnnl::memory scratch_memory(const dnnl::memory::desc& md, std::vector<char>& buf);
 
 // Whether oneDNN runs bf16 primitives natively here (avx512_bf16 / AMX); else bf16 is staged through f32.
 bool native_bf16();

@@ -219,15 +219,16 @@ void exec_qconv(const QConvPrim& p, const Tensor& x, const Tensor& w, const Tens
   dnnl::stream& s = dnnl_stream();
   memory xs = user_memory(p.user_src, x), ws = user_memory(p.user_wei, w), ys = user_memory(p.user_dst, y);
   memory xm = xs, wm = ws, ym = ys;
+  thread_local std::vector<char> src_buf, wei_buf, dst_buf;
   if (p.src != p.user_src) {
-    xm = memory(p.src, dnnl_engine());
+    xm = scratch_memory(p.src, src_buf);
     dnnl::reorder(xs, xm).execute(s, xs, xm);
   }
   if (p.wei != p.user_wei) {  // also computes the compensation oneDNN needs for s8 / zero-point sources
-    wm = memory(p.wei, dnnl_engine());
+    wm = scratch_memory(p.wei, wei_buf);
     dnnl::reorder(ws, wm).execute(s, ws, wm);
   }
-  if (p.dst != p.user_dst) ym = memory(p.dst, dnnl_engine());
+  if (p.dst != p.user_dst) ym = scratch_memory(p.dst, dst_buf);
   p.prim.execute(s, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
   if (p.dst != p.user_dst) dnnl::reorder(ym, ys).execute(s, ym, ys);
   s.wait();
@@ -404,8 +405,9 @@ void qlinear_kernel(KernelContext& k) {
     if (p) {
       dnnl::stream& s = dnnl_stream();
       memory ws = user_memory(p->user_wei, k.in(3)), wm = ws;
+      thread_local std::vector<char> wei_buf;
       if (p->wei != p->user_wei) {
-        wm = memory(p->wei, dnnl_engine());
+        wm = scratch_memory(p->wei, wei_buf);
         dnnl::reorder(ws, wm).execute(s, ws, wm);
       }
       p->prim.execute(s, {{DNNL_ARG_SRC, user_memory(p->src, k.in(0))},

@@ -24,6 +24,7 @@ void register_cpu_kernels(KernelRegistry& r) {
   cpu::register_quant(r);
   cpu::register_fused(r);
   cpu::register_fused_elementwise(r);
+  cpu::register_attention(r);
 }
 
 void cpu_set_num_threads(int n) { omp_set_num_threads(n); }

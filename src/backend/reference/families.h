@@ -12,4 +12,5 @@ void register_shape(KernelRegistry& r);
 void register_quant(KernelRegistry& r);
 void register_fused(KernelRegistry& r);  // fused.cpp: conv2d_fused, linear_fused
 void register_fused_elementwise(KernelRegistry& r);
+void register_attention(KernelRegistry& r);  // attention.cpp: attention
 }  // namespace spore::reference

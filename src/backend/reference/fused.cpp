@@ -3,6 +3,7 @@
 // after each step as the unfused graph does.
 #include "backend/reference/families.h"
 #include "ops/fused.h"
+#include "ops/registry.h"
 
 namespace spore::reference {
 namespace {
@@ -17,10 +18,18 @@ void run_kernel(OpId op, DType t, std::span<const Tensor> inputs, Tensor& out, c
 
 void fused_kernel(KernelContext& k) {
   const fused::Operands o = fused::operands(k.attrs, k.num_inputs());
-  Tensor& y = k.out(0);
-  const DType t = y.dtype();
+  const bool pool = k.op == OpId::conv2d_fused && k.attrs.s("pool") == "max2x2";
+  const DType t = k.out(0).dtype();
   std::vector<Tensor> ins{k.in(0), k.in(1)};
   if (o.bias >= 0) ins.push_back(k.in(o.bias));
+  Tensor y = k.out(0);
+  if (pool) {  // the conv output before pooling: conv2d's own shape rule
+    const OpDef& def = op_registry().get(OpId::conv2d);
+    std::vector<TensorType> types;
+    for (const Tensor& in : ins) types.push_back(TensorType::of(in.dtype(), in.shape()));
+    const Attrs ca = fused::base_attrs(k.op, k.attrs);
+    y = Tensor::empty(def.infer(InferContext{def, types, ca, "conv2d_fused"})[0].shape(), t);
+  }
   run_kernel(*fused::base_op(k.op), t, ins, y, fused::base_attrs(k.op, k.attrs));
   if (o.residual >= 0) {
     const Tensor sum_in[2] = {y, k.in(o.residual)};
@@ -30,6 +39,7 @@ void fused_kernel(KernelContext& k) {
     const Tensor act_in[1] = {y};
     run_kernel(*act, t, act_in, y, fused::activation_attrs(k.attrs));
   }
+  if (pool) run_kernel(OpId::max_pool2d, t, std::span<const Tensor>(&y, 1), k.out(0), fused::pool_attrs());
 }
 
 }  // namespace

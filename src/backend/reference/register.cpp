@@ -19,5 +19,6 @@ void register_reference_kernels(KernelRegistry& r) {
   reference::register_quant(r);
   reference::register_fused(r);
   reference::register_fused_elementwise(r);
+  reference::register_attention(r);
 }
 }  // namespace spore
