@@ -4,6 +4,10 @@
 //    the new weights are computed once here (in f64, stored in w's dtype). It needs w, b and the batch_norm
 //    parameters constant and the conv/linear output used by nothing else. The result differs from the unfolded
 //    graph by rounding only (about 1e-6 relative in f32), which is why training graphs never get it.
+//    The same pass folds a following add of a per-channel constant into the bias: conv2d(x, w[, b]) + c with c
+//    of shape [C,1,1] / [1,C,1,1] (older ONNX exports, e.g. the model zoo's mnist-8, add the bias this way), and
+//    linear(x, w[, b]) + c with c of shape [F] / [1,F] and a rank-2 output; then fuse_epilogue can take the
+//    activation after it.
 //  - remove_dropout: every dropout becomes its input (inference means dropout is off, whatever its attrs say).
 #include <cmath>
 
@@ -78,10 +82,51 @@ bool fold_bn(Match& mt, Rewriter& rw) {
   return true;
 }
 
+// c broadcasts as one value per channel of `y` (axis 1): [C,1,1], [1,C,1,1] for a conv output [N,C,H,W];
+// [C], [1,C] for a linear output [N,C].
+bool per_channel(const TensorType& c, const TensorType& y, int64_t channels) {
+  if (c.numel() != channels || c.rank() > y.rank()) return false;
+  const int lead = y.rank() - c.rank();  // c's dims align with y's last dims
+  for (int i = 0; i < c.rank(); ++i) {
+    const int yi = lead + i;
+    if (yi == 1 ? c.dims[i].size != channels : c.dims[i].size != 1) return false;
+  }
+  return lead <= 1;
+}
+
+bool fold_bias_add(Match& mt, Rewriter& rw) {
+  Graph& g = rw.graph();
+  Node* add = mt.root;
+  for (int i = 0; i < 2; ++i) {
+    Value* y = add->inputs[i];
+    Value* c = add->inputs[1 - i];
+    Node* p = y->producer;
+    if (!p || (p->op != OpId::conv2d && p->op != OpId::linear) || !is_const(c)) continue;
+    if (y->uses.size() != 1 || g.is_output(y) || add->output(0)->type != y->type) continue;
+    if (p->op == OpId::linear && y->type.rank() != 2) continue;
+    Value* w = p->inputs.at(1);
+    Value* b = p->inputs.size() > 2 ? p->inputs[2] : nullptr;
+    if (!is_const(w) || (b && !is_const(b)) || !w->type.is_static() || !is_floating(w->type.dtype)) continue;
+    const int64_t channels = w->type.dims[0].size;
+    if (c->type.dtype != y->type.dtype || !per_channel(c->type, y->type, channels)) continue;
+    std::vector<double> bv = b ? b->producer->payload.to_doubles() : std::vector<double>(channels, 0.0);
+    const std::vector<double> cv = c->producer->payload.to_doubles();
+    for (int64_t k = 0; k < channels; ++k) bv[k] += cv[k];
+    const DType bias_dtype = b ? b->type.dtype : w->type.dtype;
+    Value* new_b = g.add_constant(Tensor::from_doubles(bv, {channels}, bias_dtype), c->name + ".bias_folded");
+    Node* fused = rw.add(p->op, {p->inputs[0], w, new_b}, p->attrs, {add->output(0)->type},
+                         p->name.empty() ? add->name : p->name);
+    forward_fresh(g, add->output(0), fused->output(0));
+    return true;
+  }
+  return false;
+}
+
 RewriteSet make_bn_rules() {
   RewriteSet rules("fold_batch_norm");
   rules.add({"batch_norm_into_producer",
              m::op(OpId::batch_norm, {m::any(), m::constant(), m::constant(), m::constant(), m::constant()}), fold_bn});
+  rules.add({"bias_add_into_producer", m::op(OpId::add, {m::any(), m::any()}), fold_bias_add});
   return rules;
 }
 

@@ -109,6 +109,46 @@ TEST(FoldBatchNorm, ConvWithoutBiasAndLinear) {
   }
 }
 
+// x -> conv2d/linear (with or without bias) -> add of a per-channel constant (either operand order) -> relu.
+std::unique_ptr<Graph> layer_plus_bias(bool linear, bool with_bias, const Shape& c_shape, bool const_first) {
+  auto g = std::make_unique<Graph>("net");
+  const int64_t c = 6;
+  Value* x = linear ? g->add_input(TensorType(DType::f32, {4, 5}), "x")
+                    : g->add_input(TensorType(DType::f32, {2, 3, 7, 7}), "x");
+  std::vector<Value*> in = {x, g->add_constant(linear ? rnd({c, 5}, 1) : rnd({c, 3, 3, 3}, 1), "w")};
+  if (with_bias) in.push_back(g->add_constant(rnd({c}, 2), "b"));
+  Value* y = build_node(*g, linear ? OpId::linear : OpId::conv2d, in, {}, "layer")->output(0);
+  Value* k = g->add_constant(rnd(c_shape, 3), "k");
+  Value* s = build_node(*g, OpId::add, const_first ? std::vector<Value*>{k, y} : std::vector<Value*>{y, k}, {}, "plus")
+                 ->output(0);
+  g->set_outputs({build_node(*g, OpId::relu, {s}, {}, "act")->output(0)});
+  verify_graph(*g);
+  return g;
+}
+
+TEST(FoldBatchNorm, PerChannelConstantAddBecomesTheBias) {
+  struct Case {
+    bool linear, bias;
+    Shape c;
+    bool const_first, folds;
+  };
+  for (const Case& k : {Case{false, false, {6, 1, 1}, false, true}, Case{false, true, {1, 6, 1, 1}, true, true},
+                        Case{true, false, {6}, true, true}, Case{true, true, {1, 6}, false, true},
+                        Case{false, false, {6, 5, 5}, false, false}, Case{false, false, {1}, false, false},
+                        Case{true, false, {4, 6}, false, false}}) {
+    SCOPED_TRACE(fmt::format("linear={} bias={} c={} folds={}", k.linear, k.bias, shape_str(k.c), k.folds));
+    auto g = layer_plus_bias(k.linear, k.bias, k.c, k.const_first);
+    auto f = g->clone();
+    run_inference_passes(*f);
+    EXPECT_EQ(count_op(*f, OpId::add), k.folds ? 0 : 1);
+    if (k.folds) {
+      const Node* layer = f->outputs()[0]->producer->inputs[0]->producer;
+      EXPECT_EQ(layer->inputs.size(), 3u);  // x, w, the folded bias
+    }
+    expect_same_numerics(*g, *f, 1e-6);
+  }
+}
+
 TEST(FoldBatchNorm, NotWhenTheLayerOutputHasOtherUsesOrNotInference) {
   auto g = conv_bn(false, true, /*extra_use=*/true);
   const std::string before = print_graph(*g);
