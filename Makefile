@@ -64,7 +64,7 @@ bench: build
 bench-peers: build
 	bash bench/peers/setup.sh
 	/usr/bin/python3 bench/peers/train_vs_torch.py --spore $(BUILD)/spore --repeats 5 --accuracy-epochs 5
-	/usr/bin/python3 bench/peers/infer_vs_ort.py --spore $(BUILD)/spore --repeats 5
+	/usr/bin/python3 bench/peers/infer_vs_ort.py --spore $(BUILD)/spore --repeats 5 --passes
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
