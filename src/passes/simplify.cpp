@@ -209,7 +209,8 @@ RewriteSet make_rules() {
   rules.add(same_type_noop("noop_transpose", OpId::transpose, [](const Node* n) { return is_identity_perm(perm(n)); }));
   // With step 1 everywhere, a slice as long as its input on every axis is the full range.
   rules.add(same_type_noop("noop_slice", OpId::slice, [](const Node* n) {
-    for (int64_t s : normalized(n).ints("steps"))
+    const Attrs a = normalized(n);  // kept alive: ints() returns a reference into it
+    for (int64_t s : a.ints("steps"))
       if (s != 1) return false;
     return true;
   }));
