@@ -14,6 +14,7 @@
 #include "passes/pass.h"
 #include "runtime/plan.h"
 #include "runtime/trace.h"
+#include "train_step_graph.h"
 
 namespace spore {
 namespace {
@@ -239,36 +240,6 @@ TEST(MemoryPlanLevels, RandomGraphsGiveTheSameBitsAtEveryLevel) {
     sum2 += arena[2];
   }
   EXPECT_LT(sum2, sum0);
-}
-
-// A training step of a `layers`-deep MLP (forward, backward, SGD update), traced the way graph mode traces
-// a train::Model step: batch and parameters in, loss and new parameters out.
-std::unique_ptr<Graph> mlp_training_step(int layers, int64_t batch, int64_t width) {
-  std::vector<TensorType> types{TensorType::of(DType::f32, {batch, width}), TensorType::of(DType::f32, {batch, width})};
-  for (int l = 0; l < layers; ++l) {
-    types.push_back(TensorType::of(DType::f32, {width, width}));
-    types.push_back(TensorType::of(DType::f32, {width}));
-  }
-  return trace_function(
-      [layers](std::span<const Tensor> in) {
-        const Tensor x = in[0], y = in[1];
-        const std::span<const Tensor> params = in.subspan(2);
-        auto [loss, grads] = autodiff::value_and_grad(
-            [&](std::span<const Tensor> p) {
-              Tensor h = x;
-              for (int l = 0; l < layers; ++l) {
-                h = ops::add(ops::matmul(h, p[2 * l]), p[2 * l + 1]);
-                if (l + 1 < layers) h = ops::relu(h);
-              }
-              const Tensor d = ops::sub(h, y);
-              return ops::reduce_mean(ops::mul(d, d));
-            },
-            params);
-        std::vector<Tensor> out{loss};
-        for (size_t i = 0; i < params.size(); ++i) out.push_back(ops::sub(params[i], ops::mul(grads[i], 0.01)));
-        return out;
-      },
-      types);
 }
 
 TEST(MemoryPlanLevels, MlpTrainingStepO2NeedsAtMostHalfOfO0) {

@@ -13,6 +13,7 @@
 #include "passes/pass.h"
 #include "runtime/plan.h"
 #include "runtime/trace.h"
+#include "train_step_graph.h"
 
 namespace spore {
 namespace {
@@ -113,37 +114,6 @@ TEST(Rematerialize, LeavesAloneWhatWouldExtendALiveRangeOrIsNotCheap) {
   EXPECT_EQ(rematerialized(small), small);
 }
 
-// A training step of a `layers`-deep MLP (forward, backward, SGD update), traced the way graph mode traces
-// a train::Model step (as in memory_plan_test.cpp).
-std::unique_ptr<Graph> mlp_training_step(int layers, int64_t batch, int64_t width) {
-  std::vector<TensorType> types{TensorType::of(DType::f32, {batch, width}), TensorType::of(DType::f32, {batch, width})};
-  for (int l = 0; l < layers; ++l) {
-    types.push_back(TensorType::of(DType::f32, {width, width}));
-    types.push_back(TensorType::of(DType::f32, {width}));
-  }
-  return trace_function(
-      [layers](std::span<const Tensor> in) {
-        const Tensor x = in[0], y = in[1];
-        const std::span<const Tensor> params = in.subspan(2);
-        auto [loss, grads] = autodiff::value_and_grad(
-            [&](std::span<const Tensor> p) {
-              Tensor h = x;
-              for (int l = 0; l < layers; ++l) {
-                h = ops::add(ops::matmul(h, p[2 * l]), p[2 * l + 1]);
-                if (l + 1 < layers) h = ops::relu(h);
-              }
-              const Tensor d = ops::sub(h, y);
-              return ops::reduce_mean(ops::mul(d, d));
-            },
-            params);
-        std::vector<Tensor> out{loss};
-        for (size_t i = 0; i < grads.size(); ++i) out.push_back(grads[i]);
-        for (size_t i = 0; i < params.size(); ++i) out.push_back(ops::sub(params[i], ops::mul(grads[i], 0.01)));
-        return out;
-      },
-      types);
-}
-
 std::vector<Tensor> random_inputs(const Graph& g, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -157,7 +127,7 @@ std::vector<Tensor> random_inputs(const Graph& g, uint64_t seed) {
 }
 
 TEST(Rematerialize, MlpTrainingStepPlansASmallerArenaWithTheSameBits) {
-  auto base = mlp_training_step(20, 32, 64);
+  auto base = mlp_training_step(20, 32, 64, /*grads_out=*/true);
   // Both graphs get the same cleanup; only one is rematerialized. Compiling at opt_level 0 without cse then
   // plans them as they are (cse would merge each clone back into its original).
   PassManager clean(PassOptions{});
