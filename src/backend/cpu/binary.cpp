@@ -13,6 +13,18 @@
 
 namespace spore::cpu {
 
+int simd_binary_code(OpId op) {
+  switch (op) {
+    case OpId::add: return 0;
+    case OpId::sub: return 1;
+    case OpId::mul: return 2;
+    case OpId::div: return 3;
+    case OpId::maximum: return 4;
+    case OpId::minimum: return 5;
+    default: return -1;
+  }
+}
+
 // Highway loops from binary_simd.cpp. op: 0 add, 1 sub, 2 mul, 3 div, 4 max, 5 min;
 // mode: 0 both vectors, 1 b scalar, 2 a scalar.
 void simd_binary(int op, const float* a, const float* b, float* out, size_t n, int mode);
@@ -282,18 +294,6 @@ Choice simd_choice(DType t) {
   }
 }
 
-int simd_op_code(OpId op) {
-  switch (op) {
-    case OpId::add: return 0;
-    case OpId::sub: return 1;
-    case OpId::mul: return 2;
-    case OpId::div: return 3;
-    case OpId::maximum: return 4;
-    case OpId::minimum: return 5;
-    default: return -1;
-  }
-}
-
 template <typename T>
 bool any_zero(const Tensor& t) {
   const T* p = t.data<T>();
@@ -353,7 +353,7 @@ void binary_kernel(KernelContext& k) {
   if (k.op == OpId::div || k.op == OpId::mod) check_divisor(k);
   const Choice c = pick(k);
   SPORE_ASSERT(c.fn != nullptr, "no cpu loop for {} on {}", op_name(k.op), dtype_name(k.in(0).dtype()));
-  const int code = simd_op_code(k.op);
+  const int code = simd_binary_code(k.op);
   for_each_run(k, c.fn, &code, c.grain);
 }
 

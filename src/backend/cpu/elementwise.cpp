@@ -14,6 +14,33 @@
 
 namespace spore::cpu {
 
+std::optional<UnaryOp> unary_op_for(OpId op, bool gelu_tanh) {
+  switch (op) {
+    case OpId::neg: return UnaryOp::neg;
+    case OpId::abs: return UnaryOp::abs;
+    case OpId::exp: return UnaryOp::exp;
+    case OpId::log: return UnaryOp::log;
+    case OpId::sqrt: return UnaryOp::sqrt;
+    case OpId::rsqrt: return UnaryOp::rsqrt;
+    case OpId::reciprocal: return UnaryOp::reciprocal;
+    case OpId::tanh: return UnaryOp::tanh;
+    case OpId::sigmoid: return UnaryOp::sigmoid;
+    case OpId::relu: return UnaryOp::relu;
+    case OpId::leaky_relu: return UnaryOp::leaky_relu;
+    case OpId::gelu: return gelu_tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu_erf;
+    case OpId::silu: return UnaryOp::silu;
+    case OpId::erf: return UnaryOp::erf;
+    case OpId::sin: return UnaryOp::sin;
+    case OpId::cos: return UnaryOp::cos;
+    case OpId::floor: return UnaryOp::floor;
+    case OpId::ceil: return UnaryOp::ceil;
+    case OpId::round: return UnaryOp::round;
+    case OpId::sign: return UnaryOp::sign;
+    case OpId::clip: return UnaryOp::clip;
+    default: return std::nullopt;
+  }
+}
+
 namespace {
 
 constexpr int64_t kGrain = 16384;
@@ -27,30 +54,9 @@ void for_chunks(int64_t n, const Fn& fn) {
 }
 
 UnaryOp unary_op_of(const KernelContext& k) {
-  switch (k.op) {
-    case OpId::neg: return UnaryOp::neg;
-    case OpId::abs: return UnaryOp::abs;
-    case OpId::exp: return UnaryOp::exp;
-    case OpId::log: return UnaryOp::log;
-    case OpId::sqrt: return UnaryOp::sqrt;
-    case OpId::rsqrt: return UnaryOp::rsqrt;
-    case OpId::reciprocal: return UnaryOp::reciprocal;
-    case OpId::tanh: return UnaryOp::tanh;
-    case OpId::sigmoid: return UnaryOp::sigmoid;
-    case OpId::relu: return UnaryOp::relu;
-    case OpId::leaky_relu: return UnaryOp::leaky_relu;
-    case OpId::gelu: return k.attrs.s("approximate") == "tanh" ? UnaryOp::gelu_tanh : UnaryOp::gelu_erf;
-    case OpId::silu: return UnaryOp::silu;
-    case OpId::erf: return UnaryOp::erf;
-    case OpId::sin: return UnaryOp::sin;
-    case OpId::cos: return UnaryOp::cos;
-    case OpId::floor: return UnaryOp::floor;
-    case OpId::ceil: return UnaryOp::ceil;
-    case OpId::round: return UnaryOp::round;
-    case OpId::sign: return UnaryOp::sign;
-    case OpId::clip: return UnaryOp::clip;
-    default: SPORE_FAIL(ErrorCode::internal, "elementwise cpu kernel called for op {}", static_cast<int>(k.op));
-  }
+  const auto op = unary_op_for(k.op, k.op == OpId::gelu && k.attrs.s("approximate") == "tanh");
+  SPORE_CHECK(op.has_value(), ErrorCode::internal, "elementwise cpu kernel called for op {}", static_cast<int>(k.op));
+  return *op;
 }
 
 // clip's bounds in x's dtype, as a scalar operand of that dtype would hold them.

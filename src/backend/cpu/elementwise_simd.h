@@ -5,6 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <optional>
+
+#include "ir/op_id.h"
+
 namespace spore::cpu {
 
 enum class UnaryOp : int {
@@ -16,6 +20,12 @@ struct UnaryParams {
   float a = 0;
   float b = 0;
 };
+
+// The UnaryOp of an elementwise op (gelu: `gelu_tanh` picks the tanh form); nullopt for other ops. The one
+// mapping the unary kernels (elementwise.cpp) and the fused kernels (fused_elementwise.cpp, fused_conv.cpp) use.
+std::optional<UnaryOp> unary_op_for(OpId op, bool gelu_tanh);
+// binary_simd's operation code of add/sub/mul/div/maximum/minimum (binary.cpp); -1 for other ops.
+int simd_binary_code(OpId op);
 
 void unary_f32(UnaryOp op, const float* x, float* y, size_t n, UnaryParams p);
 // Converts blocks to f32, computes, rounds back to nearest even.

@@ -31,19 +31,14 @@ void run_kernel(OpId op, DType t, std::span<const Tensor> inputs, Tensor& out, c
 
 // The UnaryOp (and its parameters) of the activation, as unary_lowp_kernel derives them for f32.
 UnaryOp unary_of(OpId act, const Attrs& a, UnaryParams& p) {
-  switch (act) {
-    case OpId::relu: return UnaryOp::relu;
-    case OpId::leaky_relu: p.a = static_cast<float>(a.f("alpha")); return UnaryOp::leaky_relu;
-    case OpId::clip:
-      p.a = static_cast<float>(a.f("min"));
-      p.b = static_cast<float>(a.f("max"));
-      return UnaryOp::clip;
-    case OpId::sigmoid: return UnaryOp::sigmoid;
-    case OpId::tanh: return UnaryOp::tanh;
-    case OpId::gelu: return a.s("approximate") == "tanh" ? UnaryOp::gelu_tanh : UnaryOp::gelu_erf;
-    case OpId::silu: return UnaryOp::silu;
-    default: SPORE_FAIL(ErrorCode::internal, "fused epilogue: {} is not an activation", op_name(act));
+  const auto op = unary_op_for(act, act == OpId::gelu && a.s("approximate") == "tanh");
+  SPORE_CHECK(op.has_value(), ErrorCode::internal, "fused epilogue: {} is not an activation", op_name(act));
+  if (*op == UnaryOp::leaky_relu) p.a = static_cast<float>(a.f("alpha"));
+  if (*op == UnaryOp::clip) {
+    p.a = static_cast<float>(a.f("min"));
+    p.b = static_cast<float>(a.f("max"));
   }
+  return *op;
 }
 
 // The f32 epilogue of elements [b, b + m): residual add, then the activation, in place.

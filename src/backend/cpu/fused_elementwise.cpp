@@ -23,43 +23,10 @@ namespace {
 constexpr int64_t kBlock = 1024;          // elements per block: a few block buffers stay in L1/L2
 constexpr int64_t kBlocksPerTask = 16;    // fixed task size (independent of the thread count)
 
-int binary_code(OpId op) {
-  switch (op) {
-    case OpId::add: return 0;
-    case OpId::sub: return 1;
-    case OpId::mul: return 2;
-    case OpId::div: return 3;
-    case OpId::maximum: return 4;
-    case OpId::minimum: return 5;
-    default: return -1;
-  }
-}
-
 UnaryOp unary_code(const fused::Instr& ins) {
-  switch (ins.op) {
-    case OpId::neg: return UnaryOp::neg;
-    case OpId::abs: return UnaryOp::abs;
-    case OpId::exp: return UnaryOp::exp;
-    case OpId::log: return UnaryOp::log;
-    case OpId::sqrt: return UnaryOp::sqrt;
-    case OpId::rsqrt: return UnaryOp::rsqrt;
-    case OpId::reciprocal: return UnaryOp::reciprocal;
-    case OpId::tanh: return UnaryOp::tanh;
-    case OpId::sigmoid: return UnaryOp::sigmoid;
-    case OpId::relu: return UnaryOp::relu;
-    case OpId::leaky_relu: return UnaryOp::leaky_relu;
-    case OpId::gelu: return ins.p0 != 0 ? UnaryOp::gelu_tanh : UnaryOp::gelu_erf;
-    case OpId::silu: return UnaryOp::silu;
-    case OpId::erf: return UnaryOp::erf;
-    case OpId::sin: return UnaryOp::sin;
-    case OpId::cos: return UnaryOp::cos;
-    case OpId::floor: return UnaryOp::floor;
-    case OpId::ceil: return UnaryOp::ceil;
-    case OpId::round: return UnaryOp::round;
-    case OpId::sign: return UnaryOp::sign;
-    case OpId::clip: return UnaryOp::clip;
-    default: SPORE_FAIL(ErrorCode::internal, "fused_elementwise: {} is not a unary op", op_name(ins.op));
-  }
+  const auto op = unary_op_for(ins.op, ins.p0 != 0);
+  SPORE_CHECK(op.has_value(), ErrorCode::internal, "fused_elementwise: {} is not a unary op", op_name(ins.op));
+  return *op;
 }
 
 // A bound as the unfused clip kernel holds it: rounded through one f32 element.
@@ -161,7 +128,7 @@ void fused_f32_kernel(KernelContext& k) {
     s.a = ins.args[0];
     if (ins.arity == 2) {
       s.binary = true;
-      s.code = binary_code(ins.op);
+      s.code = simd_binary_code(ins.op);
       s.b = ins.args[1];
     } else {
       s.unary = unary_code(ins);
