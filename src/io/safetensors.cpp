@@ -1,6 +1,12 @@
 #include "io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -34,9 +40,9 @@ struct Entry {
   bool skip;
 };
 
-}  // namespace
-
-SafetensorsFile parse_safetensors(const void* data, size_t size, const std::string& file, bool skip_unsupported) {
+// With `mapping` set, tensors alias `data` (which the mapping keeps alive) instead of being copied.
+SafetensorsFile parse_impl(const void* data, size_t size, const std::string& file, bool skip_unsupported,
+                           const std::shared_ptr<void>& mapping) {
   const auto* p = static_cast<const unsigned char*>(data);
   SPORE_CHECK(size >= 8, ErrorCode::parse_error,
               "safetensors '{}': truncated at byte offset {} (need an 8-byte header length)", file, size);
@@ -145,11 +151,48 @@ SafetensorsFile parse_safetensors(const void* data, size_t size, const std::stri
       out.skipped.push_back(e.name);
       continue;
     }
+    const unsigned char* src = p + data_start + e.begin;
+    // The header length is arbitrary, so data can be misaligned for its dtype: such tensors are copied.
+    if (mapping && e.end > e.begin && reinterpret_cast<uintptr_t>(src) % dtype_size(e.dtype) == 0) {
+      auto storage = Storage::wrap(const_cast<unsigned char*>(src), e.end - e.begin, [keep = mapping] {});
+      out.tensors.emplace(e.name,
+                          Tensor::from_storage(std::move(storage), e.shape, contiguous_strides(e.shape), 0, e.dtype));
+      continue;
+    }
     Tensor t = Tensor::empty(e.shape, e.dtype);
-    if (e.end > e.begin) std::memcpy(t.raw_data(), p + data_start + e.begin, e.end - e.begin);
+    if (e.end > e.begin) std::memcpy(t.raw_data(), src, e.end - e.begin);
     out.tensors.emplace(e.name, std::move(t));
   }
   return out;
+}
+
+}  // namespace
+
+SafetensorsFile parse_safetensors(const void* data, size_t size, const std::string& file, bool skip_unsupported) {
+  return parse_impl(data, size, file, skip_unsupported, nullptr);
+}
+
+SafetensorsFile map_safetensors(const std::string& path, bool skip_unsupported) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  SPORE_CHECK(fd >= 0, ErrorCode::io_error, "cannot open '{}' for reading: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    SPORE_FAIL(ErrorCode::io_error, "cannot stat '{}': {}", path, std::strerror(err));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {  // mmap cannot map nothing; the parser reports the truncation
+    ::close(fd);
+    return parse_impl("", 0, path, skip_unsupported, nullptr);
+  }
+  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd);
+  SPORE_CHECK(addr != MAP_FAILED, ErrorCode::io_error, "cannot mmap '{}' ({} bytes): {}", path, size,
+              std::strerror(err));
+  std::shared_ptr<void> mapping(addr, [size](void* a) { ::munmap(a, size); });
+  return parse_impl(addr, size, path, skip_unsupported, mapping);
 }
 
 SafetensorsFile read_safetensors(const std::string& path, bool skip_unsupported) {

@@ -22,6 +22,10 @@ struct SafetensorsFile {
 SafetensorsFile read_safetensors(const std::string& path, bool skip_unsupported = false);
 SafetensorsFile parse_safetensors(const void* data, size_t size, const std::string& name,
                                   bool skip_unsupported = false);
+// Like read_safetensors, but the file is mmap'd read-only and the tensors alias the mapping (no copy; a tensor
+// whose data is misaligned for its dtype is copied). The mapping lives as long as any of the tensors. Do not write
+// to them.
+SafetensorsFile map_safetensors(const std::string& path, bool skip_unsupported = false);
 
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

@@ -87,6 +87,8 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(const std::string& name) const;
   const GgufTensorInfo& tensor(const std::string& name) const;  // error names the tensor and the file
+  // The tensor, checked against a row-major `shape` (error names the tensor, its shape and the expected one).
+  const GgufTensorInfo& tensor(const std::string& name, const std::vector<int64_t>& shape) const;
 
   // F32 / F16 / BF16 (and I8/I32/I64/F64) tensors as spore Tensors aliasing the mapping (read-only: do not write).
   // Quantized types are an error naming the tensor and its type (use dequantize_f32 or the raw bytes).
