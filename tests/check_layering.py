@@ -22,7 +22,7 @@ for upper, below in {
     "data": {"base", "tensor"},
     "nn": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime"},
     "train": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "data", "io"},
-    "llm": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "io"},
+    "llm": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "io", "data"},
 }.items():
     ALLOWED[upper] = below
 

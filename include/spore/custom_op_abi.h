@@ -92,7 +92,9 @@ typedef struct spore_kernel_context {
 } spore_kernel_context;
 
 /* Shape/dtype inference: fill outs[0..num_outputs) from the inputs and attributes. NULL = every output has
- * input 0's type. */
+ * input 0's type. outs[] arrive zeroed except dtype (input 0's). In graph mode a dim unknown until run time
+ * (symbolic, e.g. a batch dim) is -1 in `ins`; an output dim set to -1 takes input 0's unknown dim on the
+ * same axis. */
 typedef int (*spore_infer_fn)(const spore_tensor_type* ins, int32_t num_inputs, const spore_attr* attrs,
                               int32_t num_attrs, spore_tensor_type* outs, int32_t num_outputs, char* err,
                               size_t err_len);

@@ -15,6 +15,7 @@
 #include "runtime/profiler.h"
 #include "runtime/runtime.h"
 #include "runtime/trace.h"
+#include "spore/custom_op.h"  // spore::CustomOp, spore::load_custom_ops
 #include "tensor/tensor.h"
 
 namespace spore::detail {

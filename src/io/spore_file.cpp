@@ -22,6 +22,7 @@
 #include "io/file_util.h"
 #include "io/model_file.h"
 #include "ops/graph_ops.h"
+#include "ops/registry.h"
 
 namespace spore::io {
 
@@ -241,6 +242,25 @@ std::map<std::string, std::string> read_metadata(const uint8_t* p, const Section
   return out;
 }
 
+// Metadata key prefix naming the plugin each custom op came from: {"custom_op:scale2x": "testplugin"}.
+constexpr std::string_view custom_op_key = "custom_op:";
+
+// A graph that uses an op from a plugin that is not loaded cannot parse; say which plugin to load instead of
+// "unknown op".
+void check_custom_ops(const std::map<std::string, std::string>& metadata, const std::string& file, uint64_t meta_offset) {
+  for (const auto& [key, plugin] : metadata) {
+    if (key.rfind(custom_op_key, 0) != 0) continue;
+    const std::string op = key.substr(custom_op_key.size());
+    const OpDef* d = op_registry().find(std::string_view(op));
+    SPORE_CHECK(d != nullptr, ErrorCode::not_found,
+                "spore file '{}': op '{}' needs custom-op plugin '{}' (load it with --custom-ops)", file, op, plugin);
+    SPORE_CHECK(d->plugin.empty() || d->plugin == plugin, ErrorCode::invalid_argument,
+                "spore file '{}': op '{}' was saved from custom-op plugin '{}' (metadata at byte offset {}), but the "
+                "loaded op '{}' comes from plugin '{}'",
+                file, op, plugin, meta_offset, op, d->plugin);
+  }
+}
+
 // Validates `n` bytes at `p` (which `backing` keeps alive, 64-byte aligned) and builds the graph whose
 // constants are views of `backing`.
 std::unique_ptr<Graph> decode(const uint8_t* p, uint64_t n, const std::shared_ptr<Storage>& backing,
@@ -307,6 +327,7 @@ std::unique_ptr<Graph> decode(const uint8_t* p, uint64_t n, const std::shared_pt
 
   const std::vector<IndexEntry> entries = read_index(p, index_s, weights_s, file);
   std::map<std::string, std::string> metadata = read_metadata(p, meta_s, file);
+  check_custom_ops(metadata, file, meta_s.offset);
 
   std::vector<Tensor> tensors;
   tensors.reserve(entries.size());
@@ -365,7 +386,14 @@ std::string encode_spore(const Graph& g, const std::map<std::string, std::string
     weights_size = align_up(weights_size + t.nbytes());
     data.push_back(t);
   }
-  const std::string meta = nlohmann::json(metadata).dump();
+  // Plugin ops are recorded from the graph itself (stale entries of the caller's metadata are dropped).
+  std::map<std::string, std::string> meta_map;
+  for (const auto& [k, v] : metadata)
+    if (k.rfind(custom_op_key, 0) != 0) meta_map[k] = v;
+  for (const Node* n : g.nodes())
+    if (const OpDef* d = op_registry().find(n->op); d && !d->plugin.empty())
+      meta_map[std::string(custom_op_key) + d->name] = d->plugin;
+  const std::string meta = nlohmann::json(meta_map).dump();
 
   const uint64_t graph_off = header_bytes, index_off = graph_off + text.size(), meta_off = index_off + index.size();
   const uint64_t weights_off = align_up(meta_off + meta.size());

@@ -126,6 +126,10 @@ struct OpDef {
   DecomposeFn decompose;
   ViewFn view;
   CostFn cost;
+  // Ops from a custom-op plugin (runtime/plugin.h): the plugin's name, which .spore files store so that a reader
+  // without the plugin can say what to load, and the ONNX domain of its nodes. Empty for built-in/in-process ops.
+  std::string plugin;
+  std::string onnx_domain;
 
   const AttrSpec* find_attr(std::string_view n) const;
   // Fills defaults, coerces int->float, rejects unknown or ill-typed attributes; errors name the op.

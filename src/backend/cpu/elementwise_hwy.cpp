@@ -6,6 +6,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
+#include "spore/kernels/tanh_f32.h"  // tanh shared with the tanhcustom plugin (issue 7)
 
 #include <algorithm>
 #include <cmath>
@@ -110,7 +111,8 @@ void UnaryF32(UnaryOp op, const float* x, float* y, size_t n, UnaryParams p) {
     // Exact division, not the approximate rsqrt/rcp instructions (their bits differ between targets).
     case UnaryOp::rsqrt: return Apply(x, y, n, [&](DF, VF v) { return hn::Div(one, hn::Sqrt(v)); });
     case UnaryOp::reciprocal: return Apply(x, y, n, [&](DF, VF v) { return hn::Div(one, v); });
-    case UnaryOp::tanh: return Apply(x, y, n, [](DF d, VF v) { return hn::Tanh(d, v); });
+    // <= 1 ULP over all f32 (hn::Tanh: 3) and faster; see include/spore/kernels/tanh_f32.h.
+    case UnaryOp::tanh: return Apply(x, y, n, [](DF d, VF v) { return spore::kernels::HWY_NAMESPACE::TanhF32(d, v); });
     case UnaryOp::sigmoid: return Apply(x, y, n, [&](DF d, VF v) { return DivOnePlusExpNeg(d, one, v); });
     case UnaryOp::relu: return Apply(x, y, n, [&](DF, VF v) { return hn::IfThenZeroElse(hn::Lt(v, zero), v); });
     case UnaryOp::leaky_relu:

@@ -256,6 +256,14 @@ const onnx::OpSchema* schema_for(const onnx::NodeProto& n, const OpsetMap& opset
   return onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(it->second), dom);
 }
 
+// A node of a non-default domain is a spore custom op of the same name when the domain is the op's plugin's
+// domain or "spore.custom" (ops defined in process, without a domain, accept any).
+const OpDef* custom_op_for(const onnx::NodeProto& n, const std::string& dom) {
+  const OpDef* d = op_registry().find(n.op_type());
+  if (d == nullptr || static_cast<int>(d->id) < num_builtin_ops) return nullptr;
+  return d->onnx_domain.empty() || dom == d->onnx_domain || dom == "spore.custom" ? d : nullptr;
+}
+
 bool schema_has_body(const onnx::OpSchema* s) { return s && (s->HasFunction() || s->HasContextDependentFunction()); }
 
 // A context-dependent body needs the input types; `types` may hold default TypeProtos when unknown.
@@ -358,11 +366,14 @@ Importer::Verdict Importer::classify(const onnx::NodeProto& n, const OpsetMap& o
     return {"unsupported", why_not};
   }
   // Other domains: a custom op registered with spore under the same name.
-  if (const OpDef* d = op_registry().find(n.op_type()); d && static_cast<int>(d->id) >= num_builtin_ops)
-    return {"supported", "spore custom op"};
+  if (const OpDef* d = custom_op_for(n, dom))
+    return {"supported", d->plugin.empty() ? "spore custom op" : fmt::format("custom op of plugin '{}'", d->plugin)};
+  if (const OpDef* d = op_registry().find(n.op_type()); d && !d->onnx_domain.empty())
+    return {"unsupported", fmt::format("custom op '{}' of plugin '{}' is in domain '{}' (or 'spore.custom'), not '{}'",
+                                       d->name, d->plugin, d->onnx_domain, dom)};
   if (opsets.find(dom) == opsets.end())
     return {"unsupported", fmt::format("domain '{}' is not imported by the model", dom)};
-  return {"unsupported", fmt::format("domain '{}' is not supported", dom)};
+  return {"unsupported", fmt::format("domain '{}' is not supported (a custom op? load its plugin with --custom-ops)", dom)};
 }
 
 void Importer::name_value(Value* v, const std::string& name) {
@@ -457,7 +468,7 @@ void Importer::emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap&
       outs = inline_function(body, n, ins, opsets, depth, s);
       mapped = true;
     } else if (!dom.empty()) {
-      if (const OpDef* d = op_registry().find(n.op_type()); d && static_cast<int>(d->id) >= num_builtin_ops) {
+      if (const OpDef* d = custom_op_for(n, dom)) {
         NodeCtx ctx(*this, n, 1, ins);
         Attrs attrs;
         for (const auto& a : n.attribute()) {
