@@ -232,10 +232,21 @@ MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory) {
       worst_step = s;
     }
   }
+  // The buffers live at the peak step, largest first: the memory report's "what holds the peak", and the
+  // consumers named when the cap is exceeded.
+  std::vector<const Buf*> at_peak;
+  for (const Buf& b : bufs) if (b.def <= worst_step && b.last >= worst_step) at_peak.push_back(&b);
+  std::stable_sort(at_peak.begin(), at_peak.end(), [](const Buf* a, const Buf* b) { return a->size > b->size; });
+  if (!bufs.empty()) {
+    info.peak_step = worst_step;
+    info.peak_node = g.nodes()[static_cast<size_t>(worst_step)]->label();
+  }
+  for (const Buf* b : at_peak) {
+    const Node* p = b->v->producer;
+    const std::string op = op_registry().get(p->op).name;
+    info.live_at_peak.push_back({b->v->name, p->name.empty() ? op : p->name, op, b->v->type.str(), b->size});
+  }
   if (max_memory > 0 && static_cast<size_t>(info.arena_bytes) > max_memory) {
-    std::vector<const Buf*> at_peak;
-    for (const Buf& b : bufs) if (b.def <= worst_step && b.last >= worst_step) at_peak.push_back(&b);
-    std::stable_sort(at_peak.begin(), at_peak.end(), [](const Buf* a, const Buf* b) { return a->size > b->size; });
     std::string top;
     for (size_t i = 0; i < at_peak.size() && i < 5; ++i)
       top += fmt::format("\n  {} bytes: %{} {} from {}", at_peak[i]->size, at_peak[i]->v->name, at_peak[i]->v->type.str(),
@@ -264,7 +275,8 @@ class MemoryPlanPass final : public Pass {
  public:
   std::string name() const override { return "memory_plan"; }
   bool run(Graph& g, const PassOptions& o) override {
-    plan_memory(g, o.memory_optimize_level, o.max_memory);
+    MemoryPlanInfo info = plan_memory(g, o.memory_optimize_level, o.max_memory);
+    if (o.memory_info) *o.memory_info = std::move(info);
     return true;
   }
 };

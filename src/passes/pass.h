@@ -14,6 +14,8 @@
 
 namespace spore {
 
+struct MemoryPlanInfo;
+
 struct PassOptions {
   int opt_level = 1;
   bool verify_each = false;
@@ -31,6 +33,8 @@ struct PassOptions {
   // Rematerialization (set_context recompute): the rematerialize pass recomputes cheap activations at their late
   // uses; off by default.
   bool recompute = false;
+  // When set, the memory_plan pass stores its result here (what the plan compiler keeps for reports).
+  MemoryPlanInfo* memory_info = nullptr;
 };
 
 class Pass {
@@ -84,6 +88,10 @@ std::unique_ptr<Pass> make_remove_dropout_pass();
 // conv2d/linear -> [add(residual)] -> [activation], intermediates used once, becomes conv2d_fused/linear_fused
 // (ops/fused.h), bit-identical to the unfused ops; see fuse_epilogue.cpp.
 std::unique_ptr<Pass> make_fuse_epilogue_pass();
+// Inference only: chains of f32 conv2d_fused keep their activations in oneDNN's blocked layout [N, C/8, H, W, 8]
+// (src_layout / dst_layout "nchw8c"), with explicit reshape + transpose reorders where values enter or leave a
+// chain; see layout.cpp.
+std::unique_ptr<Pass> make_layout_pass();
 // Inference only: normalization/activation patterns written out as primitives (as ONNX exporters and users write
 // them) mapped to spore's ops: layer_norm, rms_norm, softmax, gelu (erf and tanh forms), silu; and
 // matmul(x, W constant) [+ bias] -> linear (so fuse_epilogue can take its activation); see patterns.cpp.
@@ -97,6 +105,16 @@ std::unique_ptr<Pass> make_fuse_attention_pass();
 // memory_plan; see remat.cpp.
 std::unique_ptr<Pass> make_rematerialize_pass();
 
+// One arena buffer live at the planner's peak step (aliases and in-place outputs share their buffer, which is
+// named by the value that defines it).
+struct LiveBuffer {
+  std::string value;  // the defining value's name (%value)
+  std::string node;   // its producer's name, or its op when unnamed
+  std::string op;
+  std::string type;   // "f32[8,16]"
+  int64_t bytes = 0;  // rounded to 64 as planned
+};
+
 // Result of memory planning, readable after the pass ran.
 struct MemoryPlanInfo {
   int64_t arena_bytes = 0;   // arena size (peak of simultaneously live intermediates, with packing)
@@ -104,6 +122,9 @@ struct MemoryPlanInfo {
   int64_t num_buffers = 0;
   int64_t num_inplace = 0;      // level 2: outputs written over their dying input 0
   int64_t live_peak_bytes = 0;  // most bytes live at one step (a lower bound for any packing)
+  int64_t peak_step = -1;       // index in the graph's node order where live_peak_bytes is reached (-1: no buffers)
+  std::string peak_node;        // that node's label
+  std::vector<LiveBuffer> live_at_peak;  // the buffers live there, largest first
 };
 MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory);
 // At level >= 1 a reshape-like node (reshape, flatten, squeeze, unsqueeze) of an intermediate value gets its
@@ -115,7 +136,7 @@ bool is_arena_alias(const Node& n);
 bool is_input_view(const Graph& g, const Node& n);
 
 // The default pipeline for graph mode: dce, remove_dropout, fold_batch_norm, simplify, cse, fold_constants, dce,
-// recognize_patterns, fuse_attention, dce, fuse_epilogue, fuse_elementwise, dce, rematerialize, memory_plan (the optimizing passes need opt_level >= 1).
+// recognize_patterns, fuse_attention, dce, fuse_epilogue, fuse_elementwise, layout, dce, rematerialize, memory_plan (the optimizing passes need opt_level >= 1).
 // (Decomposition of ops without kernels happens before, in the runtime's lowering.)
 void add_default_pipeline(PassManager& pm);
 

@@ -83,12 +83,18 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   po.inference = o.inference;
   po.recompute = o.recompute;
   if (o.backend == Backend::null) po.disabled.push_back("fold_constants");  // null kernels compute nothing
+  MemoryPlanInfo memory_info;
+  po.memory_info = &memory_info;
   PassManager pm(po);
   add_default_pipeline(pm);
   pm.run(*g);
 
   Plan p;
   p.pass_records_ = pm.records();
+  p.memory_plan_ = std::move(memory_info);
+  for (const Node* n : g->nodes())
+    if (n->op == OpId::constant && !n->dead && (!n->outputs[0]->uses.empty() || g->is_output(n->outputs[0])))
+      p.weights_bytes_ += n->outputs[0]->type.numel() * static_cast<int64_t>(dtype_size(n->outputs[0]->type.dtype));
   p.input_types_ = types_of(g->inputs());
   p.output_types_ = types_of(g->outputs());
   int64_t arena = 0;

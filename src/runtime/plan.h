@@ -39,6 +39,9 @@ class Plan {
   int64_t arena_bytes() const { return arena_bytes_; }
   int64_t num_kernels() const { return static_cast<int64_t>(steps_.size()); }
   const std::vector<PassRecord>& pass_records() const { return pass_records_; }
+  // The memory planner's result at compile time (arena, live peak and the buffers live there).
+  const MemoryPlanInfo& memory_plan() const { return memory_plan_; }
+  int64_t weights_bytes() const { return weights_bytes_; }  // bytes of the constants the plan reads
   std::string describe() const;  // the schedule, one kernel per line
 
  private:
@@ -70,6 +73,8 @@ class Plan {
   std::vector<Tensor> output_constants_;
   std::shared_ptr<Storage> arena_;
   int64_t arena_bytes_ = 0;
+  int64_t weights_bytes_ = 0;
+  MemoryPlanInfo memory_plan_;
   std::vector<PassRecord> pass_records_;
 };
 

@@ -277,6 +277,7 @@ int cmd_bench(int argc, char** argv) {
                                 {"peak_bytes", peak},
                                 {"arena_bytes", plan.arena_bytes()},
                                 {"planned_peak_bytes", planned.total()},
+                                {"live_peak_bytes", plan.memory_plan().live_peak_bytes},
                                 {"weights_bytes", planned.weights},
                                 {"io_bytes", planned.io},
                                 {"memory_optimize_level", memory_level},
@@ -297,8 +298,10 @@ int cmd_bench(int argc, char** argv) {
   std::cout << fmt::format("{}: {} | inputs {} | {} threads\n", model, g->name(), shape_list, used_threads);
   std::cout << fmt::format("load {:.1f} ms, compile {:.1f} ms, {} kernels per run, arena {:.1f} KiB\n", load_ms, compile_ms,
                            plan.num_kernels(), static_cast<double>(plan.arena_bytes()) / 1024);
-  std::cout << fmt::format("planned peak {:.1f} KiB at memory_optimize_level={}: {}\n",
-                           static_cast<double>(planned.total()) / 1024, memory_level, memory_str(planned));
+  std::cout << fmt::format("planned peak {:.1f} KiB at memory_optimize_level={}: {}; activations live at the planner's peak "
+                           "{:.1f} KiB\n",
+                           static_cast<double>(planned.total()) / 1024, memory_level, memory_str(planned),
+                           static_cast<double>(plan.memory_plan().live_peak_bytes) / 1024);
   std::cout << fmt::format("{} runs after {} warm-up: p50 {:.3f} ms  p90 {:.3f} ms  p99 {:.3f} ms  mean {:.3f} ms  "
                            "(min {:.3f}, max {:.3f})\n",
                            lat.size(), warmup, p50, p90, p99, mean, sorted.front(), sorted.back());

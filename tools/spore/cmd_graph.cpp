@@ -1,9 +1,14 @@
 // spore graph: parse a text-IR file (or load a .spore/.onnx model), verify it, print it back (text or DOT),
 // optionally after the default pass pipeline, after chosen passes (--print-after) or saving every pass's graph
 // (--save-graphs). Errors point at file:line:col.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -44,6 +49,62 @@ std::string locate(const std::string& text, const std::string& file, const std::
   return file + ": " + msg;
 }
 
+// The Graphviz `dot` executable in PATH, or "" when there is none.
+std::string find_dot() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    const std::string exe = dir + "/dot";
+    if (::access(exe.c_str(), X_OK) == 0 && !std::filesystem::is_directory(exe)) return exe;
+    start = end + 1;
+  }
+  return "";
+}
+
+// Renders DOT text to SVG with `dot -Tsvg` (run directly, no shell); dot's own message on failure.
+std::string render_svg(const std::string& dot_text) {
+  const std::string dot = find_dot();
+  SPORE_CHECK(!dot.empty(), ErrorCode::unsupported,
+              "--svg: Graphviz 'dot' was not found in PATH; install Graphviz (e.g. apt-get install graphviz) or write "
+              "DOT with --dot and render it elsewhere");
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("spore_svg_{}", getpid());
+  std::filesystem::create_directories(dir);
+  const std::string in = (dir / "graph.dot").string(), out = (dir / "graph.svg").string(), err = (dir / "err.txt").string();
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  std::string svg, message;
+  int status = -1;
+  {
+    std::ofstream f(in, std::ios::binary);
+    f << dot_text;
+  }
+  // posix_spawn, not fork: the process has pool threads, and the child only needs its stderr redirected.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::string a0 = "dot", a1 = "-Tsvg", a2 = in, a3 = "-o", a4 = out;
+  char* args[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
+  pid_t pid = -1;
+  const int spawned = posix_spawn(&pid, dot.c_str(), &actions, nullptr, args, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned == 0) waitpid(pid, &status, 0);
+  if (spawned == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) svg = slurp(out);
+  else message = slurp(err);
+  std::filesystem::remove_all(dir);
+  SPORE_CHECK(spawned == 0, ErrorCode::io_error, "--svg: cannot start '{}': {}", dot, std::strerror(spawned));
+  while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.pop_back();
+  for (char& c : message) c = c == '\n' ? ' ' : c;
+  SPORE_CHECK(!svg.empty(), ErrorCode::io_error, "--svg: '{} -Tsvg' failed{}{}", dot, message.empty() ? "" : ": ", message);
+  return svg;
+}
+
 }  // namespace
 
 int cmd_graph(int argc, char** argv) {
@@ -51,9 +112,9 @@ int cmd_graph(int argc, char** argv) {
   std::string file, output, save_dir;
   std::vector<std::string> print_after, shape_specs;
   int opt_level = 1;
-  bool dot = false, verify_only = false, passes = false;
+  bool dot = false, svg = false, verify_only = false, passes = false;
   app.add_option("file", file, "text-IR file ('-' reads stdin), or a .spore / .onnx model")->required();
-  app.add_option("--print-after", print_after,
+  auto* print_after_opt = app.add_option("--print-after", print_after,
                  "run the default pipeline and print the graph after this pass (repeatable; 'all' = every pass)");
   app.add_option("--save-graphs", save_dir, "run the default pipeline and write NN_<pass>.ir/.dot after each pass here");
   app.add_option("--opt-level", opt_level, "optimization level for the pipeline (0 skips the optimizing passes)")
@@ -61,10 +122,12 @@ int cmd_graph(int argc, char** argv) {
   app.add_option("--input-shape", shape_specs, "fix input dims, e.g. x:1,3,32,32 (repeatable)");
   std::vector<std::string> disabled;
   app.add_option("--disable-pass", disabled, "skip this pass of the pipeline (repeatable)")->allow_extra_args(false);
-  app.add_flag("--dot", dot, "print Graphviz DOT instead of text IR");
+  auto* dot_flag = app.add_flag("--dot", dot, "print Graphviz DOT instead of text IR");
+  auto* svg_flag = app.add_flag("--svg", svg, "render the DOT graph to SVG with Graphviz `dot` (must be in PATH)")->excludes(dot_flag);
   app.add_flag("--verify-only", verify_only, "only parse and verify; print a one-line summary");
   app.add_flag("--passes", passes, "run the default pass pipeline (needs static input shapes) and print the result");
   app.add_option("--output,-o", output, "write to this file instead of stdout");
+  svg_flag->excludes(print_after_opt);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -149,7 +212,10 @@ int cmd_graph(int argc, char** argv) {
       SPORE_FAIL(ErrorCode::invalid_argument, "--print-after: no pass named '{}' in the pipeline ({})", wanted[0], names);
     }
   }
-  const std::string out = !print_after.empty() ? records + dumps : dot ? graph_to_dot(*g) : records + print_graph(*g);
+  const std::string out = !print_after.empty() ? records + dumps
+                          : svg               ? render_svg(graph_to_dot(*g))
+                          : dot               ? graph_to_dot(*g)
+                                              : records + print_graph(*g);
   if (output.empty()) {
     std::fwrite(out.data(), 1, out.size(), stdout);
   } else {

@@ -1,8 +1,11 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "base/error.h"
+#include "runtime/plugin.h"
 #include "tools/spore/commands.h"
 
 namespace spore::cli {
@@ -19,16 +22,39 @@ constexpr Command commands[] = {
     {"check-ops", "which ops of a model spore supports, decomposes or lacks (with node names)", cmd_check_ops},
     {"run", "run a model on .npy inputs (or random ones), write one .npy per output", cmd_run},
     {"bench", "latency p50/p90/p99, throughput and peak memory of a model", cmd_bench},
+    {"profile", "per-kernel timeline (Chrome trace), top-k op table, memory report and hints", cmd_profile},
+    {"tokenize", "token ids of a text with an LLM's tokenizer (.gguf or Hugging Face folder)", cmd_tokenize},
 };
 
 void usage(FILE* f) {
   std::fprintf(f, "usage: spore <command> [options]\n\ncommands:\n");
   for (const auto& c : commands) std::fprintf(f, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(f, "\nglobal options (any command, anywhere on the line):\n");
+  std::fprintf(f, "  --custom-ops LIB  load a custom-op plugin (.so) first; repeatable; also --custom-ops=LIB\n");
   std::fprintf(f, "\nrun 'spore <command> --help' for a command's options\n");
 }
 }  // namespace
 
 int main_dispatch(int argc, char** argv) {
+  // The global `--custom-ops LIB` option is taken out before dispatch, so no command has to know it.
+  std::vector<std::string> plugins;
+  std::vector<char*> args{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (!std::strcmp(a, "--custom-ops") || !std::strncmp(a, "--custom-ops=", 13)) {
+      const char* lib = a[12] == '=' ? a + 13 : (i + 1 < argc ? argv[++i] : nullptr);
+      if (lib == nullptr || *lib == '\0') {
+        std::fprintf(stderr, "spore: --custom-ops needs a plugin library path\n");
+        return 2;
+      }
+      plugins.emplace_back(lib);
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  argc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  argv = args.data();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -37,6 +63,7 @@ int main_dispatch(int argc, char** argv) {
   for (const auto& c : commands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     try {
+      for (const std::string& lib : plugins) load_custom_ops(lib);
       return c.run(argc - 1, argv + 1);
     } catch (const spore::Error& e) {
       std::fprintf(stderr, "spore %s: error: %s\n", c.name, e.what());

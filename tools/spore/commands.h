@@ -20,6 +20,8 @@ int cmd_convert(int argc, char** argv);
 int cmd_check_ops(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_profile(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
 
 int main_dispatch(int argc, char** argv);
 
