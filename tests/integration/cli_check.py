@@ -124,7 +124,10 @@ def check_demo(spore):
         if p.returncode != 0 or "bit-for-bit equal" not in p.stdout:
             fail("spore demo", p)
         events = json.load(open(trace))["traceEvents"]
-        if not events or any(e["ph"] != "X" for e in events):
+        # Complete events for the kernels, metadata events naming the threads (tracks).
+        kernels = [e for e in events if e["ph"] == "X"]
+        if not kernels or any(e["ph"] not in ("X", "M") for e in events) or \
+                any(k not in e for e in kernels for k in ("name", "ts", "dur", "pid", "tid")):
             fail("spore demo --trace wrote a bad Chrome trace")
         p = run(spore, "demo", "--runs", "3", "--json")
         j = json.loads(p.stdout)
