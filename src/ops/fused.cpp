@@ -75,6 +75,20 @@ Attrs pool_attrs() {
                {"dilation", V{1, 1}},       {"ceil_mode", false},      {"pad_mode", std::string("pad")}};
 }
 
+Tensor to_blocked(const Tensor& x) {
+  const Shape& s = x.shape();
+  SPORE_CHECK(s.size() == 4 && s[1] % kChannelBlock == 0, ErrorCode::shape_mismatch,
+              "to_blocked needs [N, C, H, W] with C divisible by {}", kChannelBlock);
+  const Tensor r = ops::reshape(x, {s[0], s[1] / kChannelBlock, kChannelBlock, s[2], s[3]});
+  return ops::transpose(r, {0, 1, 3, 4, 2});
+}
+
+Tensor from_blocked(const Tensor& x) {
+  const Shape& s = x.shape();
+  SPORE_CHECK(s.size() == 5 && s[4] == kChannelBlock, ErrorCode::shape_mismatch, "from_blocked needs [N, C/8, H, W, 8]");
+  return ops::reshape(ops::transpose(x, {0, 1, 4, 2, 3}), {s[0], s[1] * kChannelBlock, s[2], s[3]});
+}
+
 Operands operands(const Attrs& a, int num_inputs) {
   Operands o;
   const bool res = a.b("residual");
@@ -105,6 +119,21 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
   }
   std::vector<TensorType> ins{c.in(0), c.in(1)};
   if (o.bias >= 0) ins.push_back(c.in(o.bias));
+  bool src_blocked = false, dst_blocked = false;
+  if (base == OpId::conv2d) {
+    for (const char* k : {"src_layout", "dst_layout"})
+      c.check(c.attrs.s(k) == "nchw" || c.attrs.s(k) == "nchw8c", ErrorCode::invalid_argument,
+              "{} must be \"nchw\" or \"nchw8c\", got \"{}\"", k, c.attrs.s(k));
+    src_blocked = c.attrs.s("src_layout") == "nchw8c";
+    dst_blocked = c.attrs.s("dst_layout") == "nchw8c";
+    if (src_blocked) {
+      const auto& x = c.in(0).dims;
+      c.check(x.size() == 5 && x[4].is_static() && x[4].size == fused::kChannelBlock && x[1].is_static(),
+              ErrorCode::shape_mismatch, "src_layout nchw8c needs x as [N, C/8, H, W, 8] with static C/8, got {}",
+              dims_str(x));
+      ins[0].dims = {x[0], Dim(x[1].size * fused::kChannelBlock), x[2], x[3]};
+    }
+  }
   // Looked up at call time: the registry may still be being built while this family registers.
   const OpDef& def = op_registry().get(base);
   const InferContext bc{def, ins, c.attrs, c.where};
@@ -112,6 +141,13 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
   if (base == OpId::conv2d && c.attrs.s("pool") != "none") {
     c.check(c.attrs.s("pool") == "max2x2", ErrorCode::invalid_argument, "pool must be \"none\" or \"max2x2\", got \"{}\"",
             c.attrs.s("pool"));
+    c.check(!dst_blocked, ErrorCode::invalid_argument, "pool max2x2 needs dst_layout nchw");
+  }
+  if (dst_blocked) {
+    auto& y = out[0].dims;
+    c.check(y[1].is_static() && y[1].size % fused::kChannelBlock == 0, ErrorCode::shape_mismatch,
+            "dst_layout nchw8c needs output channels divisible by 8, got {}", dims_str(y));
+    y = {y[0], Dim(y[1].size / fused::kChannelBlock), y[2], y[3], Dim(fused::kChannelBlock)};
   }
   if (o.residual >= 0) {
     const TensorType& r = c.in(o.residual);
@@ -133,13 +169,18 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
 
 std::vector<Tensor> decompose_fused(OpId f, std::span<const Tensor> inputs, const Attrs& a) {
   const fused::Operands o = fused::operands(a, static_cast<int>(inputs.size()));
-  std::vector<Tensor> ins{inputs[0], inputs[1]};
+  const bool conv = f == OpId::conv2d_fused;
+  const bool src_blocked = conv && a.s("src_layout") == "nchw8c", dst_blocked = conv && a.s("dst_layout") == "nchw8c";
+  std::vector<Tensor> ins{src_blocked ? fused::from_blocked(inputs[0]) : inputs[0], inputs[1]};
   if (o.bias >= 0) ins.push_back(inputs[static_cast<size_t>(o.bias)]);
   Tensor y = ops::call1(*fused::base_op(f), ins, fused::base_attrs(f, a));
-  if (o.residual >= 0) y = ops::add(y, inputs[static_cast<size_t>(o.residual)]);
+  if (o.residual >= 0) {
+    const Tensor& r = inputs[static_cast<size_t>(o.residual)];
+    y = ops::add(y, dst_blocked ? fused::from_blocked(r) : r);
+  }
   if (const auto act = fused::activation_op(a.s("activation"))) y = ops::call1(*act, {&y, 1}, fused::activation_attrs(a));
-  if (f == OpId::conv2d_fused && a.s("pool") == "max2x2") y = ops::call1(OpId::max_pool2d, {&y, 1}, fused::pool_attrs());
-  return {y};
+  if (conv && a.s("pool") == "max2x2") y = ops::call1(OpId::max_pool2d, {&y, 1}, fused::pool_attrs());
+  return {dst_blocked ? fused::to_blocked(y) : y};
 }
 
 OpCost fused_cost(OpId f, std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
@@ -177,7 +218,9 @@ void register_fused_ops(OpRegistry& r) {
       .attr("dilation", AttrKind::i64s, V{1, 1})
       .attr("groups", AttrKind::i64, int64_t{1})
       .attr("pad_mode", AttrKind::str, std::string("pad"))
-      .attr("pool", AttrKind::str, std::string("none"));
+      .attr("pool", AttrKind::str, std::string("none"))
+      .attr("src_layout", AttrKind::str, std::string("nchw"))
+      .attr("dst_layout", AttrKind::str, std::string("nchw"));
   epilogue_attrs(conv);
   conv.dtypes(dtypes::floating)
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)

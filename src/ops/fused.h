@@ -14,6 +14,7 @@
 
 #include "base/attrs.h"
 #include "ir/op_id.h"
+#include "tensor/tensor.h"
 
 namespace spore::fused {
 
@@ -30,6 +31,12 @@ Attrs base_attrs(OpId fused, const Attrs& a);
 Attrs activation_attrs(const Attrs& a);
 // conv2d_fused's pool="max2x2" step as max_pool2d attributes (2x2 windows, stride 2, no padding, floor).
 Attrs pool_attrs();
+// conv2d_fused's blocked layout (src_layout / dst_layout = "nchw8c", made by passes/layout.cpp): [N, C/8, H, W, 8],
+// channel c at [n, c / 8, h, w, c % 8] — oneDNN's nChw8c, so its AVX2 convolutions read and write it directly.
+inline constexpr int64_t kChannelBlock = 8;
+// [N, C, H, W] <-> [N, C/8, H, W, 8] with ops:: (reshape + transpose; traced, they are the pass's reorder nodes).
+Tensor to_blocked(const Tensor& x);
+Tensor from_blocked(const Tensor& x);
 // Which inputs are bias and residual (-1: absent), from the input count and the `residual` attribute.
 struct Operands {
   int bias = -1;

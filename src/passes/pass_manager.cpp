@@ -65,6 +65,7 @@ void add_default_pipeline(PassManager& pm) {
   pm.add(make_dce_pass());
   pm.add(make_fuse_epilogue_pass());     // before fuse_elementwise, which would otherwise take bias-add + act
   pm.add(make_fuse_elementwise_pass());
+  pm.add(make_layout_pass());            // inference only; after the epilogues are fused into conv2d_fused
   pm.add(make_dce_pass());
   pm.add(make_rematerialize_pass());     // recompute option only; after every cse (which would merge its clones back)
   pm.add(make_memory_plan_pass());

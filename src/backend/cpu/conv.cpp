@@ -77,23 +77,25 @@ struct ConvGeom {
   AxisPad ph, pw;
 };
 
-ConvGeom conv_geom(const KernelContext& k, bool transpose) {
-  const Shape& xs = k.in(0).shape();
-  const Shape& ws = k.in(1).shape();
-  const Shape& ys = k.out(0).shape();
-  const auto& stride = k.attrs.ints("stride");
-  const auto& dil = k.attrs.ints("dilation");
-  ConvGeom g{xs[0],     xs[1],     xs[2],  xs[3],  ys[1], ws[2], ws[3], ys[2], ys[3], k.attrs.i("groups"),
+// xs and ys are the logical [N, C, H, W] shapes (whatever the buffers' layout).
+ConvGeom conv_geom(const Shape& xs, const Shape& ws, const Shape& ys, const Attrs& a, bool transpose) {
+  const auto& stride = a.ints("stride");
+  const auto& dil = a.ints("dilation");
+  ConvGeom g{xs[0],     xs[1],     xs[2],  xs[3],  ys[1], ws[2], ws[3], ys[2], ys[3], a.i("groups"),
              stride[0], stride[1], dil[0], dil[1], {},    {}};
   if (transpose) {
-    const auto& p = k.attrs.ints("padding");
+    const auto& p = a.ints("padding");
     g.ph = {p[0], p[2]};
     g.pw = {p[1], p[3]};
   } else {
-    g.ph = axis_pad(k.attrs, 0, g.h, (g.kh - 1) * g.dh + 1, g.sh);
-    g.pw = axis_pad(k.attrs, 1, g.w, (g.kw - 1) * g.dw + 1, g.sw);
+    g.ph = axis_pad(a, 0, g.h, (g.kh - 1) * g.dh + 1, g.sh);
+    g.pw = axis_pad(a, 1, g.w, (g.kw - 1) * g.dw + 1, g.sw);
   }
   return g;
+}
+
+ConvGeom conv_geom(const KernelContext& k, bool transpose) {
+  return conv_geom(k.in(0).shape(), k.in(1).shape(), k.out(0).shape(), k.attrs, transpose);
 }
 
 std::string geom_key(const ConvGeom& g, DType t, bool bias) {
@@ -111,11 +113,12 @@ memory::desc weights_md(const ConvGeom& g, memory::data_type dt, bool transpose)
   return memory::desc({g.groups, og, cg, g.kh, g.kw}, dt, {og * cg * ks, oc_stride, ic_stride, g.kw, 1});
 }
 
-ConvPrim make_conv_prim(const ConvGeom& g, DType t, bool bias, bool transpose, const Attrs& a) {
+ConvPrim make_conv_prim(const ConvGeom& g, DType t, bool bias, bool transpose, const Attrs& a, bool src_blocked = false,
+                        bool dst_blocked = false) {
   const memory::data_type dt = dnnl_type(t);
   ConvPrim p;
-  p.user_src = memory::desc({g.n, g.c, g.h, g.w}, dt, tag::nchw);
-  p.user_dst = memory::desc({g.n, g.o, g.oh, g.ow}, dt, tag::nchw);
+  p.user_src = memory::desc({g.n, g.c, g.h, g.w}, dt, src_blocked ? tag::nChw8c : tag::nchw);
+  p.user_dst = memory::desc({g.n, g.o, g.oh, g.ow}, dt, dst_blocked ? tag::nChw8c : tag::nchw);
   p.user_wei = weights_md(g, dt, transpose);
   if (bias) p.bias = memory::desc({g.o}, dt, tag::x);
   const memory::desc src_any({g.n, g.c, g.h, g.w}, dt, tag::any), dst_any({g.n, g.o, g.oh, g.ow}, dt, tag::any);
@@ -607,6 +610,25 @@ void conv_kernel(KernelContext& k) {
   else
     loops_conv(g, k.in(0).data<float>(), k.in(1).data<float>(), b, k.out(0).data<float>());
 }
+
+}  // namespace
+
+void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
+                    bool dst_blocked) {
+  const auto logical = [](const Shape& s, bool blocked) {
+    return blocked ? Shape{s[0], s[1] * s[4], s[2], s[3]} : s;
+  };
+  const ConvGeom g = conv_geom(logical(x.shape(), src_blocked), w.shape(), logical(y.shape(), dst_blocked), a, false);
+  SPORE_CHECK(y.dtype() == DType::f32, ErrorCode::unsupported, "[conv2d_fused] blocked layouts are f32 only, got {}",
+              dtype_name(y.dtype()));
+  if (y.numel() == 0) return;
+  static PrimitiveCache<ConvPrim> cache;
+  const std::string key = geom_key(g, DType::f32, bias != nullptr) + (src_blocked ? "b" : "p") + (dst_blocked ? "b" : "p");
+  const ConvPrim& p = cache.get(key, [&] { return make_conv_prim(g, DType::f32, bias != nullptr, false, a, src_blocked, dst_blocked); });
+  exec_conv(p, x, w, bias, y);
+}
+
+namespace {
 
 template <bool transpose>
 void conv_low(KernelContext& k) {

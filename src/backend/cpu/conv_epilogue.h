@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <functional>
 
+#include "base/attrs.h"
+#include "tensor/tensor.h"
+
 namespace spore::cpu {
 
 struct ConvEpilogue {
@@ -20,5 +23,11 @@ ConvEpilogue*& pending_conv_epilogue();
 // max_pool2d with 2x2 windows, stride 2, no padding (floor) of `planes` f32 planes h x w into h/2 x w/2, on the
 // calling thread, with the f32 max_pool2d kernel's own code (so the same bits); conv2d_fused's pool="max2x2".
 void max_pool_2x2_planes(const float* x, float* y, int64_t planes, int64_t h, int64_t w);
+
+// conv2d (f32) through oneDNN with x and/or y in the blocked layout [N, C/8, H, W, 8] (conv2d_fused's
+// src_layout / dst_layout "nchw8c", ops/fused.h): the primitive reads and writes them as nChw8c directly, so
+// no activation reorder runs. `a` holds conv2d's attributes.
+void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
+                    bool dst_blocked);
 
 }  // namespace spore::cpu

@@ -105,6 +105,19 @@ void fused_kernel(KernelContext& k) {
   Tensor y = pool ? conv_scratch(conv_output_shape(k, ins), t) : out;
   const std::optional<OpId> act = fused::activation_op(k.attrs.s("activation"));
   const Tensor* res = o.residual >= 0 ? &k.in(o.residual) : nullptr;
+  const bool src_blocked = base == OpId::conv2d && k.attrs.s("src_layout") == "nchw8c";
+  const bool dst_blocked = base == OpId::conv2d && k.attrs.s("dst_layout") == "nchw8c";
+  if (src_blocked || dst_blocked) {
+    // Blocked layouts (passes/layout.cpp): oneDNN reads/writes nChw8c; the epilogue is elementwise, so it runs on
+    // the blocked output (the residual has the same layout) over cache-sized blocks afterwards.
+    SPORE_CHECK(t == DType::f32 && !pool, ErrorCode::unsupported,
+                "[conv2d_fused] nchw8c layouts need f32 and pool=none, got {} pool={}", dtype_name(t), k.attrs.s("pool"));
+    conv2d_blocked(ins[0], ins[1], o.bias >= 0 ? &ins[2] : nullptr, out, k.attrs, src_blocked, dst_blocked);
+    EpilogueF32 e{out.data<float>(), res ? res->data<float>() : nullptr, act.has_value(), UnaryOp::relu, {}};
+    if (act) e.op = unary_of(*act, k.attrs, e.p);
+    if (res || act) e.all(out.numel());
+    return;
+  }
   if (t == DType::f32) {
     EpilogueF32 e{y.data<float>(), res ? res->data<float>() : nullptr, act.has_value(), UnaryOp::relu, {}};
     if (act) e.op = unary_of(*act, k.attrs, e.p);
