@@ -16,7 +16,8 @@
 // - linked by a data edge (input or residual) to another such conv. A lone conv would only trade oneDNN's
 //   internal reorders for our own.
 // A conv takes a blocked input only when that input is already blocked (produced inside the chain). The first
-// conv of a chain (e.g. the 3-channel stem) reads NCHW.
+// conv of a chain (e.g. the 3-channel stem) reads NCHW. A global mean/sum/max over H, W of a chain's exit reduces
+// the blocked tensor directly (its [N, C/8, 8] result is [N, C]), so a classifier head needs no reorder.
 //
 // Bits: oneDNN computes the same blocked convolution either way, the reorders are exact copies and the
 // epilogue is elementwise. So outputs equal the unblocked oneDNN path's. The direct AVX2 conv that small
@@ -115,6 +116,36 @@ class LayoutPass final : public Pass {
         g.rename_value(b->output(0), keep_name + ".nchw8c");
       }
       blocked[r->output(0)] = b->output(0);
+    }
+    // A spatial reduction of a chain's exit (the global mean before a classifier) reduces the blocked tensor over H, W
+    // instead: [N, C/8, H, W, 8] -> [N, C/8, 8] is [N, C] in channel order, so only a reshape follows and the reorder
+    // back to NCHW is left without users (dce removes it).
+    for (Node* n : std::vector<Node*>(g.nodes())) {
+      if (n->dead || n->inputs.size() != 1 || !blocked.count(n->input(0))) continue;
+      const bool gap = n->op == OpId::global_avg_pool;
+      const bool reduce = n->op == OpId::reduce_mean || n->op == OpId::reduce_sum || n->op == OpId::reduce_max ||
+                          n->op == OpId::reduce_min;
+      if (!gap && !reduce) continue;
+      if (reduce) {
+        std::vector<int64_t> axes = n->attrs.ints("axes");
+        for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
+        std::sort(axes.begin(), axes.end());
+        if (axes != V{2, 3}) continue;
+      }
+      Value* y = n->output(0);
+      if (!static_dims(y->type, y->type.rank())) continue;
+      Node* red = build_node(g, gap ? OpId::reduce_mean : n->op, {blocked[n->input(0)]},
+                             Attrs{{"axes", V{2, 3}}, {"keepdims", false}}, n->name);
+      V shape;
+      for (const Dim& d : y->type.dims) shape.push_back(d.size);
+      Node* r = build_node(g, OpId::reshape, {red->output(0)}, Attrs{{"shape", shape}});
+      const std::string keep_name = y->name;
+      g.replace_all_uses(y, r->output(0));
+      g.erase_node(n);
+      if (!keep_name.empty()) {
+        g.rename_value(y, fmt::format("{}.nchw{}", keep_name, y->id));
+        g.rename_value(r->output(0), keep_name);
+      }
     }
     g.topo_sort();
     return true;

@@ -162,6 +162,34 @@ TEST(Layout, BlockedConvKernelWithResidualAndActivationMatchesTheReference) {
   EXPECT_LT(max_rel_diff(eager, ref.run(in)[0]), 1e-5);
 }
 
+TEST(Layout, GlobalMeanOfTheChainExitReadsTheBlockedTensor) {
+  for (bool gap : {false, true}) {
+    SCOPED_TRACE(gap ? "global_avg_pool" : "reduce_mean");
+    const auto build = [&] {
+      std::mt19937 rng(4);
+      auto g = std::make_unique<Graph>("head");
+      Value* x = g->add_input(TensorType::of(DType::f32, {2, 3, 9, 9}), "x");
+      const auto w = [&](const Shape& sh) { return g->add_constant(random_tensor(rng, sh, DType::f32, -0.3, 0.3)); };
+      const Attrs pad{{"padding", V{1, 1, 1, 1}}};
+      Value* a = build_node(*g, OpId::relu, {build_node(*g, OpId::conv2d, {x, w({16, 3, 3, 3}), w({16})}, pad)->output(0)}, {})->output(0);
+      Value* b = build_node(*g, OpId::relu, {build_node(*g, OpId::conv2d, {a, w({16, 16, 3, 3}), w({16})}, pad)->output(0)}, {})->output(0);
+      Value* m = gap ? build_node(*g, OpId::flatten, {build_node(*g, OpId::global_avg_pool, {b}, {})->output(0)}, {})->output(0)
+                     : build_node(*g, OpId::reduce_mean, {b}, Attrs{{"axes", V{-1, 2}}, {"keepdims", false}})->output(0);
+      Value* y = build_node(*g, OpId::linear, {m, w({4, 16}), w({4})}, {}, "fc")->output(0);
+      g->set_outputs({y});
+      return g;
+    };
+    Plan blocked = compile_plan(build(), inference(true));
+    Plan plain = compile_plan(build(), inference(false));
+    EXPECT_EQ(count_op(blocked.graph(), OpId::transpose), 0);
+    EXPECT_EQ(count_op(blocked.graph(), OpId::conv2d_fused, "dst_layout", "nchw8c"), 2);
+    EXPECT_EQ(blocked.num_kernels(), plain.num_kernels());
+    std::mt19937 rng(8);
+    const Tensor in[] = {random_tensor(rng, {2, 3, 9, 9}, DType::f32)};
+    EXPECT_LT(max_rel_diff(blocked.run(in)[0], plain.run(in)[0]), 1e-5);
+  }
+}
+
 TEST(Layout, TrainingGraphsAndLowPrecisionAreLeftAlone) {
   {
     CompileOptions o;  // not inference: a training step's convs keep NCHW (and their bits)
