@@ -548,11 +548,20 @@ TEST(GgufReal, VocabOnlyFiles) {
     EXPECT_TRUE(f.has(arch + ".block_count") || f.has(arch + ".context_length"));
     const size_t n_tokens = f.get_strings("tokenizer.ggml.tokens").size();
     EXPECT_GT(n_tokens, 1000u);
-    if (f.has("tokenizer.ggml.scores")) EXPECT_EQ(f.get_floats("tokenizer.ggml.scores").size(), n_tokens);
-    if (f.has("tokenizer.ggml.token_type")) EXPECT_EQ(f.get_ints("tokenizer.ggml.token_type").size(), n_tokens);
-    if (f.has("tokenizer.ggml.merges")) EXPECT_GT(f.get_strings("tokenizer.ggml.merges").size(), 0u);
-    for (const char* k : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"})
-      if (f.has(k)) EXPECT_LT(f.get_int(k), static_cast<int64_t>(n_tokens)) << k;
+    if (f.has("tokenizer.ggml.scores")) {
+      EXPECT_EQ(f.get_floats("tokenizer.ggml.scores").size(), n_tokens);
+    }
+    if (f.has("tokenizer.ggml.token_type")) {
+      EXPECT_EQ(f.get_ints("tokenizer.ggml.token_type").size(), n_tokens);
+    }
+    if (f.has("tokenizer.ggml.merges")) {
+      EXPECT_GT(f.get_strings("tokenizer.ggml.merges").size(), 0u);
+    }
+    for (const char* k : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}) {
+      if (f.has(k)) {
+        EXPECT_LT(f.get_int(k), static_cast<int64_t>(n_tokens)) << k;
+      }
+    }
   }
   EXPECT_GE(n, 10);
 }
