@@ -60,25 +60,6 @@ size_t parse_bytes(const std::string& text) {
 
 // What a compiled plan holds while it runs, as planned at compile time: the arena of intermediates, the
 // constants (weights) and the graph inputs and outputs.
-struct PlannedMemory {
-  int64_t arena = 0, weights = 0, io = 0;
-  int64_t total() const { return arena + weights + io; }
-};
-
-int64_t bytes_of(const TensorType& t) { return t.numel() * static_cast<int64_t>(dtype_size(t.dtype)); }
-
-PlannedMemory planned_memory(const Plan& plan) {
-  PlannedMemory m;
-  m.arena = plan.arena_bytes();
-  const Graph& g = plan.graph();
-  for (const Node* n : g.nodes())
-    if (n->op == OpId::constant && !n->dead) m.weights += bytes_of(n->outputs[0]->type);
-  for (const Value* v : g.inputs()) m.io += bytes_of(v->type);
-  for (const Value* v : g.outputs())
-    if (v->producer->op != OpId::input && v->producer->op != OpId::constant) m.io += bytes_of(v->type);
-  return m;
-}
-
 std::string memory_str(const PlannedMemory& m) {
   return fmt::format("{} bytes (arena {} + weights {} + inputs/outputs {})", m.total(), m.arena, m.weights, m.io);
 }
@@ -216,9 +197,6 @@ int cmd_bench(int argc, char** argv) {
   const double load_ms = ms_between(t0, clock_type::now());
   bool has_batch_dim = false;
   for (const Value* in : g->inputs()) has_batch_dim |= in->type.rank() > 0 && !in->type.dims[0].is_static();
-  SPORE_CHECK(has_batch_dim || batch_opt->count() == 0, ErrorCode::invalid_argument,
-              "--batch {}: no input of '{}' has a symbolic first dim (its shapes are fixed; see --input-shape)", batch,
-              model);
   CompileOptions copts;
   copts.memory_optimize_level = memory_level;
   copts.opt_level = opt_level;
@@ -230,7 +208,7 @@ int cmd_bench(int argc, char** argv) {
     return find_max_batch(*g, model, copts, cap, max_memory_text, json);
   }
   copts.max_memory = cap;  // the arena alone; the whole plan is checked below
-  const std::vector<Shape> shapes = concrete_input_shapes(*g, batch);
+  const std::vector<Shape> shapes = shapes_for_batch(*g, batch, batch_opt->count() > 0, model);
   // Samples per run: the first dim of the first input (the batch when it is symbolic).
   const int64_t samples = !shapes.empty() && !shapes[0].empty() ? shapes[0][0] : 1;
 

@@ -44,7 +44,6 @@ double ms_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-int64_t bytes_of(const TensorType& t) { return t.numel() * static_cast<int64_t>(dtype_size(t.dtype)); }
 
 std::string kib(int64_t bytes) { return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024); }
 
@@ -236,11 +235,7 @@ int cmd_profile(int argc, char** argv) {
     g = load_model_file(model, specs);
   }
   const double load_ms = ms_between(t0, clock_type::now());
-  bool has_batch_dim = false;
-  for (const Value* in : g->inputs()) has_batch_dim |= in->type.rank() > 0 && !in->type.dims[0].is_static();
-  SPORE_CHECK(has_batch_dim || batch_opt->count() == 0, ErrorCode::invalid_argument,
-              "--batch {}: no input of '{}' has a symbolic first dim (its shapes are fixed; see --input-shape)", batch, model);
-  const std::vector<Shape> shapes = concrete_input_shapes(*g, batch);
+  const std::vector<Shape> shapes = shapes_for_batch(*g, batch, batch_opt->count() > 0, model);
   const int64_t samples = !shapes.empty() && !shapes[0].empty() ? shapes[0][0] : 1;
 
   CompileOptions copts;
@@ -277,11 +272,7 @@ int cmd_profile(int argc, char** argv) {
 
   // Memory, as planned at compile time.
   const MemoryPlanInfo& mp = plan->memory_plan();
-  const Graph& pg = plan->graph();
-  int64_t io_bytes = 0;
-  for (const Value* v : pg.inputs()) io_bytes += bytes_of(v->type);
-  for (const Value* v : pg.outputs())
-    if (v->producer->op != OpId::input && v->producer->op != OpId::constant) io_bytes += bytes_of(v->type);
+  int64_t io_bytes = planned_memory(*plan).io;
   // A training step takes its trained weights as inputs: count them as weights, not as inputs.
   const int64_t weights = plan->weights_bytes() + (train ? step.param_bytes : 0);
   if (train) io_bytes -= step.param_bytes;

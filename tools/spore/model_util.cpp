@@ -170,4 +170,25 @@ ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, i
   return r;
 }
 
+std::vector<Shape> shapes_for_batch(const Graph& g, int64_t batch, bool batch_given, const std::string& model) {
+  bool has_batch_dim = false;
+  for (const Value* in : g.inputs()) has_batch_dim |= in->type.rank() > 0 && !in->type.dims[0].is_static();
+  SPORE_CHECK(has_batch_dim || !batch_given, ErrorCode::invalid_argument,
+              "--batch {}: no input of '{}' has a symbolic first dim (its shapes are fixed; see --input-shape)", batch,
+              model);
+  return concrete_input_shapes(g, batch);
+}
+
+PlannedMemory planned_memory(const Plan& plan) {
+  PlannedMemory m;
+  m.arena = plan.arena_bytes();
+  const Graph& g = plan.graph();
+  for (const Node* n : g.nodes())
+    if (n->op == OpId::constant && !n->dead) m.weights += tensor_bytes(n->outputs[0]->type);
+  for (const Value* v : g.inputs()) m.io += tensor_bytes(v->type);
+  for (const Value* v : g.outputs())
+    if (v->producer->op != OpId::input && v->producer->op != OpId::constant) m.io += tensor_bytes(v->type);
+  return m;
+}
+
 }  // namespace spore::cli

@@ -31,6 +31,20 @@ std::unique_ptr<Graph> load_model_file(const std::string& path, const std::vecto
 // dim, else an error naming the input and dim (the user must fix it with --input-shape).
 std::vector<Shape> concrete_input_shapes(const Graph& g, int64_t batch = 1);
 
+// concrete_input_shapes for `spore bench` / `spore profile`: `batch_given` (the user passed --batch) needs an input
+// with a symbolic first dim, else an error naming the model.
+std::vector<Shape> shapes_for_batch(const Graph& g, int64_t batch, bool batch_given, const std::string& model);
+
+// Bytes of a tensor of this (static) type.
+inline int64_t tensor_bytes(const TensorType& t) { return t.numel() * static_cast<int64_t>(dtype_size(t.dtype)); }
+
+// What a compiled plan needs in memory: its arena, its constants, and its graph inputs and computed outputs.
+struct PlannedMemory {
+  int64_t arena = 0, weights = 0, io = 0;
+  int64_t total() const { return arena + weights + io; }
+};
+PlannedMemory planned_memory(const Plan& plan);
+
 // Compiles a copy of `g` for the given input shapes.
 Plan compile_for_shapes(const Graph& g, const std::vector<Shape>& shapes, const CompileOptions& opts = {});
 
