@@ -1,6 +1,7 @@
 #include "ops/registry.h"
 
 #include "ops/families.h"
+#include "ops/llm_ops.h"
 
 namespace spore {
 
@@ -65,6 +66,7 @@ OpRegistry& op_registry() {
     register_fused_elementwise_ops(*reg);
     register_fused_ops(*reg);
     register_attention_ops(*reg);
+    register_llm_ops(*reg);  // by name, after the enum (ops/llm_ops.h)
     return reg;
   }();
   return *r;

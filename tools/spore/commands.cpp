@@ -24,6 +24,8 @@ constexpr Command commands[] = {
     {"bench", "latency p50/p90/p99, throughput and peak memory of a model", cmd_bench},
     {"profile", "per-kernel timeline (Chrome trace), top-k op table, memory report and hints", cmd_profile},
     {"tokenize", "token ids of a text with an LLM's tokenizer (.gguf or Hugging Face folder)", cmd_tokenize},
+    {"generate", "generate text with a decoder LLM (.gguf or Hugging Face folder): streaming, sampling, KV cache",
+     cmd_generate},
 };
 
 void usage(FILE* f) {

@@ -59,4 +59,8 @@ struct ClassifierEval {
 };
 ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, int64_t batch = 64, float scale = 1.f);
 
+// "2GB", "512MiB", "1.5e9", "300000000B" -> bytes (decimal units are powers of 1000, *iB of 1024); errors name
+// --max-memory.
+size_t parse_bytes(const std::string& text);
+
 }  // namespace spore::cli

@@ -25,6 +25,8 @@ void register_cpu_kernels(KernelRegistry& r) {
   cpu::register_fused(r);
   cpu::register_fused_elementwise(r);
   cpu::register_attention(r);
+  cpu::register_blockq(r);
+  cpu::register_llm_attention(r);
 }
 
 void cpu_set_num_threads(int n) { omp_set_num_threads(n); }

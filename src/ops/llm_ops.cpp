@@ -1,0 +1,325 @@
+// The LLM ops (ops/llm_ops.h): schemas, shape inference, cost. Registered by name at registry start-up.
+#include "ops/llm_ops.h"
+
+#include <cmath>
+
+#include "ops/dispatch.h"
+#include "ops/infer.h"
+
+namespace spore {
+
+namespace llm_ops {
+namespace {
+OpId id_of(std::string_view name) {
+  op_registry();  // registers them on first use
+  auto id = op_from_name(name);
+  SPORE_CHECK(id.has_value(), ErrorCode::internal, "LLM op '{}' is not registered", name);
+  return *id;
+}
+}  // namespace
+
+OpId rope() {
+  static const OpId id = id_of("rope");
+  return id;
+}
+OpId linear_blockq() {
+  static const OpId id = id_of("linear_blockq");
+  return id;
+}
+OpId embed_blockq() {
+  static const OpId id = id_of("embed_blockq");
+  return id;
+}
+OpId attention_kv() {
+  static const OpId id = id_of("attention_kv");
+  return id;
+}
+
+std::optional<WeightFormat> parse_format(std::string_view s) {
+  if (s == "f32") return WeightFormat::f32;
+  if (s == "f16") return WeightFormat::f16;
+  if (s == "bf16") return WeightFormat::bf16;
+  if (s == "q8_0") return WeightFormat::q8_0;
+  if (s == "q4_0") return WeightFormat::q4_0;
+  return std::nullopt;
+}
+
+std::string_view format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::f32: return "f32";
+    case WeightFormat::f16: return "f16";
+    case WeightFormat::bf16: return "bf16";
+    case WeightFormat::q8_0: return "q8_0";
+    case WeightFormat::q4_0: return "q4_0";
+  }
+  return "?";
+}
+
+int64_t row_bytes(WeightFormat f, int64_t k) {
+  switch (f) {
+    case WeightFormat::f32: return 4 * k;
+    case WeightFormat::f16:
+    case WeightFormat::bf16: return 2 * k;
+    case WeightFormat::q8_0: return k / qk * q8_0_block_bytes;
+    case WeightFormat::q4_0: return k / qk * q4_0_block_bytes;
+  }
+  return 0;
+}
+
+DType weight_dtype(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::f32: return DType::f32;
+    case WeightFormat::f16: return DType::f16;
+    case WeightFormat::bf16: return DType::bf16;
+    default: return DType::u8;
+  }
+}
+
+std::optional<int64_t> row_values(WeightFormat f, int64_t bytes) {
+  switch (f) {
+    case WeightFormat::q8_0:
+      if (bytes % q8_0_block_bytes) return std::nullopt;
+      return bytes / q8_0_block_bytes * qk;
+    case WeightFormat::q4_0:
+      if (bytes % q4_0_block_bytes) return std::nullopt;
+      return bytes / q4_0_block_bytes * qk;
+    default: return bytes;  // typed weights: the last dim is K already
+  }
+}
+
+}  // namespace llm_ops
+
+namespace {
+using infer::dims_compatible;
+using infer::dims_str;
+using llm_ops::WeightFormat;
+
+WeightFormat format_attr(const InferContext& c) {
+  const std::string& s = c.attrs.s("format");
+  auto f = llm_ops::parse_format(s);
+  c.check(f.has_value(), ErrorCode::invalid_argument, "format '{}' is not one of f32, f16, bf16, q8_0, q4_0", s);
+  return *f;
+}
+
+// K of a weight [rows, row] in format f, checked; symbolic row dims are not allowed (weights are constants).
+int64_t weight_k(const InferContext& c, int w_index, WeightFormat f) {
+  const TensorType& w = c.in(w_index);
+  c.check(w.dims.size() == 2, ErrorCode::shape_mismatch, "weight must be 2-D [rows, row], got {}", dims_str(w.dims));
+  c.check(w.dtype == llm_ops::weight_dtype(f), ErrorCode::dtype_mismatch, "format {} needs a {} weight, got {}",
+          llm_ops::format_name(f), dtype_name(llm_ops::weight_dtype(f)), dtype_name(w.dtype));
+  c.check(w.dims[1].is_static(), ErrorCode::shape_mismatch, "weight row size must be static, got {}",
+          dims_str(w.dims));
+  auto k = llm_ops::row_values(f, w.dims[1].size);
+  c.check(k.has_value(), ErrorCode::shape_mismatch, "format {}: a weight row of {} bytes is not a whole number of blocks",
+          llm_ops::format_name(f), w.dims[1].size);
+  return *k;
+}
+
+std::vector<TensorType> infer_linear_blockq(const InferContext& c) {
+  const WeightFormat f = format_attr(c);
+  const TensorType& x = c.in(0);
+  c.check(x.dtype == DType::f32, ErrorCode::dtype_mismatch, "x must be f32, got {}", dtype_name(x.dtype));
+  c.check(!x.dims.empty(), ErrorCode::shape_mismatch, "x must be [..., K], got a scalar");
+  const int64_t k = weight_k(c, 1, f);
+  c.check(dims_compatible(x.dims.back(), Dim(k)), ErrorCode::shape_mismatch,
+          "x {} has K={} but the {} weight {} holds rows of {} values", dims_str(x.dims), x.dims.back().str(),
+          llm_ops::format_name(f), dims_str(c.in(1).dims), k);
+  const Dim n = c.in(1).dims[0];
+  if (c.num_inputs() > 2) {
+    const TensorType& b = c.in(2);
+    c.check(b.dtype == DType::f32 && b.dims.size() == 1 && dims_compatible(b.dims[0], n), ErrorCode::shape_mismatch,
+            "bias must be f32 [{}], got {} {}", n.str(), dtype_name(b.dtype), dims_str(b.dims));
+  }
+  std::vector<Dim> out(x.dims.begin(), x.dims.end() - 1);
+  out.push_back(n);
+  return {TensorType(DType::f32, out)};
+}
+
+OpCost linear_blockq_cost(std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs&) {
+  OpCost c;
+  for (const auto& t : ins) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
+  for (const auto& t : outs) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
+  const int64_t y = outs[0].numel();
+  const auto& xd = ins[0].dims;
+  if (y > 0 && !xd.empty() && xd.back().is_static()) c.flops = 2.0 * static_cast<double>(y) * static_cast<double>(xd.back().size);
+  return c;
+}
+
+std::vector<TensorType> infer_embed_blockq(const InferContext& c) {
+  const WeightFormat f = format_attr(c);
+  const int64_t k = weight_k(c, 0, f);
+  const TensorType& ids = c.in(1);
+  c.check(ids.dtype == DType::i64 || ids.dtype == DType::i32, ErrorCode::dtype_mismatch, "ids must be i64 or i32, got {}",
+          dtype_name(ids.dtype));
+  std::vector<Dim> out = ids.dims;
+  out.push_back(k);
+  return {TensorType(DType::f32, out)};
+}
+
+std::vector<TensorType> infer_rope(const InferContext& c) {
+  const TensorType& x = c.in(0);
+  const TensorType& p = c.in(1);
+  c.check(x.dtype == DType::f32, ErrorCode::dtype_mismatch, "x must be f32, got {}", dtype_name(x.dtype));
+  c.check(x.dims.size() == 3, ErrorCode::shape_mismatch, "x must be [T, heads, head_dim], got {}", dims_str(x.dims));
+  c.check(p.dtype == DType::i64 && p.dims.size() == 1 && dims_compatible(p.dims[0], x.dims[0]),
+          ErrorCode::shape_mismatch, "positions must be i64 [{}], got {} {}", x.dims[0].str(), dtype_name(p.dtype),
+          dims_str(p.dims));
+  const std::string& mode = c.attrs.s("mode");
+  c.check(mode == "normal" || mode == "neox", ErrorCode::invalid_argument, "mode '{}' is not normal or neox", mode);
+  const double theta = c.attrs.f("theta");
+  c.check(std::isfinite(theta) && theta > 0, ErrorCode::invalid_argument, "theta must be > 0, got {}", theta);
+  const double fs = c.attrs.f("freq_scale");
+  c.check(std::isfinite(fs) && fs > 0, ErrorCode::invalid_argument, "freq_scale must be > 0, got {}", fs);
+  const int64_t dim = c.attrs.i("dim");
+  c.check(x.dims[2].is_static(), ErrorCode::shape_mismatch, "head_dim must be static, got {}", dims_str(x.dims));
+  const int64_t d = x.dims[2].size;
+  const int64_t rd = dim == 0 ? d : dim;
+  c.check(rd > 0 && rd <= d && rd % 2 == 0, ErrorCode::invalid_argument,
+          "dim {} must be even and in (0, head_dim={}] (0 = head_dim)", dim, d);
+  if (c.num_inputs() > 2) {
+    const TensorType& ff = c.in(2);
+    c.check(ff.dtype == DType::f32 && ff.dims.size() == 1 && dims_compatible(ff.dims[0], Dim(rd / 2)),
+            ErrorCode::shape_mismatch, "freq_factors must be f32 [{}], got {} {}", rd / 2, dtype_name(ff.dtype),
+            dims_str(ff.dims));
+  }
+  return {x};
+}
+
+std::vector<TensorType> infer_attention_kv(const InferContext& c) {
+  const auto& q = c.in(0);
+  const auto& kc = c.in(1);
+  const auto& vc = c.in(2);
+  const auto& kn = c.in(3);
+  const auto& vn = c.in(4);
+  const auto& p = c.in(5);
+  const double scale = c.attrs.f("scale");
+  c.check(std::isfinite(scale), ErrorCode::invalid_argument, "scale must be finite, got {}", scale);
+  c.check(q.dtype == DType::f32 && kn.dtype == DType::f32 && vn.dtype == DType::f32, ErrorCode::dtype_mismatch,
+          "q, k_new and v_new must be f32, got {}, {}, {}", dtype_name(q.dtype), dtype_name(kn.dtype),
+          dtype_name(vn.dtype));
+  c.check(kc.dtype == vc.dtype && (kc.dtype == DType::f32 || kc.dtype == DType::f16 || kc.dtype == DType::bf16),
+          ErrorCode::dtype_mismatch, "k_cache and v_cache must share a dtype of f32, f16 or bf16, got {} and {}",
+          dtype_name(kc.dtype), dtype_name(vc.dtype));
+  c.check(q.dims.size() == 3, ErrorCode::shape_mismatch, "q must be [T, heads, head_dim], got {}", dims_str(q.dims));
+  c.check(kc.dims.size() == 3 && vc.dims.size() == 3, ErrorCode::shape_mismatch,
+          "k_cache and v_cache must be [kv_heads, ctx, head_dim], got {} and {}", dims_str(kc.dims), dims_str(vc.dims));
+  c.check(kn.dims.size() == 3 && vn.dims.size() == 3, ErrorCode::shape_mismatch,
+          "k_new and v_new must be [T, kv_heads, head_dim], got {} and {}", dims_str(kn.dims), dims_str(vn.dims));
+  bool ok = true;
+  for (int i = 0; i < 3; ++i) ok = ok && dims_compatible(kc.dims[i], vc.dims[i]) && dims_compatible(kn.dims[i], vn.dims[i]);
+  ok = ok && dims_compatible(kn.dims[0], q.dims[0]) && dims_compatible(kn.dims[1], kc.dims[0]) &&
+       dims_compatible(kn.dims[2], q.dims[2]) && dims_compatible(kc.dims[2], q.dims[2]);
+  c.check(ok, ErrorCode::shape_mismatch,
+          "shapes disagree: q {} [T, Hq, D], k_cache {} / v_cache {} [Hkv, C, D], k_new {} / v_new {} [T, Hkv, D]",
+          dims_str(q.dims), dims_str(kc.dims), dims_str(vc.dims), dims_str(kn.dims), dims_str(vn.dims));
+  if (q.dims[1].is_static() && kc.dims[0].is_static())
+    c.check(kc.dims[0].size > 0 && q.dims[1].size % kc.dims[0].size == 0, ErrorCode::shape_mismatch,
+            "q heads {} must be a multiple of kv heads {}", q.dims[1].size, kc.dims[0].size);
+  c.check(p.dtype == DType::i64 && p.dims.size() == 1 && dims_compatible(p.dims[0], q.dims[0]),
+          ErrorCode::shape_mismatch, "positions must be i64 [{}], got {} {}", q.dims[0].str(), dtype_name(p.dtype),
+          dims_str(p.dims));
+  return {q};
+}
+
+OpCost attention_kv_cost(std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs&) {
+  OpCost c;
+  for (const auto& t : ins) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
+  for (const auto& t : outs) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
+  // Upper bound: every query over the whole cache (the real work depends on the positions at run time).
+  if (ins[0].is_static() && ins[1].is_static()) {
+    const auto q = ins[0].shape();
+    const auto kc = ins[1].shape();
+    c.flops = 4.0 * static_cast<double>(q[0] * q[1] * q[2]) * static_cast<double>(kc[1]);
+  }
+  return c;
+}
+
+void add(OpRegistry& r, OpDef d) { r.add_custom(std::move(d)); }
+}  // namespace
+
+void register_llm_ops(OpRegistry& r) {
+  {
+    OpDef d;
+    d.name = "linear_blockq";
+    OpDefBuilder(d)
+        .doc("y = x @ w^T (+ bias) with w in a block format (f32, f16, bf16, q8_0, q4_0; ops/llm_ops.h); batch "
+             "invariant: each y element is summed in one fixed order")
+        .inputs({"x", "w", "bias?"})
+        .attr("format", AttrKind::str, std::string("f32"))
+        .dtypes(DTypeSet{DType::f32})
+        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+        .infer(infer_linear_blockq)
+        .cost(linear_blockq_cost);
+    add(r, std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "embed_blockq";
+    OpDefBuilder(d)
+        .doc("rows of a weight table in a block format, as f32: w [V, row], ids [...] -> [..., K]")
+        .inputs({"w", "ids"})
+        .attr("format", AttrKind::str, std::string("f32"))
+        .dtypes(DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8})
+        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+        .infer(infer_embed_blockq);
+    add(r, std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "rope";
+    OpDefBuilder(d)
+        .doc("rotary position embedding of x [T, H, D] at positions [T]; mode normal (pairs 2i, 2i+1) or neox "
+             "(pairs i, i + dim/2)")
+        .inputs({"x", "positions", "freq_factors?"})
+        .attr("theta", AttrKind::f64, 10000.0)
+        .attr("mode", AttrKind::str, std::string("normal"))
+        .attr("dim", AttrKind::i64, int64_t{0})
+        .attr("freq_scale", AttrKind::f64, 1.0)
+        .dtypes(DTypeSet{DType::f32})
+        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+        .infer(infer_rope);
+    add(r, std::move(d));
+  }
+  {
+    OpDef d;
+    d.name = "attention_kv";
+    OpDefBuilder(d)
+        .doc("causal GQA attention of q [T, Hq, D] over a KV cache [Hkv, C, D] (rows before positions[0]) and the "
+             "new rows k_new/v_new [T, Hkv, D]; the cache is read, not written")
+        .inputs({"q", "k_cache", "v_cache", "k_new", "v_new", "positions"})
+        .attr("scale", AttrKind::f64, 1.0)
+        .dtypes(DTypeSet{DType::f32})
+        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+        .infer(infer_attention_kv)
+        .cost(attention_kv_cost);
+    add(r, std::move(d));
+  }
+}
+
+namespace ops {
+
+Tensor linear_blockq(const Tensor& x, const Tensor& w, std::string_view format, const std::optional<Tensor>& bias) {
+  Attrs a{{"format", std::string(format)}};
+  if (bias) return call1(llm_ops::linear_blockq(), std::vector<Tensor>{x, w, *bias}, a);
+  return call1(llm_ops::linear_blockq(), std::vector<Tensor>{x, w}, a);
+}
+
+Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format) {
+  return call1(llm_ops::embed_blockq(), std::vector<Tensor>{w, ids}, Attrs{{"format", std::string(format)}});
+}
+
+Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_view mode, int64_t dim,
+            double freq_scale, const std::optional<Tensor>& freq_factors) {
+  Attrs a{{"theta", theta}, {"mode", std::string(mode)}, {"dim", dim}, {"freq_scale", freq_scale}};
+  if (freq_factors) return call1(llm_ops::rope(), std::vector<Tensor>{x, positions, *freq_factors}, a);
+  return call1(llm_ops::rope(), std::vector<Tensor>{x, positions}, a);
+}
+
+Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k_new,
+                    const Tensor& v_new, const Tensor& positions, double scale) {
+  return call1(llm_ops::attention_kv(), std::vector<Tensor>{q, k_cache, v_cache, k_new, v_new, positions},
+               Attrs{{"scale", scale}});
+}
+
+}  // namespace ops
+}  // namespace spore

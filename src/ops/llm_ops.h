@@ -1,0 +1,71 @@
+#pragma once
+// The LLM ops (docs/LLM.md): rope, linear_blockq, embed_blockq and attention_kv. They are defined here, once, like
+// every op: schema, attributes, shape inference and cost. They are registered by name when the op registry starts
+// (after the built-in enum, before any plugin), so their ids are fixed for a build but are not OpId enumerators:
+// use the accessors below. Kernels: src/backend/cpu/llm.cpp (batch-invariant AVX2) and
+// src/backend/reference/llm.cpp (plain loops, the definition the tests check against).
+//
+// Weight formats of linear_blockq / embed_blockq (the `format` attribute):
+//   f32, f16, bf16  w is a typed tensor [N, K] of that dtype;
+//   q8_0            w is u8 [N, K/32*34]: per block of 32 values, an f16 scale d then 32 int8 q; x = d*q;
+//   q4_0            w is u8 [N, K/32*18]: per block, an f16 scale d then 16 bytes; byte j holds value j in its low
+//                   nibble and value j+16 in its high nibble; x = d*(nibble-8).
+// These are GGUF's (ggml's) Q8_0 and Q4_0 blocks, bit for bit, so GGUF weights are used straight from the mapping.
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "ops/registry.h"
+#include "tensor/tensor.h"
+
+namespace spore {
+
+namespace llm_ops {
+
+OpId rope();
+OpId linear_blockq();
+OpId embed_blockq();
+OpId attention_kv();
+
+enum class WeightFormat : uint8_t { f32, f16, bf16, q8_0, q4_0 };
+std::optional<WeightFormat> parse_format(std::string_view s);
+std::string_view format_name(WeightFormat f);
+inline constexpr int64_t qk = 32;  // values per quant block
+inline constexpr int64_t q8_0_block_bytes = 34;
+inline constexpr int64_t q4_0_block_bytes = 18;
+// Bytes of one weight row of k values in format f (k % 32 == 0 for the quant formats, checked by the caller).
+int64_t row_bytes(WeightFormat f, int64_t k);
+// The dtype of w for format f (u8 for the quant formats).
+DType weight_dtype(WeightFormat f);
+// K (values per row) from a row of `bytes` bytes; nullopt when bytes is not a whole number of blocks.
+std::optional<int64_t> row_values(WeightFormat f, int64_t bytes);
+
+}  // namespace llm_ops
+
+namespace ops {
+
+// y[..., n] = sum_k x[..., k] * w[n, k] (+ bias[n]); x f32 [..., K], w as `format` says, bias f32 [N]. For q8_0/q4_0
+// the activations are rounded to Q8_0 blocks first and for f16/bf16 to that dtype (as llama.cpp does), so results
+// match llama.cpp's closely. Every y element is summed in the same order whatever the number of rows (batch
+// invariant).
+Tensor linear_blockq(const Tensor& x, const Tensor& w, std::string_view format, const std::optional<Tensor>& bias = {});
+// Rows of a weight table: w [V, ...] as `format` says, ids i64 any shape -> f32 [..., K].
+Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format);
+// Rotary position embedding of x f32 [T, H, D] at positions i64 [T]. mode "normal" rotates pairs (2i, 2i+1), "neox"
+// pairs (i, i + dim/2). The first `dim` of D are rotated (0 = all of D). Angle of pair i at position p:
+// p * freq_scale * theta^(-2i/dim) / freq_factors[i] (freq_factors f32 [dim/2], optional: Llama 3.1 scaling).
+Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_view mode, int64_t dim = 0,
+            double freq_scale = 1.0, const std::optional<Tensor>& freq_factors = {});
+// Causal attention of new tokens over a KV cache plus themselves. q f32 [T, Hq, D]; k_cache, v_cache [Hkv, C, D]
+// in f32/f16/bf16; k_new, v_new f32 [T, Hkv, D]; positions i64 [T], consecutive (p0, p0+1, ...). Query t sees the
+// cache rows [0, p0) and the new rows [0, t]. New rows are rounded to the cache dtype first, so a token gives the same
+// bits whether its keys come from the cache or from this call. GQA: q head h reads kv head h / (Hq / Hkv).
+// Output [T, Hq, D]. The cache is only read: the caller writes k_new / v_new into it after the run.
+Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k_new,
+                    const Tensor& v_new, const Tensor& positions, double scale);
+
+}  // namespace ops
+
+void register_llm_ops(OpRegistry& r);
+
+}  // namespace spore
