@@ -15,8 +15,10 @@ KvCache::KvCache(const ModelConfig& c, int64_t ctx, DType dtype) : ctx_(ctx), dt
   SPORE_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported,
               "KV cache type {} is not supported (f32, f16, bf16)", dtype_name(dtype));
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    k_.push_back(Tensor::zeros({c.n_head_kv, ctx, c.head_dim}, dtype));
-    v_.push_back(Tensor::zeros({c.n_head_kv, ctx, c.head_dim}, dtype));
+    // Uninitialized: rows at or past the session's position are never read, and the pages of a large cache stay
+    // untouched (not resident) until written.
+    k_.push_back(Tensor::empty({c.n_head_kv, ctx, c.head_dim}, dtype));
+    v_.push_back(Tensor::empty({c.n_head_kv, ctx, c.head_dim}, dtype));
   }
 }
 
@@ -120,6 +122,26 @@ Plan& Session::plan_for(int64_t t, bool all) {
   return *plans_.emplace(Key{t, all}, std::move(plan)).first->second;
 }
 
+int64_t Session::bucket(int64_t n, int64_t pos) const {
+  // 1 (decode) or a power of two >= 16; the padding rows come after the real ones, so causality keeps them out of the
+  // real rows' results, and their K/V rows are never written to the cache.
+  if (n <= 1) return 1;
+  int64_t t = 16;
+  while (t < n) t *= 2;
+  t = std::min(t, o_.max_batch);
+  return pos + t > o_.ctx ? n : t;
+}
+
+void Session::prepare(int64_t prompt_tokens) {
+  for (int64_t pos = pos_, left = prompt_tokens; left > 0;) {
+    const int64_t n = std::min(left, o_.max_batch);
+    plan_for(bucket(n, pos), false);
+    pos += n;
+    left -= n;
+  }
+  plan_for(1, false);
+}
+
 std::vector<float> Session::feed(std::span<const int32_t> tokens, bool all_logits) {
   const ModelConfig& c = m_.config();
   const int64_t n_total = static_cast<int64_t>(tokens.size());
@@ -133,15 +155,7 @@ std::vector<float> Session::feed(std::span<const int32_t> tokens, bool all_logit
   int64_t done = 0;
   while (done < n_total) {
     const int64_t n = std::min(n_total - done, o_.max_batch);
-    // Shape bucket: 1 (decode) or a power of two >= 16; the padding rows come after the real ones, so causality keeps
-    // them out of the real rows' results, and their K/V rows are never written to the cache.
-    int64_t t = 1;
-    if (n > 1) {
-      t = 16;
-      while (t < n) t *= 2;
-      t = std::min(t, o_.max_batch);
-      if (pos_ + t > o_.ctx) t = n;
-    }
+    const int64_t t = bucket(n, pos_);
     Plan& plan = plan_for(t, all_logits);
     Tensor tok = Tensor::zeros({t}, DType::i64), pos = Tensor::empty({t}, DType::i64);
     for (int64_t i = 0; i < t; ++i) {

@@ -58,6 +58,8 @@ class Session {
   // Feeds tokens at the current position (in steps of at most max_batch) and returns the logits after the last one.
   // With all_logits the logits of every fed token, row-major [n, V].
   std::vector<float> feed(std::span<const int32_t> tokens, bool all_logits = false);
+  // Compiles the plans a prompt of this many tokens and the decode steps after it will use (warm-up before timing).
+  void prepare(int64_t prompt_tokens);
   int64_t position() const { return pos_; }
   void reset() { pos_ = 0; }
   const KvCache& cache() const { return cache_; }
@@ -73,6 +75,7 @@ class Session {
     bool operator<(const Key& o) const { return t != o.t ? t < o.t : all < o.all; }
   };
   Plan& plan_for(int64_t t, bool all);
+  int64_t bucket(int64_t n, int64_t pos) const;
   const Model& m_;
   SessionOptions o_;
   MemoryBudget budget_;

@@ -118,6 +118,7 @@ int cmd_generate(int argc, char** argv) {
     }
   }
   llm::Session session(m, so);
+  session.prepare(static_cast<int64_t>(ids.size()));  // compile the plans now: load time, not time to first token
   const double load_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
 
   llm::GenerateOptions go;

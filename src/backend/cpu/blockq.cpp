@@ -7,7 +7,7 @@
 //                  products, 4 consecutive products per lane), broadcast(dw_b * dx_b), acc);
 //   f32/f16/bf16   acc (8 lanes) = 0; per 8 values in order: acc = fma(x, w, acc); the last K % 8 values are added
 //                  after the horizontal sum, one std::fma each;
-// then s = hsum(acc) (lanes 0-3 + 4-7, then pairs, then the two halves) and y = s + bias[n].
+// then s = hsum(acc) (lane i + lane i+4, then i + i+2, then 0 + 1) and y = s + bias[n].
 // A register tile of R rows x C columns (tile<R, C>) runs exactly this sequence for each of its R*C elements, so
 // the tile shape, which rows share a tile (the number of rows M), how the columns are chunked into tasks and the
 // number of threads change nothing in the bits: M = 1 (decode) and M = 512 (prefill) give the same row. Work is
@@ -16,9 +16,10 @@
 // and 4 weight streams in separate pages (4 adjacent short rows made the hardware prefetchers several times slower
 // on 1 KB rows). Prefill runs 4 x 2 (quant) or 4 x 3 (float) tiles, each weight block loaded once for 4 rows.
 //
-// The integer dot of a block is llama.cpp's AVX2 form: maddubs(|w|, sign(x, w)) (u8 x s8 -> pairs in i16, exact:
-// at most 2 * 128 * 127) then madd with ones (-> 8 x i32). Activations are quantized once per call into scratch
-// (q8_0 blocks as int8 rows plus f32 scales), f16/bf16 activations rounded once into an f32 scratch row.
+// The integer dot of a q8_0 block is llama.cpp's AVX2 form: maddubs(|w|, sign(x, w)) (u8 x s8 -> pairs in i16,
+// exact: at most 2 * 128 * 127) then madd with ones (-> 8 x i32); q4_0 uses the nibbles as the unsigned operand and
+// subtracts 8 * sum(x) per lane (block_dot). Activations are quantized once per call into scratch (int8 rows, f32
+// block scales, and for q4_0 the lane sums), f16/bf16 activations rounded once into an f32 scratch row.
 //
 // Not done: AVX-512 / AVX-512 VNNI variants (vpdpbusd would replace maddubs + madd): the development machine has
 // AVX2 only, so they could not be tested. They would keep the same per-element sequence only if they keep 8 lanes
