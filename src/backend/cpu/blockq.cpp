@@ -64,17 +64,8 @@ inline float hsum(__m256 v) {
 
 // ---- activations -------------------------------------------------------------------------------------------------
 
-// roundf on 8 lanes: nearest, ties away from zero (the integer part is exact, so is the fraction p - trunc(p)).
-inline __m256 round_half_away(__m256 p) {
-  const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 sign = _mm256_and_ps(p, _mm256_set1_ps(-0.0f));
-  const __m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(p, t));
-  const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-  return _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(sign, _mm256_set1_ps(1.0f))));
-}
-
-// One row of K (a multiple of 32) values to Q8_0, as llama.cpp's quantize_row_q8_0: per block d = amax / 127,
-// q = roundf(x / d) computed as x * (1 / d); q goes to q[K], the f32 value of the f16-rounded d to d[K / 32] and,
+// One row of K (a multiple of 32) values to Q8_0, as llama.cpp's x86 quantize_row_q8_0 (the one it runs on this
+// hardware): per block d = amax / 127, q = x * (127 / amax) rounded to nearest, ties to even; q goes to q[K], the f32 value of the f16-rounded d to d[K / 32] and,
 // when s8 is given (q4_0 weights), 8 * the sums of 4 consecutive q to s8[K / 4] (see block_dot).
 void quantize_row_q8_0(const float* x, int64_t k, int8_t* q, float* d, int32_t* s8) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -89,10 +80,11 @@ void quantize_row_q8_0(const float* x, int64_t k, int8_t* q, float* d, int32_t* 
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float amax = _mm_cvtss_f32(m4);
     const float db = amax / 127.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
     __m256i iv[4];
-    for (int i = 0; i < 4; ++i) iv[i] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[i], vid)));
+    for (int i = 0; i < 4; ++i)
+      iv[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     // packs interleave the 128-bit lanes; the permute puts the 8 groups of 4 back in order.
     const __m256i p16a = _mm256_packs_epi32(iv[0], iv[1]), p16b = _mm256_packs_epi32(iv[2], iv[3]);
     const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
@@ -221,7 +213,8 @@ inline __m256i block_dot(const WBlock& wb, __m256i xv, const int32_t* xs8, __m25
   }
 }
 
-// Rows m0..m0+R-1 x columns n0, n0 + cs, ..., n0 + (C-1) * cs of a quant format.
+// Rows m0..m0+R-1 x columns n0, n0 + cs, ..., n0 + (C-1) * cs of a quant format. The `#pragma GCC unroll` lines
+// unroll the small tile loops fully so acc[R][C] lives in registers (without them GCC kept it on the stack).
 template <WeightFormat F, int R, int C>
 void tile_q(const Problem& p, int64_t m0, int64_t n0, int64_t cs) {
   constexpr int64_t bb = block_bytes<F>();

@@ -3,8 +3,8 @@
 //
 // linear_blockq, per row x of [..., K] and weight row n:
 //   q8_0 / q4_0  x is first quantized to Q8_0 blocks as llama.cpp's quantize_row_q8_0 does: per 32 values
-//                amax = max |x|, d = amax / 127 (f32), id = d ? 1 / d : 0, q = roundf(x * id) (nearest, ties away
-//                from zero), d stored as f16. Then y = sum over blocks b of f32(dw_b) * f32(dx_b) * (sum of the 32
+//                amax = max |x|, d = amax / 127 (f32), id = amax ? 127 / amax : 0, q = x * id rounded to nearest, ties
+//                to even (llama.cpp's x86 code, which is what it runs here), d stored as f16. Then y = sum over blocks b of f32(dw_b) * f32(dx_b) * (sum of the 32
 //                integer products qw * qx), Q4_0 weights being nibble - 8.
 //   f16 / bf16   x is rounded to the weight dtype (nearest even), y = sum of the products.
 //   f32          y = sum of x * w.
@@ -53,8 +53,8 @@ void quantize_row_q8_0(const float* x, int64_t k, int8_t* q, float* d) {
     float amax = 0.0f;
     for (int j = 0; j < qk; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float db = amax / 127.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
-    for (int j = 0; j < qk; ++j) q[b * qk + j] = static_cast<int8_t>(std::roundf(xb[j] * id));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < qk; ++j) q[b * qk + j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));  // ties to even
     d[b] = half_bits_to_float(float_to_half_bits(db));
   }
 }
