@@ -15,6 +15,7 @@
 #include "llm/generate.h"
 #include "llm/model.h"
 #include "base/thread_pool.h"
+#include "runtime/profiler.h"
 #include "runtime/runtime.h"
 #include "tools/spore/commands.h"
 #include "tools/spore/model_util.h"
@@ -48,7 +49,7 @@ int cmd_generate(int argc, char** argv) {
   CLI::App app("spore generate: generate text with a decoder LLM (Llama, Mistral, Qwen2; .gguf or a Hugging Face "
                "folder), streaming it to standard output",
                "spore generate");
-  std::string model, prompt, tokens_text, kv_type = "f32", max_memory_text, chat_template, dump_logits;
+  std::string model, prompt, tokens_text, kv_type = "f32", max_memory_text, chat_template, dump_logits, profile;
   int64_t n = 128, ctx = 0, top_k = 0, last_n = 64, max_batch = 512;
   double temp = 0.0, top_p = 1.0, min_p = 0.0, repeat = 1.0, freq = 0.0, presence = 0.0;
   uint64_t seed = 0;
@@ -83,6 +84,8 @@ int cmd_generate(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object at the end instead of streaming text");
   app.add_option("--dump-logits", dump_logits,
                  "write the logits every token was sampled from, float32 rows of n_vocab, to this file");
+  app.add_option("--profile", profile,
+                 "write a Chrome trace of the generation's kernels to this file and print the top ops (stderr)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -147,9 +150,15 @@ int cmd_generate(int argc, char** argv) {
   auto on_logits = [&](int32_t, std::span<const float> l) {
     if (dump.is_open()) dump.write(reinterpret_cast<const char*>(l.data()), static_cast<std::streamsize>(l.size_bytes()));
   };
+  std::unique_ptr<Profiler> prof;
+  if (!profile.empty()) prof = std::make_unique<Profiler>();
   const llm::GenerateResult r =
       llm::generate(session, ids, go, on_text, dump.is_open() ? std::function<void(int32_t, std::span<const float>)>(on_logits)
                                                               : std::function<void(int32_t, std::span<const float>)>());
+  if (prof) {
+    prof->write_chrome_trace(profile);
+    std::fprintf(stderr, "%s", prof->top_table(12).c_str());
+  }
   const auto& c = m.config();
   if (json) {
     nlohmann::json j;
