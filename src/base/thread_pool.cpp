@@ -1,5 +1,6 @@
 #include "base/thread_pool.h"
 
+#include <immintrin.h>
 #include <sched.h>
 
 #include <atomic>
@@ -16,6 +17,11 @@ namespace {
 
 thread_local bool tls_in_parallel = false;
 
+// Spin this many pause instructions (tens of microseconds) before sleeping on a condition variable. An LLM decode step
+// runs ~170 short parallel regions back to back; a futex wake-up per region (worker start, caller's wait for the end)
+// cost ~20% of decode time. Spinning only bridges the gaps between regions: an idle pool sleeps.
+constexpr int spin_iterations = 1 << 12;
+
 class ThreadPool {
  public:
   ~ThreadPool() { resize(1); }
@@ -27,6 +33,7 @@ class ThreadPool {
       std::lock_guard<std::mutex> lk(mu_);
       stop_ = true;
       ++generation_;
+      published_.store(generation_, std::memory_order_release);
     }
     cv_.notify_all();
     for (auto& w : workers_) w.join();
@@ -56,14 +63,16 @@ class ThreadPool {
       fn_ = &fn;
       num_tasks_ = num_tasks;
       next_.store(0);
-      pending_workers_ = static_cast<int>(workers_.size());
+      pending_workers_.store(static_cast<int>(workers_.size()));
       error_ = nullptr;
       ++generation_;
+      published_.store(generation_, std::memory_order_release);
     }
     cv_.notify_all();
     work();
+    for (int i = 0; i < spin_iterations && pending_workers_.load(std::memory_order_acquire) != 0; ++i) _mm_pause();
     std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [this] { return pending_workers_ == 0; });
+    done_cv_.wait(lk, [this] { return pending_workers_.load() == 0; });
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -86,6 +95,7 @@ class ThreadPool {
 
   void worker_loop(uint64_t seen) {
     for (;;) {
+      for (int i = 0; i < spin_iterations && published_.load(std::memory_order_acquire) == seen; ++i) _mm_pause();
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return generation_ != seen; });
@@ -95,7 +105,7 @@ class ThreadPool {
       work();
       {
         std::lock_guard<std::mutex> lk(mu_);
-        --pending_workers_;
+        pending_workers_.fetch_sub(1, std::memory_order_release);
       }
       done_cv_.notify_one();
     }
@@ -105,11 +115,12 @@ class ThreadPool {
   std::mutex mu_, job_mu_;
   std::condition_variable cv_, done_cv_;
   uint64_t generation_ = 0;
+  std::atomic<uint64_t> published_{0};  // generation_, readable without the lock (spinning workers)
   bool stop_ = false;
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_{0};
-  int pending_workers_ = 0;
+  std::atomic<int> pending_workers_{0};
   std::exception_ptr error_;
 };
 

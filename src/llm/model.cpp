@@ -109,8 +109,24 @@ void derive(ModelConfig& c, const std::vector<LayerWeights>& layers) {
 Model Model::load(const std::string& path) {
   namespace fs = std::filesystem;
   SPORE_CHECK(fs::exists(path), ErrorCode::not_found, "model '{}' does not exist", path);
-  if (fs::is_directory(path)) return load_hf(path);
-  return load_gguf(path);
+  Model m = fs::is_directory(path) ? load_hf(path) : load_gguf(path);
+  m.prefault();
+  return m;
+}
+
+// Touches every page of the mapped weights once, so that the first tokens do not pay the page faults (~0.2 s for
+// 0.5 GB, measured as a slower first decode) and the load time says what loading costs.
+void Model::prefault() const {
+  volatile uint8_t sink = 0;
+  auto touch = [&](const Tensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.raw_data());
+    const int64_t n = t.nbytes();
+    for (int64_t i = 0; i < n; i += 4096) sink = sink + p[i];
+  };
+  touch(tok_embd_);
+  touch(output_.data);
+  for (const auto& l : layers_)
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) touch(w->data);
 }
 
 Model Model::load_gguf(const std::string& path) {

@@ -87,6 +87,7 @@ class Model {
   std::vector<LayerWeights> layers_;
 
   static Model load_gguf(const std::string& path);
+  void prefault() const;
   static Model load_hf(const std::string& dir);
 };
 
