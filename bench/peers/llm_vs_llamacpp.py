@@ -94,16 +94,14 @@ def numerics(spore, model, threads, n_decode=32):
 
 
 def stream_bw(threads):
+    """STREAM triad GB/s with `threads` threads, 3 x 256 MiB arrays, best of 5 (build/bench/stream_triad)."""
     exe = os.path.join(ROOT, "build", "bench", "stream_triad")
     if not os.path.exists(exe):
         return None
-    out = run([exe, "--benchmark_format=json", "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true"])
-    best = None
-    for b in json.loads(out)["benchmarks"]:
-        if b.get("aggregate_name") == "median" and b["name"].endswith(f"/{threads}_median") or \
-                (b.get("aggregate_name") == "median" and f"/{threads}/" in b["name"] + "/"):
-            best = b.get("bytes_per_second", 0) / 1e9
-    return best
+    out = run([exe, "--benchmark_format=json", f"--benchmark_filter=n:33554432/threads:{threads}/",
+               "--benchmark_repetitions=5"])
+    vals = [b["GB/s"] for b in json.loads(out)["benchmarks"] if b.get("run_type") == "iteration" and "GB/s" in b]
+    return max(vals) if vals else None
 
 
 def llama_bench(model, threads):
