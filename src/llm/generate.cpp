@@ -8,23 +8,29 @@
 
 #include "base/error.h"
 #include "base/half.h"
+#include "ops/llm_kv_quant.h"
 
 namespace spore::llm {
 
 KvCache::KvCache(const ModelConfig& c, int64_t ctx, DType dtype) : ctx_(ctx), dtype_(dtype) {
-  SPORE_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported,
-              "KV cache type {} is not supported (f32, f16, bf16)", dtype_name(dtype));
+  SPORE_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::i8,
+              ErrorCode::unsupported, "KV cache type {} is not supported (f32, f16, bf16, i8)", dtype_name(dtype));
   for (int64_t l = 0; l < c.n_layer; ++l) {
     // Uninitialized: rows at or past the session's position are never read, and the pages of a large cache stay
     // untouched (not resident) until written.
     k_.push_back(Tensor::empty({c.n_head_kv, ctx, c.head_dim}, dtype));
     v_.push_back(Tensor::empty({c.n_head_kv, ctx, c.head_dim}, dtype));
+    if (dtype == DType::i8) {
+      k_scale_.push_back(Tensor::empty({c.n_head_kv, ctx}, DType::f32));
+      v_scale_.push_back(Tensor::empty({c.n_head_kv, ctx}, DType::f32));
+    }
   }
 }
 
 int64_t KvCache::bytes() const {
   int64_t b = 0;
   for (size_t i = 0; i < k_.size(); ++i) b += k_[i].nbytes() + v_[i].nbytes();
+  for (size_t i = 0; i < k_scale_.size(); ++i) b += k_scale_[i].nbytes() + v_scale_[i].nbytes();
   return b;
 }
 
@@ -43,6 +49,12 @@ void KvCache::write(int64_t layer, const Tensor& k_new, const Tensor& v_new, int
         const int64_t at = (h * ctx_ + p0 + t) * d;
         switch (dtype_) {
           case DType::f32: std::memcpy(dst.data<float>() + at, row, static_cast<size_t>(d) * 4); break;
+          case DType::i8: {
+            Tensor& sc = kv == 0 ? k_scale_[static_cast<size_t>(layer)] : v_scale_[static_cast<size_t>(layer)];
+            sc.data<float>()[h * ctx_ + p0 + t] =
+                llm_ops::kv_quantize_row(row, d, static_cast<int8_t*>(dst.raw_data()) + at);
+            break;
+          }
           case DType::f16: {
             uint16_t* o = static_cast<uint16_t*>(dst.raw_data()) + at;
             for (int64_t i = 0; i < d; ++i) o[i] = float_to_half_bits(row[i]);
@@ -90,7 +102,7 @@ MemoryBudget plan_memory(const Model& m, SessionOptions& o) {
     if (ctx >= 256) ctx = ctx / 256 * 256;
     SPORE_CHECK(ctx >= 16, ErrorCode::out_of_memory,
                 "model '{}' does not fit: weights {} + activations {} leave no room for a KV cache ({} per token, {}) "
-                "in {} allowed; raise --max-memory or use --kv-type f16",
+                "in {} allowed; raise --max-memory or use --kv-type f16 (or int8)",
                 m.path(), gib(b.weights), gib(b.activations), per_token, dtype_name(o.kv_dtype), gib(b.allowed));
     o.ctx = ctx;
   }
@@ -98,7 +110,7 @@ MemoryBudget plan_memory(const Model& m, SessionOptions& o) {
   b.kv = per_token * o.ctx;
   SPORE_CHECK(b.allowed <= 0 || b.total() <= b.allowed, ErrorCode::out_of_memory,
               "--ctx {} needs {}: KV cache {} ({} per token, {}) + weights {} + activations {}; --max-memory allows {}. "
-              "Lower --ctx, use --kv-type f16, or raise --max-memory",
+              "Lower --ctx, use --kv-type f16 (or int8), or raise --max-memory",
               o.ctx, gib(b.total()), gib(b.kv), per_token, dtype_name(o.kv_dtype), gib(b.weights), gib(b.activations),
               gib(b.allowed));
   o.max_batch = std::min(o.max_batch, o.ctx);
@@ -168,9 +180,14 @@ std::vector<float> Session::feed(std::span<const int32_t> tokens, bool all_logit
       last.data<int64_t>()[0] = n - 1;
       in.push_back(last);
     }
+    // The order of Model::step_graph's inputs: per layer k, v (and for i8 their row scales).
     for (int64_t l = 0; l < c.n_layer; ++l) {
       in.push_back(cache_.k(l));
       in.push_back(cache_.v(l));
+      if (cache_.dtype() == DType::i8) {
+        in.push_back(cache_.k_scale(l));
+        in.push_back(cache_.v_scale(l));
+      }
     }
     std::vector<Tensor> out = plan.run(in);
     for (int64_t l = 0; l < c.n_layer; ++l)

@@ -18,27 +18,33 @@
 
 namespace spore::llm {
 
-// [layers] x {k, v} of [kv_heads, ctx, head_dim] in f32, f16 or bf16.
+// [layers] x {k, v} of [kv_heads, ctx, head_dim] in f32, f16 or bf16, or i8 with an f32 scale per (kv head,
+// position) row, [layers] x {k, v} of [kv_heads, ctx] (ops/llm_kv_quant.h).
 class KvCache {
  public:
   KvCache(const ModelConfig& c, int64_t ctx, DType dtype);
-  // Writes rows [0, n) of k_new / v_new f32 [T, Hkv, D] at positions p0.. p0+n-1 of layer l (converted).
+  // Writes rows [0, n) of k_new / v_new f32 [T, Hkv, D] at positions p0.. p0+n-1 of layer l (converted; i8: each row
+  // quantized with llm_ops::kv_quantize_row, as attention_kv rounds the new rows).
   void write(int64_t layer, const Tensor& k_new, const Tensor& v_new, int64_t p0, int64_t n);
   const Tensor& k(int64_t layer) const { return k_[static_cast<size_t>(layer)]; }
   const Tensor& v(int64_t layer) const { return v_[static_cast<size_t>(layer)]; }
+  // i8 only: the row scales f32 [kv_heads, ctx].
+  const Tensor& k_scale(int64_t layer) const { return k_scale_.at(static_cast<size_t>(layer)); }
+  const Tensor& v_scale(int64_t layer) const { return v_scale_.at(static_cast<size_t>(layer)); }
   int64_t ctx() const { return ctx_; }
   DType dtype() const { return dtype_; }
   int64_t bytes() const;
 
  private:
   std::vector<Tensor> k_, v_;
+  std::vector<Tensor> k_scale_, v_scale_;  // i8 only
   int64_t ctx_ = 0;
   DType dtype_ = DType::f32;
 };
 
 struct SessionOptions {
   int64_t ctx = 0;         // KV cache length; 0 = what fits in max_memory, at most the model's training context
-  DType kv_dtype = DType::f32;
+  DType kv_dtype = DType::f32;  // f32, f16, bf16 or i8 (int8 with per-row scales)
   int64_t max_memory = 0;  // bytes for weights + KV cache + activations; 0 = the machine's available memory
   int64_t max_batch = 512;  // tokens per prefill step (longer prompts run in several steps)
 };

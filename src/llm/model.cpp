@@ -313,8 +313,11 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
   const int64_t T = o.tokens, C = o.ctx, H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim;
   SPORE_CHECK(T > 0 && C > 0, ErrorCode::invalid_argument, "step graph needs tokens > 0 and ctx > 0, got {} and {}", T,
               C);
-  SPORE_CHECK(o.kv_dtype == DType::f32 || o.kv_dtype == DType::f16 || o.kv_dtype == DType::bf16,
-              ErrorCode::unsupported, "KV cache type {} is not supported (f32, f16, bf16)", dtype_name(o.kv_dtype));
+  SPORE_CHECK(o.kv_dtype == DType::f32 || o.kv_dtype == DType::f16 || o.kv_dtype == DType::bf16 ||
+                  o.kv_dtype == DType::i8,
+              ErrorCode::unsupported, "KV cache type {} is not supported (f32, f16, bf16, i8)", dtype_name(o.kv_dtype));
+  const bool i8 = o.kv_dtype == DType::i8;
+  const size_t per_layer = i8 ? 4 : 2;  // k, v cache inputs (and their row scales)
   std::vector<TensorType> types{TensorType(DType::i64, {T}), TensorType(DType::i64, {T})};
   std::vector<std::string> names{"tokens", "positions"};
   if (!o.all_logits) {
@@ -327,6 +330,12 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
     names.push_back("k_cache_" + std::to_string(l));
     types.emplace_back(o.kv_dtype, std::vector<Dim>{Hkv, C, D});
     names.push_back("v_cache_" + std::to_string(l));
+    if (i8) {
+      types.emplace_back(DType::f32, std::vector<Dim>{Hkv, C});
+      names.push_back("k_scale_" + std::to_string(l));
+      types.emplace_back(DType::f32, std::vector<Dim>{Hkv, C});
+      names.push_back("v_scale_" + std::to_string(l));
+    }
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   auto fn = [&](std::span<const Tensor> in) -> std::vector<Tensor> {
@@ -346,7 +355,13 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
       Tensor q = rope(ops::reshape(lin(h, w.wq, w.bq), {T, H, D}));
       Tensor k = rope(ops::reshape(lin(h, w.wk, w.bk), {T, Hkv, D}));
       Tensor v = ops::reshape(lin(h, w.wv, w.bv), {T, Hkv, D});
-      Tensor att = ops::attention_kv(q, in[kv0 + 2 * l], in[kv0 + 2 * l + 1], k, v, pos, scale);
+      const size_t at = kv0 + per_layer * static_cast<size_t>(l);
+      std::optional<Tensor> ks, vs;
+      if (i8) {
+        ks = in[at + 2];
+        vs = in[at + 3];
+      }
+      Tensor att = ops::attention_kv(q, in[at], in[at + 1], k, v, pos, scale, ks, vs);
       x = ops::add(x, lin(ops::reshape(att, {T, H * D}), w.wo));
       h = ops::rms_norm(x, w.ffn_norm, -1, c.rms_eps);
       Tensor ff = ops::mul(ops::silu(lin(h, w.w_gate)), lin(h, w.w_up));

@@ -65,10 +65,15 @@ class Model {
   // Bytes of weights one token reads (every matrix once, the output matrix included; embeddings: one row).
   int64_t weight_bytes_per_token() const;
   int64_t file_bytes() const { return file_bytes_; }
-  int64_t kv_bytes_per_token(DType kv) const { return 2 * cfg_.n_layer * cfg_.n_head_kv * cfg_.head_dim * dtype_size(kv); }
+  // KV cache bytes per position; i8 rows carry an f32 scale each.
+  int64_t kv_bytes_per_token(DType kv) const {
+    const int64_t row = kv == DType::i8 ? cfg_.head_dim + 4 : cfg_.head_dim * static_cast<int64_t>(dtype_size(kv));
+    return 2 * cfg_.n_layer * cfg_.n_head_kv * row;
+  }
 
   // The graph of one step. Inputs: tokens i64 [T], positions i64 [T] (consecutive), last i64 [1] (the row whose
-  // logits to return; absent with all_logits), then k_cache_l, v_cache_l [Hkv, C, D] for every layer. Outputs:
+  // logits to return; absent with all_logits), then k_cache_l, v_cache_l [Hkv, C, D] for every layer, each layer's
+  // pair followed, for an i8 cache, by its row scales k_scale_l, v_scale_l f32 [Hkv, C]. Outputs:
   // logits f32 [1, V] (or [T, V]), then k_new_l, v_new_l f32 [T, Hkv, D] for every layer, which the caller writes into
   // its cache at the step's positions.
   std::unique_ptr<Graph> step_graph(const StepOptions& o) const;

@@ -197,9 +197,25 @@ std::vector<TensorType> infer_attention_kv(const InferContext& c) {
   c.check(q.dtype == DType::f32 && kn.dtype == DType::f32 && vn.dtype == DType::f32, ErrorCode::dtype_mismatch,
           "q, k_new and v_new must be f32, got {}, {}, {}", dtype_name(q.dtype), dtype_name(kn.dtype),
           dtype_name(vn.dtype));
-  c.check(kc.dtype == vc.dtype && (kc.dtype == DType::f32 || kc.dtype == DType::f16 || kc.dtype == DType::bf16),
-          ErrorCode::dtype_mismatch, "k_cache and v_cache must share a dtype of f32, f16 or bf16, got {} and {}",
+  c.check(kc.dtype == vc.dtype && (kc.dtype == DType::f32 || kc.dtype == DType::f16 || kc.dtype == DType::bf16 ||
+                                   kc.dtype == DType::i8),
+          ErrorCode::dtype_mismatch, "k_cache and v_cache must share a dtype of f32, f16, bf16 or i8, got {} and {}",
           dtype_name(kc.dtype), dtype_name(vc.dtype));
+  // Row scales: exactly with an i8 cache, f32 [Hkv, C] like the cache's first two dims.
+  const bool i8 = kc.dtype == DType::i8;
+  c.check(i8 || c.num_inputs() == 6, ErrorCode::invalid_argument,
+          "k_scale / v_scale are only for an i8 cache, but the cache is {}", dtype_name(kc.dtype));
+  c.check(!i8 || c.num_inputs() == 8, ErrorCode::invalid_argument,
+          "an i8 cache needs k_scale and v_scale f32 [kv_heads, ctx], got {} of them", c.num_inputs() - 6);
+  if (i8 && kc.dims.size() == 3)
+    for (int i = 6; i < 8; ++i) {
+      const TensorType& s = c.in(i);
+      c.check(s.dtype == DType::f32 && s.dims.size() == 2 && dims_compatible(s.dims[0], kc.dims[0]) &&
+                  dims_compatible(s.dims[1], kc.dims[1]),
+              ErrorCode::shape_mismatch, "{} must be f32 [{}, {}] (kv_heads, ctx of the cache), got {} {}",
+              i == 6 ? "k_scale" : "v_scale", kc.dims[0].str(), kc.dims[1].str(), dtype_name(s.dtype),
+              dims_str(s.dims));
+    }
   c.check(q.dims.size() == 3, ErrorCode::shape_mismatch, "q must be [T, heads, head_dim], got {}", dims_str(q.dims));
   c.check(kc.dims.size() == 3 && vc.dims.size() == 3, ErrorCode::shape_mismatch,
           "k_cache and v_cache must be [kv_heads, ctx, head_dim], got {} and {}", dims_str(kc.dims), dims_str(vc.dims));
@@ -285,8 +301,9 @@ void register_llm_ops(OpRegistry& r) {
     d.name = "attention_kv";
     OpDefBuilder(d)
         .doc("causal GQA attention of q [T, Hq, D] over a KV cache [Hkv, C, D] (rows before positions[0]) and the "
-             "new rows k_new/v_new [T, Hkv, D]; the cache is read, not written")
-        .inputs({"q", "k_cache", "v_cache", "k_new", "v_new", "positions"})
+             "new rows k_new/v_new [T, Hkv, D]; an i8 cache comes with row scales k_scale/v_scale [Hkv, C]; the cache "
+             "is read, not written")
+        .inputs({"q", "k_cache", "v_cache", "k_new", "v_new", "positions", "k_scale?", "v_scale?"})
         .attr("scale", AttrKind::f64, 1.0)
         .dtypes(DTypeSet{DType::f32})
         .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
@@ -316,9 +333,16 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_
 }
 
 Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k_new,
-                    const Tensor& v_new, const Tensor& positions, double scale) {
-  return call1(llm_ops::attention_kv(), std::vector<Tensor>{q, k_cache, v_cache, k_new, v_new, positions},
-               Attrs{{"scale", scale}});
+                    const Tensor& v_new, const Tensor& positions, double scale, const std::optional<Tensor>& k_scale,
+                    const std::optional<Tensor>& v_scale) {
+  std::vector<Tensor> in{q, k_cache, v_cache, k_new, v_new, positions};
+  SPORE_CHECK(k_scale.has_value() == v_scale.has_value(), ErrorCode::invalid_argument,
+              "attention_kv: give both k_scale and v_scale or neither (got only {})", k_scale ? "k_scale" : "v_scale");
+  if (k_scale) {
+    in.push_back(*k_scale);
+    in.push_back(*v_scale);
+  }
+  return call1(llm_ops::attention_kv(), in, Attrs{{"scale", scale}});
 }
 
 }  // namespace ops

@@ -57,12 +57,15 @@ Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format)
 Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_view mode, int64_t dim = 0,
             double freq_scale = 1.0, const std::optional<Tensor>& freq_factors = {});
 // Causal attention of new tokens over a KV cache plus themselves. q f32 [T, Hq, D]; k_cache, v_cache [Hkv, C, D]
-// in f32/f16/bf16; k_new, v_new f32 [T, Hkv, D]; positions i64 [T], consecutive (p0, p0+1, ...). Query t sees the
-// cache rows [0, p0) and the new rows [0, t]. New rows are rounded to the cache dtype first, so a token gives the same
-// bits whether its keys come from the cache or from this call. GQA: q head h reads kv head h / (Hq / Hkv).
-// Output [T, Hq, D]. The cache is only read: the caller writes k_new / v_new into it after the run.
+// in f32/f16/bf16, or i8 with k_scale, v_scale f32 [Hkv, C] (given exactly when the cache is i8: row (h, j) stands for
+// scale[h, j] * q[h, j, :], see ops/llm_kv_quant.h); k_new, v_new f32 [T, Hkv, D]; positions i64 [T], consecutive
+// (p0, p0+1, ...). Query t sees the cache rows [0, p0) and the new rows [0, t]. New rows are rounded to the cache
+// dtype first (i8: llm_ops::kv_quantize_row), so a token gives the same bits whether its keys come from the cache or
+// from this call. GQA: q head h reads kv head h / (Hq / Hkv). Output [T, Hq, D]. The cache is only read: the caller
+// writes k_new / v_new into it after the run.
 Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k_new,
-                    const Tensor& v_new, const Tensor& positions, double scale);
+                    const Tensor& v_new, const Tensor& positions, double scale,
+                    const std::optional<Tensor>& k_scale = {}, const std::optional<Tensor>& v_scale = {});
 
 }  // namespace ops
 

@@ -1,8 +1,10 @@
 // rope and attention_kv (ops/llm_ops.h): the CPU kernels against the reference and against direct formulas, the
 // CPU rope's llama.cpp-style float angles, attention_kv's batch invariance (a prefill row has the bits of the same
-// token decoded alone over the cache, in any chunking, on 1 or 2 threads), and the errors for bad positions/heads.
+// token decoded alone over the cache, in any chunking, on 1 or 2 threads) for f32/f16/bf16 and int8 caches, the int8
+// row quantization (ops/llm_kv_quant.h) on crafted rows, and the errors for bad positions/heads/scales.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "base/half.h"
 #include "base/rng.h"
 #include "base/thread_pool.h"
+#include "ops/llm_kv_quant.h"
 #include "ops/llm_ops.h"
 #include "runtime/runtime.h"
 #include "test_util.h"
@@ -51,11 +54,26 @@ void store(Tensor& cache, int64_t i, float v) {
   else if (cache.dtype() == DType::bf16) static_cast<uint16_t*>(cache.raw_data())[i] = float_to_bf16_bits(v);
   else cache.data<float>()[i] = v;
 }
+// Writes row (g, j) of an int8 cache [hkv, ctx, d] and its scale [hkv, ctx] from d floats, as llm::KvCache does.
+void store_i8_row(Tensor& cache, Tensor& scales, int64_t g, int64_t j, const float* x) {
+  const int64_t ctx = cache.shape()[1], d = cache.shape()[2];
+  scales.data<float>()[g * ctx + j] =
+      llm_ops::kv_quantize_row(x, d, static_cast<int8_t*>(cache.raw_data()) + (g * ctx + j) * d);
+}
 // A [hkv, ctx, d] cache whose rows before p0 hold random values and whose other rows hold NaN, so that reading a row
-// that is not there yet poisons the result.
-Tensor make_cache(DType dt, int64_t hkv, int64_t ctx, int64_t d, int64_t p0, uint64_t stream) {
+// that is not there yet poisons the result. For i8, *scales gets the [hkv, ctx] row scales (NaN past p0).
+Tensor make_cache(DType dt, int64_t hkv, int64_t ctx, int64_t d, int64_t p0, uint64_t stream,
+                  std::optional<Tensor>* scales = nullptr) {
   Tensor c = Tensor::empty({hkv, ctx, d}, dt);
   const std::vector<float> v = rand_vec(hkv * ctx * d, stream);
+  if (dt == DType::i8) {
+    Tensor sc = Tensor::empty({hkv, ctx}, DType::f32);
+    const std::vector<float> nan_row(static_cast<size_t>(d), NAN);
+    for (int64_t g = 0; g < hkv; ++g)
+      for (int64_t j = 0; j < ctx; ++j) store_i8_row(c, sc, g, j, j < p0 ? v.data() + (g * ctx + j) * d : nan_row.data());
+    *scales = sc;
+    return c;
+  }
   for (int64_t g = 0; g < hkv; ++g)
     for (int64_t j = 0; j < ctx; ++j)
       for (int64_t e = 0; e < d; ++e) {
@@ -212,24 +230,39 @@ TEST(LlmRope, NegativePositionIsAnError) {
 
 struct KvInputs {
   Tensor q, kc, vc, kn, vn, pos;
+  std::optional<Tensor> ks, vs;  // i8 caches: row scales [Hkv, C]
 };
 
 KvInputs make_kv(DType dt, int64_t t, int64_t hq, int64_t hkv, int64_t d, int64_t ctx, int64_t p0, uint64_t stream) {
-  return {f32_tensor(rand_vec(t * hq * d, stream), {t, hq, d}),
-          make_cache(dt, hkv, ctx, d, p0, stream + 1),
-          make_cache(dt, hkv, ctx, d, p0, stream + 2),
-          f32_tensor(rand_vec(t * hkv * d, stream + 3), {t, hkv, d}),
-          f32_tensor(rand_vec(t * hkv * d, stream + 4), {t, hkv, d}),
-          positions(p0, t)};
+  KvInputs in;
+  in.q = f32_tensor(rand_vec(t * hq * d, stream), {t, hq, d});
+  in.kc = make_cache(dt, hkv, ctx, d, p0, stream + 1, &in.ks);
+  in.vc = make_cache(dt, hkv, ctx, d, p0, stream + 2, &in.vs);
+  in.kn = f32_tensor(rand_vec(t * hkv * d, stream + 3), {t, hkv, d});
+  in.vn = f32_tensor(rand_vec(t * hkv * d, stream + 4), {t, hkv, d});
+  in.pos = positions(p0, t);
+  return in;
 }
 
 Tensor run_kv(const KvInputs& in, double scale) {
-  return ops::attention_kv(in.q, in.kc, in.vc, in.kn, in.vn, in.pos, scale);
+  return ops::attention_kv(in.q, in.kc, in.vc, in.kn, in.vn, in.pos, scale, in.ks, in.vs);
+}
+
+// A copy whose caches (and scales) can be appended to without touching `in`'s.
+KvInputs clone_caches(const KvInputs& in) {
+  KvInputs c = in;
+  c.kc = in.kc.clone();
+  c.vc = in.vc.clone();
+  if (in.ks) c.ks = in.ks->clone();
+  if (in.vs) c.vs = in.vs->clone();
+  return c;
 }
 
 // CPU vs reference (double): the outputs are convex combinations of values in [-1, 1]; the CPU sums in f32 with a
 // 1.3 ulp exp and stays within 7.5e-7 of the reference here, so 4e-6 leaves a 5x margin, while a wrong key, head or
-// mask is off by ~1e-2 or more.
+// mask is off by ~1e-2 or more. i8 caches: the reference sums the dequantized values s * q, the CPU applies each
+// row's scale once to the row's f32 sum; same bound (measured 8.6e-7), while a wrong or missing row scale is off by
+// the 1/127 step, ~1e-2.
 TEST(LlmAttentionKv, CpuMatchesReference) {
   init();
   struct Shape3 {
@@ -239,7 +272,7 @@ TEST(LlmAttentionKv, CpuMatchesReference) {
                            {128, 100, 7}, {40, 3, 5}, {20, 9, 4}};
   const std::pair<int64_t, int64_t> heads[] = {{4, 4}, {4, 2}, {14, 2}};
   uint64_t stream = 10;
-  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
     for (auto [hq, hkv] : heads)
       for (const Shape3& s : shapes) {
         const int64_t ctx = s.p0 + s.t + 3;
@@ -311,13 +344,19 @@ Tensor rows(const Tensor& x, int64_t t0, int64_t n) {
   const float* p = x.data<float>() + t0 * row;
   return f32_tensor(std::vector<float>(p, p + n * row), s);
 }
-// Writes rows [0, n) of k_new [n, Hkv, D] into cache rows [p0, p0 + n), as a KV cache does after a call.
-void append(Tensor& cache, const Tensor& fresh, int64_t p0) {
+// Writes rows [0, n) of k_new [n, Hkv, D] into cache rows [p0, p0 + n), as a KV cache does after a call (i8: each
+// row quantized, its scale into `scales`).
+void append(Tensor& cache, std::optional<Tensor>& scales, const Tensor& fresh, int64_t p0) {
   const int64_t n = fresh.shape()[0], hkv = fresh.shape()[1], d = fresh.shape()[2], ctx = cache.shape()[1];
   const float* f = fresh.data<float>();
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t g = 0; g < hkv; ++g)
+    for (int64_t g = 0; g < hkv; ++g) {
+      if (cache.dtype() == DType::i8) {
+        store_i8_row(cache, *scales, g, p0 + t, f + (t * hkv + g) * d);
+        continue;
+      }
       for (int64_t e = 0; e < d; ++e) store(cache, (g * ctx + p0 + t) * d + e, f[(t * hkv + g) * d + e]);
+    }
 }
 
 // Batch invariance: a T-token prefill, the same tokens decoded one at a time (each step's new rows appended to the
@@ -331,7 +370,7 @@ TEST(LlmAttentionKv, PrefillEqualsDecodeBitForBit) {
   };
   const Case cases[] = {{14, 2, 64, 5, 64}, {14, 2, 72, 5, 64}, {4, 4, 64, 1000, 24}, {6, 2, 40, 300, 18}};
   uint64_t stream = 900;
-  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
     for (const auto [hq, hkv, d, p0, t_n] : cases) {
       const int64_t ctx = p0 + t_n + 7;
       const KvInputs in = make_kv(dt, t_n, hq, hkv, d, ctx, p0, stream += 5);
@@ -343,9 +382,7 @@ TEST(LlmAttentionKv, PrefillEqualsDecodeBitForBit) {
       EXPECT_TRUE(run_kv(in, scale).bit_equal(prefill)) << dtype_name(dt) << " Hq=" << hq << " Hkv=" << hkv << " D=" << d << " p0=" << p0 << ": 1 vs 2 threads";
       const int64_t row = hq * d;
       // One token at a time.
-      KvInputs step = in;
-      step.kc = in.kc.clone();
-      step.vc = in.vc.clone();
+      KvInputs step = clone_caches(in);
       for (int64_t t = 0; t < t_n; ++t) {
         set_threads(t % 2 ? 2 : 1);
         step.q = rows(in.q, t, 1);
@@ -355,13 +392,11 @@ TEST(LlmAttentionKv, PrefillEqualsDecodeBitForBit) {
         const std::vector<float> got = floats(run_kv(step, scale));
         ASSERT_EQ(std::memcmp(got.data(), want.data() + t * row, static_cast<size_t>(row) * sizeof(float)), 0)
             << dtype_name(dt) << " Hq=" << hq << " Hkv=" << hkv << " D=" << d << " p0=" << p0 << ": decode of token " << t << " differs from its prefill row";
-        append(step.kc, step.kn, p0 + t);
-        append(step.vc, step.vn, p0 + t);
+        append(step.kc, step.ks, step.kn, p0 + t);
+        append(step.vc, step.vs, step.vn, p0 + t);
       }
       // Three chunks (20, 20 and 24 tokens of 64).
-      KvInputs chunk = in;
-      chunk.kc = in.kc.clone();
-      chunk.vc = in.vc.clone();
+      KvInputs chunk = clone_caches(in);
       const int64_t third = t_n / 3 + 1;
       for (auto [t0, n] : {std::pair<int64_t, int64_t>{0, third}, {third, third}, {2 * third, t_n - 2 * third}}) {
         chunk.q = rows(in.q, t0, n);
@@ -371,8 +406,8 @@ TEST(LlmAttentionKv, PrefillEqualsDecodeBitForBit) {
         const std::vector<float> got = floats(run_kv(chunk, scale));
         ASSERT_EQ(std::memcmp(got.data(), want.data() + t0 * row, got.size() * sizeof(float)), 0)
             << dtype_name(dt) << " Hq=" << hq << " Hkv=" << hkv << " D=" << d << " p0=" << p0 << ": chunk at token " << t0 << " differs from the prefill rows";
-        append(chunk.kc, chunk.kn, p0 + t0);
-        append(chunk.vc, chunk.vn, p0 + t0);
+        append(chunk.kc, chunk.ks, chunk.kn, p0 + t0);
+        append(chunk.vc, chunk.vs, chunk.vn, p0 + t0);
       }
     }
 }
@@ -403,6 +438,176 @@ TEST(LlmAttentionKv, BadPositionsAndHeadsAreErrors) {
     KvInputs bad = make_kv(DType::f32, 1, 6, 4, d, ctx, 0, 800);
     m = testing::error_of([&] { run_kv(bad, 1.0); });
     EXPECT_NE(m.find("multiple of kv heads"), std::string::npos) << m;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// int8 caches
+
+struct QuantRow {
+  std::vector<float> x;
+  float scale;               // expected s
+  std::vector<int8_t> q;     // expected q
+};
+
+// The row rule on crafted rows: s = max|x| / 127, q = x * (127 / max|x|) to nearest with ties to even, symmetric
+// (-max|x| is -127, never -128), all-zero rows s = 0, NaN/inf rows s = NaN; the value is s * q as f32.
+TEST(LlmKvInt8, QuantizeRowFollowsTheRule) {
+  const float a = 127.0f / 64.0f;  // max|x| with 127 / max|x| = 64 and s = 1/64, both exact
+  const std::vector<QuantRow> rows = {
+      // s = 1: x * 1 exactly, so these are the ties themselves.
+      {{127.0f, 2.5f, 3.5f, -0.5f, 1.5f, -2.5f, 0.49999997f, -127.0f, 0.5f, -126.5f},
+       1.0f,
+       {127, 2, 4, 0, 2, -2, 0, -127, 0, -126}},
+      // s = 1/64: x = k/64 * 1/2 ties again after the exact multiplication by 64.
+      {{a, 0.5f / 64, 1.5f / 64, -2.5f / 64, 3.5f / 64, -a, 100.25f / 64, 0.0f},
+       1.0f / 64,
+       {127, 0, 2, -2, 4, -127, 100, 0}},
+      // The negative end is the max: -1 -> -127 (not -128); 0.5 * 127 = 63.5 is a tie -> 64.
+      {{-1.0f, 0.5f, -0.5f, 0.25f}, 1.0f / 127.0f, {-127, 64, -64, 32}},
+      {{0.0f, 0.0f, -0.0f, 0.0f}, 0.0f, {0, 0, 0, 0}},
+      // max|x| so small that 127 / max|x| overflows f32: the ratio is taken in double, zeros stay 0.
+      {{1e-38f, -1e-38f, 0.0f, 5e-39f}, 1e-38f / 127.0f, {127, -127, 0, 64}},
+  };
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const QuantRow& row = rows[r];
+    const int64_t d = static_cast<int64_t>(row.x.size());
+    std::vector<int8_t> q(row.x.size(), 99);
+    const float s = llm_ops::kv_quantize_row(row.x.data(), d, q.data());
+    EXPECT_EQ(s, row.scale) << "row " << r;
+    for (int64_t i = 0; i < d; ++i) {
+      EXPECT_EQ(q[i], row.q[i]) << "row " << r << " element " << i << " x = " << row.x[i];
+      EXPECT_EQ(llm_ops::kv_dequantize(q[i], s), static_cast<float>(q[i]) * s);
+    }
+  }
+  for (const std::vector<float>& bad : {std::vector<float>{1.0f, NAN, 2.0f}, std::vector<float>{1.0f, -INFINITY, 0.0f}}) {
+    std::vector<int8_t> q(3, 99);
+    EXPECT_TRUE(std::isnan(llm_ops::kv_quantize_row(bad.data(), 3, q.data())));
+    EXPECT_EQ(q, (std::vector<int8_t>{0, 0, 0}));
+  }
+  // Random rows: |x - s q| <= s / 2, and max|x| comes back exactly as 127 s (to f32 rounding).
+  const std::vector<float> x = rand_vec(64 * 40, 77);
+  std::vector<int8_t> q(64);
+  for (int r = 0; r < 40; ++r) {
+    const float* row = x.data() + r * 64;
+    const float s = llm_ops::kv_quantize_row(row, 64, q.data());
+    for (int i = 0; i < 64; ++i)
+      ASSERT_LE(std::abs(row[i] - llm_ops::kv_dequantize(q[i], s)), s * 0.5001f) << "row " << r;  // + f32 rounding
+  }
+}
+
+// attention_kv with an int8 cache on one and two keys: one key gives that key's value row as s * q, exactly (the new
+// row quantized with the cache's rule); two keys (one crafted cache row, one new) give the two-term softmax average of
+// the dequantized rows.
+TEST(LlmKvInt8, AttentionMatchesTheFormulaOnOneAndTwoKeys) {
+  init();
+  const int64_t hq = 6, hkv = 2, d = 24, group = hq / hkv, ctx = 4;
+  for (Backend be : {Backend::reference, Backend::cpu}) {
+    BackendScope scope(be);
+    KvInputs one = make_kv(DType::i8, 1, hq, hkv, d, ctx, 0, 1500);
+    const std::vector<float> y1 = floats(run_kv(one, 0.3)), vn1 = floats(one.vn);
+    for (int64_t g = 0; g < hkv; ++g) {
+      std::vector<int8_t> vq(static_cast<size_t>(d));
+      const float vs = llm_ops::kv_quantize_row(vn1.data() + g * d, d, vq.data());
+      for (int64_t h = g * group; h < (g + 1) * group; ++h)
+        for (int64_t e = 0; e < d; ++e)
+          ASSERT_EQ(y1[h * d + e], llm_ops::kv_dequantize(vq[e], vs)) << backend_name(be) << " head " << h;
+    }
+    // Cache row 0 crafted: q = e - 12 (so -12..11), scales 0.05 (K) and 0.02 (V).
+    KvInputs two = make_kv(DType::i8, 1, hq, hkv, d, ctx, 1, 1600);
+    for (int64_t g = 0; g < hkv; ++g) {
+      for (int64_t e = 0; e < d; ++e) {
+        static_cast<int8_t*>(two.kc.raw_data())[(g * ctx) * d + e] = static_cast<int8_t>(e - 12 + g);
+        static_cast<int8_t*>(two.vc.raw_data())[(g * ctx) * d + e] = static_cast<int8_t>(12 - e - g);
+      }
+      two.ks->data<float>()[g * ctx] = 0.05f;
+      two.vs->data<float>()[g * ctx] = 0.02f;
+    }
+    const std::vector<float> y2 = floats(run_kv(two, 0.3)), q = floats(two.q), kn = floats(two.kn),
+                             vn = floats(two.vn);
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t g = h / group;
+      std::vector<int8_t> kq(static_cast<size_t>(d)), vq(static_cast<size_t>(d));
+      const float ks = llm_ops::kv_quantize_row(kn.data() + g * d, d, kq.data());
+      const float vs = llm_ops::kv_quantize_row(vn.data() + g * d, d, vq.data());
+      double s0 = 0, s1 = 0;
+      for (int64_t e = 0; e < d; ++e) {
+        s0 += q[h * d + e] * static_cast<double>(0.05f * static_cast<float>(e - 12 + g));
+        s1 += q[h * d + e] * static_cast<double>(llm_ops::kv_dequantize(kq[e], ks));
+      }
+      const double w1 = 1.0 / (1.0 + std::exp(0.3 * (s0 - s1)));
+      for (int64_t e = 0; e < d; ++e) {
+        const double want = (1 - w1) * static_cast<double>(0.02f * static_cast<float>(12 - e - g)) +
+                            w1 * static_cast<double>(llm_ops::kv_dequantize(vq[e], vs));
+        ASSERT_NEAR(y2[h * d + e], want, 2e-6) << backend_name(be) << " head " << h;
+      }
+    }
+  }
+}
+
+// Scales go with an i8 cache and only with it, f32 [Hkv, C].
+TEST(LlmKvInt8, MissingOrMisshapedScalesAreErrors) {
+  init();
+  const int64_t hq = 4, hkv = 2, d = 16, ctx = 10;
+  for (Backend be : {Backend::reference, Backend::cpu}) {
+    BackendScope scope(be);
+    KvInputs in = make_kv(DType::i8, 1, hq, hkv, d, ctx, 3, 1700);
+    EXPECT_EQ(testing::error_of([&] { run_kv(in, 1.0); }), "");
+    KvInputs none = in;
+    none.ks.reset();
+    none.vs.reset();
+    std::string m = testing::error_of([&] { run_kv(none, 1.0); });
+    EXPECT_NE(m.find("an i8 cache needs k_scale and v_scale f32 [kv_heads, ctx], got 0"), std::string::npos) << m;
+    KvInputs half = in;
+    half.vs.reset();
+    m = testing::error_of([&] { run_kv(half, 1.0); });
+    EXPECT_NE(m.find("give both k_scale and v_scale"), std::string::npos) << m;
+    KvInputs wrong = in;
+    wrong.vs = Tensor::zeros({hkv, ctx + 1}, DType::f32);
+    m = testing::error_of([&] { run_kv(wrong, 1.0); });
+    EXPECT_NE(m.find("v_scale must be f32 [2, 10]"), std::string::npos) << m;
+    wrong.vs = Tensor::zeros({hkv * ctx}, DType::f32);
+    m = testing::error_of([&] { run_kv(wrong, 1.0); });
+    EXPECT_NE(m.find("v_scale must be f32 [2, 10]"), std::string::npos) << m;
+    wrong = in;
+    wrong.ks = Tensor::zeros({hkv, ctx}, DType::f16);
+    m = testing::error_of([&] { run_kv(wrong, 1.0); });
+    EXPECT_NE(m.find("k_scale must be f32 [2, 10]"), std::string::npos) << m;
+    // Scales with a float cache.
+    KvInputs f = make_kv(DType::f16, 1, hq, hkv, d, ctx, 3, 1800);
+    f.ks = in.ks;
+    f.vs = in.vs;
+    m = testing::error_of([&] { run_kv(f, 1.0); });
+    EXPECT_NE(m.find("only for an i8 cache, but the cache is f16"), std::string::npos) << m;
+    // An i8 cache with a float partner.
+    KvInputs mixed = in;
+    mixed.vc = make_cache(DType::f32, hkv, ctx, d, 3, 1900);
+    m = testing::error_of([&] { run_kv(mixed, 1.0); });
+    EXPECT_NE(m.find("must share a dtype of f32, f16, bf16 or i8"), std::string::npos) << m;
+  }
+}
+
+TEST(TmpTiming, DecodeI8VsF16) {
+  init();
+  ThreadsGuard guard;
+  BackendScope scope(Backend::cpu);
+  for (int th : {1, 2}) {
+    set_threads(th);
+    for (DType dt : {DType::f16, DType::i8, DType::f32}) {
+      const KvInputs in = make_kv(dt, 1, 14, 2, 64, 4100, 4096, 31);
+      const double scale = 0.125;
+      for (int i = 0; i < 20; ++i) run_kv(in, scale);
+      double best = 1e9, total = 0;
+      const int reps = 300;
+      for (int i = 0; i < reps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run_kv(in, scale);
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        best = std::min(best, us);
+        total += us;
+      }
+      std::printf("TIMING threads=%d %s best %.1f us mean %.1f us\n", th, dtype_name(dt).data(), best, total / reps);
+    }
   }
 }
 

@@ -1,10 +1,12 @@
 // The decoder graph (llm/model.h) and sessions (llm/generate.h) against an independent reference forward pass written
 // here in plain double-precision loops over the weights as stored in the file (dequantized), on random tiny models:
 // Llama (normal rope, GGUF-permuted Q/K), Qwen2 (neox rope, QKV bias, tied embeddings) and a Hugging Face folder.
-// Also: prefill vs decode vs chunked prefill vs threads bit-identical, KV cache f16 vs f32, memory refusal, errors.
+// Also: prefill vs decode vs chunked prefill vs threads bit-identical (every KV cache type, int8 included), KV cache
+// f16 and int8 vs f32, memory refusal, errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -335,7 +337,7 @@ TEST(LlmModel, PrefillDecodeChunksAndThreadsAreBitIdentical) {
     const std::string path = tmp_path(std::string("bitwise_") + io::ggml_type_name(wt).data() + ".gguf");
     write_gguf(s, make_weights(s, 3), path, false);
     const Model m = Model::load(path);
-    for (DType kv : {DType::f32, DType::f16, DType::bf16}) {
+    for (DType kv : {DType::f32, DType::f16, DType::bf16, DType::i8}) {
       SCOPED_TRACE(std::string(io::ggml_type_name(wt)) + " kv " + std::string(dtype_name(kv)));
       set_threads(2);
       Session whole(m, {.ctx = 64, .kv_dtype = kv});
@@ -371,6 +373,52 @@ TEST(LlmModel, KvF16HalvesTheCacheAndKeepsGreedyOutput) {
   ASSERT_EQ(ra.tokens.size(), 64u);
   EXPECT_EQ(ra.tokens, rb.tokens);
   EXPECT_EQ(ra.stop_reason, "length");
+}
+
+// int8 KV cache: D + 4 bytes per (layer, k/v, kv head, position) row, (D + 4) / (4 D) of f32 (0.31 at D = 16, 0.27 at
+// the usual D = 64), and the same greedy tokens as f32 over 64 steps on the test model. The logits differ from f32's
+// by the cache's rounding (each K/V value within half a step of max|row| / 127); measured on this model the largest
+// difference over the 64 steps is 0.6% of the largest logit, and the bound below, 5%, would still catch a row read
+// with a wrong or missing scale (off by tens of percent).
+TEST(LlmModel, KvInt8IsAQuarterOfTheCacheAndKeepsGreedyOutput) {
+  const Spec s = with({}, "llama", io::GgmlType::f16, false, false);
+  const std::string path = tmp_path("kv_i8.gguf");
+  write_gguf(s, make_weights(s, 5), path, true);
+  const Model m = Model::load(path);
+  const int64_t ctx = 128;
+  Session a(m, {.ctx = ctx, .kv_dtype = DType::f32}), b(m, {.ctx = ctx, .kv_dtype = DType::i8});
+  EXPECT_EQ(b.cache().bytes(), 2 * s.L * s.Hkv * ctx * (s.D + 4));
+  EXPECT_EQ(b.cache().bytes(), m.kv_bytes_per_token(DType::i8) * ctx);
+  EXPECT_EQ(a.cache().bytes() * (s.D + 4), b.cache().bytes() * 4 * s.D);
+  GenerateOptions o;
+  o.max_tokens = 64;
+  o.ignore_eos = true;
+  std::vector<std::vector<float>> la, lb;
+  const auto ra = generate(a, {1, 2, 3}, o, {}, [&](int32_t, std::span<const float> l) { la.emplace_back(l.begin(), l.end()); });
+  const auto rb = generate(b, {1, 2, 3}, o, {}, [&](int32_t, std::span<const float> l) { lb.emplace_back(l.begin(), l.end()); });
+  ASSERT_EQ(ra.tokens.size(), 64u);
+  ASSERT_EQ(la.size(), lb.size());
+  // Per step: the largest logit difference relative to the largest f32 logit; reported at the first differing token.
+  double worst = 0;
+  size_t first_diff = ra.tokens.size();
+  for (size_t i = 0; i < la.size(); ++i) {
+    double md = 0, mx = 0;
+    for (size_t v = 0; v < la[i].size(); ++v) {
+      md = std::max(md, static_cast<double>(std::abs(la[i][v] - lb[i][v])));
+      mx = std::max(mx, static_cast<double>(std::abs(la[i][v])));
+    }
+    if (first_diff == ra.tokens.size() && i < rb.tokens.size() && ra.tokens[i] != rb.tokens[i]) {
+      first_diff = i;
+      ADD_FAILURE() << "int8 KV: greedy token " << i << " is " << rb.tokens[i] << ", f32 gives " << ra.tokens[i]
+                    << "; logit error at that step " << md << " (of max |logit| " << mx << ")";
+    }
+    if (i <= first_diff) worst = std::max(worst, md / mx);  // after a different token the inputs differ
+  }
+  EXPECT_EQ(ra.tokens, rb.tokens);
+  EXPECT_GT(worst, 0.0) << "the int8 cache changed nothing: is it used?";
+  EXPECT_LT(worst, 0.05);
+  RecordProperty("int8_vs_f32_max_rel_logit_error", std::to_string(worst));
+  std::printf("int8 vs f32 KV cache: max logit error / max |logit| over %zu steps: %.3g\n", la.size(), worst);
 }
 
 TEST(LlmModel, SeededSamplingIsDeterministicAndContextEnds) {

@@ -75,7 +75,9 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--stop", stops, "stop when this text appears (repeatable)");
   app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens (benchmarks)");
   app.add_flag("--no-bos", no_bos, "do not add the BOS token the model asks for");
-  app.add_option("--kv-type", kv_type, "KV cache type: f32, f16 or bf16");
+  app.add_option("--kv-type", kv_type,
+                 "KV cache type: f32, f16, bf16 or int8 (int8 values with an f32 scale per head and position, about a "
+                 "quarter of f32)");
   app.add_option("--ctx", ctx, "context length (KV cache); default: what fits in memory, at most the model's")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-memory", max_memory_text, "memory for weights + KV cache + activations, e.g. 2GB");
@@ -106,7 +108,8 @@ int cmd_generate(int argc, char** argv) {
   if (kv_type == "f32") so.kv_dtype = DType::f32;
   else if (kv_type == "f16") so.kv_dtype = DType::f16;
   else if (kv_type == "bf16") so.kv_dtype = DType::bf16;
-  else SPORE_FAIL(ErrorCode::invalid_argument, "--kv-type '{}': expected f32, f16 or bf16", kv_type);
+  else if (kv_type == "int8") so.kv_dtype = DType::i8;
+  else SPORE_FAIL(ErrorCode::invalid_argument, "--kv-type '{}': expected f32, f16, bf16 or int8", kv_type);
 
   std::vector<int32_t> ids;
   if (!tokens_text.empty()) {

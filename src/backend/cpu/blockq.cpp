@@ -329,7 +329,7 @@ inline void tile(const Problem& p, int64_t m0, int64_t n0, int64_t cs = 1) {
 // operands; the row tile is the outer loop, so the chunk's weights stay in L2 while each 4-row block of activations
 // sits in L1.
 template <WeightFormat F>
-void run_columns(const Problem& p, int64_t m, int64_t n_lo, int64_t n_hi) {
+void run_columns(const Problem& p, int64_t m_lo, int64_t m_hi, int64_t n_lo, int64_t n_hi) {
   auto cols = [&]<int R>(int64_t m0) {
     int64_t n = n_lo;
     if constexpr (R == 1) {
@@ -349,9 +349,9 @@ void run_columns(const Problem& p, int64_t m, int64_t n_lo, int64_t n_hi) {
       default: break;
     }
   };
-  int64_t r = 0;
-  for (; r + 4 <= m; r += 4) cols.template operator()<4>(r);
-  switch (m - r) {
+  int64_t r = m_lo;
+  for (; r + 4 <= m_hi; r += 4) cols.template operator()<4>(r);
+  switch (m_hi - r) {
     case 3: cols.template operator()<3>(r); break;
     case 2: cols.template operator()<2>(r); break;
     case 1: cols.template operator()<1>(r); break;
@@ -366,11 +366,25 @@ int64_t column_grain(int64_t w_row) {
   return g / 12 * 12;
 }
 
+// Tasks: column chunks of column_grain, made smaller when that gives fewer than 4 tasks per thread (decode of the
+// 896-row attention matrices had 5 chunks for 2 threads), and for prefill also row blocks (multiples of 4) when the
+// columns alone are too few (the 128-row K/V projections ran on one thread). Which task computes an element never
+// changes its bits (each element is one fixed sequence), so the split may depend on the thread count.
 template <WeightFormat F>
 void run(const Problem& p, int64_t m, int64_t n) {
-  const int64_t grain = column_grain(p.w_row);
-  parallel_for(num_chunks(n, grain), [&](int64_t t) {
-    run_columns<F>(p, m, t * grain, std::min(n, (t + 1) * grain));
+  const int64_t want = 4 * static_cast<int64_t>(num_threads());
+  int64_t grain = column_grain(p.w_row);
+  if (num_chunks(n, grain) < want) grain = std::max<int64_t>(8, (n + want - 1) / want);
+  const int64_t nc = num_chunks(n, grain);
+  int64_t mrows = m;
+  if (m > 4 && nc < want) {
+    const int64_t parts = (want + nc - 1) / nc;
+    mrows = std::max<int64_t>(4, ((m + parts - 1) / parts + 3) / 4 * 4);
+  }
+  const int64_t mc = num_chunks(m, mrows);
+  parallel_for(nc * mc, [&](int64_t t) {
+    const int64_t i = t % nc, j = t / nc;
+    run_columns<F>(p, j * mrows, std::min(m, (j + 1) * mrows), i * grain, std::min(n, (i + 1) * grain));
   });
 }
 

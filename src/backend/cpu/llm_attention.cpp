@@ -17,6 +17,11 @@
 //      holds j = l mod 8, j ascending (the scores are padded to a multiple of 8 with -inf, whose exp is 0);
 //   3. out[d] = (sum_j e_j v_j[d]) * (1 / sum), each element one FMA chain over j ascending.
 // Nothing depends on where a key came from, on T or on the thread count; parallel_for never splits j.
+// An i8 cache (row j stands for sc_j * q_j, ops/llm_kv_quant.h; the new rows are quantized by the same function that
+// writes the cache) runs the same steps on the int8 values, converted to f32 exactly, with each row's scale applied
+// once per row instead of once per element: s_j = (scale * dot(q, kq_j)) * ksc_j, and step 3 weighs row j by
+// e_j * vsc_j. That is the same sum as with dequantized rows up to f32 rounding, and it keeps every step a function
+// of the row alone.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -29,6 +34,7 @@
 #include "backend/cpu/families.h"
 #include "base/half.h"
 #include "base/thread_pool.h"
+#include "ops/llm_kv_quant.h"
 #include "ops/llm_ops.h"
 
 namespace spore::cpu {
@@ -114,14 +120,16 @@ void rope_kernel(KernelContext& k) {
 // ---------------------------------------------------------------------------------------------------------------
 // attention_kv
 
-enum class Cache { f32, f16, bf16 };
+enum class Cache { f32, f16, bf16, i8 };
 template <Cache C>
-using elem_t = std::conditional_t<C == Cache::f32, float, uint16_t>;
+using elem_t = std::conditional_t<C == Cache::f32, float, std::conditional_t<C == Cache::i8, int8_t, uint16_t>>;
 
 template <Cache C>
 inline __m256 load8(const elem_t<C>* p) {
   if constexpr (C == Cache::f32) {
     return _mm256_loadu_ps(p);
+  } else if constexpr (C == Cache::i8) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   } else {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     if constexpr (C == Cache::f16) return _mm256_cvtph_ps(h);
@@ -131,7 +139,7 @@ inline __m256 load8(const elem_t<C>* p) {
 
 template <Cache C>
 inline float load1(const elem_t<C>* p) {
-  if constexpr (C == Cache::f32) return *p;
+  if constexpr (C == Cache::f32 || C == Cache::i8) return static_cast<float>(*p);
   else if constexpr (C == Cache::f16) return half_bits_to_float(*p);
   else return bf16_bits_to_float(*p);
 }
@@ -228,6 +236,8 @@ inline void accumulate_v(const float* const* w, int64_t j0, const elem_t<C>* bas
 struct KvView {
   const void* cache;  // [Hkv, C, D], cache dtype
   const void* fresh;  // [T, Hkv, D], rounded to the cache dtype
+  const float* cache_scale = nullptr;  // i8: [Hkv, C]
+  const float* fresh_scale = nullptr;  // i8: [T, Hkv]
 };
 
 struct Geometry {
@@ -294,11 +304,26 @@ void attend(const Geometry& g, const float* qs, const KvView& k, const KvView& v
   scores_range<C, R>(q, static_cast<const E*>(k.cache) + kvh * g.ctx * g.d, g.d, n_cache, g.d, scale, s, 0);
   scores_range<C, R>(q, static_cast<const E*>(k.fresh) + kvh * g.d, g.hkv * g.d, n - n_cache, g.d, scale, s,
                      n_cache);
+  // i8: j's key row scale, after the dot product.
+  const auto row_scale = [&](const KvView& x, int64_t j) {
+    return j < g.p0 ? x.cache_scale[kvh * g.ctx + j] : x.fresh_scale[(j - g.p0) * g.hkv + kvh];
+  };
+  if constexpr (C == Cache::i8)
+    for (int64_t j = 0; j < n; ++j) {
+      const float ks = row_scale(k, j);
+      for (int r = 0; r < R; ++r) s[r][j] *= ks;
+    }
   // 2. softmax numerators, 1 / their sum
   for (int r = 0; r < R; ++r) {
     for (int64_t j = n; j < npad; ++j) s[r][j] = -INFINITY;
     inv[r] = softmax_numerators(s[r], npad);
   }
+  // i8: the weight of V row j is e_j times its scale.
+  if constexpr (C == Cache::i8)
+    for (int64_t j = 0; j < n; ++j) {
+      const float vs = row_scale(v, j);
+      for (int r = 0; r < R; ++r) s[r][j] *= vs;
+    }
   // 3. weighted sum of V: as many columns at a time as registers allow, then 8 at a time, then one by one
   constexpr int nv = R == 1 ? 8 : R == 2 ? 4 : 2;
   int64_t d0 = 0;
@@ -317,11 +342,19 @@ void attend(const Geometry& g, const float* qs, const KvView& k, const KvView& v
 }
 
 // New rows in the cache dtype (f32: k_new itself). Same rounding (nearest even) as base/half.h, which is how a
-// caller stores them into the cache afterwards.
-const void* fresh_rows(KernelContext& k, const Tensor& x, DType cdt) {
+// caller stores them into the cache afterwards; i8: llm_ops::kv_quantize_row per row, the scales into *scales.
+const void* fresh_rows(KernelContext& k, const Tensor& x, DType cdt, const float** scales) {
   const float* src = x.data<float>();
   if (cdt == DType::f32) return src;
   const int64_t n = x.numel();
+  if (cdt == DType::i8) {
+    const int64_t d = x.shape()[2], nrows = n / d;
+    auto* sc = static_cast<float*>(k.scratch(static_cast<size_t>(nrows) * sizeof(float)));
+    auto* dst = static_cast<int8_t*>(k.scratch(static_cast<size_t>(n)));
+    for (int64_t r = 0; r < nrows; ++r) sc[r] = llm_ops::kv_quantize_row(src + r * d, d, dst + r * d);
+    *scales = sc;
+    return dst;
+  }
   auto* dst = static_cast<uint16_t*>(k.scratch(static_cast<size_t>(n) * sizeof(uint16_t)));
   if (cdt == DType::bf16) {
     for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(src[i]);
@@ -362,8 +395,13 @@ void attention_kv_kernel(KernelContext& k) {
               g.p0, g.p0 + g.t_n - 1, g.ctx);
   if (g.d == 0 || g.hq == 0) return;
   const DType cdt = kc.dtype();
-  const KvView kv{kc.raw_data(), fresh_rows(k, k.in(3), cdt)};
-  const KvView vv{vc.raw_data(), fresh_rows(k, k.in(4), cdt)};
+  KvView kv{kc.raw_data(), nullptr}, vv{vc.raw_data(), nullptr};
+  kv.fresh = fresh_rows(k, k.in(3), cdt, &kv.fresh_scale);
+  vv.fresh = fresh_rows(k, k.in(4), cdt, &vv.fresh_scale);
+  if (cdt == DType::i8) {
+    kv.cache_scale = k.in(6).data<float>();
+    vv.cache_scale = k.in(7).data<float>();
+  }
   const float scale = static_cast<float>(k.attrs.f("scale"));
   const float* qs = q.data<float>();
   float* ys = k.out(0).data<float>();
@@ -387,6 +425,7 @@ void attention_kv_kernel(KernelContext& k) {
   switch (cdt) {
     case DType::f16: run(std::integral_constant<Cache, Cache::f16>{}); break;
     case DType::bf16: run(std::integral_constant<Cache, Cache::bf16>{}); break;
+    case DType::i8: run(std::integral_constant<Cache, Cache::i8>{}); break;
     default: run(std::integral_constant<Cache, Cache::f32>{}); break;
   }
 }

@@ -5,6 +5,7 @@
 
 #include "backend/reference/families.h"
 #include "base/half.h"
+#include "ops/llm_kv_quant.h"
 #include "ops/llm_ops.h"
 
 namespace spore::reference {
@@ -44,7 +45,8 @@ void rope_kernel(KernelContext& k) {
 }
 
 // attention_kv: checks the positions (consecutive from p0, the new rows fit the cache), then per (token, q head)
-// the causal softmax attention over cache rows [0, p0) and new rows [0, t], new rows rounded to the cache dtype.
+// the causal softmax attention over cache rows [0, p0) and new rows [0, t], new rows rounded to the cache dtype. An i8
+// element stands for llm_ops::kv_dequantize(q, its row's scale); new rows are quantized with kv_quantize_row.
 void attention_kv_kernel(KernelContext& k) {
   const Tensor& q = k.in(0);
   const Tensor& kc = k.in(1);
@@ -71,11 +73,25 @@ void attention_kv_kernel(KernelContext& k) {
   const DType cdt = kc.dtype();
   // An element of the cache, or of a new row rounded to the cache dtype, as double.
   const void* caches[2] = {kc.raw_data(), vc.raw_data()};
+  const float* cache_scales[2] = {nullptr, nullptr};
+  if (cdt == DType::i8) cache_scales[0] = k.in(6).data<float>(), cache_scales[1] = k.in(7).data<float>();
   const float* news[2] = {kn.data<float>(), vn.data<float>()};
+  // i8: the new rows quantized, and their scales.
+  std::vector<int8_t> new_q[2];
+  std::vector<float> new_scale[2];
+  if (cdt == DType::i8)
+    for (int w = 0; w < 2; ++w) {
+      new_q[w].resize(static_cast<size_t>(t_n * hkv * d));
+      new_scale[w].resize(static_cast<size_t>(t_n * hkv));
+      for (int64_t r = 0; r < t_n * hkv; ++r)
+        new_scale[w][r] = llm_ops::kv_quantize_row(news[w] + r * d, d, new_q[w].data() + r * d);
+    }
   const auto cache_at = [&](int which, int64_t i) -> double {
     switch (cdt) {
       case DType::f16: return static_cast<float>(f16::from_bits(static_cast<const uint16_t*>(caches[which])[i]));
       case DType::bf16: return static_cast<float>(bf16::from_bits(static_cast<const uint16_t*>(caches[which])[i]));
+      case DType::i8:
+        return llm_ops::kv_dequantize(static_cast<const int8_t*>(caches[which])[i], cache_scales[which][i / d]);
       default: return static_cast<const float*>(caches[which])[i];
     }
   };
@@ -84,6 +100,7 @@ void attention_kv_kernel(KernelContext& k) {
     switch (cdt) {
       case DType::f16: return static_cast<float>(f16(v));
       case DType::bf16: return static_cast<float>(bf16(v));
+      case DType::i8: return llm_ops::kv_dequantize(new_q[which][i], new_scale[which][i / d]);
       default: return v;
     }
   };
