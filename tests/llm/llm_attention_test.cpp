@@ -4,7 +4,6 @@
 // row quantization (ops/llm_kv_quant.h) on crafted rows, and the errors for bad positions/heads/scales.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -70,7 +69,8 @@ Tensor make_cache(DType dt, int64_t hkv, int64_t ctx, int64_t d, int64_t p0, uin
     Tensor sc = Tensor::empty({hkv, ctx}, DType::f32);
     const std::vector<float> nan_row(static_cast<size_t>(d), NAN);
     for (int64_t g = 0; g < hkv; ++g)
-      for (int64_t j = 0; j < ctx; ++j) store_i8_row(c, sc, g, j, j < p0 ? v.data() + (g * ctx + j) * d : nan_row.data());
+      for (int64_t j = 0; j < ctx; ++j)
+        store_i8_row(c, sc, g, j, j < p0 ? v.data() + (g * ctx + j) * d : nan_row.data());
     *scales = sc;
     return c;
   }
@@ -480,7 +480,8 @@ TEST(LlmKvInt8, QuantizeRowFollowsTheRule) {
       EXPECT_EQ(llm_ops::kv_dequantize(q[i], s), static_cast<float>(q[i]) * s);
     }
   }
-  for (const std::vector<float>& bad : {std::vector<float>{1.0f, NAN, 2.0f}, std::vector<float>{1.0f, -INFINITY, 0.0f}}) {
+  for (const std::vector<float>& bad :
+       {std::vector<float>{1.0f, NAN, 2.0f}, std::vector<float>{1.0f, -INFINITY, 0.0f}}) {
     std::vector<int8_t> q(3, 99);
     EXPECT_TRUE(std::isnan(llm_ops::kv_quantize_row(bad.data(), 3, q.data())));
     EXPECT_EQ(q, (std::vector<int8_t>{0, 0, 0}));
@@ -584,30 +585,6 @@ TEST(LlmKvInt8, MissingOrMisshapedScalesAreErrors) {
     mixed.vc = make_cache(DType::f32, hkv, ctx, d, 3, 1900);
     m = testing::error_of([&] { run_kv(mixed, 1.0); });
     EXPECT_NE(m.find("must share a dtype of f32, f16, bf16 or i8"), std::string::npos) << m;
-  }
-}
-
-TEST(TmpTiming, DecodeI8VsF16) {
-  init();
-  ThreadsGuard guard;
-  BackendScope scope(Backend::cpu);
-  for (int th : {1, 2}) {
-    set_threads(th);
-    for (DType dt : {DType::f16, DType::i8, DType::f32}) {
-      const KvInputs in = make_kv(dt, 1, 14, 2, 64, 4100, 4096, 31);
-      const double scale = 0.125;
-      for (int i = 0; i < 20; ++i) run_kv(in, scale);
-      double best = 1e9, total = 0;
-      const int reps = 300;
-      for (int i = 0; i < reps; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        run_kv(in, scale);
-        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        best = std::min(best, us);
-        total += us;
-      }
-      std::printf("TIMING threads=%d %s best %.1f us mean %.1f us\n", th, dtype_name(dt).data(), best, total / reps);
-    }
   }
 }
 

@@ -394,8 +394,10 @@ TEST(LlmModel, KvInt8IsAQuarterOfTheCacheAndKeepsGreedyOutput) {
   o.max_tokens = 64;
   o.ignore_eos = true;
   std::vector<std::vector<float>> la, lb;
-  const auto ra = generate(a, {1, 2, 3}, o, {}, [&](int32_t, std::span<const float> l) { la.emplace_back(l.begin(), l.end()); });
-  const auto rb = generate(b, {1, 2, 3}, o, {}, [&](int32_t, std::span<const float> l) { lb.emplace_back(l.begin(), l.end()); });
+  const auto keep = [](std::vector<std::vector<float>>& into) {
+    return [&into](int32_t, std::span<const float> l) { into.emplace_back(l.begin(), l.end()); };
+  };
+  const auto ra = generate(a, {1, 2, 3}, o, {}, keep(la)), rb = generate(b, {1, 2, 3}, o, {}, keep(lb));
   ASSERT_EQ(ra.tokens.size(), 64u);
   ASSERT_EQ(la.size(), lb.size());
   // Per step: the largest logit difference relative to the largest f32 logit; reported at the first differing token.

@@ -76,8 +76,8 @@ int cmd_generate(int argc, char** argv) {
   app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens (benchmarks)");
   app.add_flag("--no-bos", no_bos, "do not add the BOS token the model asks for");
   app.add_option("--kv-type", kv_type,
-                 "KV cache type: f32, f16, bf16 or int8 (int8 values with an f32 scale per head and position, about a "
-                 "quarter of f32)");
+                 "KV cache type: f32, f16, bf16 or int8 (int8 values with an f32 scale per head and position: "
+                 "(head_dim + 4) / (4 head_dim) of f32, 27% at head_dim 64)");
   app.add_option("--ctx", ctx, "context length (KV cache); default: what fits in memory, at most the model's")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-memory", max_memory_text, "memory for weights + KV cache + activations, e.g. 2GB");
