@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """spore generate on the third-party tiny Llama GGUF (shared data): --json keys (DESIGN.md), greedy output identical
-across runs, 1/2 threads and KV cache types (f16 cache = half the bytes), seeded sampling reproducible, stop strings,
+across runs, 1/2 threads and KV cache types (f16 cache = half the bytes, int8 = rows + a scale per row), seeded sampling reproducible, stop strings,
 streaming text, and one-line errors for bad input (memory cap, bad flags, missing model).
 
 usage: generate_test.py SPORE
@@ -75,6 +75,14 @@ def main():
         fail(f"64 greedy tokens differ between KV f32 and f16:\n{f32['tokens']}\n{f16['tokens']}")
     if f16["kv_bytes"] * 2 != f32["kv_bytes"]:
         fail(f"KV f16 bytes {f16['kv_bytes']} are not half of f32's {f32['kv_bytes']}")
+    i8 = gen_json(spore, model, "-p", prompt, "-n", "64", "--ignore-eos", "--ctx", "256", "--kv-type", "int8")
+    if i8["tokens"] != f32["tokens"]:
+        fail(f"64 greedy tokens differ between KV f32 and int8:\n{f32['tokens']}\n{i8['tokens']}")
+    mdl = i8["model"]
+    d = mdl["embd"] // mdl["heads"]
+    want = 2 * mdl["layers"] * mdl["kv_heads"] * 256 * (d + 4)  # int8 rows + one f32 scale per row
+    if i8["kv_bytes"] != want:
+        fail(f"KV int8 bytes {i8['kv_bytes']}, expected {want}")
 
     # Seeded sampling reproduces; the prompt can be given as ids.
     ids = ",".join(str(i) for i in a["prompt_ids"])
