@@ -1,7 +1,7 @@
 // linear_blockq / embed_blockq (ops/llm_ops.h): the cpu kernels against the reference backend (and the reference
 // against a direct double dot, and against hand-computed Q8_0 activation rounding), in every weight format, with and
 // without bias; batch invariance (a row's bits do not depend on M or on the thread count); embedding rows (exact);
-// bad inputs.
+// the AVX-512 VNNI build of the tiles against the AVX2 build (same bits); bad inputs.
 //
 // Tolerance of cpu vs reference. Both quantize the activations identically (checked bit-exactly by the hand-made
 // cases), so they differ only in summation: the reference sums in double and rounds once; the cpu kernel sums in f32,
@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -224,6 +225,38 @@ TEST_P(BlockqFormat, BatchAndThreadInvariant) {
   set_threads(1);
   rows_equal(ops::linear_blockq(x.slice(0, 2, 39).contiguous(), w, name, bias), 2, "M=37, 1 thread");
   set_threads(saved);
+}
+
+// On CPUs with AVX-512 VNNI the kernel runs the AVX-512 build of its tiles (backend/cpu/blockq_avx512.cpp); it
+// must give the AVX2 build's bits (SPORE_BLOCKQ_ISA=avx2) for every element: decode rows, prefill row blocks and
+// their remainders, every tile width and column remainder (N = 999 and 13), K with and without a float tail.
+TEST_P(BlockqFormat, Avx512BuildGivesAvx2Bits) {
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")))
+    GTEST_SKIP() << "this CPU has no AVX-512 VNNI: only the AVX2 build runs here";
+  const WeightFormat f = GetParam();
+  const bool quant = f == WeightFormat::q8_0 || f == WeightFormat::q4_0;
+  const std::string name(llm_ops::format_name(f));
+  BackendScope s(Backend::cpu);
+  uint32_t seed = 300;
+  for (int64_t k : quant ? std::vector<int64_t>{32, 896} : std::vector<int64_t>{13, 900})
+    for (int64_t n : {13, 999})
+      for (int64_t m : {1, 3, 4, 37, 64}) {
+        const Tensor x = floats(random_floats(static_cast<size_t>(m * k), seed, 4.0f), {m, k});
+        const Tensor w = random_weight(f, n, k, seed + 1);
+        const Tensor bias = floats(random_floats(static_cast<size_t>(n), seed + 2), {n});
+        ++seed;
+        ASSERT_EQ(unsetenv("SPORE_BLOCKQ_ISA"), 0);
+        const Tensor y512 = ops::linear_blockq(x, w, name, bias);
+        ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", "avx2", 1), 0);
+        const Tensor y2 = ops::linear_blockq(x, w, name, bias);
+        ASSERT_EQ(unsetenv("SPORE_BLOCKQ_ISA"), 0);
+        const auto a = values(y512), b = values(y2);
+        for (size_t i = 0; i < a.size(); ++i)
+          ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0)
+              << name << " M=" << m << " N=" << n << " K=" << k << " y[" << i / n << "," << i % n << "] avx512 "
+              << a[i] << " vs avx2 " << b[i];
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, BlockqFormat, ::testing::ValuesIn(all_formats),

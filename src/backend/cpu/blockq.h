@@ -1,0 +1,31 @@
+// Internal to the cpu backend: what blockq.cpp (AVX2 build of the linear_blockq tiles) shares with
+// blockq_avx512.cpp (the AVX-512 + VNNI build of the same tiles, chosen at run time).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/llm_ops.h"
+
+namespace spore::cpu {
+
+// What a tile reads. Rows: prepared activations (x_f: f32 rows of k values; x_q/x_d: q8_0 rows and block scales).
+// Columns: weight rows of w_row bytes. Output y[m * ldy + n].
+struct BlockqProblem {
+  const float* x_f = nullptr;
+  const int8_t* x_q = nullptr;
+  const float* x_d = nullptr;
+  const int32_t* x_s = nullptr;  // q4_0 only: per block, 8 lanes of 8 * (sum of 4 consecutive q), see block_dot
+  const uint8_t* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t k = 0, w_row = 0, ldy = 0;
+};
+
+// True when this CPU has AVX-512 F/BW/VL and AVX512-VNNI and SPORE_BLOCKQ_ISA is not "avx2" (read on every
+// call, so tests and benchmarks can compare the two builds in one process).
+bool blockq_use_avx512();
+
+// y = x W^T (+ bias) for m rows and n columns, with the AVX-512 + VNNI tiles (bit-identical to the AVX2 ones).
+void blockq_run_avx512(llm_ops::WeightFormat f, const BlockqProblem& p, int64_t m, int64_t n);
+
+}  // namespace spore::cpu
