@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <exception>
 #include <vector>
 
@@ -10,6 +11,28 @@
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
+
+namespace {
+
+// oneDNN's kernels are capped at AVX2 (its "avx2" ISA) unless the user asks otherwise, so that every machine
+// computes the same bits. On AVX-512 CPUs oneDNN otherwise picks other kernels (16-channel blocks, brgemm, native
+// bf16 dot products) whose summation order differs from the AVX2 ones: measured on an AVX-512 (Zen 4) machine,
+// PyNative and graph-mode evaluation of the same conv net stopped being bit-identical, and results differed from
+// an AVX2 machine's. ONEDNN_MAX_CPU_ISA (oneDNN's own variable) set by the user wins: e.g. ONEDNN_MAX_CPU_ISA=ALL
+// trades that reproducibility for the wider kernels. Runs before main, so before anything queries the ISA.
+struct PinOnednnIsa {
+  PinOnednnIsa() {
+    if (std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr) return;
+    try {
+      dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+    } catch (const dnnl::error&) {
+      // already fixed by an earlier oneDNN call: nothing to do but keep what it chose
+    }
+  }
+};
+const PinOnednnIsa pin_onednn_isa;
+
+}  // namespace
 
 dnnl::engine& dnnl_engine() {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);

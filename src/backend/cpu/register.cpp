@@ -33,7 +33,18 @@ void cpu_set_num_threads(int n) { omp_set_num_threads(n); }
 
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
-  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+  // The kernels' ISA: capped at avx2 unless ONEDNN_MAX_CPU_ISA says otherwise (onednn_util.cpp).
+  const auto isa = dnnl::get_effective_cpu_isa();
+  const char* name = isa == dnnl::cpu_isa::avx2                 ? "avx2"
+                     : isa == dnnl::cpu_isa::avx512_core        ? "avx512_core"
+                     : isa == dnnl::cpu_isa::avx512_core_vnni   ? "avx512_core_vnni"
+                     : isa == dnnl::cpu_isa::avx512_core_bf16   ? "avx512_core_bf16"
+                     : isa == dnnl::cpu_isa::avx512_core_amx    ? "avx512_core_amx"
+                     : isa == dnnl::cpu_isa::avx2_vnni          ? "avx2_vnni"
+                     : isa == dnnl::cpu_isa::sse41              ? "sse41"
+                     : isa == dnnl::cpu_isa::avx                ? "avx"
+                                                                : "other";
+  return fmt::format("{}.{}.{} (kernels: {})", v->major, v->minor, v->patch, name);
 }
 
 std::string cpu_features() {
