@@ -56,11 +56,9 @@ inline Tensor patterned_tensor(Shape shape, DType dtype, int salt) {
   return Tensor::from_doubles(v, shape, dtype);
 }
 
-// The repository root, from this header's own path.
-inline std::string repo_root() {
-  std::string root = std::filesystem::path(__FILE__).parent_path().parent_path().string();
-  return root.empty() ? "." : root;
-}
+// The repository root: the source directory CMake configured (tests/CMakeLists.txt), not __FILE__, which is
+// relative when ccache rewrites paths (CCACHE_BASEDIR) and then no longer resolves from the test's directory.
+inline std::string repo_root() { return SPORE_TEST_SOURCE_DIR; }
 
 }  // namespace spore::testing
 

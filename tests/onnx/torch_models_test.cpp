@@ -20,7 +20,7 @@ namespace {
 // binary run away from its source tree).
 std::filesystem::path models_dir() {
   if (const char* src = std::getenv("SPORE_SOURCE_DIR")) return std::filesystem::path(src) / "tests/data/torch_models";
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "data/torch_models";
+  return std::filesystem::path(SPORE_TEST_SOURCE_DIR) / "tests/data/torch_models";
 }
 
 std::vector<Tensor> run(const Graph& g, const Tensor& x) {
