@@ -12,27 +12,25 @@
 
 namespace spore::cpu {
 
-namespace {
-
 // oneDNN's kernels are capped at AVX2 (its "avx2" ISA) unless the user asks otherwise, so that every machine
 // computes the same bits. On AVX-512 CPUs oneDNN otherwise picks other kernels (16-channel blocks, brgemm, native
 // bf16 dot products) whose summation order differs from the AVX2 ones: measured on an AVX-512 (Zen 4) machine,
 // PyNative and graph-mode evaluation of the same conv net stopped being bit-identical, and results differed from
 // an AVX2 machine's. ONEDNN_MAX_CPU_ISA (oneDNN's own variable) set by the user wins: e.g. ONEDNN_MAX_CPU_ISA=ALL
-// trades that reproducibility for the wider kernels. Runs before main, so before anything queries the ISA.
-struct PinOnednnIsa {
-  PinOnednnIsa() {
-    if (std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr) return;
+// trades that reproducibility for the wider kernels. Called by register_cpu_kernels (runtime::init), before any
+// kernel can query or use the ISA.
+void pin_onednn_isa() {
+  static const bool done = [] {
+    if (std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr) return true;
     try {
       dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
     } catch (const dnnl::error&) {
-      // already fixed by an earlier oneDNN call: nothing to do but keep what it chose
+      // the ISA was already fixed by an earlier oneDNN call: keep what it chose
     }
-  }
-};
-const PinOnednnIsa pin_onednn_isa;
-
-}  // namespace
+    return true;
+  }();
+  (void)done;
+}
 
 dnnl::engine& dnnl_engine() {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);

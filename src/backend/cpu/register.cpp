@@ -4,6 +4,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/families.h"
+#include "backend/cpu/onednn_util.h"
 
 namespace spore {
 
@@ -13,6 +14,7 @@ void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
 }  // namespace
 
 void register_cpu_kernels(KernelRegistry& r) {
+  cpu::pin_onednn_isa();  // before any kernel exists that could query the ISA
   r.add(Backend::cpu, OpId::identity, dtypes::all, identity_kernel, "copy");
   cpu::register_elementwise(r);
   cpu::register_binary(r);
