@@ -15,6 +15,9 @@ struct BlockqProblem {
   const int8_t* x_q = nullptr;
   const float* x_d = nullptr;
   const int32_t* x_s = nullptr;  // q4_0 only: per block, 8 lanes of 8 * (sum of 4 consecutive q), see block_dot
+  // AVX-512 build, float formats: x_f's rows in pairs, 8 values of row 2j then the same 8 of row 2j+1 (2 * (K/8*8)
+  // floats per pair), so one 16-lane register holds both rows' 8-lane segments (blockq_tiles.inc, tile_f_pairs).
+  const float* x_pairs = nullptr;
   const uint8_t* w = nullptr;
   const float* bias = nullptr;
   float* y = nullptr;

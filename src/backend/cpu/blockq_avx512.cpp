@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/blockq.h"
 #include "base/half.h"
@@ -16,6 +17,11 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+// GCC 12's own _mm512_setzero_ps / _mm512_broadcast_f32x8 read an uninitialized variable by design (a known false
+// positive of -Wuninitialized inside its headers).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define SPORE_BLOCKQ_AVX512 1
 
@@ -29,7 +35,32 @@ using llm_ops::qk;
 
 }  // namespace
 
-void blockq_run_avx512(WeightFormat f, const BlockqProblem& p, int64_t m, int64_t n) {
+void blockq_run_avx512(WeightFormat f, const BlockqProblem& problem, int64_t m, int64_t n) {
+  BlockqProblem p = problem;
+  // Float formats from 8 rows on: x_f's rows interleaved in pairs for tile_f_pairs (this thread's scratch, kept
+  // between calls; the workers only read it during this call).
+  thread_local std::vector<float> pairs;
+  const bool fl = f == WeightFormat::f32 || f == WeightFormat::f16 || f == WeightFormat::bf16;
+  const int64_t k8 = p.k / 8 * 8;
+  if (fl && m >= 8 && k8 > 0) {
+    const int64_t np = m / 2;
+    if (pairs.size() < static_cast<size_t>(np * 2 * k8)) pairs.resize(static_cast<size_t>(np * 2 * k8));
+    float* dst = pairs.data();
+    const float* x = p.x_f;
+    const int64_t k = p.k;
+    parallel_for(num_chunks(np, 8), [&](int64_t t) {
+      for (int64_t j = t * 8; j < std::min(np, (t + 1) * 8); ++j) {
+        const float* a = x + 2 * j * k;
+        const float* b = a + k;
+        float* d = dst + j * 2 * k8;
+        for (int64_t i = 0; i < k8; i += 8) {
+          _mm256_storeu_ps(d + 2 * i, _mm256_loadu_ps(a + i));
+          _mm256_storeu_ps(d + 2 * i + 8, _mm256_loadu_ps(b + i));
+        }
+      }
+    });
+    p.x_pairs = dst;
+  }
   switch (f) {
     case WeightFormat::f32: run<WeightFormat::f32>(p, m, n); break;
     case WeightFormat::f16: run<WeightFormat::f16>(p, m, n); break;
@@ -41,4 +72,5 @@ void blockq_run_avx512(WeightFormat f, const BlockqProblem& p, int64_t m, int64_
 
 }  // namespace spore::cpu
 
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
