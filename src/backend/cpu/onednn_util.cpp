@@ -14,7 +14,7 @@ namespace spore::cpu {
 
 // oneDNN's kernels are capped at AVX2 (its "avx2" ISA) unless the user asks otherwise, so that every machine
 // computes the same bits. On AVX-512 CPUs oneDNN otherwise picks other kernels (16-channel blocks, brgemm, native
-// bf16 dot products) whose summation order differs from the AVX2 ones: measured on an AVX-512 (Zen 4) machine,
+// bf16 dot products) whose summation order differs from the AVX2 ones: measured on an AVX-512 (Zen 5) machine,
 // PyNative and graph-mode evaluation of the same conv net stopped being bit-identical, and results differed from
 // an AVX2 machine's. ONEDNN_MAX_CPU_ISA (oneDNN's own variable) set by the user wins: e.g. ONEDNN_MAX_CPU_ISA=ALL
 // trades that reproducibility for the wider kernels. Called by register_cpu_kernels (runtime::init), before any
