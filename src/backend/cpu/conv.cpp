@@ -5,9 +5,11 @@
 // Own AVX2 kernels: a direct stride-1 conv and weight gradient for few input channels, 2x2 max pooling.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include <immintrin.h>
@@ -17,6 +19,7 @@
 #include "backend/cpu/conv_epilogue.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
+#include "backend/cpu/winograd.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
@@ -622,6 +625,22 @@ void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   SPORE_CHECK(y.dtype() == DType::f32, ErrorCode::unsupported, "[conv2d_fused] blocked layouts are f32 only, got {}",
               dtype_name(y.dtype()));
   if (y.numel() == 0) return;
+  // Winograd F(2x2,3x3) (winograd.h) where it is measured to beat oneDNN (the rule depends on oneDNN's ISA cap,
+  // onednn_util.cpp); SPORE_CONV_WINOGRAD=0 keeps oneDNN (A/B benchmarks).
+  static const bool winograd_on = [] {
+    const char* e = std::getenv("SPORE_CONV_WINOGRAD");
+    return !(e && std::string_view(e) == "0");
+  }();
+  static const WinogradRule rule = dnnl::get_effective_cpu_isa() <= dnnl::cpu_isa::avx2
+                                       ? WinogradRule::beats_onednn_avx2
+                                       : WinogradRule::beats_onednn_avx512;
+  const WinogradConv wg{g.n,  g.c,  g.h,  g.w,      g.o,        g.oh,       g.ow,     g.kh,     g.kw,
+                        g.sh, g.sw, g.dh, g.dw, g.groups, g.ph.begin, g.pw.begin, g.ph.end, g.pw.end};
+  if (winograd_on && src_blocked && dst_blocked && w.dtype() == DType::f32 && x.is_contiguous() &&
+      w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
+      winograd_qualifies(wg, rule))
+    return winograd_conv2d_nchw8c(wg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
+                                  y.data<float>());
   static PrimitiveCache<ConvPrim> cache;
   const std::string key = geom_key(g, DType::f32, bias != nullptr) + (src_blocked ? "b" : "p") + (dst_blocked ? "b" : "p");
   const ConvPrim& p = cache.get(key, [&] { return make_conv_prim(g, DType::f32, bias != nullptr, false, a, src_blocked, dst_blocked); });

@@ -1,0 +1,368 @@
+// Winograd F(2x2, 3x3) on nChw8c (winograd.h). Notation of Lavin & Gray 2015: an output tile Y (2x2) of one
+// output channel is A^T [ sum_c (G g_c G^T) ⊙ (B^T d_c B) ] A, where d_c is the 4x4 input window of the tile in
+// channel c and g_c the 3x3 filter. With U = G g G^T and V = B^T d B (16 numbers each), the sum over c is 16
+// independent GEMMs M_k[tiles, O] = V_k[tiles, C] * U_k[C, O], k = 0..15.
+//
+// Work: the tiles of the whole batch (image-major, then tile row, then tile column) are cut into blocks of T
+// tiles, one task per block. A task transforms its tiles' input into V[16][T][C] (its own L2-sized scratch),
+// then for each 16-channel slice of U (16 x C x 16 floats, in L2 across the block) and each group of 12 tiles
+// runs the 16 GEMMs with a register-blocked micro-kernel (12 tiles x 16 channels in zmm where the CPU has
+// AVX-512, else two 6 x 16 calls in ymm; the tile's value is broadcast, U's row loaded) into M[16][12][16] (L1),
+// and turns M into the 2x2 outputs right away (output transform + bias), so M never leaves L1. U is computed
+// per call from the weights (no cache: nothing tells a kernel that weights changed); it costs 1-5% of a call
+// except at very few tiles, which winograd_qualifies leaves to oneDNN.
+//
+// Threads: the tasks run on the OpenMP team that runs oneDNN (run_onednn_tasks), not on spore's pool. In a conv
+// chain these convs alternate with oneDNN ones (strided, 1x1, the stem) whose OpenMP workers keep spinning for
+// milliseconds after each region; pool workers competing with them for the 2 cores made the ResNet bench at 2
+// threads 1.5-3x slower (batch 32: 21-49 ms vs 14-17 ms on the team; batch 1: 2.7-3.2 vs 0.85-0.95 ms). Small
+// convs run on the calling thread alone (see winograd_conv2d_nchw8c).
+//
+// Determinism and batch invariance by construction: an element of M_k is one FMA chain over c = 0..C-1 in
+// order, computed the same way by every micro-kernel variant (any tile count, 16 or 8 channels, AVX2 or
+// AVX-512); the transforms are fixed formulas of one tile's window (zero outside the image), and a window's
+// values never depend on other images. So which tiles share a block, a micro-kernel call or a thread changes no
+// bits, and the block size T may depend on the batch size and thread count (it does: for load balance).
+#include "backend/cpu/winograd.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <immintrin.h>
+
+#include "backend/cpu/onednn_util.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
+
+namespace spore::cpu {
+namespace {
+
+constexpr int kMR = 12;  // tiles per group: one AVX-512 micro-kernel call, two AVX2 ones (6 tiles each)
+constexpr int kNR = 16;  // output channels per micro-kernel call (two ymm, one zmm)
+// V and U hold 16 planes (one per k) used side by side; 16 floats between planes keep their starts off a
+// common 4 KB stride (unpadded, V's planes were exactly 24 KB apart, all in one L1 set: stores thrashed).
+constexpr int64_t kPlanePad = 16;
+
+// A per-thread buffer of floats, 64-byte aligned, grown on demand and kept between calls (a fresh
+// allocation per call would page-fault on every run).
+float* scratch(int slot, size_t count) {
+  struct Buf {
+    float* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf bufs[3];
+  Buf& b = bufs[slot];
+  if (b.n < count) {
+    std::free(b.p);
+    b.n = 0;
+    b.p = static_cast<float*>(std::aligned_alloc(64, (count * sizeof(float) + 63) / 64 * 64));
+    SPORE_CHECK(b.p != nullptr, ErrorCode::out_of_memory, "winograd conv: cannot allocate {} bytes of scratch",
+                count * sizeof(float));
+    b.n = count;
+  }
+  return b.p;
+}
+
+// Runs fn(0 .. tasks-1) on the OpenMP team (see the top), or on the calling thread when `serial`.
+template <typename Fn>
+void run_tasks(bool serial, int64_t tasks, const Fn& fn) {
+  if (!serial) return run_onednn_tasks(tasks, fn);
+  for (int64_t t = 0; t < tasks; ++t) fn(t);
+}
+
+// U[k][c][o] = (G g G^T)_k for g = w[o, c], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1], stored per 16-channel
+// slice: slice s (channels 16s.. < O) of U_k starts at k*(O*C + kPlanePad) + 16s*C and holds [C][width],
+// width = 16 or the last slice's 8. Eight output channels per vector (gathered from w's [O, C, 3, 3]), so each
+// U row segment is one aligned store; the halvings are exact and the sums run in one fixed order.
+void transform_weights(const float* w, int64_t C, int64_t O, float* U, bool serial) {
+  const int64_t groups = O / 8;
+  const __m256i stride = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32(static_cast<int>(C * 9)));
+  const __m256 half = _mm256_set1_ps(0.5f);
+  run_tasks(serial, groups, [&](int64_t grp) {
+    const int64_t o = grp * 8, o0 = o / kNR * kNR, width = std::min<int64_t>(kNR, O - o0), oo = o - o0;
+    for (int64_t c = 0; c < C; ++c) {
+      const float* g = w + (o * C + c) * 9;
+      __m256 t[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        const __m256 a = _mm256_i32gather_ps(g + j, stride, 4), b = _mm256_i32gather_ps(g + 3 + j, stride, 4),
+                     d = _mm256_i32gather_ps(g + 6 + j, stride, 4);
+        const __m256 ad = _mm256_add_ps(a, d);
+        t[0][j] = a;
+        t[1][j] = _mm256_mul_ps(half, _mm256_add_ps(ad, b));
+        t[2][j] = _mm256_mul_ps(half, _mm256_sub_ps(ad, b));
+        t[3][j] = d;
+      }
+      for (int i = 0; i < 4; ++i) {  // (G g) G^T
+        const __m256 a = t[i][0], b = t[i][1], d = t[i][2], ad = _mm256_add_ps(a, d);
+        const __m256 u[4] = {a, _mm256_mul_ps(half, _mm256_add_ps(ad, b)), _mm256_mul_ps(half, _mm256_sub_ps(ad, b)),
+                             d};
+        for (int j = 0; j < 4; ++j)
+          _mm256_store_ps(U + (i * 4 + j) * (O * C + kPlanePad) + o0 * C + c * width + oo, u[j]);
+      }
+    }
+  });
+}
+
+// m[i][0..NB*8) = sum_{c < C} v[i*C + c] * u[c*NB*8 + ..] for i < MR, one FMA chain per element in c order.
+// Named accumulators (not an array): GCC spilled an array of them to the stack on every iteration.
+template <int MR, int NB>
+void gemm_kernel(const float* __restrict v, int64_t C, const float* __restrict u, float* __restrict m) {
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
+  __m256 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+  const float *v0 = v, *v1 = v + C, *v2 = v + 2 * C, *v3 = v + 3 * C, *v4 = v + 4 * C, *v5 = v + 5 * C;
+  for (int64_t c = 0; c < C; ++c, u += NB * 8) {
+    const __m256 b0 = _mm256_load_ps(u), b1 = NB > 1 ? _mm256_load_ps(u + 8) : b0;
+#define SPORE_WINO_ROW(i)                                 \
+  if constexpr (MR > i) {                                 \
+    const __m256 a = _mm256_broadcast_ss(v##i + c);       \
+    a##i##0 = _mm256_fmadd_ps(a, b0, a##i##0);            \
+    if constexpr (NB > 1) a##i##1 = _mm256_fmadd_ps(a, b1, a##i##1); \
+  }
+    SPORE_WINO_ROW(0)
+    SPORE_WINO_ROW(1)
+    SPORE_WINO_ROW(2)
+    SPORE_WINO_ROW(3)
+    SPORE_WINO_ROW(4)
+    SPORE_WINO_ROW(5)
+#undef SPORE_WINO_ROW
+  }
+  const __m256 acc[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NB; ++j) _mm256_store_ps(m + i * kNR + j * 8, acc[i][j]);
+}
+
+using GemmFn = void (*)(const float*, int64_t, const float*, float*);
+template <int NB>
+constexpr GemmFn kGemm[7] = {nullptr,
+                             gemm_kernel<1, NB>,
+                             gemm_kernel<2, NB>,
+                             gemm_kernel<3, NB>,
+                             gemm_kernel<4, NB>,
+                             gemm_kernel<5, NB>,
+                             gemm_kernel<6, NB>};
+
+// The same products with AVX-512 (zmm: 16 channels per register, the tile's value an embedded broadcast), up
+// to 12 tiles per call. Each element is still one FMA chain over c in order, so the bits equal the AVX2
+// kernel's: the ISA changes speed, not results.
+template <int MR>
+__attribute__((target("avx512f"))) void gemm_kernel_512(const float* __restrict v, int64_t C,
+                                                          const float* __restrict u, float* __restrict m) {
+  __m512 acc[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < C; ++c) {
+    const __m512 b = _mm512_load_ps(u + c * kNR);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(v[i * C + c]), b, acc[i]);
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) _mm512_store_ps(m + i * kNR, acc[i]);
+}
+
+constexpr GemmFn kGemm512[kMR + 1] = {nullptr,
+                                      gemm_kernel_512<1>,
+                                      gemm_kernel_512<2>,
+                                      gemm_kernel_512<3>,
+                                      gemm_kernel_512<4>,
+                                      gemm_kernel_512<5>,
+                                      gemm_kernel_512<6>,
+                                      gemm_kernel_512<7>,
+                                      gemm_kernel_512<8>,
+                                      gemm_kernel_512<9>,
+                                      gemm_kernel_512<10>,
+                                      gemm_kernel_512<11>,
+                                      gemm_kernel_512<12>};
+
+// AVX-512 for the 16-channel slices where the CPU has it; SPORE_WINOGRAD_AVX512=0 forces AVX2 (read per call,
+// so a test can compare the two).
+bool use_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  const char* e = std::getenv("SPORE_WINOGRAD_AVX512");
+  return has && !(e && e[0] == '0' && e[1] == 0);
+}
+
+struct Plan {
+  const WinogradConv& g;
+  int64_t tiles_h, tiles_w, tiles_per_image;
+  int64_t block;  // tiles per task (T)
+};
+
+// V[k][t][C] (planes k padded by kPlanePad) for tiles first .. first+count-1: V = B^T d B,
+// B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], eight channels (one nChw8c pixel) per vector. Channel block
+// outermost, so the input is read as 4 row streams per block (tile-major order across all C/8 planes missed in
+// cache on every load). B^T d works column by column, and a tile's columns 0, 1 are its left neighbour's 2, 3:
+// they are reused when the previous tile of the block is that neighbour. A column's values are the same
+// arithmetic on the same pixels whichever tile computes them, so reuse changes no bits.
+void transform_input(const Plan& p, const float* x, int64_t first, int64_t count, float* V) {
+  const WinogradConv& g = p.g;
+  const int64_t C = g.c, vplane = count * C + kPlanePad;
+  for (int64_t cb = 0; cb < C / 8; ++cb) {
+    __m256 s0[4], s1[4], s2[4] = {}, s3[4] = {};  // B^T d, columns 0..3 (s2, s3 carry over to the next tile)
+    for (int64_t t = 0; t < count; ++t) {
+      const int64_t tile = first + t, img = tile / p.tiles_per_image, r = tile % p.tiles_per_image;
+      const int64_t tx = r % p.tiles_w, iy0 = (r / p.tiles_w) * 2 - g.pad_top, ix0 = tx * 2 - g.pad_left;
+      const bool rows_inside = iy0 >= 0 && iy0 + 4 <= g.h;
+      const float* plane = x + (img * (C / 8) + cb) * g.h * g.w * 8;
+      // B^T applied to input column j (zeros outside the image).
+      const auto column = [&](int j, __m256* s) {
+        const int64_t ix = ix0 + j;
+        __m256 d[4];
+        if (ix < 0 || ix >= g.w) {
+          for (int i = 0; i < 4; ++i) d[i] = _mm256_setzero_ps();
+        } else if (rows_inside) {
+          for (int i = 0; i < 4; ++i) d[i] = _mm256_loadu_ps(plane + ((iy0 + i) * g.w + ix) * 8);
+        } else {
+          for (int i = 0; i < 4; ++i) {
+            const int64_t iy = iy0 + i;
+            d[i] = iy >= 0 && iy < g.h ? _mm256_loadu_ps(plane + (iy * g.w + ix) * 8) : _mm256_setzero_ps();
+          }
+        }
+        s[0] = _mm256_sub_ps(d[0], d[2]);
+        s[1] = _mm256_add_ps(d[1], d[2]);
+        s[2] = _mm256_sub_ps(d[2], d[1]);
+        s[3] = _mm256_sub_ps(d[1], d[3]);
+      };
+      if (t > 0 && tx > 0) {  // the previous tile is the left neighbour
+        for (int i = 0; i < 4; ++i) {
+          s0[i] = s2[i];
+          s1[i] = s3[i];
+        }
+      } else {
+        column(0, s0);
+        column(1, s1);
+      }
+      column(2, s2);
+      column(3, s3);
+      float* out = V + t * C + cb * 8;
+      for (int i = 0; i < 4; ++i) {  // (B^T d) B
+        _mm256_storeu_ps(out + (i * 4 + 0) * vplane, _mm256_sub_ps(s0[i], s2[i]));
+        _mm256_storeu_ps(out + (i * 4 + 1) * vplane, _mm256_add_ps(s1[i], s2[i]));
+        _mm256_storeu_ps(out + (i * 4 + 2) * vplane, _mm256_sub_ps(s2[i], s1[i]));
+        _mm256_storeu_ps(out + (i * 4 + 3) * vplane, _mm256_sub_ps(s1[i], s3[i]));
+      }
+    }
+  }
+}
+
+// The 2x2 outputs of `count` tiles from M[16][kMR][kNR] (output channels o0 .. o0+width-1): Y = A^T M A + bias,
+// A^T = [1 1 1 0; 0 1 -1 -1]; the parts of a tile past OH/OW are dropped.
+void transform_output(const Plan& p, const float* M, int64_t first, int count, int64_t o0, int64_t width,
+                      const float* bias, float* y) {
+  const WinogradConv& g = p.g;
+  for (int t = 0; t < count; ++t) {
+    const int64_t tile = first + t, img = tile / p.tiles_per_image, r = tile % p.tiles_per_image;
+    const int64_t oy = (r / p.tiles_w) * 2, ox = (r % p.tiles_w) * 2;
+    const bool full_h = oy + 1 < g.oh, full_w = ox + 1 < g.ow;
+    for (int64_t h = 0; h < width / 8; ++h) {
+      __m256 m[4][4];
+      for (int k = 0; k < 16; ++k) m[k / 4][k % 4] = _mm256_load_ps(M + (k * kMR + t) * kNR + h * 8);
+      __m256 s[2][4];  // A^T M
+      for (int j = 0; j < 4; ++j) {
+        s[0][j] = _mm256_add_ps(_mm256_add_ps(m[0][j], m[1][j]), m[2][j]);
+        s[1][j] = _mm256_sub_ps(_mm256_sub_ps(m[1][j], m[2][j]), m[3][j]);
+      }
+      const __m256 b = bias ? _mm256_loadu_ps(bias + o0 + h * 8) : _mm256_setzero_ps();
+      __m256 out[2][2];  // (A^T M) A + bias
+      for (int i = 0; i < 2; ++i) {
+        out[i][0] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s[i][0], s[i][1]), s[i][2]), b);
+        out[i][1] = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s[i][1], s[i][2]), s[i][3]), b);
+      }
+      float* plane = y + (img * (g.o / 8) + (o0 / 8 + h)) * g.oh * g.ow * 8;
+      _mm256_storeu_ps(plane + (oy * g.ow + ox) * 8, out[0][0]);
+      if (full_w) _mm256_storeu_ps(plane + (oy * g.ow + ox + 1) * 8, out[0][1]);
+      if (full_h) {
+        _mm256_storeu_ps(plane + ((oy + 1) * g.ow + ox) * 8, out[1][0]);
+        if (full_w) _mm256_storeu_ps(plane + ((oy + 1) * g.ow + ox + 1) * 8, out[1][1]);
+      }
+    }
+  }
+}
+
+// M[k][t][0..width) for the mr tiles of one group: the 16 GEMMs of one 16-channel slice (or the last 8).
+void gemm_group(const float* V, int64_t count, int64_t C, const float* U, int64_t O, int64_t o0, int64_t width,
+                int mr, bool avx512, float* M) {
+  for (int k = 0; k < 16; ++k) {
+    const float* v = V + k * (count * C + kPlanePad);
+    const float* u = U + k * (O * C + kPlanePad) + o0 * C;
+    float* m = M + k * kMR * kNR;
+    if (avx512 && width == kNR) {
+      kGemm512[mr](v, C, u, m);
+    } else {
+      const GemmFn* gemm = width == kNR ? kGemm<2> : kGemm<1>;
+      gemm[std::min(mr, 6)](v, C, u, m);
+      if (mr > 6) gemm[mr - 6](v + 6 * C, C, u, m + 6 * kNR);
+    }
+  }
+}
+
+void run_block(const Plan& p, const float* x, const float* U, const float* bias, float* y, int64_t first,
+               int64_t count, bool avx512) {
+  const int64_t C = p.g.c, O = p.g.o;
+  float* V = scratch(0, static_cast<size_t>(16 * (count * C + kPlanePad)));
+  float* M = scratch(1, 16 * kMR * kNR);
+  transform_input(p, x, first, count, V);
+  for (int64_t o0 = 0; o0 < O; o0 += kNR) {
+    const int64_t width = std::min<int64_t>(kNR, O - o0);
+    for (int64_t t0 = 0; t0 < count; t0 += kMR) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMR, count - t0));
+      gemm_group(V + t0 * C, count, C, U, O, o0, width, mr, avx512, M);
+      transform_output(p, M, first + t0, mr, o0, width, bias, y);
+    }
+  }
+}
+
+}  // namespace
+
+bool winograd_qualifies(const WinogradConv& g, WinogradRule rule) {
+  const bool supported = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+                         g.groups == 1 && g.c % 8 == 0 && g.o % 8 == 0 && g.c > 0 && g.o > 0 &&
+                         std::min({g.pad_top, g.pad_left, g.pad_bottom, g.pad_right}) >= 0 &&
+                         g.oh == g.h + g.pad_top + g.pad_bottom - 2 && g.ow == g.w + g.pad_left + g.pad_right - 2;
+  if (!supported || rule == WinogradRule::supported) return supported;
+  // Measured on a Zen 5 (1 thread, interleaved medians, /tmp harness calling conv2d_blocked): Winograd wins
+  // wherever the per-call weight transform (16 x C x O floats written) is amortized over enough tiles, and
+  // loses by up to 25% below that.
+  //  - vs oneDNN capped at AVX2 (jit:avx2 on nChw8c, spore's default): 2.4-3.1x on the ResNet layers at batch
+  //    32, 1.6-2.5x at batch 1; C=O=128 wins from 4 tiles (one 4x4 image); C=O=512 loses 0.84x at 16 tiles
+  //    (one 7x7 image) and wins 1.3-1.9x from 49 tiles; C=O=64 loses 0.84x at 1 tile (a 2x2 image).
+  //  - vs oneDNN at full AVX-512 (ONEDNN_MAX_CPU_ISA=ALL: brgconv on nhwc, plus its reorders): 1.4-1.5x at
+  //    batch 32; C=O=128 ties at 16 tiles and wins from 32, 256 wins from 64; with C or O = 512, U (16 MB)
+  //    fits no cache and the GEMMs stream it per block: 0.7-0.8x even at batch 32.
+  const int64_t tiles = g.n * ((g.oh + 1) / 2) * ((g.ow + 1) / 2), co = g.c * g.o;
+  if (rule == WinogradRule::beats_onednn_avx2) return std::max(g.c, g.o) <= 512 && tiles >= 2 && tiles * 8192 > co;
+  return std::max(g.c, g.o) <= 256 && tiles * 1024 > co;
+}
+
+void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y) {
+  SPORE_CHECK(winograd_qualifies(g, WinogradRule::supported), ErrorCode::unsupported,
+              "winograd conv: needs a 3x3 kernel, stride 1, dilation 1, groups 1 and C, O multiples of 8 "
+              "(got C={} O={} kernel {}x{} stride {}x{} dilation {}x{} groups {})",
+              g.c, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups);
+  if (g.n == 0 || g.oh <= 0 || g.ow <= 0) return;
+  Plan p{g, (g.oh + 1) / 2, (g.ow + 1) / 2, 0, 0};
+  p.tiles_per_image = p.tiles_h * p.tiles_w;
+  const int64_t tiles = g.n * p.tiles_per_image;
+  // Block size: V (16 x T x C floats) within ~384 KB so it and a 16-channel slice of U stay in L2; then as
+  // many blocks as makes the thread count divide them (bits do not depend on it, see the top).
+  const int64_t cap = std::max<int64_t>(kMR, 6144 / g.c / kMR * kMR);
+  // Small convs (GEMMs under 32 MFLOP, ~100 us on one core) run on the calling thread. Measured on the ResNet
+  // at 2 threads: batch 1 (all its convs 8 MFLOP) 1.04-1.09 ms serial vs 2.4-2.5 ms on the team (oneDNN
+  // 1.25-1.4), batch 2 2.0-2.1 vs 3.1-3.5 ms (oneDNN 2.4-2.7); batch 4 (34 MFLOP) ties; batch 8 and up gain
+  // from the team.
+  const double gemm_flops = 32.0 * static_cast<double>(tiles) * static_cast<double>(g.c * g.o);
+  const bool serial = gemm_flops < 32e6;
+  const int64_t threads = serial ? 1 : std::max(1, num_threads());
+  const int64_t blocks = (tiles + cap - 1) / cap, rounds = (blocks + threads - 1) / threads;
+  p.block = std::min(cap, ((tiles + rounds * threads - 1) / (rounds * threads) + kMR - 1) / kMR * kMR);
+  float* U = scratch(2, static_cast<size_t>(16 * (g.c * g.o + kPlanePad)));  // slots 0 and 1 are the tasks' V and M
+  transform_weights(w, g.c, g.o, U, serial);
+  const bool avx512 = use_avx512();
+  run_tasks(serial, (tiles + p.block - 1) / p.block, [&](int64_t b) {
+    const int64_t first = b * p.block;
+    run_block(p, x, U, bias, y, first, std::min(p.block, tiles - first), avx512);
+  });
+}
+
+}  // namespace spore::cpu

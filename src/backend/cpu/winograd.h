@@ -1,0 +1,28 @@
+#pragma once
+// Winograd F(2x2, 3x3) convolution (Lavin & Gray 2015) for f32 conv2d on the blocked layout nChw8c
+// ([N, C/8, H, W, 8], passes/layout.cpp): 2.25x fewer multiplies than direct convolution. conv2d_blocked
+// (conv.cpp) runs it instead of oneDNN where winograd_qualifies says so (SPORE_CONV_WINOGRAD=0 turns it off).
+// Deterministic and batch-invariant: every output element is one fixed sequence of f32 operations on its own
+// image's data, whatever the thread count, the batch size or the image's position in the batch.
+#include <cstdint>
+
+namespace spore::cpu {
+
+struct WinogradConv {
+  int64_t n, c, h, w, o;                           // batch, input channels, input height and width, output channels
+  int64_t oh, ow;                                  // output height and width
+  int64_t kh, kw, sh, sw, dh, dw, groups;          // kernel size, stride, dilation, groups
+  int64_t pad_top, pad_left, pad_bottom, pad_right;  // zero padding (>= 0)
+};
+
+// Whether winograd_conv2d_nchw8c computes this conv (`supported`: 3x3 kernel, stride 1, dilation 1, groups 1,
+// pads >= 0, C and O multiples of 8) and, for the other rules, is also measured to beat oneDNN's direct conv
+// at this size: oneDNN capped at AVX2 (spore's default) or at full AVX-512 (ONEDNN_MAX_CPU_ISA=ALL).
+enum class WinogradRule { supported, beats_onednn_avx2, beats_onednn_avx512 };
+bool winograd_qualifies(const WinogradConv& g, WinogradRule rule);
+
+// y[N, O/8, OH, OW, 8] = conv2d(x[N, C/8, H, W, 8], w[O, C, 3, 3]) + bias[O] (bias may be null); contiguous
+// buffers. Throws unsupported unless winograd_qualifies(g, WinogradRule::supported).
+void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y);
+
+}  // namespace spore::cpu

@@ -1,0 +1,287 @@
+// Winograd F(2x2,3x3) conv on nChw8c (backend/cpu/winograd.h) against a float64 direct convolution, plus its
+// determinism promises: the same bits for any thread count, and batch invariance (an image's output does not
+// depend on the rest of the batch).
+//
+// Tolerance (per output element e, first-order rounding-error analysis in the style of Higham's dot-product bound):
+// the kernel computes y = A^T [sum_c U_c ⊙ V_c] A + b with V = B^T d B (two add stages), U = G g G^T (two stages
+// of two adds; the halvings are exact), an FMA chain over the C channels, then A^T . A (two stages of two adds)
+// and the bias add. Each stage's rounding is bounded relative to the same expression evaluated in absolute
+// values, so
+//     |y_e - exact_e| <= gamma_{C+12} * ( (|A^T| [sum_c (|G||g_c||G^T|) ⊙ (|B^T||d_c||B|)] |A|)_e + |b| ),
+// gamma_n = n u / (1 - n u), u = 2^-24, d_c the 4x4 input window of e's tile (zeros outside the image). The test
+// evaluates the bracket in float64 for every element. This is the error growth particular to F(2,3): the
+// transforms enlarge the magnitudes the sums see (the absolute transforms are up to 4x (B), 2.25x (G) and 9x
+// (A) of the inputs' scale), which is why it is looser than a direct conv's gamma_{9C} * sum |x||w|. Observed
+// errors are ~1e-7..5e-7 of max|y| (C = 8..128); a wrong index, sign or missing channel gives errors of the
+// order of |y| and fails by orders of magnitude.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/conv_epilogue.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/winograd.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace spore::cpu {
+namespace {
+
+struct Geom {
+  int64_t n, c, o, h, w, pt, pl, pb, pr;
+};
+
+WinogradConv wino(const Geom& g) {
+  return {g.n, g.c, g.h, g.w, g.o, g.h + g.pt + g.pb - 2, g.w + g.pl + g.pr - 2, 3, 3, 1, 1, 1, 1, 1, g.pt, g.pl,
+          g.pb, g.pr};
+}
+
+// Uniform in [-1, 1) from a fixed seed: never all zeros.
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+struct Problem {
+  Geom g;
+  WinogradConv wg;
+  std::vector<float> x, w, b;  // x in nChw8c, w [O, C, 3, 3]
+  bool has_bias;
+  size_t y_size() const { return static_cast<size_t>(wg.n * wg.o * wg.oh * wg.ow); }
+};
+
+Problem make_problem(const Geom& g, bool bias, uint32_t seed) {
+  Problem p{g, wino(g), random_floats(static_cast<size_t>(g.n * g.c * g.h * g.w), seed),
+            random_floats(static_cast<size_t>(g.o * g.c * 9), seed + 1),
+            random_floats(static_cast<size_t>(g.o), seed + 2), bias};
+  return p;
+}
+
+std::vector<float> run(const Problem& p) {
+  std::vector<float> y(p.y_size(), std::nanf(""));
+  winograd_conv2d_nchw8c(p.wg, p.x.data(), p.w.data(), p.has_bias ? p.b.data() : nullptr, y.data());
+  return y;
+}
+
+// Index of (n, c, y, x) in an nChw8c buffer with C channels and an h x w plane.
+size_t blocked(int64_t n, int64_t c, int64_t yy, int64_t xx, int64_t C, int64_t h, int64_t w) {
+  return static_cast<size_t>((((n * (C / 8) + c / 8) * h + yy) * w + xx) * 8 + c % 8);
+}
+
+// Checks y against a float64 direct conv, element by element, with the bound in the header comment.
+void expect_matches_reference(const Problem& p, const std::vector<float>& y) {
+  const Geom& g = p.g;
+  const WinogradConv& wg = p.wg;
+  constexpr double u = 1.0 / (1 << 24);
+  const double n_ops = static_cast<double>(g.c + 12);
+  const double gamma = n_ops * u / (1 - n_ops * u);
+  // |G||g||G^T| per (o, c): 4x4 absolute weight transforms.
+  const double aG[4][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, .5, .5}, {0, 0, 1}};
+  const double aB[4][4] = {{1, 0, 1, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}, {0, 1, 0, 1}};  // |B^T|
+  const double aA[2][4] = {{1, 1, 1, 0}, {0, 1, 1, 1}};                              // |A^T|
+  std::vector<double> absU(static_cast<size_t>(g.o * g.c * 16));
+  for (int64_t o = 0; o < g.o; ++o)
+    for (int64_t c = 0; c < g.c; ++c) {
+      const float* k = &p.w[static_cast<size_t>((o * g.c + c) * 9)];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) {
+          double s = 0;
+          for (int a = 0; a < 3; ++a)
+            for (int b = 0; b < 3; ++b) s += aG[i][a] * std::abs(k[a * 3 + b]) * aG[j][b];
+          absU[static_cast<size_t>((o * g.c + c) * 16 + i * 4 + j)] = s;
+        }
+    }
+  double max_err = 0, max_ref = 0;
+  int64_t failures = 0;
+  std::vector<double> absV(static_cast<size_t>(g.c * 16));
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t ty = 0; ty < (wg.oh + 1) / 2; ++ty)
+      for (int64_t tx = 0; tx < (wg.ow + 1) / 2; ++tx) {
+        // |B^T||d_c||B| of this tile's 4x4 window.
+        const auto in = [&](int64_t c, int64_t i, int64_t j) {
+          const int64_t iy = 2 * ty - g.pt + i, ix = 2 * tx - g.pl + j;
+          if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return 0.0;
+          return static_cast<double>(p.x[blocked(n, c, iy, ix, g.c, g.h, g.w)]);
+        };
+        for (int64_t c = 0; c < g.c; ++c)
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) {
+              double s = 0;
+              for (int a = 0; a < 4; ++a)
+                for (int b = 0; b < 4; ++b) s += aB[i][a] * std::abs(in(c, a, b)) * aB[j][b];
+              absV[static_cast<size_t>(c * 16 + i * 4 + j)] = s;
+            }
+        for (int64_t o = 0; o < g.o; ++o)
+          for (int dy = 0; dy < 2; ++dy)
+            for (int dx = 0; dx < 2; ++dx) {
+              const int64_t oy = 2 * ty + dy, ox = 2 * tx + dx;
+              if (oy >= wg.oh || ox >= wg.ow) continue;
+              const double bias = p.has_bias ? p.b[static_cast<size_t>(o)] : 0.0;
+              double ref = bias, bound = std::abs(bias);
+              for (int64_t c = 0; c < g.c; ++c)
+                for (int i = 0; i < 3; ++i)
+                  for (int j = 0; j < 3; ++j)
+                    ref += in(c, oy - 2 * ty + i, ox - 2 * tx + j) *
+                           p.w[static_cast<size_t>((o * g.c + c) * 9 + i * 3 + j)];
+              for (int64_t c = 0; c < g.c; ++c)
+                for (int k = 0; k < 16; ++k)
+                  bound += aA[dy][k / 4] * aA[dx][k % 4] * absU[static_cast<size_t>((o * g.c + c) * 16 + k)] *
+                           absV[static_cast<size_t>(c * 16 + k)];
+              const double got = y[blocked(n, o, oy, ox, g.o, wg.oh, wg.ow)];
+              const double err = std::abs(got - ref);
+              max_err = std::max(max_err, err);
+              max_ref = std::max(max_ref, std::abs(ref));
+              if (!(err <= gamma * bound) && failures++ < 5)
+                ADD_FAILURE() << "n=" << n << " o=" << o << " y=" << oy << " x=" << ox << ": got " << got << " want "
+                              << ref << " (err " << err << " > bound " << gamma * bound << ")";
+            }
+      }
+  EXPECT_EQ(failures, 0);
+  // Every element was written (NaN-filled before the call) and the error is far below the bound's scale.
+  EXPECT_LT(max_err, 1e-5 * max_ref) << "max_err " << max_err << " max|y| " << max_ref;
+}
+
+// Sets the thread count of both spore's pool and the OpenMP team (the kernel runs its tasks on the team, as
+// oneDNN does; runtime::set_threads does the same) and restores it however a test exits.
+void set_threads(int n) {
+  set_num_threads(n);
+  cpu_set_num_threads(n);
+}
+struct ThreadsGuard {
+  int saved = num_threads();
+  ~ThreadsGuard() { set_threads(saved); }
+};
+
+TEST(Winograd, MatchesFloat64DirectConv) {
+  const std::vector<Geom> geoms = {
+      // n, c, o, h, w, pad top, left, bottom, right
+      {1, 8, 8, 1, 1, 1, 1, 1, 1},        {2, 8, 16, 2, 2, 1, 1, 1, 1},     {3, 16, 8, 7, 7, 1, 1, 1, 1},
+      {1, 32, 32, 8, 8, 1, 1, 1, 1},      {2, 64, 64, 16, 16, 1, 1, 1, 1},  {1, 128, 128, 8, 8, 1, 1, 1, 1},
+      {2, 32, 64, 32, 32, 1, 1, 1, 1},    {1, 16, 24, 8, 8, 0, 0, 0, 0},    {2, 8, 8, 7, 7, 0, 0, 0, 0},
+      {1, 16, 16, 7, 9, 2, 2, 2, 2},      {3, 32, 16, 7, 6, 2, 1, 0, 2},    {1, 8, 128, 5, 11, 0, 1, 1, 0},
+      {2, 128, 8, 3, 3, 1, 1, 1, 1},      {1, 64, 32, 2, 2, 2, 2, 2, 2},    {3, 8, 40, 16, 16, 1, 0, 1, 0},
+      {1, 24, 16, 32, 32, 1, 1, 1, 1},    {2, 16, 16, 4, 4, 0, 0, 0, 0},
+  };
+  uint32_t seed = 1;
+  for (const Geom& g : geoms)
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << g.n << " c=" << g.c << " o=" << g.o << " " << g.h << "x" << g.w
+                                        << " pads " << g.pt << "," << g.pl << "," << g.pb << "," << g.pr
+                                        << " bias=" << bias);
+      ASSERT_TRUE(winograd_qualifies(wino(g), WinogradRule::supported));
+      const Problem p = make_problem(g, bias, seed += 3);
+      expect_matches_reference(p, run(p));
+    }
+}
+
+TEST(Winograd, SameBitsForAnyThreadCount) {
+  ThreadsGuard guard;
+  // Large enough (GEMMs over 32 MFLOP) to run on the thread team, not serially.
+  for (const Geom& g : {Geom{4, 64, 64, 32, 32, 1, 1, 1, 1}, Geom{16, 128, 64, 7, 8, 1, 1, 1, 1},
+                        Geom{8, 64, 128, 9, 9, 0, 1, 2, 1}}) {
+    const Problem p = make_problem(g, true, 7);
+    set_threads(1);
+    const std::vector<float> one = run(p);
+    for (int t : {2, 3}) {
+      set_threads(t);
+      const std::vector<float> many = run(p);
+      EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0) << t << " threads, c=" << g.c;
+    }
+  }
+}
+
+// Image i of a batch of N gives the bits of the same image run alone, whatever blocks and threads the tiles
+// fall into (the first and last batches run on the thread team, the single images serially).
+TEST(Winograd, BatchInvariant) {
+  ThreadsGuard guard;
+  for (int threads : {1, 2}) {
+    set_threads(threads);
+    for (const Geom& g : {Geom{7, 128, 128, 8, 8, 1, 1, 1, 1}, Geom{5, 32, 16, 13, 11, 1, 1, 1, 1},
+                          Geom{9, 64, 64, 1, 1, 1, 1, 1, 1}, Geom{4, 16, 32, 32, 32, 1, 1, 1, 1}}) {
+      const Problem batch = make_problem(g, true, 11);
+      const std::vector<float> all = run(batch);
+      const size_t in_image = static_cast<size_t>(g.c * g.h * g.w), out_image = all.size() / static_cast<size_t>(g.n);
+      for (int64_t i = 0; i < g.n; ++i) {
+        Geom one_g = g;
+        one_g.n = 1;
+        Problem one = batch;
+        one.g = one_g;
+        one.wg = wino(one_g);
+        one.x.assign(batch.x.begin() + static_cast<std::ptrdiff_t>(i * in_image),
+                     batch.x.begin() + static_cast<std::ptrdiff_t>((i + 1) * in_image));
+        const std::vector<float> alone = run(one);
+        EXPECT_EQ(std::memcmp(alone.data(), all.data() + i * out_image, out_image * sizeof(float)), 0)
+            << "image " << i << " of " << g.n << ", c=" << g.c << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
+// The AVX-512 micro-kernel (used where the CPU has it) and the AVX2 one give the same bits: each element is one
+// FMA chain over the channels in order either way. SPORE_WINOGRAD_AVX512=0 (read per call) forces AVX2.
+TEST(Winograd, SameBitsWithAndWithoutAvx512) {
+  const char* saved = std::getenv("SPORE_WINOGRAD_AVX512");
+  const std::string saved_value = saved ? saved : "";
+  for (const Geom& g : {Geom{2, 32, 32, 16, 16, 1, 1, 1, 1}, Geom{3, 128, 40, 7, 9, 1, 1, 1, 1},
+                        Geom{1, 64, 128, 8, 8, 0, 2, 1, 1}}) {
+    const Problem p = make_problem(g, true, 5);
+    ::setenv("SPORE_WINOGRAD_AVX512", "0", 1);
+    const std::vector<float> avx2 = run(p);
+    ::unsetenv("SPORE_WINOGRAD_AVX512");
+    const std::vector<float> best = run(p);
+    EXPECT_EQ(std::memcmp(avx2.data(), best.data(), avx2.size() * sizeof(float)), 0) << "c=" << g.c << " o=" << g.o;
+    expect_matches_reference(p, avx2);
+  }
+  if (saved) ::setenv("SPORE_WINOGRAD_AVX512", saved_value.c_str(), 1);
+}
+
+TEST(Winograd, RejectsOtherGeometries) {
+  WinogradConv g = wino({1, 8, 8, 8, 8, 1, 1, 1, 1});
+  std::vector<float> x(512), w(576), y(512);
+  EXPECT_TRUE(winograd_qualifies(g, WinogradRule::supported));
+  for (auto change : {+[](WinogradConv& v) { v.sh = 2; }, +[](WinogradConv& v) { v.dw = 2; },
+                      +[](WinogradConv& v) { v.c = 12; }, +[](WinogradConv& v) { v.o = 4; },
+                      +[](WinogradConv& v) { v.groups = 2; }, +[](WinogradConv& v) { v.kh = v.kw = 5; },
+                      +[](WinogradConv& v) { v.pad_top = -1; }}) {
+    WinogradConv bad = g;
+    change(bad);
+    EXPECT_FALSE(winograd_qualifies(bad, WinogradRule::supported));
+    EXPECT_THROW(winograd_conv2d_nchw8c(bad, x.data(), w.data(), nullptr, y.data()), Error);
+  }
+}
+
+// Through conv2d_blocked (the hook in conv.cpp): a geometry the measured rule sends to Winograd, with
+// asymmetric padding from the conv2d attributes, still matches the float64 reference.
+TEST(Winograd, Conv2dBlockedHook) {
+  const Geom g{2, 32, 32, 16, 16, 1, 0, 2, 1};
+  ASSERT_TRUE(winograd_qualifies(wino(g), WinogradRule::beats_onednn_avx2));
+  ASSERT_TRUE(winograd_qualifies(wino(g), WinogradRule::beats_onednn_avx512));
+  const Problem p = make_problem(g, true, 21);
+  const auto tensor = [](const std::vector<float>& v, Shape s) {
+    return Tensor::from_doubles(std::vector<double>(v.begin(), v.end()), std::move(s), DType::f32);
+  };
+  const Tensor x = tensor(p.x, {g.n, g.c / 8, g.h, g.w, 8});
+  const Tensor w = tensor(p.w, {g.o, g.c, 3, 3});
+  const Tensor b = tensor(p.b, {g.o});
+  Tensor y = Tensor::empty({g.n, g.o / 8, p.wg.oh, p.wg.ow, 8}, DType::f32);
+  const Attrs a{{"stride", std::vector<int64_t>{1, 1}},
+                {"dilation", std::vector<int64_t>{1, 1}},
+                {"padding", std::vector<int64_t>{g.pt, g.pl, g.pb, g.pr}},
+                {"groups", int64_t{1}},
+                {"pad_mode", std::string("pad")}};
+  conv2d_blocked(x, w, &b, y, a, true, true);
+  const float* yd = y.data<float>();
+  expect_matches_reference(p, std::vector<float>(yd, yd + p.y_size()));
+}
+
+}  // namespace
+}  // namespace spore::cpu
