@@ -246,9 +246,11 @@ std::vector<std::pair<std::string, int64_t>> contraction_dims(const OpDef& def, 
   if (e.in_shapes.empty() || e.out_shapes.empty() || e.in_shapes[0].empty() || e.out_shapes[0].empty()) return dims;
   const Shape& x = e.in_shapes[0];
   const Shape& y = e.out_shapes[0];
-  if (def.find_attr("stride") != nullptr && x.size() >= 3 && y.size() == x.size()) {
-    dims.emplace_back("C_in", x[1]);
-    dims.emplace_back("C_out", y[1]);
+  if (def.find_attr("stride") != nullptr && x.size() >= 3 && y.size() >= 3) {
+    // A 5-D activation of a conv is the blocked layout [N, C/8, H, W, 8] (passes/layout.cpp): C = dim 1 * dim 4.
+    const auto channels = [](const Shape& s) { return s.size() == 5 ? s[1] * s[4] : s[1]; };
+    dims.emplace_back("C_in", channels(x));
+    dims.emplace_back("C_out", channels(y));
   } else {
     dims.emplace_back("K", x.back());
     dims.emplace_back("N", y.back());

@@ -139,7 +139,10 @@ TEST(ProfilerHints, SimdRemainderNamesTheNodeOnlyForPartlyEmptyVectors) {
   prof.record(event(OpId::conv2d, "conv_rgb", {{1, 3, 16, 16}, {16, 3, 3, 3}}, {{1, 16, 14, 14}}, 5.0));
   prof.record(event(OpId::relu, "act", {{32, 10}}, {{32, 10}}, 5.0));
   prof.record(event(OpId::matmul, "bmm", {{2, 16, 24}, {2, 24, 10}}, {{2, 16, 10}}, 5.0));  // batched: K, N, not channels
+  // Blocked conv activations [N, C/8, H, W, 8] have 32 channels, not 4 (the layout pass's tensors).
+  prof.record(event(OpId::conv2d, "conv_blocked", {{1, 4, 16, 16, 8}, {32, 32, 3, 3}}, {{1, 4, 14, 14, 8}}, 5.0));
   const auto hints = profile_hints(prof);
+  EXPECT_EQ(find_hint(hints, "simd_remainder", "conv_blocked"), nullptr);
   const ProfileHint* bmm = find_hint(hints, "simd_remainder", "bmm");
   ASSERT_NE(bmm, nullptr);
   EXPECT_NE(bmm->message.find("N=10"), std::string::npos) << bmm->message;
