@@ -44,6 +44,13 @@ std::optional<WeightFormat> parse_format(std::string_view s) {
   return std::nullopt;
 }
 
+WeightFormat format_of(const Attrs& a) {
+  const std::string& s = a.s("format");
+  auto f = parse_format(s);
+  SPORE_CHECK(f.has_value(), ErrorCode::invalid_argument, "format '{}' is not one of f32, f16, bf16, q8_0, q4_0", s);
+  return *f;
+}
+
 std::string_view format_name(WeightFormat f) {
   switch (f) {
     case WeightFormat::f32: return "f32";

@@ -29,6 +29,8 @@ OpId attention_kv();
 
 enum class WeightFormat : uint8_t { f32, f16, bf16, q8_0, q4_0 };
 std::optional<WeightFormat> parse_format(std::string_view s);
+// The `format` attribute of linear_blockq / embed_blockq, parsed; throws invalid_argument naming it otherwise.
+WeightFormat format_of(const Attrs& a);
 std::string_view format_name(WeightFormat f);
 inline constexpr int64_t qk = 32;  // values per quant block
 inline constexpr int64_t q8_0_block_bytes = 34;

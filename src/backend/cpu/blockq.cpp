@@ -46,12 +46,7 @@ namespace {
 using llm_ops::WeightFormat;
 using llm_ops::qk;
 
-WeightFormat format_of(const KernelContext& k) {
-  const std::string& s = k.attrs.s("format");
-  auto f = llm_ops::parse_format(s);
-  SPORE_CHECK(f.has_value(), ErrorCode::invalid_argument, "format '{}' is not one of f32, f16, bf16, q8_0, q4_0", s);
-  return *f;
-}
+WeightFormat format_of(const KernelContext& k) { return llm_ops::format_of(k.attrs); }
 
 #include "backend/cpu/blockq_tiles.inc"
 
@@ -165,13 +160,7 @@ void linear_blockq_kernel(KernelContext& k) {
     case WeightFormat::f32: p.x_f = xp; break;
   }
   if (blockq_use_avx512()) return blockq_run_avx512(f, p, m, n);
-  switch (f) {
-    case WeightFormat::f32: run<WeightFormat::f32>(p, m, n); break;
-    case WeightFormat::f16: run<WeightFormat::f16>(p, m, n); break;
-    case WeightFormat::bf16: run<WeightFormat::bf16>(p, m, n); break;
-    case WeightFormat::q8_0: run<WeightFormat::q8_0>(p, m, n); break;
-    case WeightFormat::q4_0: run<WeightFormat::q4_0>(p, m, n); break;
-  }
+  run_format(f, p, m, n);
 }
 
 // ---- embed -------------------------------------------------------------------------------------------------------

@@ -61,13 +61,7 @@ void blockq_run_avx512(WeightFormat f, const BlockqProblem& problem, int64_t m, 
     });
     p.x_pairs = dst;
   }
-  switch (f) {
-    case WeightFormat::f32: run<WeightFormat::f32>(p, m, n); break;
-    case WeightFormat::f16: run<WeightFormat::f16>(p, m, n); break;
-    case WeightFormat::bf16: run<WeightFormat::bf16>(p, m, n); break;
-    case WeightFormat::q8_0: run<WeightFormat::q8_0>(p, m, n); break;
-    case WeightFormat::q4_0: run<WeightFormat::q4_0>(p, m, n); break;
-  }
+  run_format(f, p, m, n);
 }
 
 }  // namespace spore::cpu

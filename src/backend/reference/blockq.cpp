@@ -26,12 +26,7 @@ namespace {
 using llm_ops::WeightFormat;
 using llm_ops::qk;
 
-WeightFormat format_of(const KernelContext& k) {
-  const std::string& s = k.attrs.s("format");
-  auto f = llm_ops::parse_format(s);
-  SPORE_CHECK(f.has_value(), ErrorCode::invalid_argument, "format '{}' is not one of f32, f16, bf16, q8_0, q4_0", s);
-  return *f;
-}
+WeightFormat format_of(const KernelContext& k) { return llm_ops::format_of(k.attrs); }
 
 uint16_t load_u16(const uint8_t* p) {
   uint16_t v;
