@@ -130,6 +130,7 @@ Plan& Session::plan_for(int64_t t, bool all) {
   so.all_logits = all;
   CompileOptions co;
   co.inference = true;
+  co.disabled_passes = o_.disabled_passes;
   auto plan = std::make_unique<Plan>(compile_plan(m_.step_graph(so), co));
   return *plans_.emplace(Key{t, all}, std::move(plan)).first->second;
 }

@@ -47,6 +47,7 @@ struct SessionOptions {
   DType kv_dtype = DType::f32;  // f32, f16, bf16 or i8 (int8 with per-row scales)
   int64_t max_memory = 0;  // bytes for weights + KV cache + activations; 0 = the machine's available memory
   int64_t max_batch = 512;  // tokens per prefill step (longer prompts run in several steps)
+  std::vector<std::string> disabled_passes;  // passes the step plans skip (CompileOptions::disabled_passes)
 };
 
 // The memory a session needs, for the refusal message and reports.

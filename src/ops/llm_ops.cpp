@@ -26,6 +26,10 @@ OpId linear_blockq() {
   static const OpId id = id_of("linear_blockq");
   return id;
 }
+OpId linear_blockq_multi() {
+  static const OpId id = id_of("linear_blockq_multi");
+  return id;
+}
 OpId embed_blockq() {
   static const OpId id = id_of("embed_blockq");
   return id;
@@ -142,11 +146,45 @@ std::vector<TensorType> infer_linear_blockq(const InferContext& c) {
   return {TensorType(DType::f32, out)};
 }
 
+// linear_blockq_multi: x, w_0..w_{count-1}, then optionally bias_0..bias_{count-1} -> y_i [..., N_i]. Every weight
+// must take x's K; the outputs are what linear_blockq(x, w_i, bias_i) gives, bit for bit.
+std::vector<TensorType> infer_linear_blockq_multi(const InferContext& c) {
+  const WeightFormat f = format_attr(c);
+  const int64_t count = c.attrs.i("count");
+  c.check(count >= 1 && count <= llm_ops::max_multi_weights, ErrorCode::invalid_argument,
+          "count must be 1 to {}, got {}", llm_ops::max_multi_weights, count);
+  const int n_in = c.num_inputs();
+  c.check(n_in == 1 + count || n_in == 1 + 2 * count, ErrorCode::invalid_argument,
+          "count {} needs {} inputs (x and the weights) or {} (and a bias each), got {}", count, 1 + count,
+          1 + 2 * count, n_in);
+  const TensorType& x = c.in(0);
+  c.check(x.dtype == DType::f32, ErrorCode::dtype_mismatch, "x must be f32, got {}", dtype_name(x.dtype));
+  c.check(!x.dims.empty(), ErrorCode::shape_mismatch, "x must be [..., K], got a scalar");
+  std::vector<TensorType> outs;
+  for (int i = 0; i < count; ++i) {
+    const int64_t k = weight_k(c, 1 + i, f);
+    c.check(dims_compatible(x.dims.back(), Dim(k)), ErrorCode::shape_mismatch,
+            "x {} has K={} but {} weight {} (input {}) holds rows of {} values", dims_str(x.dims), x.dims.back().str(),
+            llm_ops::format_name(f), dims_str(c.in(1 + i).dims), 1 + i, k);
+    const Dim n = c.in(1 + i).dims[0];
+    if (n_in > 1 + count) {
+      const TensorType& b = c.in(static_cast<int>(1 + count + i));
+      c.check(b.dtype == DType::f32 && b.dims.size() == 1 && dims_compatible(b.dims[0], n), ErrorCode::shape_mismatch,
+              "bias {} must be f32 [{}], got {} {}", i, n.str(), dtype_name(b.dtype), dims_str(b.dims));
+    }
+    std::vector<Dim> out(x.dims.begin(), x.dims.end() - 1);
+    out.push_back(n);
+    outs.emplace_back(DType::f32, out);
+  }
+  return outs;
+}
+
 OpCost linear_blockq_cost(std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs&) {
   OpCost c;
   for (const auto& t : ins) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
   for (const auto& t : outs) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
-  const int64_t y = outs[0].numel();
+  int64_t y = 0;
+  for (const auto& t : outs) y += std::max<int64_t>(t.numel(), 0);
   const auto& xd = ins[0].dims;
   if (y > 0 && !xd.empty() && xd.back().is_static()) c.flops = 2.0 * static_cast<double>(y) * static_cast<double>(xd.back().size);
   return c;
@@ -277,6 +315,22 @@ void register_llm_ops(OpRegistry& r) {
   }
   {
     OpDef d;
+    d.name = "linear_blockq_multi";
+    OpDefBuilder(d)
+        .doc("y_i = x @ w_i^T (+ bias_i) for `count` weights sharing x (inputs x, w_0..w_{count-1}, then optionally "
+             "bias_0..bias_{count-1}): what linear_blockq gives for each, bit for bit, in one kernel (activations "
+             "prepared once, one parallel region); made by the group_linear_blockq pass")
+        .variadic_inputs("x", 2)
+        .attr("format", AttrKind::str, std::string("f32"))
+        .attr("count", AttrKind::i64)
+        .dtypes(DTypeSet{DType::f32})
+        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+        .infer(infer_linear_blockq_multi)
+        .cost(linear_blockq_cost);
+    add(r, std::move(d));
+  }
+  {
+    OpDef d;
     d.name = "embed_blockq";
     OpDefBuilder(d)
         .doc("rows of a weight table in a block format, as f32: w [V, row], ids [...] -> [..., K]")
@@ -326,6 +380,15 @@ Tensor linear_blockq(const Tensor& x, const Tensor& w, std::string_view format, 
   Attrs a{{"format", std::string(format)}};
   if (bias) return call1(llm_ops::linear_blockq(), std::vector<Tensor>{x, w, *bias}, a);
   return call1(llm_ops::linear_blockq(), std::vector<Tensor>{x, w}, a);
+}
+
+std::vector<Tensor> linear_blockq_multi(const Tensor& x, const std::vector<Tensor>& ws, std::string_view format,
+                                        const std::vector<Tensor>& biases) {
+  Attrs a{{"format", std::string(format)}, {"count", static_cast<int64_t>(ws.size())}};
+  std::vector<Tensor> ins{x};
+  ins.insert(ins.end(), ws.begin(), ws.end());
+  ins.insert(ins.end(), biases.begin(), biases.end());
+  return call(llm_ops::linear_blockq_multi(), ins, a);
 }
 
 Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "ops/registry.h"
 #include "tensor/tensor.h"
@@ -24,6 +25,7 @@ namespace llm_ops {
 
 OpId rope();
 OpId linear_blockq();
+OpId linear_blockq_multi();
 OpId embed_blockq();
 OpId attention_kv();
 
@@ -32,6 +34,7 @@ std::optional<WeightFormat> parse_format(std::string_view s);
 // The `format` attribute of linear_blockq / embed_blockq, parsed; throws invalid_argument naming it otherwise.
 WeightFormat format_of(const Attrs& a);
 std::string_view format_name(WeightFormat f);
+inline constexpr int64_t max_multi_weights = 8;  // linear_blockq_multi's count
 inline constexpr int64_t qk = 32;  // values per quant block
 inline constexpr int64_t q8_0_block_bytes = 34;
 inline constexpr int64_t q4_0_block_bytes = 18;
@@ -51,6 +54,11 @@ namespace ops {
 // match llama.cpp's closely. Every y element is summed in the same order whatever the number of rows (batch
 // invariant).
 Tensor linear_blockq(const Tensor& x, const Tensor& w, std::string_view format, const std::optional<Tensor>& bias = {});
+// linear_blockq for several weights of one format over the same x, in one kernel: y_i = linear_blockq(x, ws[i],
+// format, biases[i]) bit for bit. biases: empty or one per weight. The group_linear_blockq pass makes these from
+// sibling linear_blockq nodes (Q/K/V, gate/up), so models need not call it.
+std::vector<Tensor> linear_blockq_multi(const Tensor& x, const std::vector<Tensor>& ws, std::string_view format,
+                                        const std::vector<Tensor>& biases = {});
 // Rows of a weight table: w [V, ...] as `format` says, ids i64 any shape -> f32 [..., K].
 Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format);
 // Rotary position embedding of x f32 [T, H, D] at positions i64 [T]. mode "normal" rotates pairs (2i, 2i+1), "neox"

@@ -68,6 +68,7 @@ void add_default_pipeline(PassManager& pm) {
   pm.add(make_layout_pass());            // inference only; after the epilogues are fused into conv2d_fused
   pm.add(make_dce_pass());
   pm.add(make_rematerialize_pass());     // recompute option only; after every cse (which would merge its clones back)
+  pm.add(make_group_linear_blockq_pass());  // after cse (which merges duplicate projections first)
   pm.add(make_memory_plan_pass());
 }
 

@@ -259,6 +259,45 @@ TEST_P(BlockqFormat, Avx512BuildGivesAvx2Bits) {
       }
 }
 
+// linear_blockq_multi (the group_linear_blockq pass's node): each output is what linear_blockq gives for its weight,
+// bit for bit, on both backends and both ISA builds, for decode and prefill row counts, with and without biases, for
+// weights of very different sizes (Q/K/V-like: 999, 13 and 130 rows) and one weight alone.
+TEST_P(BlockqFormat, MultiMatchesSeparateCalls) {
+  const WeightFormat f = GetParam();
+  const bool quant = f == WeightFormat::q8_0 || f == WeightFormat::q4_0;
+  const std::string name(llm_ops::format_name(f));
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  uint32_t seed = 500;
+  const int64_t k = quant ? 896 : 900;
+  for (const std::vector<int64_t>& ns : {std::vector<int64_t>{999, 13, 130}, std::vector<int64_t>{37}})
+    for (int64_t m : {1, 5, 37})
+      for (bool with_bias : {false, true})
+        for (Backend b : {Backend::cpu, Backend::reference})
+          for (const char* isa : {"", "avx2"}) {
+            if (b == Backend::reference && (*isa != 0 || m > 5)) continue;
+            if (*isa != 0 && !avx512) continue;
+            const Tensor x = floats(random_floats(static_cast<size_t>(m * k), seed, 3.0f), {m, k});
+            std::vector<Tensor> ws, bs;
+            for (int64_t n : ns) {
+              ws.push_back(random_weight(f, n, k, seed + 1 + static_cast<uint32_t>(n)));
+              if (with_bias) bs.push_back(floats(random_floats(static_cast<size_t>(n), seed + 2), {n}));
+            }
+            ++seed;
+            if (*isa != 0) ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
+            BackendScope s(b);
+            const std::vector<Tensor> ys = ops::linear_blockq_multi(x, ws, name, bs);
+            ASSERT_EQ(ys.size(), ws.size());
+            for (size_t i = 0; i < ws.size(); ++i) {
+              const Tensor one = ops::linear_blockq(x, ws[i], name, with_bias ? std::optional<Tensor>(bs[i]) : std::nullopt);
+              ASSERT_EQ(ys[i].shape(), one.shape());
+              EXPECT_TRUE(ys[i].bit_equal(one)) << name << " " << backend_name(b) << " isa '" << isa << "' M=" << m
+                                                << " weight " << i << " (N=" << ns[i] << ") bias=" << with_bias;
+            }
+            ASSERT_EQ(unsetenv("SPORE_BLOCKQ_ISA"), 0);
+          }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, BlockqFormat, ::testing::ValuesIn(all_formats),
                          [](const ::testing::TestParamInfo<WeightFormat>& i) {
                            return std::string(llm_ops::format_name(i.param));
@@ -400,6 +439,11 @@ TEST(Blockq, BadInputsGiveClearErrors) {
     EXPECT_NE(e2.find("id -1 at index 1"), std::string::npos) << e2;
     EXPECT_NE(error_of([&] { ops::embed_blockq(wq, Tensor::from_vector<float>({0}, {1}), "q8_0"); }).find("ids must be i64 or i32"),
               std::string::npos);
+    // linear_blockq_multi: the weight whose K differs is named by its input index; biases are all or none.
+    const std::string mk = error_of([&] { ops::linear_blockq_multi(x, {wq, random_weight(WeightFormat::q8_0, 3, 32, 5)}, "q8_0"); });
+    EXPECT_NE(mk.find("(input 2)"), std::string::npos) << mk;
+    const std::string mb = error_of([&] { ops::linear_blockq_multi(x, {wq, wq}, "q8_0", {floats({1, 2, 3}, {3})}); });
+    EXPECT_NE(mb.find("count 2 needs 3 inputs"), std::string::npos) << mb;
   }
 }
 

@@ -308,12 +308,12 @@ TEST(PassManager, RecordsNamesAndTimingAndSkipsDisabled) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"dce", "remove_dropout", "fold_batch_norm", "simplify", "cse", "fold_constants",
                                               "dce", "recognize_patterns", "fuse_attention", "dce", "fuse_epilogue", "fuse_elementwise",
-                                              "layout", "dce", "rematerialize", "memory_plan", "counting"}));
+                                              "layout", "dce", "rematerialize", "group_linear_blockq", "memory_plan", "counting"}));
   EXPECT_TRUE(pm.records()[4].skipped);
   EXPECT_FALSE(pm.records()[0].skipped);
-  EXPECT_TRUE(pm.records()[16].skipped);  // needs opt_level 2
+  EXPECT_TRUE(pm.records()[17].skipped);  // needs opt_level 2
   EXPECT_EQ(runs, 0);
-  EXPECT_TRUE(pm.records()[15].changed);
+  EXPECT_TRUE(pm.records()[16].changed);
   verify_graph(*g);
 }
 
@@ -344,7 +344,7 @@ TEST(PassManager, SaveGraphsWritesNumberedFiles) {
   add_default_pipeline(pm);
   pm.run(*g);
   for (const char* f : {"00_input.ir", "01_dce.ir", "04_simplify.ir", "05_cse.ir", "06_fold_constants.ir", "12_fuse_elementwise.ir",
-                        "13_layout.ir", "16_memory_plan.ir", "16_memory_plan.dot"}) {
+                        "13_layout.ir", "17_memory_plan.ir", "17_memory_plan.dot"}) {
     ASSERT_TRUE(std::filesystem::exists(dir / f)) << f;
     std::ifstream in(dir / f);
     std::stringstream ss;
@@ -353,7 +353,7 @@ TEST(PassManager, SaveGraphsWritesNumberedFiles) {
     auto back = parse_graph(ss.str(), f);  // every dump is valid text IR
     verify_graph(*back);
   }
-  std::ifstream last(dir / "16_memory_plan.ir");
+  std::ifstream last(dir / "17_memory_plan.ir");
   std::stringstream ss;
   ss << last.rdbuf();
   EXPECT_EQ(ss.str(), print_graph(*g));

@@ -82,6 +82,10 @@ int cmd_generate(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-memory", max_memory_text, "memory for weights + KV cache + activations, e.g. 2GB");
   app.add_option("--batch", max_batch, "tokens per prefill step")->check(CLI::PositiveNumber);
+  std::vector<std::string> disabled_passes;
+  app.add_option("--disable-pass", disabled_passes,
+                 "skip this pass when compiling the step plans, e.g. group_linear_blockq (repeatable)")
+      ->allow_extra_args(false);
   app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "print one JSON object at the end instead of streaming text");
   app.add_option("--dump-logits", dump_logits,
@@ -104,6 +108,7 @@ int cmd_generate(int argc, char** argv) {
   llm::SessionOptions so;
   so.ctx = ctx;
   so.max_batch = max_batch;
+  so.disabled_passes = disabled_passes;
   if (!max_memory_text.empty()) so.max_memory = static_cast<int64_t>(parse_bytes(max_memory_text));
   if (kv_type == "f32") so.kv_dtype = DType::f32;
   else if (kv_type == "f16") so.kv_dtype = DType::f16;

@@ -110,25 +110,35 @@ void round_row_bf16(const float* x, float* y, int64_t k) {
   for (; i < k; ++i) y[i] = bf16_bits_to_float(float_to_bf16_bits(x[i]));
 }
 
-void linear_blockq_kernel(KernelContext& k) {
+// y_i = x W_i^T (+ bias_i) for the `count` weights of a linear_blockq (count 1) or linear_blockq_multi node: inputs
+// x, w_0..w_{count-1}, then (has_bias) bias_0..bias_{count-1}; outputs y_i. The activations are prepared once.
+void run_linear(KernelContext& k, int count, bool has_bias) {
   const WeightFormat f = format_of(k);
   const Tensor& x = k.in(0);
-  const Tensor& w = k.in(1);
-  const int64_t n = w.dim(0);
   const int64_t kk = x.dim(-1);
   int64_t m = 1;
   for (int i = 0; i + 1 < x.rank(); ++i) m *= x.dim(i);
-  if (m == 0 || n == 0) return;
-  Problem p;
-  p.w = static_cast<const uint8_t*>(w.raw_data());
-  p.bias = k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr;
-  p.y = k.out(0).data<float>();
-  p.k = kk;
-  p.w_row = llm_ops::row_bytes(f, kk);
-  p.ldy = n;
-  SPORE_CHECK(w.dim(1) * static_cast<int64_t>(dtype_size(w.dtype())) == p.w_row, ErrorCode::internal,
-              "linear_blockq: {} weight rows of {} bytes, expected {} for K={}", llm_ops::format_name(f),
-              w.dim(1) * static_cast<int64_t>(dtype_size(w.dtype())), p.w_row, kk);
+  SPORE_CHECK(count >= 1 && count <= kBlockqMaxProblems, ErrorCode::internal, "linear_blockq: {} weights (1 to {})",
+              count, kBlockqMaxProblems);
+  Problem ps[kBlockqMaxProblems];
+  int live = 0;
+  for (int i = 0; i < count; ++i) {
+    const Tensor& w = k.in(1 + i);
+    Problem& p = ps[live];
+    p.n = w.dim(0);
+    if (m == 0 || p.n == 0) continue;
+    p.w = static_cast<const uint8_t*>(w.raw_data());
+    p.bias = has_bias ? k.in(1 + count + i).data<float>() : nullptr;
+    p.y = k.out(i).data<float>();
+    p.k = kk;
+    p.w_row = llm_ops::row_bytes(f, kk);
+    p.ldy = p.n;
+    SPORE_CHECK(w.dim(1) * static_cast<int64_t>(dtype_size(w.dtype())) == p.w_row, ErrorCode::internal,
+                "linear_blockq: {} weight rows of {} bytes, expected {} for K={}", llm_ops::format_name(f),
+                w.dim(1) * static_cast<int64_t>(dtype_size(w.dtype())), p.w_row, kk);
+    ++live;
+  }
+  if (live == 0) return;
   const float* xp = x.data<float>();
   // Activations are prepared once per call, per row (so a row's prepared values never depend on the other rows).
   const size_t rows = static_cast<size_t>(m), kz = static_cast<size_t>(kk);
@@ -142,9 +152,11 @@ void linear_blockq_kernel(KernelContext& k) {
       parallel_for(m, [&](int64_t r) {
         quantize_row_q8_0(xp + r * kk, kk, q + r * kk, d + r * (kk / qk), s8 ? s8 + r * (kk / 4) : nullptr);
       });
-      p.x_q = q;
-      p.x_d = d;
-      p.x_s = s8;
+      for (int i = 0; i < live; ++i) {
+        ps[i].x_q = q;
+        ps[i].x_d = d;
+        ps[i].x_s = s8;
+      }
       break;
     }
     case WeightFormat::f16:
@@ -154,13 +166,22 @@ void linear_blockq_kernel(KernelContext& k) {
       parallel_for(m, [&](int64_t r) {
         (half ? round_row_f16 : round_row_bf16)(xp + r * kk, xr + r * kk, kk);
       });
-      p.x_f = xr;
+      for (int i = 0; i < live; ++i) ps[i].x_f = xr;
       break;
     }
-    case WeightFormat::f32: p.x_f = xp; break;
+    case WeightFormat::f32:
+      for (int i = 0; i < live; ++i) ps[i].x_f = xp;
+      break;
   }
-  if (blockq_use_avx512()) return blockq_run_avx512(f, p, m, n);
-  run_format(f, p, m, n);
+  if (blockq_use_avx512()) return blockq_run_avx512(f, ps, live, m);
+  run_format(f, ps, live, m);
+}
+
+void linear_blockq_kernel(KernelContext& k) { run_linear(k, 1, k.num_inputs() > 2); }
+
+void linear_blockq_multi_kernel(KernelContext& k) {
+  const int count = static_cast<int>(k.attrs.i("count"));
+  run_linear(k, count, k.num_inputs() > 1 + count);
 }
 
 // ---- embed -------------------------------------------------------------------------------------------------------
@@ -235,6 +256,7 @@ bool blockq_use_avx512() {
 
 void register_blockq(KernelRegistry& r) {
   r.add(Backend::cpu, llm_ops::linear_blockq(), DTypeSet{DType::f32}, linear_blockq_kernel, "avx2");
+  r.add(Backend::cpu, llm_ops::linear_blockq_multi(), DTypeSet{DType::f32}, linear_blockq_multi_kernel, "avx2");
   r.add(Backend::cpu, llm_ops::embed_blockq(), DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8},
         embed_blockq_kernel, "avx2");
 }

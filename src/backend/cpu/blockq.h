@@ -22,13 +22,18 @@ struct BlockqProblem {
   const float* bias = nullptr;
   float* y = nullptr;
   int64_t k = 0, w_row = 0, ldy = 0;
+  int64_t n = 0;  // columns (weight rows)
 };
+
+// At most this many weights share one call (linear_blockq_multi's count).
+inline constexpr int kBlockqMaxProblems = static_cast<int>(llm_ops::max_multi_weights);
 
 // True when this CPU has AVX-512 F/BW/VL and AVX512-VNNI and SPORE_BLOCKQ_ISA is not "avx2" (read on every
 // call, so tests and benchmarks can compare the two builds in one process).
 bool blockq_use_avx512();
 
-// y = x W^T (+ bias) for m rows and n columns, with the AVX-512 + VNNI tiles (bit-identical to the AVX2 ones).
-void blockq_run_avx512(llm_ops::WeightFormat f, const BlockqProblem& p, int64_t m, int64_t n);
+// y_i = x W_i^T (+ bias_i) for m rows and the n columns of each of the `count` problems (they share the prepared
+// activations), with the AVX-512 + VNNI tiles (bit-identical to the AVX2 ones).
+void blockq_run_avx512(llm_ops::WeightFormat f, const BlockqProblem* ps, int count, int64_t m);
 
 }  // namespace spore::cpu

@@ -35,8 +35,10 @@ using llm_ops::qk;
 
 }  // namespace
 
-void blockq_run_avx512(WeightFormat f, const BlockqProblem& problem, int64_t m, int64_t n) {
-  BlockqProblem p = problem;
+void blockq_run_avx512(WeightFormat f, const BlockqProblem* problems, int count, int64_t m) {
+  BlockqProblem ps[kBlockqMaxProblems];
+  std::copy(problems, problems + count, ps);
+  const BlockqProblem& p = ps[0];
   // Float formats from 8 rows on: x_f's rows interleaved in pairs for tile_f_pairs (this thread's scratch, kept
   // between calls; the workers only read it during this call).
   thread_local std::vector<float> pairs;
@@ -59,9 +61,9 @@ void blockq_run_avx512(WeightFormat f, const BlockqProblem& problem, int64_t m, 
         }
       }
     });
-    p.x_pairs = dst;
+    for (int i = 0; i < count; ++i) ps[i].x_pairs = dst;
   }
-  run_format(f, p, m, n);
+  run_format(f, ps, count, m);
 }
 
 }  // namespace spore::cpu

@@ -54,17 +54,14 @@ void quantize_row_q8_0(const float* x, int64_t k, int8_t* q, float* d) {
   }
 }
 
-void linear_blockq_kernel(KernelContext& k) {
-  const WeightFormat f = format_of(k);
-  const Tensor& x = k.in(0);
-  const Tensor& w = k.in(1);
-  const float* bias = k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr;
+// y = x w^T (+ bias) for one weight.
+void linear_one(WeightFormat f, const Tensor& x, const Tensor& w, const float* bias, Tensor& out) {
   const int64_t n_out = w.dim(0);
   const int64_t kk = x.dim(-1);
   int64_t m = 1;
   for (int i = 0; i + 1 < x.rank(); ++i) m *= x.dim(i);
   const float* xp = x.data<float>();
-  float* y = k.out(0).data<float>();
+  float* y = out.data<float>();
   const auto* wp = static_cast<const uint8_t*>(w.raw_data());
   const int64_t wrow = llm_ops::row_bytes(f, kk);
   std::vector<int8_t> xq(static_cast<size_t>(kk));
@@ -103,6 +100,18 @@ void linear_blockq_kernel(KernelContext& k) {
       y[r * n_out + n] = static_cast<float>(s);
     }
   }
+}
+
+void linear_blockq_kernel(KernelContext& k) {
+  linear_one(format_of(k), k.in(0), k.in(1), k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr, k.out(0));
+}
+
+// linear_blockq_multi is linear_blockq per weight (its definition).
+void linear_blockq_multi_kernel(KernelContext& k) {
+  const int count = static_cast<int>(k.attrs.i("count"));
+  const bool bias = k.num_inputs() > 1 + count;
+  for (int i = 0; i < count; ++i)
+    linear_one(format_of(k), k.in(0), k.in(1 + i), bias ? k.in(1 + count + i).data<float>() : nullptr, k.out(i));
 }
 
 void embed_blockq_kernel(KernelContext& k) {
@@ -146,6 +155,7 @@ void embed_blockq_kernel(KernelContext& k) {
 
 void register_blockq(KernelRegistry& r) {
   r.add(Backend::reference, llm_ops::linear_blockq(), DTypeSet{DType::f32}, linear_blockq_kernel);
+  r.add(Backend::reference, llm_ops::linear_blockq_multi(), DTypeSet{DType::f32}, linear_blockq_multi_kernel);
   r.add(Backend::reference, llm_ops::embed_blockq(), DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8},
         embed_blockq_kernel);
 }
