@@ -122,11 +122,13 @@ def llama_bench(model, threads):
 
 
 def spore_bench(spore, model, threads, vocab):
+    # --warmup: one untimed run of the same prompt (and a decode step) first, as llama-bench's default warm-up run;
+    # both sides then time the steady state (a cold first prefill pays its arena's page faults).
     ids = ",".join(map(str, prompt_ids(vocab, 512, seed=2)))
     pp = json.loads(run([spore, "generate", model, "--tokens", ids, "-n", "1", "--json", "--threads", str(threads),
-                         "--ctx", "1024"]))["prefill_tok_s"]
+                         "--ctx", "1024", "--warmup"]))["prefill_tok_s"]
     tg = json.loads(run([spore, "generate", model, "--tokens", "1", "-n", "129", "--ignore-eos", "--json",
-                         "--threads", str(threads), "--ctx", "1024"]))["decode_tok_s"]
+                         "--threads", str(threads), "--ctx", "1024", "--warmup"]))["decode_tok_s"]
     return pp, tg
 
 

@@ -155,7 +155,23 @@ void Session::prepare(int64_t prompt_tokens) {
   plan_for(1, false);
 }
 
+void Session::warm_up(std::span<const int32_t> prompt) {
+  SPORE_CHECK(!prompt.empty(), ErrorCode::invalid_argument, "warm_up: no tokens");
+  const int64_t p0 = pos_;
+  std::vector<float> logits;
+  feed(prompt, logits);
+  const int32_t id = prompt.front();
+  if (pos_ < o_.ctx) feed(std::span<const int32_t>(&id, 1), logits);
+  pos_ = p0;
+}
+
 std::vector<float> Session::feed(std::span<const int32_t> tokens, bool all_logits) {
+  std::vector<float> logits;
+  feed(tokens, logits, all_logits);
+  return logits;
+}
+
+void Session::feed(std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
   const ModelConfig& c = m_.config();
   const int64_t n_total = static_cast<int64_t>(tokens.size());
   SPORE_CHECK(n_total > 0, ErrorCode::invalid_argument, "feed: no tokens");
@@ -164,7 +180,7 @@ std::vector<float> Session::feed(std::span<const int32_t> tokens, bool all_logit
   for (int32_t id : tokens)
     SPORE_CHECK(id >= 0 && id < c.n_vocab, ErrorCode::invalid_argument, "token id {} is outside the vocabulary [0, {})", id,
                 c.n_vocab);
-  std::vector<float> logits;
+  logits.clear();
   int64_t done = 0;
   while (done < n_total) {
     const int64_t n = std::min(n_total - done, o_.max_batch);
@@ -202,7 +218,6 @@ std::vector<float> Session::feed(std::span<const int32_t> tokens, bool all_logit
     pos_ += n;
     done += n;
   }
-  return logits;
 }
 
 namespace {
@@ -280,7 +295,7 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, const Ge
       r.stop_reason = "ctx";
       break;
     }
-    logits = s.feed(std::span<const int32_t>(&id, 1));
+    s.feed(std::span<const int32_t>(&id, 1), logits);
   }
   if (!stops.stopped()) {
     if (tok && shown < decoded.size()) emit(stops.feed(decoded.substr(shown)));

@@ -160,6 +160,10 @@ std::vector<TensorType> infer_linear_blockq_multi(const InferContext& c) {
   const TensorType& x = c.in(0);
   c.check(x.dtype == DType::f32, ErrorCode::dtype_mismatch, "x must be f32, got {}", dtype_name(x.dtype));
   c.check(!x.dims.empty(), ErrorCode::shape_mismatch, "x must be [..., K], got a scalar");
+  const std::string& epi = c.attrs.s("epilogue");
+  c.check(epi.empty() || epi == "silu_mul", ErrorCode::invalid_argument, "epilogue '{}' is not one of '', silu_mul", epi);
+  c.check(epi.empty() || count == 2, ErrorCode::invalid_argument, "epilogue silu_mul needs count 2 (gate, up), got {}",
+          count);
   std::vector<TensorType> outs;
   for (int i = 0; i < count; ++i) {
     const int64_t k = weight_k(c, 1 + i, f);
@@ -175,6 +179,12 @@ std::vector<TensorType> infer_linear_blockq_multi(const InferContext& c) {
     std::vector<Dim> out(x.dims.begin(), x.dims.end() - 1);
     out.push_back(n);
     outs.emplace_back(DType::f32, out);
+  }
+  if (!epi.empty()) {
+    c.check(outs[0].dims.back() == outs[1].dims.back(), ErrorCode::shape_mismatch,
+            "epilogue silu_mul needs gate and up of one size, got {} and {} rows", outs[0].dims.back().str(),
+            outs[1].dims.back().str());
+    outs.resize(1);
   }
   return outs;
 }
@@ -319,10 +329,12 @@ void register_llm_ops(OpRegistry& r) {
     OpDefBuilder(d)
         .doc("y_i = x @ w_i^T (+ bias_i) for `count` weights sharing x (inputs x, w_0..w_{count-1}, then optionally "
              "bias_0..bias_{count-1}): what linear_blockq gives for each, bit for bit, in one kernel (activations "
-             "prepared once, one parallel region); made by the group_linear_blockq pass")
+             "prepared once, one parallel region); epilogue silu_mul (count 2): one output silu(y_0) * y_1, what "
+             "mul(silu(y_0), y_1) gives, bit for bit; made by the group_linear_blockq pass")
         .variadic_inputs("x", 2)
         .attr("format", AttrKind::str, std::string("f32"))
         .attr("count", AttrKind::i64)
+        .attr("epilogue", AttrKind::str, std::string())
         .dtypes(DTypeSet{DType::f32})
         .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
         .infer(infer_linear_blockq_multi)
@@ -383,8 +395,9 @@ Tensor linear_blockq(const Tensor& x, const Tensor& w, std::string_view format, 
 }
 
 std::vector<Tensor> linear_blockq_multi(const Tensor& x, const std::vector<Tensor>& ws, std::string_view format,
-                                        const std::vector<Tensor>& biases) {
-  Attrs a{{"format", std::string(format)}, {"count", static_cast<int64_t>(ws.size())}};
+                                        const std::vector<Tensor>& biases, std::string_view epilogue) {
+  Attrs a{{"format", std::string(format)}, {"count", static_cast<int64_t>(ws.size())},
+          {"epilogue", std::string(epilogue)}};
   std::vector<Tensor> ins{x};
   ins.insert(ins.end(), ws.begin(), ws.end());
   ins.insert(ins.end(), biases.begin(), biases.end());

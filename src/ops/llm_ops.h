@@ -55,10 +55,11 @@ namespace ops {
 // invariant).
 Tensor linear_blockq(const Tensor& x, const Tensor& w, std::string_view format, const std::optional<Tensor>& bias = {});
 // linear_blockq for several weights of one format over the same x, in one kernel: y_i = linear_blockq(x, ws[i],
-// format, biases[i]) bit for bit. biases: empty or one per weight. The group_linear_blockq pass makes these from
-// sibling linear_blockq nodes (Q/K/V, gate/up), so models need not call it.
+// format, biases[i]) bit for bit. biases: empty or one per weight. epilogue "silu_mul" (two weights, gate and up):
+// one output, mul(silu(y_0), y_1) bit for bit (a SwiGLU MLP's input projections). The group_linear_blockq pass
+// makes these from sibling linear_blockq nodes (Q/K/V, gate/up), so models need not call it.
 std::vector<Tensor> linear_blockq_multi(const Tensor& x, const std::vector<Tensor>& ws, std::string_view format,
-                                        const std::vector<Tensor>& biases = {});
+                                        const std::vector<Tensor>& biases = {}, std::string_view epilogue = "");
 // Rows of a weight table: w [V, ...] as `format` says, ids i64 any shape -> f32 [..., K].
 Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format);
 // Rotary position embedding of x f32 [T, H, D] at positions i64 [T]. mode "normal" rotates pairs (2i, 2i+1), "neox"

@@ -9,6 +9,11 @@
 //
 // Groups: linear_blockq nodes reading the same x value with the same format and either all with a bias or all
 // without, in graph order, at most llm_ops::max_multi_weights per group. Each output keeps its value name.
+//
+// Then a SwiGLU: mul(silu(gate), up) over a grouped pair, with nothing else reading gate, silu(gate) or up, becomes
+// the node with epilogue silu_mul: each task applies silu and the product to its region while it is in cache
+// (unary_f32's silu and an f32 multiply: the bits of the fused_elementwise kernel it replaces). It runs before
+// fuse_elementwise, which would otherwise take the silu and the mul.
 #include <map>
 #include <tuple>
 
@@ -72,6 +77,51 @@ class GroupLinearBlockqPass final : public Pass {
       }
     }
     if (changed) g.topo_sort();
+    if (fuse_glu(g)) {
+      changed = true;
+      g.topo_sort();
+    }
+    return changed;
+  }
+
+ private:
+  static bool single_use(const Graph& g, const Value* v) { return v->uses.size() == 1 && !g.is_output(v); }
+
+  // mul(silu(y0), y1) (either operand order) over the two outputs of a count-2 linear_blockq_multi, each used only
+  // there -> the same node with epilogue silu_mul and one output (the mul's).
+  static bool fuse_glu(Graph& g) {
+    bool changed = false;
+    for (Node* mul : std::vector<Node*>(g.nodes())) {
+      if (mul->dead || mul->op != OpId::mul || mul->inputs.size() != 2) continue;
+      for (int side = 0; side < 2; ++side) {
+        Value* a = mul->input(side);
+        Value* b = mul->input(1 - side);
+        Node* silu = a->producer;
+        if (!silu || silu->op != OpId::silu || !single_use(g, a)) continue;
+        Value* y0 = silu->input(0);
+        Node* lin = y0->producer;
+        if (!lin || lin->op != llm_ops::linear_blockq_multi() || lin->attrs.i("count") != 2 ||
+            !lin->attrs.s("epilogue").empty() || lin->outputs.size() != 2)
+          continue;
+        if (y0 != lin->output(0) || b != lin->output(1) || !single_use(g, y0) || !single_use(g, b)) continue;
+        if (a->type != y0->type || b->type != y0->type || mul->output(0)->type != y0->type) continue;
+        Attrs attrs = lin->attrs;
+        attrs.set("epilogue", std::string("silu_mul"));
+        Node* f = build_node(g, llm_ops::linear_blockq_multi(), lin->inputs, attrs, lin->name);
+        Value* out = mul->output(0);
+        const std::string keep = out->name;
+        g.replace_all_uses(out, f->output(0));
+        g.erase_node(mul);
+        g.erase_node(silu);
+        g.erase_node(lin);
+        if (!keep.empty()) {
+          g.rename_value(out, fmt::format("{}.unfused{}", keep, out->id));
+          g.rename_value(f->output(0), keep);
+        }
+        changed = true;
+        break;
+      }
+    }
     return changed;
   }
 };

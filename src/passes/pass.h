@@ -100,7 +100,8 @@ std::unique_ptr<Pass> make_recognize_patterns_pass();
 // (ops/attention.h); see fuse_attention.cpp.
 std::unique_ptr<Pass> make_fuse_attention_pass();
 // linear_blockq nodes reading the same x with the same format (Q/K/V, gate/up) become one linear_blockq_multi
-// (one activation preparation, one parallel region; bit-identical outputs); see group_linear_blockq.cpp.
+// (one activation preparation, one parallel region; bit-identical outputs), and mul(silu(gate), up) over such a
+// pair its silu_mul epilogue; see group_linear_blockq.cpp.
 std::unique_ptr<Pass> make_group_linear_blockq_pass();
 // PassOptions::recompute only (else a no-op): a cheap elementwise value (relu, sigmoid, add of a constant...)
 // whose inputs are live anyway at its late uses is recomputed by a clone right before them, so it does not stay
@@ -139,7 +140,7 @@ bool is_arena_alias(const Node& n);
 bool is_input_view(const Graph& g, const Node& n);
 
 // The default pipeline for graph mode: dce, remove_dropout, fold_batch_norm, simplify, cse, fold_constants, dce,
-// recognize_patterns, fuse_attention, dce, fuse_epilogue, fuse_elementwise, layout, dce, rematerialize, group_linear_blockq, memory_plan (the optimizing passes need opt_level >= 1).
+// recognize_patterns, fuse_attention, dce, group_linear_blockq, fuse_epilogue, fuse_elementwise, layout, dce, rematerialize, memory_plan (the optimizing passes need opt_level >= 1).
 // (Decomposition of ops without kernels happens before, in the runtime's lowering.)
 void add_default_pipeline(PassManager& pm);
 

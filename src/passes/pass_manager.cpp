@@ -63,12 +63,12 @@ void add_default_pipeline(PassManager& pm) {
   pm.add(make_recognize_patterns_pass());
   pm.add(make_fuse_attention_pass());    // after recognize_patterns (a written-out softmax becomes softmax first)
   pm.add(make_dce_pass());
+  pm.add(make_group_linear_blockq_pass());  // after cse (duplicate projections merged first), before fuse_elementwise
   pm.add(make_fuse_epilogue_pass());     // before fuse_elementwise, which would otherwise take bias-add + act
   pm.add(make_fuse_elementwise_pass());
   pm.add(make_layout_pass());            // inference only; after the epilogues are fused into conv2d_fused
   pm.add(make_dce_pass());
   pm.add(make_rematerialize_pass());     // recompute option only; after every cse (which would merge its clones back)
-  pm.add(make_group_linear_blockq_pass());  // after cse (which merges duplicate projections first)
   pm.add(make_memory_plan_pass());
 }
 

@@ -261,7 +261,8 @@ TEST_P(BlockqFormat, Avx512BuildGivesAvx2Bits) {
 
 // linear_blockq_multi (the group_linear_blockq pass's node): each output is what linear_blockq gives for its weight,
 // bit for bit, on both backends and both ISA builds, for decode and prefill row counts, with and without biases, for
-// weights of very different sizes (Q/K/V-like: 999, 13 and 130 rows) and one weight alone.
+// weights of very different sizes (Q/K/V-like: 999, 13 and 130 rows) and one weight alone; with epilogue silu_mul,
+// what mul(silu(gate), up) gives.
 TEST_P(BlockqFormat, MultiMatchesSeparateCalls) {
   const WeightFormat f = GetParam();
   const bool quant = f == WeightFormat::q8_0 || f == WeightFormat::q4_0;
@@ -296,6 +297,22 @@ TEST_P(BlockqFormat, MultiMatchesSeparateCalls) {
             }
             ASSERT_EQ(unsetenv("SPORE_BLOCKQ_ISA"), 0);
           }
+  // epilogue silu_mul: what mul(silu(gate), up) gives on the same backend, bit for bit.
+  for (int64_t m : {1, 6, 37})
+    for (Backend b : {Backend::cpu, Backend::reference})
+      for (const char* isa : {"", "avx2"}) {
+        if ((b == Backend::reference && *isa != 0) || (*isa != 0 && !avx512)) continue;
+        const Tensor x = floats(random_floats(static_cast<size_t>(m * k), seed, 3.0f), {m, k});
+        const std::vector<Tensor> ws{random_weight(f, 130, k, seed + 1), random_weight(f, 130, k, seed + 2)};
+        ++seed;
+        if (*isa != 0) ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
+        BackendScope s(b);
+        const std::vector<Tensor> y = ops::linear_blockq_multi(x, ws, name, {}, "silu_mul");
+        ASSERT_EQ(y.size(), 1u);
+        const Tensor want = ops::mul(ops::silu(ops::linear_blockq(x, ws[0], name)), ops::linear_blockq(x, ws[1], name));
+        EXPECT_TRUE(y[0].bit_equal(want)) << name << " silu_mul " << backend_name(b) << " isa '" << isa << "' M=" << m;
+        ASSERT_EQ(unsetenv("SPORE_BLOCKQ_ISA"), 0);
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, BlockqFormat, ::testing::ValuesIn(all_formats),
@@ -444,6 +461,13 @@ TEST(Blockq, BadInputsGiveClearErrors) {
     EXPECT_NE(mk.find("(input 2)"), std::string::npos) << mk;
     const std::string mb = error_of([&] { ops::linear_blockq_multi(x, {wq, wq}, "q8_0", {floats({1, 2, 3}, {3})}); });
     EXPECT_NE(mb.find("count 2 needs 3 inputs"), std::string::npos) << mb;
+    const std::string me = error_of([&] { ops::linear_blockq_multi(x, {wq, wq, wq}, "q8_0", {}, "silu_mul"); });
+    EXPECT_NE(me.find("epilogue silu_mul needs count 2"), std::string::npos) << me;
+    const std::string mn = error_of(
+        [&] { ops::linear_blockq_multi(x, {wq, random_weight(WeightFormat::q8_0, 5, 64, 6)}, "q8_0", {}, "silu_mul"); });
+    EXPECT_NE(mn.find("gate and up of one size"), std::string::npos) << mn;
+    EXPECT_NE(error_of([&] { ops::linear_blockq_multi(x, {wq, wq}, "q8_0", {}, "gelu"); }).find("epilogue 'gelu'"),
+              std::string::npos);
   }
 }
 

@@ -42,14 +42,48 @@ TEST(GroupLinearBlockq, SiblingsBecomeOneNode) {
       "graph @g(%h: f32[2,64], %wq: u8[64,68], %wk: u8[16,68], %wv: u8[16,68], %bq: f32[64], %bk: f32[16], "
       "%bv: f32[16], %wf: f16[8,64], %wg: u8[32,68], %wu: u8[32,68]) {\n"
       "  %f = linear_blockq(%h, %wf) {format=\"f16\"} : f32[2,8]\n"
-      "  %q, %k, %v = linear_blockq_multi(%h, %wq, %wk, %wv, %bq, %bk, %bv) {count=3, format=\"q8_0\"} : f32[2,64], "
+      "  %q, %k, %v = linear_blockq_multi(%h, %wq, %wk, %wv, %bq, %bk, %bv) {count=3, epilogue=\"\", format=\"q8_0\"} : f32[2,64], "
       "f32[2,16], f32[2,16]\n"
       "  %s = add(%q, %q) : f32[2,64]\n"
       "  %o = linear_blockq(%q, %wq) {format=\"q8_0\"} : f32[2,64]\n"
-      "  %g, %u = linear_blockq_multi(%s, %wg, %wu) {count=2, format=\"q8_0\"} : f32[2,32], f32[2,32]\n"
+      "  %g, %u = linear_blockq_multi(%s, %wg, %wu) {count=2, epilogue=\"\", format=\"q8_0\"} : f32[2,32], f32[2,32]\n"
       "  return %g, %u, %f, %v, %o\n"
       "}\n";
   EXPECT_EQ(grouped(kBefore), expected);
+}
+
+// A SwiGLU MLP: mul(silu(gate), up) over the grouped pair becomes the silu_mul epilogue (the mul's name stays).
+constexpr const char* kSwiglu =
+    "graph @g(%h: f32[3,64], %wg: u8[32,68], %wu: u8[32,68], %wd: u8[64,34]) {\n"
+    "  %g = linear_blockq(%h, %wg) {format=\"q8_0\"} : f32[3,32]\n"
+    "  %u = linear_blockq(%h, %wu) {format=\"q8_0\"} : f32[3,32]\n"
+    "  %a = silu(%g) : f32[3,32]\n"
+    "  %ff = mul(%u, %a) : f32[3,32]\n"
+    "  %d = linear_blockq(%ff, %wd) {format=\"q8_0\"} : f32[3,64]\n"
+    "  return %d\n"
+    "}\n";
+
+TEST(GroupLinearBlockq, SwigluBecomesTheEpilogue) {
+  const std::string expected =
+      "graph @g(%h: f32[3,64], %wg: u8[32,68], %wu: u8[32,68], %wd: u8[64,34]) {\n"
+      "  %ff = linear_blockq_multi(%h, %wg, %wu) {count=2, epilogue=\"silu_mul\", format=\"q8_0\"} : f32[3,32]\n"
+      "  %d = linear_blockq(%ff, %wd) {format=\"q8_0\"} : f32[3,64]\n"
+      "  return %d\n"
+      "}\n";
+  EXPECT_EQ(grouped(kSwiglu), expected);
+  // gate read elsewhere too: the pair is grouped, the silu and mul stay.
+  const std::string shared =
+      "graph @g(%h: f32[3,64], %wg: u8[32,68], %wu: u8[32,68]) {\n"
+      "  %g = linear_blockq(%h, %wg) {format=\"q8_0\"} : f32[3,32]\n"
+      "  %u = linear_blockq(%h, %wu) {format=\"q8_0\"} : f32[3,32]\n"
+      "  %a = silu(%g) : f32[3,32]\n"
+      "  %ff = mul(%a, %u) : f32[3,32]\n"
+      "  return %ff, %g\n"
+      "}\n";
+  const std::string out = grouped(shared);
+  EXPECT_NE(out.find("%g, %u = linear_blockq_multi"), std::string::npos) << out;
+  EXPECT_NE(out.find("silu(%g)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("silu_mul"), std::string::npos) << out;
 }
 
 TEST(GroupLinearBlockq, LeavesAloneMixedBiasesAndLoneNodes) {
@@ -102,6 +136,21 @@ TEST(GroupLinearBlockq, PlanKeepsBits) {
   const auto a = run(true), b = run(false);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].bit_equal(b[i])) << "output " << i;
+  // The SwiGLU graph: the epilogue gives the bits of the separate silu and mul (fused_elementwise without the pass).
+  auto swiglu = [&](bool group) {
+    CompileOptions o;
+    if (!group) o.disabled_passes = {"group_linear_blockq"};
+    Plan p = compile_plan(parse_graph(kSwiglu), o);
+    EXPECT_EQ(p.describe().find("silu_mul") != std::string::npos || p.describe().find("linear_blockq_multi") != std::string::npos, group)
+        << p.describe();
+    std::mt19937 rng(4);
+    std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+    std::vector<float> h(192);
+    for (float& v : h) v = d(rng);
+    return p.run(std::vector<Tensor>{Tensor::from_vector<float>(h, {3, 64}), random_q8_0(32, 64, 6),
+                                     random_q8_0(32, 64, 7), random_q8_0(64, 32, 8)});
+  };
+  EXPECT_TRUE(swiglu(true)[0].bit_equal(swiglu(false)[0]));
 }
 
 }  // namespace

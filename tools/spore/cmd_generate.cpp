@@ -82,6 +82,10 @@ int cmd_generate(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-memory", max_memory_text, "memory for weights + KV cache + activations, e.g. 2GB");
   app.add_option("--batch", max_batch, "tokens per prefill step")->check(CLI::PositiveNumber);
+  bool warmup = false;
+  app.add_flag("--warmup", warmup,
+               "run the prompt (and one decode step) once before the timed run and forget it, as llama-bench does: "
+               "the timings then show the steady state, without first-touch page faults");
   std::vector<std::string> disabled_passes;
   app.add_option("--disable-pass", disabled_passes,
                  "skip this pass when compiling the step plans, e.g. group_linear_blockq (repeatable)")
@@ -131,6 +135,12 @@ int cmd_generate(int argc, char** argv) {
   llm::Session session(m, so);
   session.prepare(static_cast<int64_t>(ids.size()));  // compile the plans now: load time, not time to first token
   const double load_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  double warmup_ms = 0;
+  if (warmup) {
+    const auto w0 = clock::now();
+    session.warm_up(ids);
+    warmup_ms = std::chrono::duration<double, std::milli>(clock::now() - w0).count();
+  }
 
   llm::GenerateOptions go;
   go.max_tokens = n;
@@ -175,6 +185,7 @@ int cmd_generate(int argc, char** argv) {
     j["prompt_tokens"] = r.prompt_tokens;
     j["generated_tokens"] = r.tokens.size();
     j["load_ms"] = load_ms;
+    if (warmup) j["warmup_ms"] = warmup_ms;
     j["ttft_ms"] = r.ttft_ms;
     j["prefill_tok_s"] = r.prefill_tok_s;
     j["decode_tok_s"] = r.decode_tok_s;

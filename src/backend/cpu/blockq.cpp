@@ -35,6 +35,7 @@
 #include <string_view>
 
 #include "backend/cpu/blockq.h"
+#include "backend/cpu/elementwise_simd.h"
 #include "backend/cpu/families.h"
 #include "base/half.h"
 #include "base/thread_pool.h"
@@ -112,7 +113,7 @@ void round_row_bf16(const float* x, float* y, int64_t k) {
 
 // y_i = x W_i^T (+ bias_i) for the `count` weights of a linear_blockq (count 1) or linear_blockq_multi node: inputs
 // x, w_0..w_{count-1}, then (has_bias) bias_0..bias_{count-1}; outputs y_i. The activations are prepared once.
-void run_linear(KernelContext& k, int count, bool has_bias) {
+void run_linear(KernelContext& k, int count, bool has_bias, bool glu) {
   const WeightFormat f = format_of(k);
   const Tensor& x = k.in(0);
   const int64_t kk = x.dim(-1);
@@ -129,7 +130,7 @@ void run_linear(KernelContext& k, int count, bool has_bias) {
     if (m == 0 || p.n == 0) continue;
     p.w = static_cast<const uint8_t*>(w.raw_data());
     p.bias = has_bias ? k.in(1 + count + i).data<float>() : nullptr;
-    p.y = k.out(i).data<float>();
+    p.y = glu && i == 1 ? nullptr : k.out(i).data<float>();
     p.k = kk;
     p.w_row = llm_ops::row_bytes(f, kk);
     p.ldy = p.n;
@@ -139,6 +140,10 @@ void run_linear(KernelContext& k, int count, bool has_bias) {
     ++live;
   }
   if (live == 0) return;
+  if (glu) {
+    SPORE_CHECK(live == 2 && ps[0].n == ps[1].n, ErrorCode::internal, "linear_blockq_multi silu_mul: gate and up differ");
+    ps[1].y = static_cast<float*>(k.scratch(static_cast<size_t>(m * ps[1].n) * sizeof(float)));
+  }
   const float* xp = x.data<float>();
   // Activations are prepared once per call, per row (so a row's prepared values never depend on the other rows).
   const size_t rows = static_cast<size_t>(m), kz = static_cast<size_t>(kk);
@@ -173,15 +178,15 @@ void run_linear(KernelContext& k, int count, bool has_bias) {
       for (int i = 0; i < live; ++i) ps[i].x_f = xp;
       break;
   }
-  if (blockq_use_avx512()) return blockq_run_avx512(f, ps, live, m);
-  run_format(f, ps, live, m);
+  if (blockq_use_avx512()) return blockq_run_avx512(f, ps, live, m, glu);
+  run_format(f, ps, live, m, glu);
 }
 
-void linear_blockq_kernel(KernelContext& k) { run_linear(k, 1, k.num_inputs() > 2); }
+void linear_blockq_kernel(KernelContext& k) { run_linear(k, 1, k.num_inputs() > 2, false); }
 
 void linear_blockq_multi_kernel(KernelContext& k) {
   const int count = static_cast<int>(k.attrs.i("count"));
-  run_linear(k, count, k.num_inputs() > 1 + count);
+  run_linear(k, count, k.num_inputs() > 1 + count, !k.attrs.s("epilogue").empty());
 }
 
 // ---- embed -------------------------------------------------------------------------------------------------------
@@ -245,6 +250,11 @@ void embed_blockq_kernel(KernelContext& k) {
 }
 
 }  // namespace
+
+void blockq_silu_mul(float* g, const float* u, int64_t n) {
+  unary_f32(UnaryOp::silu, g, g, static_cast<size_t>(n), {});
+  for (int64_t i = 0; i < n; ++i) g[i] *= u[i];
+}
 
 bool blockq_use_avx512() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

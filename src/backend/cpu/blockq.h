@@ -33,7 +33,12 @@ inline constexpr int kBlockqMaxProblems = static_cast<int>(llm_ops::max_multi_we
 bool blockq_use_avx512();
 
 // y_i = x W_i^T (+ bias_i) for m rows and the n columns of each of the `count` problems (they share the prepared
-// activations), with the AVX-512 + VNNI tiles (bit-identical to the AVX2 ones).
-void blockq_run_avx512(llm_ops::WeightFormat f, const BlockqProblem* ps, int count, int64_t m);
+// activations), with the AVX-512 + VNNI tiles (bit-identical to the AVX2 ones). glu: count 2 (gate, up of one
+// shape), and ps[0].y becomes silu(gate) * up (ps[1].y holds up).
+void blockq_run_avx512(llm_ops::WeightFormat f, const BlockqProblem* ps, int count, int64_t m, bool glu);
+
+// g[i] = silu(g[i]) * u[i] for n values: the unary_f32 silu and an f32 multiply, so the bits of fused_elementwise's
+// mul(silu(g), u) (blockq.cpp).
+void blockq_silu_mul(float* g, const float* u, int64_t n);
 
 }  // namespace spore::cpu

@@ -35,7 +35,7 @@ using llm_ops::qk;
 
 }  // namespace
 
-void blockq_run_avx512(WeightFormat f, const BlockqProblem* problems, int count, int64_t m) {
+void blockq_run_avx512(WeightFormat f, const BlockqProblem* problems, int count, int64_t m, bool glu) {
   BlockqProblem ps[kBlockqMaxProblems];
   std::copy(problems, problems + count, ps);
   const BlockqProblem& p = ps[0];
@@ -63,7 +63,7 @@ void blockq_run_avx512(WeightFormat f, const BlockqProblem* problems, int count,
     });
     for (int i = 0; i < count; ++i) ps[i].x_pairs = dst;
   }
-  run_format(f, ps, count, m);
+  run_format(f, ps, count, m, glu);
 }
 
 }  // namespace spore::cpu

@@ -106,12 +106,27 @@ void linear_blockq_kernel(KernelContext& k) {
   linear_one(format_of(k), k.in(0), k.in(1), k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr, k.out(0));
 }
 
-// linear_blockq_multi is linear_blockq per weight (its definition).
+// linear_blockq_multi is linear_blockq per weight (its definition); epilogue silu_mul is then the reference
+// backend's silu (double, rounded to f32) and mul of the two.
 void linear_blockq_multi_kernel(KernelContext& k) {
   const int count = static_cast<int>(k.attrs.i("count"));
   const bool bias = k.num_inputs() > 1 + count;
-  for (int i = 0; i < count; ++i)
-    linear_one(format_of(k), k.in(0), k.in(1 + i), bias ? k.in(1 + count + i).data<float>() : nullptr, k.out(i));
+  const bool glu = !k.attrs.s("epilogue").empty();
+  std::vector<Tensor> ys;
+  for (int i = 0; i < count; ++i) {
+    Tensor y = glu ? Tensor::empty(k.out(0).shape(), DType::f32) : k.out(i);
+    linear_one(format_of(k), k.in(0), k.in(1 + i), bias ? k.in(1 + count + i).data<float>() : nullptr, y);
+    ys.push_back(y);
+  }
+  if (!glu) return;
+  const float* g = ys[0].data<float>();
+  const float* u = ys[1].data<float>();
+  float* y = k.out(0).data<float>();
+  for (int64_t i = 0; i < k.out(0).numel(); ++i) {
+    const double gd = g[i];
+    const auto s = static_cast<float>(gd / (1.0 + std::exp(-gd)));
+    y[i] = static_cast<float>(static_cast<double>(s) * static_cast<double>(u[i]));
+  }
 }
 
 void embed_blockq_kernel(KernelContext& k) {
