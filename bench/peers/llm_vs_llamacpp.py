@@ -109,9 +109,9 @@ def stream_bw(threads):
     return best.get("triad"), best.get("read")
 
 
-def llama_bench(model, threads):
+def llama_bench(model, threads, mmap):
     out = run([os.path.join(LLAMA_BIN, "llama-bench"), "-m", model, "-p", "512", "-n", "128", "-t", str(threads),
-               "-r", "1", "-o", "json"])
+               "-r", "1", "-o", "json", "-mmp", "1" if mmap else "0"])
     pp = tg = None
     for r in json.loads(out):
         if r.get("n_prompt") == 512 and r.get("n_gen") == 0:
@@ -121,14 +121,15 @@ def llama_bench(model, threads):
     return pp, tg
 
 
-def spore_bench(spore, model, threads, vocab):
+def spore_bench(spore, model, threads, vocab, mmap):
     # --warmup: one untimed run of the same prompt (and a decode step) first, as llama-bench's default warm-up run;
     # both sides then time the steady state (a cold first prefill pays its arena's page faults).
+    no_mmap = [] if mmap else ["--no-mmap"]
     ids = ",".join(map(str, prompt_ids(vocab, 512, seed=2)))
     pp = json.loads(run([spore, "generate", model, "--tokens", ids, "-n", "1", "--json", "--threads", str(threads),
-                         "--ctx", "1024", "--warmup"]))["prefill_tok_s"]
+                         "--ctx", "1024", "--warmup"] + no_mmap))["prefill_tok_s"]
     tg = json.loads(run([spore, "generate", model, "--tokens", "1", "-n", "129", "--ignore-eos", "--json",
-                         "--threads", str(threads), "--ctx", "1024", "--warmup"]))["decode_tok_s"]
+                         "--threads", str(threads), "--ctx", "1024", "--warmup"] + no_mmap))["decode_tok_s"]
     return pp, tg
 
 
@@ -141,6 +142,9 @@ def main():
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-numerics", action="store_true")
     ap.add_argument("--json", default="")
+    ap.add_argument("--no-mmap", action="store_true",
+                    help="both engines read the weights into memory (spore --no-mmap, llama-bench -mmp 0) instead of "
+                         "mapping the file; see docs/LLM.md on page-cache stalls")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(LLAMA_BIN, "llama_ref")):
         sys.exit("llama.cpp is not built: bash bench/peers/llama/build.sh")
@@ -160,7 +164,8 @@ def main():
     if not a.skip_speed:
         triad, read = stream_bw(a.threads)
         bw = max(x for x in (triad, read, 0) if x is not None) or None
-        print(f"\n## Speed, {a.threads} threads, medians of {a.reps} interleaved runs; bandwidth (best of 5): STREAM "
+        print(f"\n## Speed, {a.threads} threads, weights {'read into memory' if a.no_mmap else 'mmapped'}, medians of "
+              f"{a.reps} interleaved runs; bandwidth (best of 5): STREAM "
               f"triad {triad and round(triad, 1)} GB/s, read-only {read and round(read, 1)} GB/s; the roofline uses "
               f"the larger")
         print("| model | llama.cpp pp512 | spore pp512 | ratio | llama.cpp tg128 | spore tg128 | ratio | "
@@ -172,15 +177,15 @@ def main():
             vocab, wbytes, wtype = n_vocab_of(a.spore, m)
             lp, lt, sp, st = [], [], [], []
             for _ in range(a.reps):
-                p, t = llama_bench(m, a.threads)
+                p, t = llama_bench(m, a.threads, not a.no_mmap)
                 lp.append(p)
                 lt.append(t)
-                p, t = spore_bench(a.spore, m, a.threads, vocab)
+                p, t = spore_bench(a.spore, m, a.threads, vocab, not a.no_mmap)
                 sp.append(p)
                 st.append(t)
             mp, mt, msp, mst = (statistics.median(x) for x in (lp, lt, sp, st))
             roof = bw * 1e9 / wbytes if bw else float("nan")
-            r = {"model": os.path.basename(m), "weights": wtype, "llama_pp512": mp, "spore_pp512": msp,
+            r = {"model": os.path.basename(m), "weights": wtype, "mmap": not a.no_mmap, "llama_pp512": mp, "spore_pp512": msp,
                  "pp_ratio": msp / mp, "llama_tg128": mt, "spore_tg128": mst, "tg_ratio": mst / mt,
                  "weight_bytes_per_token": wbytes, "stream_triad_gbs": triad, "read_gbs": read, "roofline_tok_s": roof,
                  "runs": {"llama_pp": lp, "llama_tg": lt, "spore_pp": sp, "spore_tg": st}}

@@ -54,7 +54,7 @@ const Tensor& HfModel::tensor(const std::string& name, const Shape& shape) const
   return t;
 }
 
-HfModel read_hf_model(const std::string& dir) {
+HfModel read_hf_model(const std::string& dir, bool use_mmap) {
   HfModel m;
   m.dir = dir;
   const fs::path root(dir);
@@ -97,7 +97,7 @@ HfModel read_hf_model(const std::string& dir) {
   }
 
   for (const auto& file : m.weight_files) {
-    SafetensorsFile st = map_safetensors((root / file).string());
+    SafetensorsFile st = map_safetensors((root / file).string(), false, use_mmap);
     for (auto& [name, t] : st.tensors) {
       auto [it, fresh] = m.tensor_file.emplace(name, file);
       SPORE_CHECK(fresh, ErrorCode::parse_error, "model folder '{}': tensor '{}' is in both '{}' and '{}'", dir, name,

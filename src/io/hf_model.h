@@ -36,6 +36,6 @@ struct HfModel {
 
 // Errors name the file: missing or malformed config.json, no weights, a shard listed in the index but missing, a
 // tensor in two shards, a tensor the index lists under a shard that does not hold it.
-HfModel read_hf_model(const std::string& dir);
+HfModel read_hf_model(const std::string& dir, bool use_mmap = true);
 
 }  // namespace spore::io

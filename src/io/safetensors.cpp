@@ -172,27 +172,12 @@ SafetensorsFile parse_safetensors(const void* data, size_t size, const std::stri
   return parse_impl(data, size, file, skip_unsupported, nullptr);
 }
 
-SafetensorsFile map_safetensors(const std::string& path, bool skip_unsupported) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SPORE_CHECK(fd >= 0, ErrorCode::io_error, "cannot open '{}' for reading: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    SPORE_FAIL(ErrorCode::io_error, "cannot stat '{}': {}", path, std::strerror(err));
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {  // mmap cannot map nothing; the parser reports the truncation
-    ::close(fd);
-    return parse_impl("", 0, path, skip_unsupported, nullptr);
-  }
-  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  ::close(fd);
-  SPORE_CHECK(addr != MAP_FAILED, ErrorCode::io_error, "cannot mmap '{}' ({} bytes): {}", path, size,
-              std::strerror(err));
-  std::shared_ptr<void> mapping(addr, [size](void* a) { ::munmap(a, size); });
-  return parse_impl(addr, size, path, skip_unsupported, mapping);
+SafetensorsFile map_safetensors(const std::string& path, bool skip_unsupported, bool use_mmap) {
+  size_t size = 0;
+  std::shared_ptr<void> bytes = load_file(path, size, use_mmap, "");
+  if (size == 0) return parse_impl("", 0, path, skip_unsupported, nullptr);  // the parser reports the truncation
+  const void* data = bytes.get();
+  return parse_impl(data, size, path, skip_unsupported, bytes);
 }
 
 SafetensorsFile read_safetensors(const std::string& path, bool skip_unsupported) {

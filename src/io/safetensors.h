@@ -24,8 +24,8 @@ SafetensorsFile parse_safetensors(const void* data, size_t size, const std::stri
                                   bool skip_unsupported = false);
 // Like read_safetensors, but the file is mmap'd read-only and the tensors alias the mapping (no copy; a tensor
 // whose data is misaligned for its dtype is copied). The mapping lives as long as any of the tensors. Do not write
-// to them.
-SafetensorsFile map_safetensors(const std::string& path, bool skip_unsupported = false);
+// to them. use_mmap = false: the bytes are read into anonymous memory instead (io::load_file), same aliasing.
+SafetensorsFile map_safetensors(const std::string& path, bool skip_unsupported = false, bool use_mmap = true);
 
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

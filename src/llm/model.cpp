@@ -106,10 +106,10 @@ void derive(ModelConfig& c, const std::vector<LayerWeights>& layers) {
 }
 }  // namespace
 
-Model Model::load(const std::string& path) {
+Model Model::load(const std::string& path, bool use_mmap) {
   namespace fs = std::filesystem;
   SPORE_CHECK(fs::exists(path), ErrorCode::not_found, "model '{}' does not exist", path);
-  Model m = fs::is_directory(path) ? load_hf(path) : load_gguf(path);
+  Model m = fs::is_directory(path) ? load_hf(path, use_mmap) : load_gguf(path, use_mmap);
   m.prefault();
   return m;
 }
@@ -129,8 +129,8 @@ void Model::prefault() const {
     for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) touch(w->data);
 }
 
-Model Model::load_gguf(const std::string& path) {
-  auto file = std::make_shared<io::GgufFile>(io::GgufFile::open(path));
+Model Model::load_gguf(const std::string& path, bool use_mmap) {
+  auto file = std::make_shared<io::GgufFile>(io::GgufFile::open(path, use_mmap));
   const io::GgufFile& f = *file;
   Model m;
   m.path_ = path;
@@ -216,8 +216,8 @@ Model Model::load_gguf(const std::string& path) {
   return m;
 }
 
-Model Model::load_hf(const std::string& dir) {
-  auto hf = std::make_shared<io::HfModel>(io::read_hf_model(dir));
+Model Model::load_hf(const std::string& dir, bool use_mmap) {
+  auto hf = std::make_shared<io::HfModel>(io::read_hf_model(dir, use_mmap));
   const io::HfModel& h = *hf;
   const nlohmann::json& j = h.config;
   Model m;

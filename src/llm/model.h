@@ -56,7 +56,8 @@ class Model {
  public:
   // A .gguf file or a Hugging Face folder. Unknown architecture, missing tensor, wrong shape or an unsupported
   // weight type is an error naming it and the file.
-  static Model load(const std::string& path);
+  // use_mmap = false reads the weights into anonymous memory (io::load_file) instead of mapping the file.
+  static Model load(const std::string& path, bool use_mmap = true);
 
   const ModelConfig& config() const { return cfg_; }
   const Tokenizer& tokenizer() const;  // an error when the model has none (HF folder without tokenizer.json)
@@ -91,9 +92,9 @@ class Model {
   std::optional<Tensor> rope_freqs_;
   std::vector<LayerWeights> layers_;
 
-  static Model load_gguf(const std::string& path);
+  static Model load_gguf(const std::string& path, bool use_mmap);
   void prefault() const;
-  static Model load_hf(const std::string& dir);
+  static Model load_hf(const std::string& dir, bool use_mmap);
 };
 
 }  // namespace spore::llm

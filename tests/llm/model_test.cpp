@@ -327,6 +327,24 @@ TEST(LlmModel, HuggingFaceFolderEqualsGgufWithPermutedQk) {
     mx = std::max(mx, static_cast<double>(std::abs(lb[i])));
   }
   EXPECT_LE(md / mx, 1e-5);  // same math, pairs rotated in another order
+  // Weights read into memory (--no-mmap) instead of mapped: the same bits, for both layouts.
+  for (const std::string& p : {dir, gguf}) {
+    const Model mapped = Model::load(p), read = Model::load(p, /*use_mmap=*/false);
+    Session sm(mapped, {.ctx = 32}), sr(read, {.ctx = 32});
+    EXPECT_EQ(sm.feed(kTokens, true), sr.feed(kTokens, true)) << p;
+  }
+}
+
+// warm_up runs a prompt and a decode step and forgets them: what follows is bit-identical to a fresh session's.
+TEST(LlmModel, WarmUpLeavesNoTrace) {
+  const Spec s;
+  write_gguf(s, make_weights(s, 3), tmp_path("warm.gguf"), false);
+  const Model m = Model::load(tmp_path("warm.gguf"));
+  Session fresh(m, {.ctx = 32}), warmed(m, {.ctx = 32});
+  warmed.warm_up(std::vector<int32_t>{5, 9, 2, 7, 1, 3});
+  EXPECT_EQ(warmed.position(), 0);
+  EXPECT_EQ(fresh.feed(kTokens), warmed.feed(kTokens));
+  EXPECT_EQ(fresh.feed(std::vector<int32_t>{4}), warmed.feed(std::vector<int32_t>{4}));
 }
 
 // Logits of each position, computed by a prefill of all tokens, by one-at-a-time decode, by prefill in chunks, with
@@ -505,6 +523,15 @@ TEST(LlmModel, BadFilesNameWhatIsWrong) {
   write_gguf(s, wrong, tmp_path("wrong.gguf"), false);
   expect_error(tmp_path("wrong.gguf"), "blk.0.attn_k.weight");
   expect_error(tmp_path("nothing_here.gguf"), "does not exist");
+  std::ofstream(tmp_path("empty.gguf")).close();
+  for (bool mm : {true, false}) {
+    try {
+      Model::load(tmp_path("empty.gguf"), mm);
+      ADD_FAILURE() << "no error for an empty file (use_mmap " << mm << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the file is empty"), std::string::npos) << e.what();
+    }
+  }
   const Model m = Model::load([&] {
     write_gguf(s, w, tmp_path("ok.gguf"), false);
     return tmp_path("ok.gguf");

@@ -82,6 +82,10 @@ int cmd_generate(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-memory", max_memory_text, "memory for weights + KV cache + activations, e.g. 2GB");
   app.add_option("--batch", max_batch, "tokens per prefill step")->check(CLI::PositiveNumber);
+  bool no_mmap = false;
+  app.add_flag("--no-mmap", no_mmap,
+               "read the weights into memory instead of mapping the file (as llama.cpp's --no-mmap): one copy at "
+               "load, but the kernel's page-cache management cannot stall decoding (docs/LLM.md)");
   bool warmup = false;
   app.add_flag("--warmup", warmup,
                "run the prompt (and one decode step) once before the timed run and forget it, as llama-bench does: "
@@ -108,7 +112,7 @@ int cmd_generate(int argc, char** argv) {
 
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  const llm::Model m = llm::Model::load(model);
+  const llm::Model m = llm::Model::load(model, !no_mmap);
   llm::SessionOptions so;
   so.ctx = ctx;
   so.max_batch = max_batch;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "base/half.h"
+#include "io/file_util.h"
 
 namespace spore::io {
 namespace {
@@ -204,28 +205,12 @@ std::optional<std::pair<int64_t, int64_t>> ggml_block_layout(GgmlType t) {
   return std::nullopt;
 }
 
-GgufFile GgufFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SPORE_CHECK(fd >= 0, ErrorCode::io_error, "gguf: cannot open '{}' for reading: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    SPORE_FAIL(ErrorCode::io_error, "gguf: cannot stat '{}': {}", path, std::strerror(err));
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    SPORE_FAIL(ErrorCode::parse_error, "gguf '{}': byte offset 0: truncated: the file is empty", path);
-  }
-  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  ::close(fd);  // the mapping stays valid after close
-  SPORE_CHECK(addr != MAP_FAILED, ErrorCode::io_error, "gguf: cannot mmap '{}' ({} bytes): {}", path, size,
-              std::strerror(err));
-  std::shared_ptr<void> mapping(addr, [size](void* p) { ::munmap(p, size); });
-  GgufFile f = parse(addr, size, path);
-  f.mapping_ = std::move(mapping);
+GgufFile GgufFile::open(const std::string& path, bool use_mmap) {
+  size_t size = 0;
+  std::shared_ptr<void> bytes = load_file(path, size, use_mmap, "gguf");
+  SPORE_CHECK(size > 0, ErrorCode::parse_error, "gguf '{}': byte offset 0: truncated: the file is empty", path);
+  GgufFile f = parse(bytes.get(), size, path);
+  f.mapping_ = std::move(bytes);
   return f;
 }
 

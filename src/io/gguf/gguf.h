@@ -61,8 +61,9 @@ class GgufFile {
  public:
   // mmaps and parses; every error names the file, the byte offset and the key / tensor involved (truncated file,
   // bad magic, unsupported version, string or array length past the end, duplicate key or tensor, tensor data out
-  // of range or misaligned, unknown tensor type).
-  static GgufFile open(const std::string& path);
+  // of range or misaligned, unknown tensor type). use_mmap = false reads the file into anonymous memory instead
+  // (io::load_file).
+  static GgufFile open(const std::string& path, bool use_mmap = true);
   // Parses bytes that the caller keeps alive (tests, fuzzing); `name` is used in errors.
   static GgufFile parse(const void* data, size_t size, const std::string& name);
 
