@@ -103,11 +103,19 @@ class GroupLinearBlockqPass final : public Pass {
         if (!lin || lin->op != llm_ops::linear_blockq_multi() || lin->attrs.i("count") != 2 ||
             !lin->attrs.s("epilogue").empty() || lin->outputs.size() != 2)
           continue;
-        if (y0 != lin->output(0) || b != lin->output(1) || !single_use(g, y0) || !single_use(g, b)) continue;
+        // The gate may be either output (a traced mul(silu(gate(h)), up(h)) may record up first): the fused node
+        // takes the gate's weight (and bias) first.
+        const int gi = y0 == lin->output(0) ? 0 : 1;
+        if (y0 != lin->output(gi) || b != lin->output(1 - gi) || !single_use(g, y0) || !single_use(g, b)) continue;
         if (a->type != y0->type || b->type != y0->type || mul->output(0)->type != y0->type) continue;
         Attrs attrs = lin->attrs;
         attrs.set("epilogue", std::string("silu_mul"));
-        Node* f = build_node(g, llm_ops::linear_blockq_multi(), lin->inputs, attrs, lin->name);
+        std::vector<Value*> ins = lin->inputs;
+        if (gi == 1) {
+          std::swap(ins[1], ins[2]);
+          if (ins.size() == 5) std::swap(ins[3], ins[4]);
+        }
+        Node* f = build_node(g, llm_ops::linear_blockq_multi(), std::move(ins), attrs, lin->name);
         Value* out = mul->output(0);
         const std::string keep = out->name;
         g.replace_all_uses(out, f->output(0));

@@ -71,6 +71,12 @@ TEST(GroupLinearBlockq, SwigluBecomesTheEpilogue) {
       "  return %d\n"
       "}\n";
   EXPECT_EQ(grouped(kSwiglu), expected);
+  // Up traced before gate (C++ leaves the order of a call's arguments open): gate's weight still goes first.
+  std::string up_first = kSwiglu;
+  const std::string gl = "  %g = linear_blockq(%h, %wg) {format=\"q8_0\"} : f32[3,32]\n";
+  const std::string ul = "  %u = linear_blockq(%h, %wu) {format=\"q8_0\"} : f32[3,32]\n";
+  up_first.replace(up_first.find(gl), gl.size() + ul.size(), ul + gl);
+  EXPECT_EQ(grouped(up_first), expected);
   // gate read elsewhere too: the pair is grouped, the silu and mul stay.
   const std::string shared =
       "graph @g(%h: f32[3,64], %wg: u8[32,68], %wu: u8[32,68]) {\n"
