@@ -113,6 +113,9 @@ void prefill_args(benchmark::internal::Benchmark* b) {
   for (int f : {3, 4, 1, 0})
     for (int64_t m : {128, 512})
       for (int t : {1, 2}) b->Args({f, 4864, 896, m, t});
+  // The FFN down projection (K = 4864: 8 activation rows no longer fit L1).
+  for (int f : {3, 1})
+    for (int t : {1, 2}) b->Args({f, 896, 4864, 512, t});
 }
 BENCHMARK(BM_linear_blockq)
     ->Name("prefill")

@@ -189,14 +189,19 @@ std::vector<TensorType> infer_linear_blockq_multi(const InferContext& c) {
   return outs;
 }
 
-OpCost linear_blockq_cost(std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs&) {
+OpCost linear_blockq_cost(std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& attrs) {
   OpCost c;
   for (const auto& t : ins) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
   for (const auto& t : outs) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
-  int64_t y = 0;
-  for (const auto& t : outs) y += std::max<int64_t>(t.numel(), 0);
+  // 2 * rows * K per weight row: from the weights, since the silu_mul epilogue's one output stands for two of them.
   const auto& xd = ins[0].dims;
-  if (y > 0 && !xd.empty() && xd.back().is_static()) c.flops = 2.0 * static_cast<double>(y) * static_cast<double>(xd.back().size);
+  if (!xd.empty() && xd.back().is_static() && xd.back().size > 0 && ins[0].numel() > 0) {
+    const double rows = static_cast<double>(ins[0].numel() / xd.back().size);
+    const size_t count = attrs.has("count") ? static_cast<size_t>(attrs.i("count")) : 1;
+    for (size_t i = 1; i <= count && i < ins.size(); ++i)
+      if (!ins[i].dims.empty() && ins[i].dims[0].is_static())
+        c.flops += 2.0 * rows * static_cast<double>(xd.back().size) * static_cast<double>(ins[i].dims[0].size);
+  }
   return c;
 }
 
