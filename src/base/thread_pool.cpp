@@ -124,9 +124,15 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
+std::atomic<ParallelRunner> g_runner{nullptr};
+std::atomic<int> g_threads{0};  // the thread count while a runner is set
+
 ThreadPool& pool() {
   static ThreadPool p;
-  static bool init = [] { p.resize(hardware_threads()); return true; }();
+  static bool init = [] {
+    if (g_runner.load() == nullptr) p.resize(hardware_threads());
+    return true;
+  }();
   (void)init;
   return p;
 }
@@ -141,11 +147,40 @@ int hardware_threads() {
 
 void set_num_threads(int n) {
   SPORE_CHECK(n >= 1 && n <= 1024, ErrorCode::invalid_argument, "thread count must be in 1..1024, got {}", n);
+  if (g_runner.load() != nullptr) {
+    g_threads.store(n);
+    return;
+  }
   if (pool().size() != n) pool().resize(n);
 }
 
-int num_threads() { return pool().size(); }
+int num_threads() {
+  if (g_runner.load() != nullptr) return g_threads.load();
+  return pool().size();
+}
 
-void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn) { pool().run(num_tasks, fn); }
+void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
+  if (ParallelRunner r = g_runner.load(); r != nullptr) {
+    if (num_tasks <= 0) return;
+    if (num_tasks == 1 || g_threads.load() <= 1) {
+      for (int64_t t = 0; t < num_tasks; ++t) fn(t);
+      return;
+    }
+    return r(num_tasks, fn);
+  }
+  pool().run(num_tasks, fn);
+}
+
+void set_parallel_runner(ParallelRunner r) {
+  const int n = num_threads();
+  if (r != nullptr) {
+    g_threads.store(n);
+    g_runner.store(r);
+    pool().resize(1);  // its threads would only compete with the runner's
+  } else {
+    g_runner.store(nullptr);
+    pool().resize(n);
+  }
+}
 
 }  // namespace spore

@@ -18,6 +18,14 @@ int hardware_threads();
 // Runs fn(0..num_tasks-1) across the pool. Nested calls run serially on the calling thread.
 void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn);
 
+// Another runtime for parallel_for: the cpu backend installs OpenMP's (backend/cpu/register.cpp), the one oneDNN
+// runs on, so spore's kernels and oneDNN's share one team of threads instead of two sets of threads competing for
+// the cores. With a runner set the pool keeps no threads of its own; set_num_threads only records the count (the
+// backend passes it on to its runtime). The runner must run every task exactly once, run nested calls serially and
+// rethrow a task's exception on the caller's thread.
+using ParallelRunner = void (*)(int64_t num_tasks, const std::function<void(int64_t)>& fn);
+void set_parallel_runner(ParallelRunner r);
+
 // Splits [0, n) into chunks of `grain` elements (the last may be shorter): the task count depends
 // only on n and grain, never on the thread count.
 inline int64_t num_chunks(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain - 1) / grain; }

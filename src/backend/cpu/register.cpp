@@ -1,10 +1,17 @@
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <string_view>
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
+#include "base/thread_pool.h"
 
 namespace spore {
 
@@ -13,8 +20,35 @@ namespace {
 void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
 }  // namespace
 
+namespace {
+// parallel_for on OpenMP's team (set_parallel_runner): one set of threads for spore's kernels and oneDNN's.
+void omp_runner(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
+  if (omp_in_parallel()) {  // a nested call: serial, as the pool does
+    for (int64_t t = 0; t < num_tasks; ++t) fn(t);
+    return;
+  }
+  std::exception_ptr error;
+  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), num_tasks));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t t = 0; t < num_tasks; ++t) {
+    try {
+      fn(t);
+    } catch (...) {
+#pragma omp critical(spore_parallel_for_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+}  // namespace
+
 void register_cpu_kernels(KernelRegistry& r) {
   cpu::pin_onednn_isa();  // before any kernel exists that could query the ISA
+  // parallel_for runs on OpenMP's team, the one oneDNN uses (SPORE_POOL=spore keeps spore's own pool, for A/B runs).
+  if (const char* e = std::getenv("SPORE_POOL"); e == nullptr || std::string_view(e) != "spore") {
+    omp_set_num_threads(num_threads());
+    set_parallel_runner(omp_runner);
+  }
   r.add(Backend::cpu, OpId::identity, dtypes::all, identity_kernel, "copy");
   cpu::register_elementwise(r);
   cpu::register_binary(r);
