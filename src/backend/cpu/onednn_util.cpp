@@ -56,8 +56,12 @@ void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
     omp_set_num_threads(saved);
     return;
   }
+  run_omp_tasks(tasks, omp_get_max_threads(), fn);
+}
+
+void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn) {
   std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t task = 0; task < tasks; ++task) {
     try {
       fn(task);

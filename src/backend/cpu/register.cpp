@@ -27,18 +27,7 @@ void omp_runner(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
     for (int64_t t = 0; t < num_tasks; ++t) fn(t);
     return;
   }
-  std::exception_ptr error;
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), num_tasks));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t t = 0; t < num_tasks; ++t) {
-    try {
-      fn(t);
-    } catch (...) {
-#pragma omp critical(spore_parallel_for_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  cpu::run_omp_tasks(num_tasks, static_cast<int>(std::min<int64_t>(num_threads(), num_tasks)), fn);
 }
 }  // namespace
 
