@@ -15,6 +15,12 @@ namespace spore::cpu {
 struct ConvEpilogue {
   std::function<void(int64_t offset, int64_t count)> fn;  // output elements [offset, offset + count) are final
   bool applied = false;                                   // set by the conv kernel when it ran fn on every block
+  // Set by conv2d_fused when fn is "relu (or nothing), then 2x2 max pooling (stride 2, floor) into `pooled`"
+  // ([N, O, Ho/2, Wo/2] f32) with no residual: a conv path that computes the pooled values directly may run
+  // instead of fn - each conv output with its own sum order, relu as unary_f32 does it, windows taken in
+  // max_pool2d's order, so the same bits - and then sets `applied`.
+  float* pooled = nullptr;
+  bool pooled_relu = false;
 };
 
 // The epilogue for the next conv2d kernel call on this thread (the kernel takes and clears it at entry).

@@ -131,6 +131,10 @@ void fused_kernel(KernelContext& k) {
                           max_pool_2x2_planes(y.data<float>() + b, out.data<float>() + b / image * pooled, m / (h * w), h, w);
                       },
                       false};
+    if (pool && !res && (!act || *act == OpId::relu)) {
+      hook.pooled = out.data<float>();
+      hook.pooled_relu = act.has_value();
+    }
     {
       PendingEpilogue guard(base == OpId::conv2d ? &hook : nullptr);
       run_kernel(base, t, ins, y, k.attrs);  // the base kernels read only their own attributes

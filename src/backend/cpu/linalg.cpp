@@ -1,8 +1,12 @@
 // CPU kernels of the linalg family. f32 (and bf16 where the CPU has it) runs oneDNN's matmul, with
 // transposes and batch broadcasting expressed as strides so nothing is copied; f64 runs blocked loops;
-// f16 (and bf16 elsewhere) is staged through f32.
+// f16 (and bf16 elsewhere) is staged through f32. f32 linear with <= 16 outputs runs an own AVX-512 dot kernel.
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+
+#include <immintrin.h>
 
 #include <omp.h>
 
@@ -231,6 +235,88 @@ void matmul_kernel(KernelContext& k) {
              nullptr, k.out(0));
 }
 
+// ---- f32 linear with few outputs (N <= 16: classifier heads), AVX-512: oneDNN's sgemm ran SimpleNet's head
+// ([32, 12544] x [10, 12544]^T) at ~37 GFLOP/s on one thread, and as one task (one 256-row tile). Here every
+// output is a dot product over K: 16 lanes of partial sums, each adding its products in K order by fma (a
+// masked load zero-fills the last partial vector), then a fixed pairwise lane sum, then the bias. The order
+// depends on K only, never on M, the row's place in the batch or the thread count. Tiles of up to 4 rows x 6
+// outputs share each load of x and w. SPORE_LINEAR_AVX512=0 turns it off (read per call, for tests).
+bool few_outputs_avx512(int64_t n, int64_t k) {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  if (!has || n > 16 || k < 16) return false;
+  const char* e = std::getenv("SPORE_LINEAR_AVX512");
+  return !(e && e[0] == '0' && e[1] == 0);
+}
+
+template <int R, int NC>
+__attribute__((target("avx512f"))) void dot_tile(const float* x, const float* w, int64_t k, const float* bias,
+                                                 float* y, int64_t n) {
+  __m512 acc[R][NC];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+  const int64_t kv = k / 16 * 16;
+  for (int64_t p = 0; p < kv; p += 16) {
+    __m512 xv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) xv[r] = _mm512_loadu_ps(x + r * k + p);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      const __m512 wv = _mm512_loadu_ps(w + c * k + p);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+    }
+  }
+  if (kv < k) {
+    const auto m = static_cast<__mmask16>((1u << (k - kv)) - 1);
+    __m512 xv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) xv[r] = _mm512_maskz_loadu_ps(m, x + r * k + kv);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      const __m512 wv = _mm512_maskz_loadu_ps(m, w + c * k + kv);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      alignas(64) float l[16];
+      _mm512_store_ps(l, acc[r][c]);
+      for (int h = 8; h >= 1; h /= 2)  // pairwise, in a fixed order
+        for (int i = 0; i < h; ++i) l[i] += l[i + h];
+      const float d = l[0];
+      y[r * n + c] = bias ? d + bias[c] : d;
+    }
+}
+
+using DotTile = void (*)(const float*, const float*, int64_t, const float*, float*, int64_t);
+template <int R>
+constexpr DotTile dot_tiles[6] = {dot_tile<R, 1>, dot_tile<R, 2>, dot_tile<R, 3>,
+                                  dot_tile<R, 4>, dot_tile<R, 5>, dot_tile<R, 6>};
+
+// y [m, n] = x [m, k] @ w[n, k]^T (+ bias), n <= 16.
+void few_outputs_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y) {
+  constexpr int64_t kRows = 4, kCols = 6;
+  const int64_t groups = num_chunks(n, kCols);
+  // ~16 tasks of whole 4-row tiles (any split gives the same bits).
+  const int64_t per = num_chunks(num_chunks(m, 16), kRows) * kRows;
+  parallel_for(num_chunks(m, per), [&](int64_t task) {
+    const int64_t r1 = std::min(m, (task + 1) * per);
+    for (int64_t r0 = task * per; r0 < r1; r0 += kRows) {
+      const int64_t rows = std::min(kRows, r1 - r0);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t c0 = g * n / groups, nc = (g + 1) * n / groups - c0;  // near-equal column groups
+        const DotTile* table = rows == 4 ? dot_tiles<4> : rows == 3 ? dot_tiles<3> : rows == 2 ? dot_tiles<2> : dot_tiles<1>;
+        table[nc - 1](x + r0 * k, w + c0 * k, k, bias ? bias + c0 : nullptr, y + r0 * n + c0, n);
+      }
+    }
+  });
+}
+
 // linear = [rows, in] @ w^T with w^T described by strides (no copy) and the bias fused into the primitive.
 void linear_kernel(KernelContext& k) {
   const int64_t in = k.in(1).dim(1), out = k.in(1).dim(0);
@@ -243,6 +329,9 @@ void linear_kernel(KernelContext& k) {
   g.b_dims = {in, out};
   g.b_strides = {1, in};
   g.c_dims = {g.m, out};
+  if (k.out(0).dtype() == DType::f32 && g.m > 0 && few_outputs_avx512(out, in))
+    return few_outputs_linear(g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(),
+                              k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr, k.out(0).data<float>());
   run_matmul(g, k.in(0), k.in(1), k.num_inputs() > 2 ? &k.in(2) : nullptr, k.out(0));
 }
 

@@ -1,0 +1,210 @@
+// The cpu backend's AVX-512 paths for small problems, against the kernels they stand in for:
+// - conv2d_fused with pool="max2x2" (relu or no activation, no residual) over the direct conv's geometries
+//   (stride 1, <= 4 input channels) computes conv + relu + pool in registers (conv.cpp, direct_conv_pool). It
+//   must give the bits of the separate conv2d, relu and max_pool2d kernels - the fused op's promise - including
+//   NaN (it wins a window) and -0 (kept by relu; a later +0 does not replace it). SPORE_CONV_AVX512=0 turns the
+//   path off, which the test uses to compare with the path the other CPUs take.
+// - f32 linear with <= 16 outputs (linalg.cpp, few_outputs_linear): dot products in an order that depends on K
+//   only. Checked against float64 with the dot-product bound |y - exact| <= gamma_{K+1} (sum |x||w| + |b|)
+//   (Higham; u = 2^-24), for bit-identical rows whatever the batch around them and whatever the thread count.
+// Both are skipped where the CPU has no AVX-512F (the other paths are what every other test covers there).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu.h"
+#include "base/thread_pool.h"
+#include "ops/registry.h"
+#include "tensor/tensor.h"
+
+namespace spore::cpu {
+namespace {
+
+bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
+
+// Sets an environment variable for the scope (the kernels read it per call).
+struct EnvGuard {
+  std::string name;
+  EnvGuard(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~EnvGuard() { unsetenv(name.c_str()); }
+};
+
+void set_threads(int n) {
+  set_num_threads(n);
+  cpu_set_num_threads(n);
+}
+struct ThreadsGuard {
+  int saved = num_threads();
+  ~ThreadsGuard() { set_threads(saved); }
+};
+
+Tensor run(OpId op, const std::vector<Tensor>& ins, const Attrs& attrs) {
+  const OpDef& def = op_registry().get(op);
+  const Attrs a = def.normalize(attrs);
+  std::vector<TensorType> types;
+  for (const Tensor& t : ins) types.push_back(TensorType::of(t.dtype(), t.shape()));
+  const auto outs_t = def.infer_types(types, a);
+  const KernelInfo* k = kernel_registry().find(Backend::cpu, op, def.dispatch_dtype(types, outs_t));
+  EXPECT_NE(k, nullptr);
+  std::vector<Tensor> outs{Tensor::empty(outs_t[0].shape(), outs_t[0].dtype)};
+  // NaN-filled: every element must be written.
+  std::fill(outs[0].data<float>(), outs[0].data<float>() + outs[0].numel(), std::nanf(""));
+  KernelContext ctx{ins, outs, a, op, {}};
+  k->fn(ctx);
+  return outs[0];
+}
+
+Tensor random_tensor(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (float& f : v) f = dist(rng);
+  return Tensor::from_vector(v, shape);
+}
+
+void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  const auto n = static_cast<size_t>(a.numel());
+  size_t diff = 0, first = n;
+  for (size_t i = 0; i < n; ++i)
+    if (std::memcmp(a.data<float>() + i, b.data<float>() + i, sizeof(float)) != 0 && diff++ == 0) first = i;
+  EXPECT_EQ(diff, 0u) << what << ": " << diff << " of " << n << " elements differ, first at " << first << " ("
+                      << (first < n ? a.data<float>()[first] : 0.0f) << " vs "
+                      << (first < n ? b.data<float>()[first] : 0.0f) << ")";
+}
+
+struct ConvCase {
+  int64_t n, c, o, h, w, kh, kw, dil;
+  std::vector<int64_t> pads;  // top, left, bottom, right
+  bool bias;
+  bool relu;
+};
+
+TEST(Avx512Paths, ConvReluPoolHasTheSeparateKernelsBits) {
+  if (!has_avx512()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  ThreadsGuard guard;
+  const std::vector<ConvCase> cases = {
+      {32, 1, 64, 28, 28, 3, 3, 1, {1, 1, 1, 1}, true, true},  // SimpleNet
+      {2, 1, 6, 11, 13, 3, 3, 1, {1, 1, 1, 1}, true, true},     // pooled width 6 < 16: masked
+      {3, 3, 7, 40, 37, 3, 3, 1, {1, 1, 1, 1}, true, false},    // pooled width 18: overlapping last vector
+      {1, 2, 13, 20, 70, 5, 5, 1, {2, 2, 2, 2}, false, true},
+      {2, 4, 5, 19, 23, 3, 3, 2, {2, 2, 2, 2}, true, true},     // dilation 2: odd and even tap offsets
+      {1, 1, 3, 9, 40, 2, 4, 1, {0, 1, 1, 2}, true, true},      // asymmetric kernel and pads
+      {4, 1, 32, 16, 16, 3, 3, 1, {0, 0, 0, 0}, true, true},
+  };
+  uint32_t seed = 11;
+  for (const ConvCase& cc : cases) {
+    Tensor x = random_tensor({cc.n, cc.c, cc.h, cc.w}, seed++);
+    Tensor w = random_tensor({cc.o, cc.c, cc.kh, cc.kw}, seed++);
+    Tensor b = random_tensor({cc.o}, seed++);
+    // Specials: a NaN (it must win its windows), a zero patch with channel 0 all-negative weights and bias -0
+    // (its outputs there are -0: relu keeps them, a later +0 in the window must not replace them).
+    // x >= 0, so channel 0's outputs are negative (relu: +0) except over the zero patch (-0): the windows on
+    // the patch's edge see -0 first and +0 after it.
+    float* xp = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) xp[i] = std::abs(xp[i]);
+    for (int64_t ch = 0; ch < cc.c; ++ch)  // image 0's top-left corner
+      for (int64_t yy = 0; yy < 4 && yy < cc.h; ++yy)
+        for (int64_t xx = 0; xx < 6 && xx < cc.w; ++xx) xp[(ch * cc.h + yy) * cc.w + xx] = 0.0f;
+    xp[2 * x.numel() / 3 + 5] = std::nanf("");
+    for (int64_t i = 0; i < cc.c * cc.kh * cc.kw; ++i) w.data<float>()[i] = -std::abs(w.data<float>()[i]) - 0.01f;
+    b.data<float>()[0] = -0.0f;
+    std::vector<Tensor> ins{x, w};
+    if (cc.bias) ins.push_back(b);
+    Attrs conv{{"padding", cc.pads}, {"dilation", std::vector<int64_t>{cc.dil, cc.dil}}};
+    Attrs fused = conv;
+    fused.set("pool", std::string("max2x2"));
+    if (cc.relu) fused.set("activation", std::string("relu"));
+    const std::string what = "n=" + std::to_string(cc.n) + " c=" + std::to_string(cc.c) + " o=" +
+                             std::to_string(cc.o) + " " + std::to_string(cc.h) + "x" + std::to_string(cc.w) + " k" +
+                             std::to_string(cc.kh) + "x" + std::to_string(cc.kw) + " d" + std::to_string(cc.dil);
+    // The separate kernels (on their own paths).
+    Tensor y = run(OpId::conv2d, ins, conv);
+    if (cc.relu) y = run(OpId::relu, {y}, {});
+    const Tensor want = run(OpId::max_pool2d, {y}, {{"kernel", std::vector<int64_t>{2, 2}},
+                                                    {"stride", std::vector<int64_t>{2, 2}}});
+    int64_t nan = 0, negzero = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      nan += std::isnan(want.data<float>()[i]);
+      negzero += want.data<float>()[i] == 0.0f && std::signbit(want.data<float>()[i]);
+    }
+    EXPECT_GT(nan, 0) << what;
+    if (cc.relu && cc.bias) {
+      EXPECT_GT(negzero, 0) << what;
+    }
+    for (int t : {1, 2, 3}) {
+      set_threads(t);
+      expect_same_bits(run(OpId::conv2d_fused, ins, fused), want, what + " fused, threads " + std::to_string(t));
+    }
+    EnvGuard off("SPORE_CONV_AVX512", "0");
+    expect_same_bits(run(OpId::conv2d_fused, ins, fused), want, what + " fused without the AVX-512 path");
+  }
+}
+
+// Checks y [m, n] against float64 with the dot-product error bound.
+void expect_linear_close(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  constexpr double u = 1.0 / (1 << 24);
+  const double gamma = (k + 1) * u / (1 - (k + 1) * u);
+  int64_t failures = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = b ? b->data<float>()[j] : 0.0, mag = b ? std::abs(b->data<float>()[j]) : 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double t = static_cast<double>(x.data<float>()[i * k + p]) * w.data<float>()[j * k + p];
+        ref += t;
+        mag += std::abs(t);
+      }
+      const double got = y.data<float>()[i * n + j];
+      if (!(std::abs(got - ref) <= gamma * mag) && failures++ < 5)
+        ADD_FAILURE() << "row " << i << " col " << j << ": got " << got << " want " << ref << " bound " << gamma * mag;
+    }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(Avx512Paths, FewOutputLinearIsAccurateAndBatchInvariant) {
+  if (!has_avx512()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  ThreadsGuard guard;
+  struct Case {
+    int64_t m, k, n;
+  };
+  uint32_t seed = 101;
+  for (const Case c : {Case{32, 12544, 10}, Case{1, 100, 1}, Case{7, 33, 16}, Case{5, 16, 7}, Case{9, 1000, 13},
+                       Case{70, 257, 3}, Case{4, 64, 6}}) {
+    const std::string what = std::to_string(c.m) + "x" + std::to_string(c.k) + " -> " + std::to_string(c.n);
+    SCOPED_TRACE(what);
+    const Tensor x = random_tensor({c.m, c.k}, seed++), w = random_tensor({c.n, c.k}, seed++),
+                 b = random_tensor({c.n}, seed++);
+    for (bool bias : {true, false}) {
+      std::vector<Tensor> ins{x, w};
+      if (bias) ins.push_back(b);
+      set_threads(1);
+      const Tensor one = run(OpId::linear, ins, {});
+      expect_linear_close(x, w, bias ? &b : nullptr, one);
+      for (int t : {2, 3}) {
+        set_threads(t);
+        expect_same_bits(run(OpId::linear, ins, {}), one, what + " threads " + std::to_string(t));
+      }
+      // Each row alone gives the bits it has inside the batch.
+      for (int64_t i : {int64_t{0}, c.m / 2, c.m - 1}) {
+        Tensor row = Tensor::empty({1, c.k}, DType::f32);
+        std::memcpy(row.data<float>(), x.data<float>() + i * c.k, static_cast<size_t>(c.k) * sizeof(float));
+        std::vector<Tensor> row_ins{row, w};
+        if (bias) row_ins.push_back(b);
+        const Tensor alone = run(OpId::linear, row_ins, {});
+        EXPECT_EQ(std::memcmp(alone.data<float>(), one.data<float>() + i * c.n, static_cast<size_t>(c.n) * 4), 0)
+            << "row " << i;
+      }
+      EnvGuard off("SPORE_LINEAR_AVX512", "0");
+      expect_linear_close(x, w, bias ? &b : nullptr, run(OpId::linear, ins, {}));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spore::cpu
