@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -197,11 +198,14 @@ TEST(TrainModel, BatchNormAndDropoutTrainBitIdenticallyInBothModes) {
   expect_same_state(*a.net, *b.net);                       // parameters and running stats, bit for bit
   EXPECT_EQ(a.net->drop.calls(), 3);
   // The graph step replays one plan per signature yet draws a fresh mask per step: a second epoch still
-  // matches PyNative (whose masks are keyed on the step), and eval (running stats) agrees too.
+  // matches PyNative (whose masks are keyed on the step), and eval (running stats) agrees too - to rounding:
+  // graph-mode eval runs the inference graph, where batch_norm is folded into the conv's weights and bias, so
+  // its activations differ from PyNative's conv-then-BN in the last bits (measured: ~half of them, by <= 2
+  // ulp); the logits and loss follow within float rounding, not bit for bit.
   expect_bit_equal(step_losses(*a.model, ds, 1), step_losses(*b.model, ds, 1));
   expect_same_state(*a.net, *b.net);
   const std::map<std::string, double> ea = a.model->eval(ds), eb = b.model->eval(ds);
-  EXPECT_EQ(ea.at("loss"), eb.at("loss"));
+  EXPECT_NEAR(ea.at("loss"), eb.at("loss"), 1e-6 * std::abs(ea.at("loss")));
   EXPECT_EQ(ea.at("accuracy"), eb.at("accuracy"));
 
   // Gradient accumulation with BN and dropout: each micro-batch has its own mask and updates the stats.
