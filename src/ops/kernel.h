@@ -32,6 +32,10 @@ struct KernelContext {
   void* scratch(size_t bytes);
 
   std::vector<std::shared_ptr<Storage>> scratch_blocks;  // owned by this call
+  // Bit i set: input i is a constant of the running plan (a model weight): its bytes do not change while its
+  // storage lives (plans snapshot their constants, as batch_norm folding already does), so a kernel may cache
+  // what it derives from them - keyed on the storage, never on the address alone. Eager calls pass 0.
+  uint64_t constant_inputs = 0;
 };
 
 using KernelFn = void (*)(KernelContext&);

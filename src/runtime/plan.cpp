@@ -144,6 +144,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
     const int step_index = static_cast<int>(p.steps_.size());
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Value* v = n->inputs[i];
+      if (v->producer->op == OpId::constant && i < 64) st.constant_inputs |= uint64_t{1} << i;
       st.ins.push_back(tensor_for(v));
       if (!st.ins.back().defined()) {
         if (input_index.count(v)) p.patches_.push_back({step_index, false, static_cast<int>(i), input_index[v]});
@@ -207,6 +208,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   for (Step& st : steps_) {
     const Attrs& attrs = *st.attrs;
     KernelContext ctx{st.ins, st.outs, attrs, st.def->id, {}};
+    ctx.constant_inputs = st.constant_inputs;
     if (prof) {
       const int64_t t0 = Profiler::now_ns();
       st.fn(ctx);

@@ -55,6 +55,7 @@ class Plan {
     std::vector<Tensor> ins;
     std::vector<Tensor> outs;
     std::vector<TensorType> in_types, out_types;
+    uint64_t constant_inputs = 0;  // KernelContext::constant_inputs: which inputs are constants of the graph
   };
   struct Patch {  // where run() writes graph inputs/outputs into the prebuilt step tensors
     int step;

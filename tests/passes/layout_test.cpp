@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "backend/cpu/winograd.h"
 #include "ops/dispatch.h"
 #include "ops/fused.h"
 #include "ops/graph_ops.h"
@@ -133,6 +134,31 @@ TEST(Layout, BlockedPlanMatchesThePlainPlanTheReferenceAndItselfOnAnyThreadCount
       EXPECT_LT(max_rel_diff(got1[i], want[i]), 1e-5);
       EXPECT_LT(max_rel_diff(got1[i], oracle[i]), 1e-5);
     }
+  }
+}
+
+// The plan marks its constants (KernelContext::constant_inputs), so the blocked 3x3 convs that run Winograd keep
+// their transformed weights across runs (backend/cpu/winograd.h) - with the bits of transforming them every run.
+TEST(Layout, WinogradConvsOfAPlanReuseTheirTransformedWeights) {
+  if (std::getenv("SPORE_CONV_WINOGRAD") != nullptr || std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr)
+    GTEST_SKIP() << "Winograd selection changed by the environment";
+  Plan plan = compile_plan(resnet_like(DType::f32, 2, 3), inference(true));
+  std::mt19937 rng(4);
+  const Tensor in[] = {random_tensor(rng, {2, 3, 12, 12}, DType::f32), random_tensor(rng, {2, 8, 6, 6}, DType::f32)};
+  const cpu::WinogradCacheStats s0 = cpu::winograd_cache_stats();
+  const auto first = plan.run(in);
+  const cpu::WinogradCacheStats s1 = cpu::winograd_cache_stats();
+  const auto second = plan.run(in);
+  const cpu::WinogradCacheStats s2 = cpu::winograd_cache_stats();
+  EXPECT_EQ(s1.misses - s0.misses, 2);  // c1 and c2 (16 -> 16, 3x3, stride 1)
+  EXPECT_EQ(s2.misses, s1.misses);
+  EXPECT_EQ(s2.hits - s1.hits, 2);
+  setenv("SPORE_WINOGRAD_CACHE", "0", 1);
+  const auto uncached = plan.run(in);
+  unsetenv("SPORE_WINOGRAD_CACHE");
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_TRUE(bit_equal(first[i], second[i])) << "output " << i;
+    EXPECT_TRUE(bit_equal(first[i], uncached[i])) << "output " << i;
   }
 }
 

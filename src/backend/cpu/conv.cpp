@@ -763,7 +763,7 @@ void conv_kernel(KernelContext& k) {
 }  // namespace
 
 void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
-                    bool dst_blocked) {
+                    bool dst_blocked, bool weights_constant) {
   const auto logical = [](const Shape& s, bool blocked) {
     return blocked ? Shape{s[0], s[1] * s[4], s[2], s[3]} : s;
   };
@@ -786,7 +786,7 @@ void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
       w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       winograd_qualifies(wg, rule))
     return winograd_conv2d_nchw8c(wg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
-                                  y.data<float>());
+                                  y.data<float>(), weights_constant ? w.storage() : nullptr);
   static PrimitiveCache<ConvPrim> cache;
   const std::string key = geom_key(g, DType::f32, bias != nullptr) + (src_blocked ? "b" : "p") + (dst_blocked ? "b" : "p");
   const ConvPrim& p = cache.get(key, [&] { return make_conv_prim(g, DType::f32, bias != nullptr, false, a, src_blocked, dst_blocked); });

@@ -32,8 +32,9 @@ void max_pool_2x2_planes(const float* x, float* y, int64_t planes, int64_t h, in
 
 // conv2d (f32) through oneDNN with x and/or y in the blocked layout [N, C/8, H, W, 8] (conv2d_fused's
 // src_layout / dst_layout "nchw8c", ops/fused.h): the primitive reads and writes them as nChw8c directly, so
-// no activation reorder runs. `a` holds conv2d's attributes.
+// no activation reorder runs. `a` holds conv2d's attributes. weights_constant: w is a plan constant
+// (KernelContext::constant_inputs), so a Winograd conv may reuse its transformed weights across calls.
 void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
-                    bool dst_blocked);
+                    bool dst_blocked, bool weights_constant = false);
 
 }  // namespace spore::cpu

@@ -112,7 +112,8 @@ void fused_kernel(KernelContext& k) {
     // the blocked output (the residual has the same layout) over cache-sized blocks afterwards.
     SPORE_CHECK(t == DType::f32 && !pool, ErrorCode::unsupported,
                 "[conv2d_fused] nchw8c layouts need f32 and pool=none, got {} pool={}", dtype_name(t), k.attrs.s("pool"));
-    conv2d_blocked(ins[0], ins[1], o.bias >= 0 ? &ins[2] : nullptr, out, k.attrs, src_blocked, dst_blocked);
+    conv2d_blocked(ins[0], ins[1], o.bias >= 0 ? &ins[2] : nullptr, out, k.attrs, src_blocked, dst_blocked,
+                   (k.constant_inputs >> 1) & 1);
     EpilogueF32 e{out.data<float>(), res ? res->data<float>() : nullptr, act.has_value(), UnaryOp::relu, {}};
     if (act) e.op = unary_of(*act, k.attrs, e.p);
     if (res || act) e.all(out.numel());

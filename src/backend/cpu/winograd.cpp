@@ -27,12 +27,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <vector>
 
 #include <immintrin.h>
 
 #include "backend/cpu/onednn_util.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "tensor/storage.h"
 
 namespace spore::cpu {
 namespace {
@@ -51,7 +54,7 @@ float* scratch(int slot, size_t count) {
     size_t n = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local Buf bufs[3];
+  thread_local Buf bufs[4];
   Buf& b = bufs[slot];
   if (b.n < count) {
     std::free(b.p);
@@ -71,14 +74,32 @@ void run_tasks(bool serial, int64_t tasks, const Fn& fn) {
   for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
 
+// In-register transpose of an 8x8 block of floats (rows r[0..7] become columns).
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
 // U[k][c][o] = (G g G^T)_k for g = w[o, c], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1], stored per 16-channel
 // slice: slice s (channels 16s.. < O) of U_k starts at k*(O*C + kPlanePad) + 16s*C and holds [C][width],
-// width = 16 or the last slice's 8. Eight output channels per vector (gathered from w's [O, C, 3, 3]), so each
+// width = 16 or the last slice's 8. Eight output channels per vector (transposed from w's [O, C, 3, 3]), so each
 // U row segment is one aligned store; the halvings are exact and the sums run in one fixed order.
 void transform_weights(const float* w, int64_t C, int64_t O, float* U, bool serial) {
   const int64_t groups = O / 8;
-  const __m256i stride = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                            _mm256_set1_epi32(static_cast<int>(C * 9)));
   const __m256 half = _mm256_set1_ps(0.5f);
   // One task per 16-channel slice, not per group of 8: the two groups of a slice write the two halves of the same
   // cache lines, and splitting them between threads made the lines bounce (measured with the batch-1 convs forced
@@ -87,12 +108,21 @@ void transform_weights(const float* w, int64_t C, int64_t O, float* U, bool seri
   run_tasks(serial, slices, [&](int64_t slice) {
     for (int64_t grp = slice * (kNR / 8); grp < std::min(groups, (slice + 1) * (kNR / 8)); ++grp) {
       const int64_t o = grp * 8, o0 = o / kNR * kNR, width = std::min<int64_t>(kNR, O - o0), oo = o - o0;
+      // The group's 8 rows of w (C*9 floats each, a multiple of 8) transposed by 8x8 blocks: wt[c*9 + k][lane] =
+      // w[o + lane, c, k]. Gathering the 8 lanes per (c, k) instead took ~15% of the batch-1 ResNet.
+      float* wt = scratch(3, static_cast<size_t>(C * 9 * 8));
+      for (int64_t q = 0; q < C * 9; q += 8) {
+        __m256 r[8];
+        for (int l = 0; l < 8; ++l) r[l] = _mm256_loadu_ps(w + (o + l) * C * 9 + q);
+        transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_store_ps(wt + (q + i) * 8, r[i]);
+      }
       for (int64_t c = 0; c < C; ++c) {
-        const float* g = w + (o * C + c) * 9;
+        const float* g = wt + c * 72;
         __m256 t[4][3];  // G g
         for (int j = 0; j < 3; ++j) {
-          const __m256 a = _mm256_i32gather_ps(g + j, stride, 4), b = _mm256_i32gather_ps(g + 3 + j, stride, 4),
-                       d = _mm256_i32gather_ps(g + 6 + j, stride, 4);
+          const __m256 a = _mm256_load_ps(g + j * 8), b = _mm256_load_ps(g + (3 + j) * 8),
+                       d = _mm256_load_ps(g + (6 + j) * 8);
           const __m256 ad = _mm256_add_ps(a, d);
           t[0][j] = a;
           t[1][j] = _mm256_mul_ps(half, _mm256_add_ps(ad, b));
@@ -341,7 +371,80 @@ bool winograd_qualifies(const WinogradConv& g, WinogradRule rule) {
   return std::max(g.c, g.o) <= 256 && tiles * 1024 > co;
 }
 
-void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y) {
+namespace {
+
+// Transformed weights of plan constants (winograd.h, weights_owner), most recently used last. An entry matches
+// the same weight pointer and shape in the same storage: the weak_ptr's control block identifies the storage,
+// so a new storage at a recycled address never matches an old entry (std::owner_less), and entries whose storage
+// died are dropped. At most kCacheBytes are kept (16/9 of the cached convs' weights); the oldest go first. The
+// buffers are Storage (counted against set_memory_limit); with no room left the conv transforms per call instead.
+struct CachedWeights {
+  std::weak_ptr<Storage> owner;
+  const float* w;
+  int64_t c, o;
+  std::shared_ptr<Storage> u;  // counted against the process's memory limit like any tensor
+  size_t bytes;
+};
+constexpr size_t kCacheBytes = size_t{256} << 20;
+std::mutex cache_mutex;
+std::vector<CachedWeights> weight_cache;
+size_t cache_bytes = 0;
+int64_t cache_hits = 0, cache_misses = 0;
+
+bool same_owner(const std::weak_ptr<Storage>& a, const std::shared_ptr<Storage>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+
+// Null when the memory limit leaves no room for them (the caller transforms into its scratch instead).
+std::shared_ptr<Storage> cached_weights(const std::shared_ptr<Storage>& owner, const float* w, int64_t C, int64_t O,
+                                        bool serial) {
+  {
+    const std::lock_guard<std::mutex> lock(cache_mutex);
+    for (auto it = weight_cache.begin(); it != weight_cache.end();) {
+      if (it->owner.expired()) {
+        cache_bytes -= it->bytes;
+        it = weight_cache.erase(it);
+      } else if (it->w == w && it->c == C && it->o == O && same_owner(it->owner, owner)) {
+        ++cache_hits;
+        CachedWeights hit = std::move(*it);
+        weight_cache.erase(it);
+        weight_cache.push_back(std::move(hit));
+        return weight_cache.back().u;
+      } else {
+        ++it;
+      }
+    }
+  }
+  const size_t floats = static_cast<size_t>(16 * (C * O + kPlanePad));
+  const size_t bytes = floats * sizeof(float);
+  std::shared_ptr<Storage> u;
+  try {
+    u = Storage::allocate(bytes, "winograd transformed weights");
+  } catch (const Error&) {
+    return nullptr;
+  }
+  transform_weights(w, C, O, static_cast<float*>(u->data()), serial);  // outside the lock: may run on the team
+  const std::lock_guard<std::mutex> lock(cache_mutex);
+  ++cache_misses;
+  if (bytes > kCacheBytes) return u;
+  while (cache_bytes + bytes > kCacheBytes && !weight_cache.empty()) {
+    cache_bytes -= weight_cache.front().bytes;
+    weight_cache.erase(weight_cache.begin());
+  }
+  weight_cache.push_back({owner, w, C, O, u, bytes});
+  cache_bytes += bytes;
+  return u;
+}
+
+}  // namespace
+
+WinogradCacheStats winograd_cache_stats() {
+  const std::lock_guard<std::mutex> lock(cache_mutex);
+  return {static_cast<int64_t>(weight_cache.size()), static_cast<int64_t>(cache_bytes), cache_hits, cache_misses};
+}
+
+void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
+                            const std::shared_ptr<Storage>& weights_owner) {
   SPORE_CHECK(winograd_qualifies(g, WinogradRule::supported), ErrorCode::unsupported,
               "winograd conv: needs a 3x3 kernel, stride 1, dilation 1, groups 1 and C, O multiples of 8 "
               "(got C={} O={} kernel {}x{} stride {}x{} dilation {}x{} groups {})",
@@ -362,8 +465,17 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   const int64_t threads = serial ? 1 : std::max(1, num_threads());
   const int64_t blocks = (tiles + cap - 1) / cap, rounds = (blocks + threads - 1) / threads;
   p.block = std::min(cap, ((tiles + rounds * threads - 1) / (rounds * threads) + kMR - 1) / kMR * kMR);
-  float* U = scratch(2, static_cast<size_t>(16 * (g.c * g.o + kPlanePad)));  // slots 0 and 1 are the tasks' V and M
-  transform_weights(w, g.c, g.o, U, serial);
+  std::shared_ptr<Storage> kept;  // holds a cached U for this call, whatever the cache evicts meanwhile
+  float* U = nullptr;
+  const char* cache_env = std::getenv("SPORE_WINOGRAD_CACHE");  // =0: transform per call (A/B benchmarks)
+  if (weights_owner && !(cache_env && cache_env[0] == '0' && cache_env[1] == 0))
+    kept = cached_weights(weights_owner, w, g.c, g.o, serial);
+  if (kept) {
+    U = static_cast<float*>(kept->data());
+  } else {
+    U = scratch(2, static_cast<size_t>(16 * (g.c * g.o + kPlanePad)));  // slots 0, 1, 3: V, M, wt
+    transform_weights(w, g.c, g.o, U, serial);
+  }
   const bool avx512 = use_avx512();
   run_tasks(serial, (tiles + p.block - 1) / p.block, [&](int64_t b) {
     const int64_t first = b * p.block;

@@ -285,3 +285,48 @@ TEST(Winograd, Conv2dBlockedHook) {
 
 }  // namespace
 }  // namespace spore::cpu
+
+namespace spore::cpu {
+namespace {
+
+std::vector<float> run_cached(const Problem& p, const float* w, const std::shared_ptr<Storage>& owner) {
+  std::vector<float> y(p.y_size(), std::nanf(""));
+  winograd_conv2d_nchw8c(p.wg, p.x.data(), w, p.has_bias ? p.b.data() : nullptr, y.data(), owner);
+  return y;
+}
+
+// Transformed weights kept for a constant's storage give the bits of transforming them per call; a new storage at
+// the same address (the allocator recycles blocks) never sees the old storage's weights.
+TEST(Winograd, CachedWeightsHaveTheSameBitsAndFollowTheirStorage) {
+  const Geom g{2, 32, 48, 9, 10, 1, 1, 1, 1};
+  Problem p = make_problem(g, true, 41);
+  const std::vector<float> w2 = random_floats(p.w.size(), 42);
+  std::vector<float> buf = p.w;  // the "constant's" bytes, at one fixed address
+  const WinogradCacheStats s0 = winograd_cache_stats();
+  auto a = Storage::wrap(buf.data(), buf.size() * sizeof(float));
+  const std::vector<float> uncached = run(p);
+  EXPECT_EQ(run_cached(p, buf.data(), a), uncached);
+  EXPECT_EQ(run_cached(p, buf.data(), a), uncached);
+  const WinogradCacheStats s1 = winograd_cache_stats();
+  EXPECT_EQ(s1.misses - s0.misses, 1);
+  EXPECT_EQ(s1.hits - s0.hits, 1);
+  EXPECT_EQ(s1.entries - s0.entries, 1);
+  // The storage goes, its bytes change, a new storage wraps the same address.
+  a.reset();
+  std::copy(w2.begin(), w2.end(), buf.begin());
+  auto b = Storage::wrap(buf.data(), buf.size() * sizeof(float));
+  Problem p2 = p;
+  p2.w = w2;
+  EXPECT_EQ(run_cached(p, buf.data(), b), run(p2));
+  const WinogradCacheStats s2 = winograd_cache_stats();
+  EXPECT_EQ(s2.misses - s1.misses, 1);
+  EXPECT_EQ(s2.entries, s1.entries);  // the dead storage's entry was dropped, the new one added
+  // Bypassed on request.
+  setenv("SPORE_WINOGRAD_CACHE", "0", 1);
+  EXPECT_EQ(run_cached(p, buf.data(), b), run(p2));
+  unsetenv("SPORE_WINOGRAD_CACHE");
+  EXPECT_EQ(winograd_cache_stats().hits, s2.hits);
+}
+
+}  // namespace
+}  // namespace spore::cpu
