@@ -17,6 +17,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "backend/cpu/constant_cache.h"
 #include "backend/cpu/conv_epilogue.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
@@ -54,7 +55,10 @@ struct ConvPrim {
   dnnl::primitive prim;
 };
 
-void exec_conv(const ConvPrim& p, const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) {
+// w_owner: w's storage when w is a plan constant (KernelContext::constant_inputs): its reordered copy is then kept
+// (constant_cache.h) under `key` (the primitive's) instead of reordered on every call.
+void exec_conv(const ConvPrim& p, const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y,
+               const std::shared_ptr<Storage>& w_owner = nullptr, std::string_view key = {}) {
   dnnl::stream& s = dnnl_stream();
   thread_local std::vector<char> src_buf, wei_buf, dst_buf;  // reorder buffers (onednn_util.h scratch_memory)
   memory xs = user_memory(p.user_src, x), ws = user_memory(p.user_wei, w), ys = user_memory(p.user_dst, y);
@@ -63,9 +67,20 @@ void exec_conv(const ConvPrim& p, const Tensor& x, const Tensor& w, const Tensor
     xm = scratch_memory(p.src, src_buf);
     dnnl::reorder(xs, xm).execute(s, xs, xm);
   }
+  std::shared_ptr<Storage> kept;  // the cached reordered weights, alive for this call
   if (p.wei != p.user_wei) {
-    wm = scratch_memory(p.wei, wei_buf);
-    dnnl::reorder(ws, wm).execute(s, ws, wm);
+    kept = constant_derived(w_owner, w.raw_data(), fmt::format("onednn_conv_weights:{}", key), p.wei.get_size(),
+                            [&](void* buf) {
+                              memory dst(p.wei, dnnl_engine(), buf);
+                              dnnl::reorder(ws, dst).execute(s, ws, dst);
+                              s.wait();
+                            });
+    if (kept) {
+      wm = memory(p.wei, dnnl_engine(), kept->data());
+    } else {
+      wm = scratch_memory(p.wei, wei_buf);
+      dnnl::reorder(ws, wm).execute(s, ws, wm);
+    }
   }
   if (p.dst != p.user_dst) ym = scratch_memory(p.dst, dst_buf);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
@@ -743,14 +758,15 @@ void conv_kernel(KernelContext& k) {
     return;
   }
   static PrimitiveCache<std::optional<ConvPrim>> cache;
-  const auto p = cache.get(geom_key(g, t, bias != nullptr) + (transpose ? "t" : "c"), [&]() -> std::optional<ConvPrim> {
+  const std::string key = geom_key(g, t, bias != nullptr) + (transpose ? "t" : "c");
+  const auto p = cache.get(key, [&]() -> std::optional<ConvPrim> {
     try {
       return make_conv_prim(g, t, bias != nullptr, transpose, k.attrs);
     } catch (const dnnl::error&) {
       return std::nullopt;  // a geometry oneDNN does not implement: the loops below handle it
     }
   });
-  if (p) return exec_conv(*p, k.in(0), k.in(1), bias, k.out(0));
+  if (p) return exec_conv(*p, k.in(0), k.in(1), bias, k.out(0), (k.constant_inputs >> 1) & 1 ? k.in(1).storage() : nullptr, key);
   SPORE_CHECK(t == DType::f32, ErrorCode::unsupported, "[{}] oneDNN has no {} kernel for this geometry", op_name(k.op),
               dtype_name(t));
   const float* b = bias ? bias->data<float>() : nullptr;
@@ -790,7 +806,7 @@ void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   static PrimitiveCache<ConvPrim> cache;
   const std::string key = geom_key(g, DType::f32, bias != nullptr) + (src_blocked ? "b" : "p") + (dst_blocked ? "b" : "p");
   const ConvPrim& p = cache.get(key, [&] { return make_conv_prim(g, DType::f32, bias != nullptr, false, a, src_blocked, dst_blocked); });
-  exec_conv(p, x, w, bias, y);
+  exec_conv(p, x, w, bias, y, weights_constant ? w.storage() : nullptr, key);
 }
 
 namespace {

@@ -21,11 +21,14 @@ namespace {
 
 constexpr int64_t kBlock = 16384;  // the elementwise kernels' chunk: 64 KB of f32, in L2 while both steps run
 
-void run_kernel(OpId op, DType t, std::span<const Tensor> inputs, Tensor& out, const Attrs& attrs) {
+// constant: KernelContext::constant_inputs of the call (the fused op's x and w keep their indices 0 and 1).
+void run_kernel(OpId op, DType t, std::span<const Tensor> inputs, Tensor& out, const Attrs& attrs,
+                uint64_t constant = 0) {
   const KernelInfo* ki = kernel_registry().find(Backend::cpu, op, t);
   SPORE_CHECK(ki != nullptr && ki->fn != nullptr, ErrorCode::unsupported, "[{}] no cpu kernel for {}", op_name(op),
               dtype_name(t));
   KernelContext kc{inputs, std::span<Tensor>(&out, 1), attrs, op, {}};
+  kc.constant_inputs = constant;
   ki->fn(kc);
 }
 
@@ -138,12 +141,12 @@ void fused_kernel(KernelContext& k) {
     }
     {
       PendingEpilogue guard(base == OpId::conv2d ? &hook : nullptr);
-      run_kernel(base, t, ins, y, k.attrs);  // the base kernels read only their own attributes
+      run_kernel(base, t, ins, y, k.attrs, k.constant_inputs & 3);  // the base kernels read only their own attributes
     }
     if (hook.applied) return;
     e.all(y.numel());
   } else {
-    run_kernel(base, t, ins, y, k.attrs);
+    run_kernel(base, t, ins, y, k.attrs, k.constant_inputs & 3);
     if (y.numel() == 0) return;
     if (res) {
       const Tensor sum_in[2] = {y, *res};

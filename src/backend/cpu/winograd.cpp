@@ -27,15 +27,13 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <mutex>
-#include <vector>
 
 #include <immintrin.h>
 
+#include "backend/cpu/constant_cache.h"
 #include "backend/cpu/onednn_util.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "tensor/storage.h"
 
 namespace spore::cpu {
 namespace {
@@ -371,78 +369,6 @@ bool winograd_qualifies(const WinogradConv& g, WinogradRule rule) {
   return std::max(g.c, g.o) <= 256 && tiles * 1024 > co;
 }
 
-namespace {
-
-// Transformed weights of plan constants (winograd.h, weights_owner), most recently used last. An entry matches
-// the same weight pointer and shape in the same storage: the weak_ptr's control block identifies the storage,
-// so a new storage at a recycled address never matches an old entry (std::owner_less), and entries whose storage
-// died are dropped. At most kCacheBytes are kept (16/9 of the cached convs' weights); the oldest go first. The
-// buffers are Storage (counted against set_memory_limit); with no room left the conv transforms per call instead.
-struct CachedWeights {
-  std::weak_ptr<Storage> owner;
-  const float* w;
-  int64_t c, o;
-  std::shared_ptr<Storage> u;  // counted against the process's memory limit like any tensor
-  size_t bytes;
-};
-constexpr size_t kCacheBytes = size_t{256} << 20;
-std::mutex cache_mutex;
-std::vector<CachedWeights> weight_cache;
-size_t cache_bytes = 0;
-int64_t cache_hits = 0, cache_misses = 0;
-
-bool same_owner(const std::weak_ptr<Storage>& a, const std::shared_ptr<Storage>& b) {
-  return !a.owner_before(b) && !b.owner_before(a);
-}
-
-// Null when the memory limit leaves no room for them (the caller transforms into its scratch instead).
-std::shared_ptr<Storage> cached_weights(const std::shared_ptr<Storage>& owner, const float* w, int64_t C, int64_t O,
-                                        bool serial) {
-  {
-    const std::lock_guard<std::mutex> lock(cache_mutex);
-    for (auto it = weight_cache.begin(); it != weight_cache.end();) {
-      if (it->owner.expired()) {
-        cache_bytes -= it->bytes;
-        it = weight_cache.erase(it);
-      } else if (it->w == w && it->c == C && it->o == O && same_owner(it->owner, owner)) {
-        ++cache_hits;
-        CachedWeights hit = std::move(*it);
-        weight_cache.erase(it);
-        weight_cache.push_back(std::move(hit));
-        return weight_cache.back().u;
-      } else {
-        ++it;
-      }
-    }
-  }
-  const size_t floats = static_cast<size_t>(16 * (C * O + kPlanePad));
-  const size_t bytes = floats * sizeof(float);
-  std::shared_ptr<Storage> u;
-  try {
-    u = Storage::allocate(bytes, "winograd transformed weights");
-  } catch (const Error&) {
-    return nullptr;
-  }
-  transform_weights(w, C, O, static_cast<float*>(u->data()), serial);  // outside the lock: may run on the team
-  const std::lock_guard<std::mutex> lock(cache_mutex);
-  ++cache_misses;
-  if (bytes > kCacheBytes) return u;
-  while (cache_bytes + bytes > kCacheBytes && !weight_cache.empty()) {
-    cache_bytes -= weight_cache.front().bytes;
-    weight_cache.erase(weight_cache.begin());
-  }
-  weight_cache.push_back({owner, w, C, O, u, bytes});
-  cache_bytes += bytes;
-  return u;
-}
-
-}  // namespace
-
-WinogradCacheStats winograd_cache_stats() {
-  const std::lock_guard<std::mutex> lock(cache_mutex);
-  return {static_cast<int64_t>(weight_cache.size()), static_cast<int64_t>(cache_bytes), cache_hits, cache_misses};
-}
-
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
                             const std::shared_ptr<Storage>& weights_owner) {
   SPORE_CHECK(winograd_qualifies(g, WinogradRule::supported), ErrorCode::unsupported,
@@ -465,14 +391,14 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   const int64_t threads = serial ? 1 : std::max(1, num_threads());
   const int64_t blocks = (tiles + cap - 1) / cap, rounds = (blocks + threads - 1) / threads;
   p.block = std::min(cap, ((tiles + rounds * threads - 1) / (rounds * threads) + kMR - 1) / kMR * kMR);
-  std::shared_ptr<Storage> kept;  // holds a cached U for this call, whatever the cache evicts meanwhile
-  float* U = nullptr;
-  const char* cache_env = std::getenv("SPORE_WINOGRAD_CACHE");  // =0: transform per call (A/B benchmarks)
-  if (weights_owner && !(cache_env && cache_env[0] == '0' && cache_env[1] == 0))
-    kept = cached_weights(weights_owner, w, g.c, g.o, serial);
-  if (kept) {
-    U = static_cast<float*>(kept->data());
-  } else {
+  // A plan constant's U is kept for its storage (constant_cache.h); otherwise (or with no room) it is
+  // transformed into this thread's scratch per call.
+  const std::shared_ptr<Storage> kept = constant_derived(
+      weights_owner, w, fmt::format("winograd_f2x3:{}x{}", g.c, g.o),
+      static_cast<size_t>(16 * (g.c * g.o + kPlanePad)) * sizeof(float),
+      [&](void* u) { transform_weights(w, g.c, g.o, static_cast<float*>(u), serial); });
+  float* U = kept ? static_cast<float*>(kept->data()) : nullptr;
+  if (!U) {
     U = scratch(2, static_cast<size_t>(16 * (g.c * g.o + kPlanePad)));  // slots 0, 1, 3: V, M, wt
     transform_weights(w, g.c, g.o, U, serial);
   }

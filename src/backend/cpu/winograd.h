@@ -29,14 +29,8 @@ bool winograd_qualifies(const WinogradConv& g, WinogradRule rule);
 // y[N, O/8, OH, OW, 8] = conv2d(x[N, C/8, H, W, 8], w[O, C, 3, 3]) + bias[O] (bias may be null); contiguous
 // buffers. Throws unsupported unless winograd_qualifies(g, WinogradRule::supported). weights_owner: the storage
 // holding w when w is a plan constant (its bytes do not change while the storage lives): the transformed weights
-// are then kept for it (same bits as transforming them again) instead of recomputed per call; null: per call.
+// are then kept for it (constant_cache.h: same bits as transforming them again) instead of recomputed per call.
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
                             const std::shared_ptr<Storage>& weights_owner = nullptr);
-// The transformed-weights cache: entries and bytes held now, lookups that reused / computed weights so far.
-// SPORE_WINOGRAD_CACHE=0 bypasses it (read per call, for A/B benchmarks).
-struct WinogradCacheStats {
-  int64_t entries, bytes, hits, misses;
-};
-WinogradCacheStats winograd_cache_stats();
 
 }  // namespace spore::cpu

@@ -25,6 +25,7 @@
 
 #include "backend/cpu/conv_epilogue.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/constant_cache.h"
 #include "backend/cpu/winograd.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
@@ -302,12 +303,12 @@ TEST(Winograd, CachedWeightsHaveTheSameBitsAndFollowTheirStorage) {
   Problem p = make_problem(g, true, 41);
   const std::vector<float> w2 = random_floats(p.w.size(), 42);
   std::vector<float> buf = p.w;  // the "constant's" bytes, at one fixed address
-  const WinogradCacheStats s0 = winograd_cache_stats();
+  const ConstantCacheStats s0 = constant_cache_stats();
   auto a = Storage::wrap(buf.data(), buf.size() * sizeof(float));
   const std::vector<float> uncached = run(p);
   EXPECT_EQ(run_cached(p, buf.data(), a), uncached);
   EXPECT_EQ(run_cached(p, buf.data(), a), uncached);
-  const WinogradCacheStats s1 = winograd_cache_stats();
+  const ConstantCacheStats s1 = constant_cache_stats();
   EXPECT_EQ(s1.misses - s0.misses, 1);
   EXPECT_EQ(s1.hits - s0.hits, 1);
   EXPECT_EQ(s1.entries - s0.entries, 1);
@@ -318,14 +319,14 @@ TEST(Winograd, CachedWeightsHaveTheSameBitsAndFollowTheirStorage) {
   Problem p2 = p;
   p2.w = w2;
   EXPECT_EQ(run_cached(p, buf.data(), b), run(p2));
-  const WinogradCacheStats s2 = winograd_cache_stats();
+  const ConstantCacheStats s2 = constant_cache_stats();
   EXPECT_EQ(s2.misses - s1.misses, 1);
   EXPECT_EQ(s2.entries, s1.entries);  // the dead storage's entry was dropped, the new one added
   // Bypassed on request.
-  setenv("SPORE_WINOGRAD_CACHE", "0", 1);
+  setenv("SPORE_CONSTANT_CACHE", "0", 1);
   EXPECT_EQ(run_cached(p, buf.data(), b), run(p2));
-  unsetenv("SPORE_WINOGRAD_CACHE");
-  EXPECT_EQ(winograd_cache_stats().hits, s2.hits);
+  unsetenv("SPORE_CONSTANT_CACHE");
+  EXPECT_EQ(constant_cache_stats().hits, s2.hits);
 }
 
 }  // namespace

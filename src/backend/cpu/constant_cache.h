@@ -1,0 +1,32 @@
+#pragma once
+// Data the cpu kernels derive from plan constants (KernelContext::constant_inputs: model weights, whose bytes do
+// not change while their storage lives) and keep across calls instead of recomputing it per call: Winograd's
+// transformed 3x3 weights, oneDNN's reordered (blocked) conv weights. Same bits as deriving them again.
+//
+// An entry is found by the constant's storage (its control block: a new storage at a recycled address never
+// matches an old entry), the address derived from and a kernel-chosen key (what was derived, in which layout).
+// Entries whose storage died are dropped at the next lookup; at most 256 MB are kept, least recently used first
+// out. The buffers are Storage, counted against set_memory_limit: with no room left, lookup returns null and
+// the kernel derives per call as before. SPORE_CONSTANT_CACHE=0 bypasses the cache (read per call, for A/B
+// benchmarks and tests).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "tensor/storage.h"
+
+namespace spore::cpu {
+
+// The buffer derived from `src` (inside `owner`) under `key`, `bytes` long: found, or allocated and filled by
+// `fill(buffer)` (called without the cache's lock held, so it may run parallel tasks). Null when bypassed or no
+// memory is left for it. The returned pointer keeps the buffer alive whatever the cache evicts meanwhile.
+std::shared_ptr<Storage> constant_derived(const std::shared_ptr<Storage>& owner, const void* src, std::string_view key,
+                                          size_t bytes, const std::function<void(void*)>& fill);
+
+struct ConstantCacheStats {
+  int64_t entries, bytes, hits, misses;
+};
+ConstantCacheStats constant_cache_stats();
+
+}  // namespace spore::cpu
