@@ -1,0 +1,89 @@
+// Direct f32 convolution on nChw8c (direct_blocked.h): weight packing (kept for plan constants), ISA choice and
+// tasks; the row kernels are direct_blocked_tiles.inc, built here for AVX2 and in direct_blocked_avx512.cpp.
+#include "backend/cpu/direct_blocked.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/constant_cache.h"
+#include "base/thread_pool.h"
+#include "tensor/storage.h"
+
+namespace spore::cpu {
+namespace detail {
+namespace {
+#define SPORE_DB_LANES 8
+#define SPORE_DB_ROWS rows_impl
+#include "backend/cpu/direct_blocked_tiles.inc"
+#undef SPORE_DB_ROWS
+#undef SPORE_DB_LANES
+}  // namespace
+
+void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1) { rows_impl(j, n, oy0, oy1); }
+}  // namespace detail
+
+namespace {
+
+bool use_avx512(const DirectBlockedConv& g) {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  const char* e = std::getenv("SPORE_CONV_DIRECT_ISA");
+  return has && g.o % 16 == 0 && !(e && std::string_view(e) == "avx2");
+}
+
+// wp[t][cb][i][j][cc][l] = w[t*L + l][cb*8 + cc][i][j].
+void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, float* wp) {
+  const int64_t blocks = g.o / lanes, cb_n = g.c / 8, ks = g.kh * g.kw;
+  parallel_for(blocks, [&](int64_t t) {
+    float* dst = wp + t * cb_n * ks * 8 * lanes;
+    for (int64_t cb = 0; cb < cb_n; ++cb)
+      for (int64_t k = 0; k < ks; ++k)
+        for (int64_t cc = 0; cc < 8; ++cc)
+          for (int64_t l = 0; l < lanes; ++l)
+            *dst++ = w[((t * lanes + l) * g.c + cb * 8 + cc) * ks + k];
+  });
+}
+
+}  // namespace
+
+bool direct_blocked_supported(const DirectBlockedConv& g) {
+  // Taps outside the image are skipped, so any output size is safe; negative (cropping) pads are not handled.
+  return g.c > 0 && g.o > 0 && g.c % 8 == 0 && g.o % 8 == 0 && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 &&
+         g.pad_top >= 0 && g.pad_left >= 0 && g.oh >= 1 && g.ow >= 1;
+}
+
+void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
+                         const std::shared_ptr<Storage>& weights_owner) {
+  const bool wide = use_avx512(g);
+  const int lanes = wide ? 16 : 8;
+  const size_t floats = static_cast<size_t>(g.o * g.c * g.kh * g.kw);
+  const std::shared_ptr<Storage> kept =
+      constant_derived(weights_owner, w, fmt::format("direct_blocked:{}:{}x{}x{}x{}", lanes, g.o, g.c, g.kh, g.kw),
+                       floats * sizeof(float), [&](void* buf) { pack_weights(g, w, lanes, static_cast<float*>(buf)); });
+  std::vector<float> local;
+  const float* wp = nullptr;
+  if (kept) {
+    wp = static_cast<const float*>(kept->data());
+  } else {
+    local.resize(floats);
+    pack_weights(g, w, lanes, local.data());
+    wp = local.data();
+  }
+  const detail::DirectJob job{&g, x, wp, bias, y};
+  // Tasks of whole output rows of one image, ~16 per image at most (any split gives the same bits).
+  const int64_t per = std::max<int64_t>(1, num_chunks(g.oh, 16));
+  const int64_t chunks = num_chunks(g.oh, per);
+  parallel_for(g.n * chunks, [&](int64_t task) {
+    const int64_t n = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
+    if (wide) detail::direct_rows_avx512(job, n, oy0, oy1);
+    else detail::direct_rows_avx2(job, n, oy0, oy1);
+  });
+}
+
+}  // namespace spore::cpu

@@ -1,0 +1,164 @@
+// The direct nChw8c conv (backend/cpu/direct_blocked.h) against a float64 direct convolution, and its
+// determinism promises: the AVX-512 and AVX2 builds give the same bits, as do any thread count, the image's place
+// in the batch and the cached packed weights of a plan constant.
+//
+// Tolerance: each output is the bias plus K = C*kH*kW products summed by fma in one order, so
+// |y - exact| <= gamma_{K+1} * (|b| + sum |x||w|), gamma_n = n u / (1 - n u), u = 2^-24 (Higham's dot-product
+// bound). A wrong index, a missing tap or a wrong channel gives errors of the order of |y|.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/constant_cache.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/direct_blocked.h"
+#include "base/thread_pool.h"
+#include "tensor/storage.h"
+
+namespace spore::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+struct Case {
+  int64_t n, c, o, h, w, kh, kw, sh, sw, pt, pl, pb, pr;
+  DirectBlockedConv geom() const {
+    return {n, c, h, w, o, (h + pt + pb - kh) / sh + 1, (w + pl + pr - kw) / sw + 1, kh, kw, sh, sw, pt, pl};
+  }
+  std::string name() const {
+    return fmt::format("n{} c{} o{} {}x{} k{}x{} s{},{} pads {},{},{},{}", n, c, o, h, w, kh, kw, sh, sw, pt, pl, pb, pr);
+  }
+};
+
+size_t blocked(int64_t n, int64_t c, int64_t y, int64_t x, int64_t C, int64_t h, int64_t w) {
+  return static_cast<size_t>((((n * (C / 8) + c / 8) * h + y) * w + x) * 8 + c % 8);
+}
+
+struct Problem {
+  DirectBlockedConv g;
+  std::vector<float> x, w, b;
+  size_t y_size() const { return static_cast<size_t>(g.n * g.o * g.oh * g.ow); }
+};
+
+Problem make(const Case& c, uint32_t seed) {
+  const DirectBlockedConv g = c.geom();
+  return {g, random_floats(static_cast<size_t>(g.n * g.c * g.h * g.w), seed),
+          random_floats(static_cast<size_t>(g.o * g.c * g.kh * g.kw), seed + 1), random_floats(static_cast<size_t>(g.o), seed + 2)};
+}
+
+std::vector<float> run(const Problem& p, bool bias, const std::shared_ptr<Storage>& owner = nullptr,
+                       const float* w = nullptr) {
+  std::vector<float> y(p.y_size(), std::nanf(""));
+  direct_blocked_conv(p.g, p.x.data(), w ? w : p.w.data(), bias ? p.b.data() : nullptr, y.data(), owner);
+  return y;
+}
+
+void expect_matches_reference(const Problem& p, bool bias, const std::vector<float>& y) {
+  const DirectBlockedConv& g = p.g;
+  constexpr double u = 1.0 / (1 << 24);
+  const double k = static_cast<double>(g.c * g.kh * g.kw) + 1;
+  const double gamma = k * u / (1 - k * u);
+  int64_t failures = 0;
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          double ref = bias ? p.b[static_cast<size_t>(o)] : 0.0, mag = std::abs(ref);
+          for (int64_t c = 0; c < g.c; ++c)
+            for (int64_t i = 0; i < g.kh; ++i)
+              for (int64_t j = 0; j < g.kw; ++j) {
+                const int64_t iy = oy * g.sh + i - g.pad_top, ix = ox * g.sw + j - g.pad_left;
+                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                const double t = static_cast<double>(p.x[blocked(n, c, iy, ix, g.c, g.h, g.w)]) *
+                                 p.w[static_cast<size_t>(((o * g.c + c) * g.kh + i) * g.kw + j)];
+                ref += t;
+                mag += std::abs(t);
+              }
+          const double got = y[blocked(n, o, oy, ox, g.o, g.oh, g.ow)];
+          if (!(std::abs(got - ref) <= gamma * mag) && failures++ < 5)
+            ADD_FAILURE() << "n=" << n << " o=" << o << " y=" << oy << " x=" << ox << ": got " << got << " want " << ref;
+        }
+  EXPECT_EQ(failures, 0);
+}
+
+void set_threads(int n) {
+  set_num_threads(n);
+  cpu_set_num_threads(n);
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      // n, c, o, h, w, kh, kw, sh, sw, pads t, l, b, r
+      {2, 32, 64, 16, 16, 3, 3, 2, 2, 1, 1, 1, 1},  // ResNet downsampling conv
+      {1, 64, 128, 16, 16, 1, 1, 2, 2, 0, 0, 0, 0},  // its 1x1 stride-2 skip
+      {3, 16, 32, 9, 11, 1, 1, 1, 1, 0, 0, 0, 0},    // 1x1 stride 1, odd sizes
+      {1, 8, 16, 13, 30, 5, 5, 1, 1, 2, 2, 2, 2},    // wide rows: several pixel tiles and a remainder
+      {2, 8, 8, 15, 17, 3, 3, 2, 2, 0, 0, 0, 0},     // O = 8: one 8-lane block (the AVX2 build on any CPU)
+      {1, 24, 24, 10, 10, 3, 3, 1, 2, 1, 1, 0, 2},   // O = 24: 16 + 8 lanes; asymmetric stride and pads
+      {1, 8, 32, 20, 20, 7, 7, 2, 2, 3, 3, 3, 3},    // 7x7 stride 2: several edge columns
+      {2, 16, 48, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2},     // pads wider than the interior: every column is an edge
+  };
+  return c;
+}
+
+TEST(DirectBlocked, MatchesFloat64DirectConv) {
+  uint32_t seed = 3;
+  for (const Case& c : cases())
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(c.name() + (bias ? " bias" : ""));
+      const Problem p = make(c, seed += 5);
+      ASSERT_TRUE(direct_blocked_supported(p.g));
+      expect_matches_reference(p, bias, run(p, bias));
+    }
+}
+
+TEST(DirectBlocked, SameBitsForBothIsasAnyThreadCountBatchAndCachedWeights) {
+  const int saved = num_threads();
+  uint32_t seed = 77;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name());
+    const Problem p = make(c, seed += 5);
+    set_threads(1);
+    const std::vector<float> one = run(p, true);
+    for (int t : {2, 3}) {
+      set_threads(t);
+      EXPECT_EQ(run(p, true), one) << t << " threads";
+    }
+    set_threads(saved);
+    setenv("SPORE_CONV_DIRECT_ISA", "avx2", 1);
+    EXPECT_EQ(run(p, true), one) << "AVX2 build";
+    unsetenv("SPORE_CONV_DIRECT_ISA");
+    // The last image alone.
+    Problem last = p;
+    last.g.n = 1;
+    const size_t img = static_cast<size_t>(p.g.c * p.g.h * p.g.w), out = static_cast<size_t>(p.g.o * p.g.oh * p.g.ow);
+    last.x.assign(p.x.end() - static_cast<std::ptrdiff_t>(img), p.x.end());
+    const std::vector<float> alone = run(last, true);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), one.end() - static_cast<std::ptrdiff_t>(out))) << "batch of 1";
+    // Packed weights kept for a constant's storage: the same bits, found again on the next call.
+    std::vector<float> wbuf = p.w;
+    auto owner = Storage::wrap(wbuf.data(), wbuf.size() * sizeof(float));
+    const ConstantCacheStats s0 = constant_cache_stats();
+    EXPECT_EQ(run(p, true, owner, wbuf.data()), one);
+    EXPECT_EQ(run(p, true, owner, wbuf.data()), one);
+    const ConstantCacheStats s1 = constant_cache_stats();
+    EXPECT_EQ(s1.misses - s0.misses, 1);
+    EXPECT_EQ(s1.hits - s0.hits, 1);
+  }
+}
+
+}  // namespace
+}  // namespace spore::cpu
