@@ -382,12 +382,11 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   // Block size: V (16 x T x C floats) within ~384 KB so it and a 16-channel slice of U stay in L2; then as
   // many blocks as makes the thread count divide them (bits do not depend on it, see the top).
   const int64_t cap = std::max<int64_t>(kMR, 6144 / g.c / kMR * kMR);
-  // Small convs (GEMMs under 32 MFLOP, ~100 us on one core) run on the calling thread. Measured on the ResNet
-  // at 2 threads: batch 1 (all its convs 8 MFLOP) 1.04-1.09 ms serial vs 2.4-2.5 ms on the team (oneDNN
-  // 1.25-1.4), batch 2 2.0-2.1 vs 3.1-3.5 ms (oneDNN 2.4-2.7); batch 4 (34 MFLOP) ties; batch 8 and up gain
-  // from the team.
-  const double gemm_flops = 32.0 * static_cast<double>(tiles) * static_cast<double>(g.c * g.o);
-  const bool serial = gemm_flops < 32e6;
+  // Every size runs on the thread team. Small convs (GEMMs under 32 MFLOP) used to run on the calling thread: with
+  // the weights transformed per call (tasks then writing shared cache lines) the team lost at batch 1-2. With U kept
+  // for plan constants it wins - ResNet-style CNN at 2 threads, alternating runs: batch 1 0.57-0.66 ms serial vs
+  // 0.44-0.54 on the team, batch 2 1.29-1.32 vs 0.93-0.98, batch 4 a tie. `serial` stays for one-thread runs.
+  const bool serial = num_threads() <= 1;
   const int64_t threads = serial ? 1 : std::max(1, num_threads());
   const int64_t blocks = (tiles + cap - 1) / cap, rounds = (blocks + threads - 1) / threads;
   p.block = std::min(cap, ((tiles + rounds * threads - 1) / (rounds * threads) + kMR - 1) / kMR * kMR);
