@@ -804,11 +804,12 @@ void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
       winograd_qualifies(wg, rule))
     return winograd_conv2d_nchw8c(wg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                                   y.data<float>(), weights_constant ? w.storage() : nullptr);
-  // The other convs of a blocked chain (strided, 1x1): spore's direct kernel (direct_blocked.h; same bits with AVX2
-  // and AVX-512), SPORE_CONV_DIRECT=0 keeps oneDNN.
-  const DirectBlockedConv dg{g.n, g.c, g.h, g.w, g.o, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.ph.begin, g.pw.begin};
+  // The other convs of a blocked chain (strided, 1x1, the stem from NCHW): spore's direct kernel (direct_blocked.h;
+  // same bits with AVX2 and AVX-512), SPORE_CONV_DIRECT=0 keeps oneDNN.
+  const DirectBlockedConv dg{g.n,  g.c,  g.h,          g.w,          g.o,         g.oh, g.ow,
+                             g.kh, g.kw, g.sh,         g.sw,         g.ph.begin,  g.pw.begin, !src_blocked};
   const char* direct_env = std::getenv("SPORE_CONV_DIRECT");
-  if (!(direct_env && std::string_view(direct_env) == "0") && src_blocked && dst_blocked && g.groups == 1 &&
+  if (!(direct_env && std::string_view(direct_env) == "0") && dst_blocked && g.groups == 1 &&
       g.dh == 1 && g.dw == 1 && w.dtype() == DType::f32 && x.is_contiguous() && w.is_contiguous() &&
       y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       direct_blocked_supported(dg))

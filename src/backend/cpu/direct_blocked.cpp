@@ -37,16 +37,16 @@ bool use_avx512(const DirectBlockedConv& g) {
   return has && g.o % 16 == 0 && !(e && std::string_view(e) == "avx2");
 }
 
-// wp[t][cb][i][j][cc][l] = w[t*L + l][cb*8 + cc][i][j].
+// wp[t][cb][i][j][cc][l] = w[t*L + l][cb*8 + cc][i][j] (0 past C).
 void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, float* wp) {
-  const int64_t blocks = g.o / lanes, cb_n = g.c / 8, ks = g.kh * g.kw;
+  const int64_t blocks = g.o / lanes, cb_n = (g.c + 7) / 8, ks = g.kh * g.kw;
   parallel_for(blocks, [&](int64_t t) {
     float* dst = wp + t * cb_n * ks * 8 * lanes;
     for (int64_t cb = 0; cb < cb_n; ++cb)
       for (int64_t k = 0; k < ks; ++k)
         for (int64_t cc = 0; cc < 8; ++cc)
           for (int64_t l = 0; l < lanes; ++l)
-            *dst++ = w[((t * lanes + l) * g.c + cb * 8 + cc) * ks + k];
+            *dst++ = cb * 8 + cc < g.c ? w[((t * lanes + l) * g.c + cb * 8 + cc) * ks + k] : 0.0f;
   });
 }
 
@@ -54,7 +54,7 @@ void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, float* 
 
 bool direct_blocked_supported(const DirectBlockedConv& g) {
   // Taps outside the image are skipped, so any output size is safe; negative (cropping) pads are not handled.
-  return g.c > 0 && g.o > 0 && g.c % 8 == 0 && g.o % 8 == 0 && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 &&
+  return g.c > 0 && g.o > 0 && (g.plain_src || g.c % 8 == 0) && g.o % 8 == 0 && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 &&
          g.pad_top >= 0 && g.pad_left >= 0 && g.oh >= 1 && g.ow >= 1;
 }
 
@@ -62,7 +62,7 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
                          const std::shared_ptr<Storage>& weights_owner) {
   const bool wide = use_avx512(g);
   const int lanes = wide ? 16 : 8;
-  const size_t floats = static_cast<size_t>(g.o * g.c * g.kh * g.kw);
+  const size_t floats = static_cast<size_t>(g.o * (g.c + 7) / 8 * 8 * g.kh * g.kw);
   const std::shared_ptr<Storage> kept =
       constant_derived(weights_owner, w, fmt::format("direct_blocked:{}:{}x{}x{}x{}", lanes, g.o, g.c, g.kh, g.kw),
                        floats * sizeof(float), [&](void* buf) { pack_weights(g, w, lanes, static_cast<float*>(buf)); });
@@ -75,7 +75,7 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
     pack_weights(g, w, lanes, local.data());
     wp = local.data();
   }
-  const detail::DirectJob job{&g, x, wp, bias, y};
+  const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y};
   // Tasks of whole output rows of one image, ~16 per image at most (any split gives the same bits).
   const int64_t per = std::max<int64_t>(1, num_chunks(g.oh, 16));
   const int64_t chunks = num_chunks(g.oh, per);

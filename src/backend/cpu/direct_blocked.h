@@ -1,8 +1,9 @@
 #pragma once
-// Direct f32 convolution on the blocked layout nChw8c ([N, C/8, H, W, 8] in and [N, O/8, OH, OW, 8] out,
-// passes/layout.cpp) for the convs of a chain that Winograd does not take: strided 3x3, 1x1 (strided or not),
-// any kernel size, padding and stride; groups 1, dilation 1, C and O multiples of 8. conv2d_blocked (conv.cpp)
-// runs it instead of oneDNN (SPORE_CONV_DIRECT=0 keeps oneDNN, read per call).
+// Direct f32 convolution into the blocked layout nChw8c ([N, O/8, OH, OW, 8], passes/layout.cpp) from nChw8c
+// ([N, C/8, H, W, 8]) or plain NCHW (a chain's first conv, e.g. 3-channel images), for the convs of a chain that
+// Winograd does not take: strided 3x3, 1x1 (strided or not), the stem; any kernel size, padding and stride;
+// groups 1, dilation 1, O a multiple of 8 (and C too for a blocked source). conv2d_blocked (conv.cpp) runs it
+// instead of oneDNN (SPORE_CONV_DIRECT=0 keeps oneDNN, read per call).
 //
 // Lanes are output channels: 16 per AVX-512 vector, 8 per AVX2 vector. Every output element is its bias (or +0)
 // followed by one fma per in-image tap, in the order (input channel block, kernel row, kernel column, channel in
@@ -22,12 +23,14 @@ struct DirectBlockedConv {
   int64_t n, c, h, w, o;                              // batch, input channels, input height and width, output channels
   int64_t oh, ow, kh, kw, sh, sw;                     // output size, kernel size, stride
   int64_t pad_top, pad_left;                          // zero padding before the image (the end padding follows from oh, ow)
+  bool plain_src = false;                             // x is NCHW (any C) instead of nChw8c
 };
 
-// Whether direct_blocked_conv computes this conv (C and O multiples of 8, kernel and stride >= 1, pads >= 0).
+// Whether direct_blocked_conv computes this conv (O, and C unless plain_src, multiples of 8; kernel and stride >= 1,
+// pads >= 0).
 bool direct_blocked_supported(const DirectBlockedConv& g);
 
-// y = conv2d(x, w [O, C, kH, kW]) + bias [O] (bias may be null), x and y blocked and contiguous. weights_owner: w's
+// y = conv2d(x, w [O, C, kH, kW]) + bias [O] (bias may be null), y blocked, both contiguous. weights_owner: w's
 // storage when w is a plan constant - its packed copy is then kept (constant_cache.h); null: packed per call.
 // SPORE_CONV_DIRECT_ISA=avx2 forces the AVX2 build (tests compare the two).
 void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
@@ -35,9 +38,10 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
 
 namespace detail {
 // One call's operands for the per-ISA row kernels (direct_blocked_tiles.inc). wp: w packed per L-lane output
-// block as [O/L][C/8][kH][kW][8][L] (L = 8 for AVX2, 16 for AVX-512).
+// block as [O/L][ceil(C/8)][kH][kW][8][L] (L = 8 for AVX2, 16 for AVX-512; channels past C are zero).
 struct DirectJob {
   const DirectBlockedConv* g;
+  bool plain;
   const float* x;
   const float* wp;
   const float* bias;

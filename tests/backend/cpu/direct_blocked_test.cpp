@@ -35,11 +35,13 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
 
 struct Case {
   int64_t n, c, o, h, w, kh, kw, sh, sw, pt, pl, pb, pr;
+  bool plain = false;  // x in NCHW
   DirectBlockedConv geom() const {
-    return {n, c, h, w, o, (h + pt + pb - kh) / sh + 1, (w + pl + pr - kw) / sw + 1, kh, kw, sh, sw, pt, pl};
+    return {n, c, h, w, o, (h + pt + pb - kh) / sh + 1, (w + pl + pr - kw) / sw + 1, kh, kw, sh, sw, pt, pl, plain};
   }
   std::string name() const {
-    return fmt::format("n{} c{} o{} {}x{} k{}x{} s{},{} pads {},{},{},{}", n, c, o, h, w, kh, kw, sh, sw, pt, pl, pb, pr);
+    return fmt::format("n{} c{} o{} {}x{} k{}x{} s{},{} pads {},{},{},{}{}", n, c, o, h, w, kh, kw, sh, sw, pt, pl, pb,
+                       pr, plain ? " plain" : "");
   }
 };
 
@@ -82,7 +84,9 @@ void expect_matches_reference(const Problem& p, bool bias, const std::vector<flo
               for (int64_t j = 0; j < g.kw; ++j) {
                 const int64_t iy = oy * g.sh + i - g.pad_top, ix = ox * g.sw + j - g.pad_left;
                 if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-                const double t = static_cast<double>(p.x[blocked(n, c, iy, ix, g.c, g.h, g.w)]) *
+                const size_t xi = g.plain_src ? static_cast<size_t>(((n * g.c + c) * g.h + iy) * g.w + ix)
+                                              : blocked(n, c, iy, ix, g.c, g.h, g.w);
+                const double t = static_cast<double>(p.x[xi]) *
                                  p.w[static_cast<size_t>(((o * g.c + c) * g.kh + i) * g.kw + j)];
                 ref += t;
                 mag += std::abs(t);
@@ -110,6 +114,9 @@ const std::vector<Case>& cases() {
       {1, 24, 24, 10, 10, 3, 3, 1, 2, 1, 1, 0, 2},   // O = 24: 16 + 8 lanes; asymmetric stride and pads
       {1, 8, 32, 20, 20, 7, 7, 2, 2, 3, 3, 3, 3},    // 7x7 stride 2: several edge columns
       {2, 16, 48, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2},     // pads wider than the interior: every column is an edge
+      {2, 3, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, true},   // an RGB stem from NCHW
+      {1, 12, 16, 11, 9, 3, 3, 2, 2, 1, 1, 1, 1, true},   // NCHW, 8 + 4 channels
+      {1, 1, 8, 28, 28, 5, 5, 1, 1, 2, 2, 2, 2, true},    // one channel
   };
   return c;
 }
