@@ -159,16 +159,16 @@ int num_threads() {
   return pool().size();
 }
 
-void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
+void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn, Schedule schedule) {
   if (ParallelRunner r = g_runner.load(); r != nullptr) {
     if (num_tasks <= 0) return;
     if (num_tasks == 1 || g_threads.load() <= 1) {
       for (int64_t t = 0; t < num_tasks; ++t) fn(t);
       return;
     }
-    return r(num_tasks, fn);
+    return r(num_tasks, fn, schedule);
   }
-  pool().run(num_tasks, fn);
+  pool().run(num_tasks, fn);  // the pool's own threads take tasks as they come (the schedule is a hint)
 }
 
 void set_parallel_runner(ParallelRunner r) {

@@ -79,11 +79,14 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
   // Tasks of whole output rows of one image, ~16 per image at most (any split gives the same bits).
   const int64_t per = std::max<int64_t>(1, num_chunks(g.oh, 16));
   const int64_t chunks = num_chunks(g.oh, per);
-  parallel_for(g.n * chunks, [&](int64_t task) {
-    const int64_t n = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
-    if (wide) detail::direct_rows_avx512(job, n, oy0, oy1);
-    else detail::direct_rows_avx2(job, n, oy0, oy1);
-  });
+  parallel_for(
+      g.n * chunks,
+      [&](int64_t task) {
+        const int64_t n = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
+        if (wide) detail::direct_rows_avx512(job, n, oy0, oy1);
+        else detail::direct_rows_avx2(job, n, oy0, oy1);
+      },
+      Schedule::contiguous);  // rows in image order, as the chain's other convs split them
 }
 
 }  // namespace spore::cpu

@@ -62,10 +62,13 @@ struct EpilogueF32 {
   }
   // Over the whole output, in parallel blocks.
   void all(int64_t n) const {
-    parallel_for(num_chunks(n, kBlock), [&](int64_t blk) {
-      const int64_t b = blk * kBlock;
-      (*this)(b, std::min(kBlock, n - b));
-    });
+    parallel_for(
+        num_chunks(n, kBlock),
+        [&](int64_t blk) {
+          const int64_t b = blk * kBlock;
+          (*this)(b, std::min(kBlock, n - b));
+        },
+        Schedule::contiguous);  // the output in order, where the conv's contiguous tasks left it
   }
 };
 

@@ -42,7 +42,7 @@ dnnl::stream& dnnl_stream() {
   return s;
 }
 
-void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
+void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn, Schedule schedule) {
   if (tasks <= 0) return;
   if (tasks == 1) {  // no team to spin up: just keep oneDNN serial for this call
     const int saved = omp_get_max_threads();
@@ -56,19 +56,25 @@ void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
     omp_set_num_threads(saved);
     return;
   }
-  run_omp_tasks(tasks, omp_get_max_threads(), fn);
+  run_omp_tasks(tasks, omp_get_max_threads(), fn, schedule);
 }
 
-void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn) {
+void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn, Schedule schedule) {
   std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t task = 0; task < tasks; ++task) {
+  const auto run = [&](int64_t task) {
     try {
       fn(task);
     } catch (...) {
 #pragma omp critical(spore_onednn_task_error)
       if (!error) error = std::current_exception();
     }
+  };
+  if (schedule == Schedule::contiguous) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t task = 0; task < tasks; ++task) run(task);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t task = 0; task < tasks; ++task) run(task);
   }
   if (error) std::rethrow_exception(error);
 }

@@ -10,6 +10,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "base/thread_pool.h"
 #include "ops/kernel.h"
 
 namespace spore::cpu {
@@ -18,10 +19,13 @@ dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();
 // Runs fn(0) .. fn(tasks - 1) on the OpenMP team. oneDNN calls inside a task run single-threaded (nested
 // parallelism is off), so what a task computes does not depend on the thread count. Rethrows the first error.
-void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn);  // one per calling thread: streams are not shared across threads
-// The loop itself: fn(0 .. tasks-1) on a team of `threads`, dynamic one-task chunks, first error rethrown (also
+void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn,
+                      Schedule schedule = Schedule::dynamic);  // one per calling thread: streams are not shared across threads
+// The loop itself: fn(0 .. tasks-1) on a team of `threads` (dynamic one-task chunks, or one contiguous range per
+// thread: base/thread_pool.h Schedule), first error rethrown (also
 // spore's parallel_for runner, register.cpp).
-void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn);
+void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn,
+                   Schedule schedule = Schedule::dynamic);
 
 // Primitive (plus whatever the op needs beside it) per shape/attr key. Creation is rare, so it runs
 // under the lock. Cleared when it grows past `capacity` so dynamic shapes cannot grow it without bound.

@@ -68,7 +68,7 @@ float* scratch(int slot, size_t count) {
 // Runs fn(0 .. tasks-1) on the OpenMP team (see the top), or on the calling thread when `serial`.
 template <typename Fn>
 void run_tasks(bool serial, int64_t tasks, const Fn& fn) {
-  if (!serial) return run_onednn_tasks(tasks, fn);
+  if (!serial) return run_onednn_tasks(tasks, fn, Schedule::contiguous);  // blocks of tiles in image order
   for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
 
