@@ -1,10 +1,11 @@
 // CPU kernels of the linalg family. f32 (and bf16 where the CPU has it) runs oneDNN's matmul, with
 // transposes and batch broadcasting expressed as strides so nothing is copied; f64 runs blocked loops;
-// f16 (and bf16 elsewhere) is staged through f32. f32 linear with <= 16 outputs runs an own AVX-512 dot kernel.
+// f16 (and bf16 elsewhere) is staged through f32. f32 linear with <= 16 outputs runs an own dot kernel.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string_view>
 
 #include <immintrin.h>
 
@@ -235,17 +236,79 @@ void matmul_kernel(KernelContext& k) {
              nullptr, k.out(0));
 }
 
-// ---- f32 linear with few outputs (N <= 16: classifier heads), AVX-512: oneDNN's sgemm ran SimpleNet's head
+// ---- f32 linear with few outputs (N <= 16: classifier heads): oneDNN's sgemm ran SimpleNet's head
 // ([32, 12544] x [10, 12544]^T) at ~37 GFLOP/s on one thread, and as one task (one 256-row tile). Here every
-// output is a dot product over K: 16 lanes of partial sums, each adding its products in K order by fma (a
-// masked load zero-fills the last partial vector), then a fixed pairwise lane sum, then the bias. The order
-// depends on K only, never on M, the row's place in the batch or the thread count. Tiles of up to 4 rows x 6
-// outputs share each load of x and w. SPORE_LINEAR_AVX512=0 turns it off (read per call, for tests).
-bool few_outputs_avx512(int64_t n, int64_t k) {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  if (!has || n > 16 || k < 16) return false;
-  const char* e = std::getenv("SPORE_LINEAR_AVX512");
-  return !(e && e[0] == '0' && e[1] == 0);
+// output is a dot product over K: 16 lanes of partial sums, lane l adding the products of k = l mod 16 in K order
+// by fma (masked loads zero-fill the last partial vector), then a fixed pairwise lane sum, then the bias. The order
+// depends on K only, never on M, the row's place in the batch, the thread count or the ISA: the AVX-512 tiles
+// hold the 16 lanes in one register, the AVX2 tiles in two, with the same operations per lane. Tiles of up to
+// 4 rows x 6 outputs (AVX2: 2 x 2) share each load of x and w. SPORE_LINEAR_DOT=0 keeps oneDNN,
+// SPORE_LINEAR_DOT=avx2 forces the AVX2 tiles (read per call, for tests).
+enum class DotIsa { off, avx2, avx512 };
+DotIsa few_outputs_isa(int64_t n, int64_t k) {
+  static const bool has512 = __builtin_cpu_supports("avx512f");
+  if (n > 16 || k < 16) return DotIsa::off;
+  const char* e = std::getenv("SPORE_LINEAR_DOT");
+  if (e && std::string_view(e) == "0") return DotIsa::off;
+  return has512 && !(e && std::string_view(e) == "avx2") ? DotIsa::avx512 : DotIsa::avx2;
+}
+
+// The pairwise sum of 16 lanes (both builds), then the bias.
+inline float finish_dot(float* l, const float* bias, int c) {
+  for (int h = 8; h >= 1; h /= 2)
+    for (int i = 0; i < h; ++i) l[i] += l[i + h];
+  return bias ? l[0] + bias[c] : l[0];
+}
+
+template <int R, int NC>
+void dot_tile_avx2(const float* x, const float* w, int64_t k, const float* bias, float* y, int64_t n) {
+  __m256 lo[R][NC], hi[R][NC];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
+  const int64_t kv = k / 16 * 16;
+  for (int64_t p = 0; p < kv; p += 16) {
+    __m256 xl[R], xh[R];
+    for (int r = 0; r < R; ++r) {
+      xl[r] = _mm256_loadu_ps(x + r * k + p);
+      xh[r] = _mm256_loadu_ps(x + r * k + p + 8);
+    }
+    for (int c = 0; c < NC; ++c) {
+      const __m256 wl = _mm256_loadu_ps(w + c * k + p), wh = _mm256_loadu_ps(w + c * k + p + 8);
+      for (int r = 0; r < R; ++r) {
+        lo[r][c] = _mm256_fmadd_ps(xl[r], wl, lo[r][c]);
+        hi[r][c] = _mm256_fmadd_ps(xh[r], wh, hi[r][c]);
+      }
+    }
+  }
+  if (kv < k) {
+    const int rem = static_cast<int>(k - kv);
+    alignas(32) int32_t ml[8], mh[8];
+    for (int i = 0; i < 8; ++i) {
+      ml[i] = i < rem ? -1 : 0;
+      mh[i] = i + 8 < rem ? -1 : 0;
+    }
+    const __m256i mlo = _mm256_load_si256(reinterpret_cast<const __m256i*>(ml));
+    const __m256i mhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(mh));
+    __m256 xl[R], xh[R];
+    for (int r = 0; r < R; ++r) {
+      xl[r] = _mm256_maskload_ps(x + r * k + kv, mlo);
+      xh[r] = _mm256_maskload_ps(x + r * k + kv + 8, mhi);
+    }
+    for (int c = 0; c < NC; ++c) {
+      const __m256 wl = _mm256_maskload_ps(w + c * k + kv, mlo), wh = _mm256_maskload_ps(w + c * k + kv + 8, mhi);
+      for (int r = 0; r < R; ++r) {
+        lo[r][c] = _mm256_fmadd_ps(xl[r], wl, lo[r][c]);
+        hi[r][c] = _mm256_fmadd_ps(xh[r], wh, hi[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) {
+      alignas(32) float l[16];
+      _mm256_store_ps(l, lo[r][c]);
+      _mm256_store_ps(l + 8, hi[r][c]);
+      y[r * n + c] = finish_dot(l, bias, c);
+    }
 }
 
 template <int R, int NC>
@@ -286,10 +349,7 @@ __attribute__((target("avx512f"))) void dot_tile(const float* x, const float* w,
     for (int c = 0; c < NC; ++c) {
       alignas(64) float l[16];
       _mm512_store_ps(l, acc[r][c]);
-      for (int h = 8; h >= 1; h /= 2)  // pairwise, in a fixed order
-        for (int i = 0; i < h; ++i) l[i] += l[i + h];
-      const float d = l[0];
-      y[r * n + c] = bias ? d + bias[c] : d;
+      y[r * n + c] = finish_dot(l, bias, c);
     }
 }
 
@@ -298,20 +358,29 @@ template <int R>
 constexpr DotTile dot_tiles[6] = {dot_tile<R, 1>, dot_tile<R, 2>, dot_tile<R, 3>,
                                   dot_tile<R, 4>, dot_tile<R, 5>, dot_tile<R, 6>};
 
+constexpr DotTile dot_tiles_avx2[2][2] = {{dot_tile_avx2<1, 1>, dot_tile_avx2<1, 2>},
+                                          {dot_tile_avx2<2, 1>, dot_tile_avx2<2, 2>}};
+
 // y [m, n] = x [m, k] @ w[n, k]^T (+ bias), n <= 16.
-void few_outputs_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y) {
-  constexpr int64_t kRows = 4, kCols = 6;
+void few_outputs_linear(DotIsa isa, int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias,
+                        float* y) {
+  const bool wide = isa == DotIsa::avx512;
+  const int64_t kRows = wide ? 4 : 2, kCols = wide ? 6 : 2;
   const int64_t groups = num_chunks(n, kCols);
   // ~16 tasks of whole 4-row tiles (any split gives the same bits).
-  const int64_t per = num_chunks(num_chunks(m, 16), kRows) * kRows;
+  const int64_t per = num_chunks(num_chunks(m, 16), 4) * 4;
   parallel_for(num_chunks(m, per), [&](int64_t task) {
     const int64_t r1 = std::min(m, (task + 1) * per);
     for (int64_t r0 = task * per; r0 < r1; r0 += kRows) {
       const int64_t rows = std::min(kRows, r1 - r0);
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t c0 = g * n / groups, nc = (g + 1) * n / groups - c0;  // near-equal column groups
-        const DotTile* table = rows == 4 ? dot_tiles<4> : rows == 3 ? dot_tiles<3> : rows == 2 ? dot_tiles<2> : dot_tiles<1>;
-        table[nc - 1](x + r0 * k, w + c0 * k, k, bias ? bias + c0 : nullptr, y + r0 * n + c0, n);
+        const DotTile fn = wide ? (rows == 4   ? dot_tiles<4>
+                                   : rows == 3 ? dot_tiles<3>
+                                   : rows == 2 ? dot_tiles<2>
+                                               : dot_tiles<1>)[nc - 1]
+                                : dot_tiles_avx2[rows - 1][nc - 1];
+        fn(x + r0 * k, w + c0 * k, k, bias ? bias + c0 : nullptr, y + r0 * n + c0, n);
       }
     }
   });
@@ -329,8 +398,8 @@ void linear_kernel(KernelContext& k) {
   g.b_dims = {in, out};
   g.b_strides = {1, in};
   g.c_dims = {g.m, out};
-  if (k.out(0).dtype() == DType::f32 && g.m > 0 && few_outputs_avx512(out, in))
-    return few_outputs_linear(g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(),
+  if (const DotIsa isa = few_outputs_isa(out, in); k.out(0).dtype() == DType::f32 && g.m > 0 && isa != DotIsa::off)
+    return few_outputs_linear(isa, g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(),
                               k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr, k.out(0).data<float>());
   run_matmul(g, k.in(0), k.in(1), k.num_inputs() > 2 ? &k.in(2) : nullptr, k.out(0));
 }
@@ -352,7 +421,7 @@ void low_precision(KernelContext& k) {
 void register_linalg(KernelRegistry& r) {
   r.add(Backend::cpu, OpId::matmul, {DType::f32, DType::f64}, matmul_kernel, "onednn");
   r.add(Backend::cpu, OpId::matmul, {DType::f16, DType::bf16}, low_precision<matmul_kernel>, "onednn");
-  r.add(Backend::cpu, OpId::linear, {DType::f32, DType::f64}, linear_kernel, "onednn");
+  r.add(Backend::cpu, OpId::linear, {DType::f32, DType::f64}, linear_kernel, "onednn+dot");  // dot: <= 16 outputs
   r.add(Backend::cpu, OpId::linear, {DType::f16, DType::bf16}, low_precision<linear_kernel>, "onednn");
 }
 

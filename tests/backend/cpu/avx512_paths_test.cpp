@@ -6,8 +6,9 @@
 //   path off, which the test uses to compare with the path the other CPUs take.
 // - f32 linear with <= 16 outputs (linalg.cpp, few_outputs_linear): dot products in an order that depends on K
 //   only. Checked against float64 with the dot-product bound |y - exact| <= gamma_{K+1} (sum |x||w| + |b|)
-//   (Higham; u = 2^-24), for bit-identical rows whatever the batch around them and whatever the thread count.
-// Both are skipped where the CPU has no AVX-512F (the other paths are what every other test covers there).
+//   (Higham; u = 2^-24), for bit-identical rows whatever the batch around them, the thread count and the ISA (the
+//   AVX2 tiles, forced with SPORE_LINEAR_DOT=avx2, against the AVX-512 ones).
+// The conv test is skipped where the CPU has no AVX-512F (the other paths are what every other test covers there).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -168,7 +169,6 @@ void expect_linear_close(const Tensor& x, const Tensor& w, const Tensor* b, cons
 }
 
 TEST(Avx512Paths, FewOutputLinearIsAccurateAndBatchInvariant) {
-  if (!has_avx512()) GTEST_SKIP() << "no AVX-512F on this CPU";
   ThreadsGuard guard;
   struct Case {
     int64_t m, k, n;
@@ -200,7 +200,11 @@ TEST(Avx512Paths, FewOutputLinearIsAccurateAndBatchInvariant) {
         EXPECT_EQ(std::memcmp(alone.data<float>(), one.data<float>() + i * c.n, static_cast<size_t>(c.n) * 4), 0)
             << "row " << i;
       }
-      EnvGuard off("SPORE_LINEAR_AVX512", "0");
+      {
+        EnvGuard avx2("SPORE_LINEAR_DOT", "avx2");
+        expect_same_bits(run(OpId::linear, ins, {}), one, what + " AVX2 tiles");
+      }
+      EnvGuard off("SPORE_LINEAR_DOT", "0");
       expect_linear_close(x, w, bias ? &b : nullptr, run(OpId::linear, ins, {}));
     }
   }
