@@ -1,6 +1,6 @@
 // CPU kernels of the linalg family. f32 (and bf16 where the CPU has it) runs oneDNN's matmul, with
 // transposes and batch broadcasting expressed as strides so nothing is copied; f64 runs blocked loops;
-// f16 (and bf16 elsewhere) is staged through f32. f32 linear with <= 16 outputs runs an own dot kernel.
+// f16 (and bf16 elsewhere) is staged through f32. f32 linear runs own kernels: a dot kernel for <= 16 outputs, gemm_linear.h above.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "backend/cpu/families.h"
+#include "backend/cpu/gemm_linear.h"
 #include "backend/cpu/onednn_util.h"
 #include "base/thread_pool.h"
 
@@ -398,9 +399,19 @@ void linear_kernel(KernelContext& k) {
   g.b_dims = {in, out};
   g.b_strides = {1, in};
   g.c_dims = {g.m, out};
-  if (const DotIsa isa = few_outputs_isa(out, in); k.out(0).dtype() == DType::f32 && g.m > 0 && isa != DotIsa::off)
-    return few_outputs_linear(isa, g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(),
-                              k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr, k.out(0).data<float>());
+  const bool f32 = k.out(0).dtype() == DType::f32 && g.m > 0 && in > 0;
+  const float* bias = f32 && k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr;
+  if (const DotIsa isa = few_outputs_isa(out, in); f32 && isa != DotIsa::off)
+    return few_outputs_linear(isa, g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(), bias,
+                              k.out(0).data<float>());
+  // Wider f32 linears: spore's GEMM (gemm_linear.h), its weight panels kept for a plan constant and packed per call
+  // otherwise - for every M, so that a row's bits never depend on the batch around it. SPORE_LINEAR_GEMM=0 keeps
+  // oneDNN.
+  const bool constant_w = (k.constant_inputs >> 1) & 1;
+  const char* gemm_env = std::getenv("SPORE_LINEAR_GEMM");
+  if (f32 && out > 16 && !(gemm_env && std::string_view(gemm_env) == "0"))
+    return gemm_linear(g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(), bias, k.out(0).data<float>(),
+                       constant_w ? k.in(1).storage() : nullptr);
   run_matmul(g, k.in(0), k.in(1), k.num_inputs() > 2 ? &k.in(2) : nullptr, k.out(0));
 }
 
@@ -421,7 +432,7 @@ void low_precision(KernelContext& k) {
 void register_linalg(KernelRegistry& r) {
   r.add(Backend::cpu, OpId::matmul, {DType::f32, DType::f64}, matmul_kernel, "onednn");
   r.add(Backend::cpu, OpId::matmul, {DType::f16, DType::bf16}, low_precision<matmul_kernel>, "onednn");
-  r.add(Backend::cpu, OpId::linear, {DType::f32, DType::f64}, linear_kernel, "onednn+dot");  // dot: <= 16 outputs
+  r.add(Backend::cpu, OpId::linear, {DType::f32, DType::f64}, linear_kernel, "gemm+dot");  // own f32 kernels
   r.add(Backend::cpu, OpId::linear, {DType::f16, DType::bf16}, low_precision<linear_kernel>, "onednn");
 }
 

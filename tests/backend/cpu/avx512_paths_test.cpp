@@ -4,10 +4,11 @@
 //   must give the bits of the separate conv2d, relu and max_pool2d kernels - the fused op's promise - including
 //   NaN (it wins a window) and -0 (kept by relu; a later +0 does not replace it). SPORE_CONV_AVX512=0 turns the
 //   path off, which the test uses to compare with the path the other CPUs take.
-// - f32 linear with <= 16 outputs (linalg.cpp, few_outputs_linear): dot products in an order that depends on K
-//   only. Checked against float64 with the dot-product bound |y - exact| <= gamma_{K+1} (sum |x||w| + |b|)
+// - f32 linear (linalg.cpp): with <= 16 outputs dot products (few_outputs_linear), with more the GEMM
+//   (gemm_linear.h), each in an order that depends on K only. Checked against float64 with the dot-product bound |y - exact| <= gamma_{K+1} (sum |x||w| + |b|)
 //   (Higham; u = 2^-24), for bit-identical rows whatever the batch around them, the thread count and the ISA (the
-//   AVX2 tiles, forced with SPORE_LINEAR_DOT=avx2, against the AVX-512 ones).
+//   AVX2 tiles, forced with SPORE_LINEAR_DOT=avx2 / SPORE_LINEAR_GEMM=avx2, against the AVX-512 ones) and whether
+//   the weights are a plan constant (GEMM panels kept) or not.
 // The conv test is skipped where the CPU has no AVX-512F (the other paths are what every other test covers there).
 #include <gtest/gtest.h>
 
@@ -44,7 +45,7 @@ struct ThreadsGuard {
   ~ThreadsGuard() { set_threads(saved); }
 };
 
-Tensor run(OpId op, const std::vector<Tensor>& ins, const Attrs& attrs) {
+Tensor run(OpId op, const std::vector<Tensor>& ins, const Attrs& attrs, uint64_t constant_inputs = 0) {
   const OpDef& def = op_registry().get(op);
   const Attrs a = def.normalize(attrs);
   std::vector<TensorType> types;
@@ -56,6 +57,7 @@ Tensor run(OpId op, const std::vector<Tensor>& ins, const Attrs& attrs) {
   // NaN-filled: every element must be written.
   std::fill(outs[0].data<float>(), outs[0].data<float>() + outs[0].numel(), std::nanf(""));
   KernelContext ctx{ins, outs, a, op, {}};
+  ctx.constant_inputs = constant_inputs;
   k->fn(ctx);
   return outs[0];
 }
@@ -168,14 +170,19 @@ void expect_linear_close(const Tensor& x, const Tensor& w, const Tensor* b, cons
   EXPECT_EQ(failures, 0);
 }
 
-TEST(Avx512Paths, FewOutputLinearIsAccurateAndBatchInvariant) {
+// f32 linear: the dot kernel (<= 16 outputs) and the GEMM (gemm_linear.h, more outputs).
+TEST(Avx512Paths, OwnLinearKernelsAreAccurateAndBatchInvariant) {
   ThreadsGuard guard;
   struct Case {
     int64_t m, k, n;
   };
   uint32_t seed = 101;
   for (const Case c : {Case{32, 12544, 10}, Case{1, 100, 1}, Case{7, 33, 16}, Case{5, 16, 7}, Case{9, 1000, 13},
-                       Case{70, 257, 3}, Case{4, 64, 6}}) {
+                       Case{70, 257, 3}, Case{4, 64, 6},
+                       // GEMM: full and partial 32/16-column panels, 12/6-row tiles and their remainders
+                       Case{32, 128, 384}, Case{1, 128, 512}, Case{37, 33, 17}, Case{100, 70, 65}, Case{13, 1, 40},
+                       Case{64, 512, 128}}) {
+    const char* isa_env = c.n <= 16 ? "SPORE_LINEAR_DOT" : "SPORE_LINEAR_GEMM";
     const std::string what = std::to_string(c.m) + "x" + std::to_string(c.k) + " -> " + std::to_string(c.n);
     SCOPED_TRACE(what);
     const Tensor x = random_tensor({c.m, c.k}, seed++), w = random_tensor({c.n, c.k}, seed++),
@@ -201,10 +208,13 @@ TEST(Avx512Paths, FewOutputLinearIsAccurateAndBatchInvariant) {
             << "row " << i;
       }
       {
-        EnvGuard avx2("SPORE_LINEAR_DOT", "avx2");
+        EnvGuard avx2(isa_env, "avx2");
         expect_same_bits(run(OpId::linear, ins, {}), one, what + " AVX2 tiles");
       }
-      EnvGuard off("SPORE_LINEAR_DOT", "0");
+      // w as a plan constant: the GEMM keeps its packed panels (found again on the second call), same bits.
+      expect_same_bits(run(OpId::linear, ins, {}, 2), one, what + " constant weights");
+      expect_same_bits(run(OpId::linear, ins, {}, 2), one, what + " constant weights, kept panels");
+      EnvGuard off(isa_env, "0");
       expect_linear_close(x, w, bias ? &b : nullptr, run(OpId::linear, ins, {}));
     }
   }

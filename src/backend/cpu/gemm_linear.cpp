@@ -1,0 +1,91 @@
+// spore's f32 GEMM for linear (gemm_linear.h): weight panels (kept for plan constants), ISA choice and tasks; the
+// tiles are gemm_linear_tiles.inc, built here for AVX2 and in gemm_linear_avx512.cpp for AVX-512.
+#include "backend/cpu/gemm_linear.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/constant_cache.h"
+#include "base/thread_pool.h"
+#include "tensor/storage.h"
+
+namespace spore::cpu {
+namespace detail {
+namespace {
+#define SPORE_GL_LANES 8
+#define SPORE_GL_ROWS rows_impl
+#include "backend/cpu/gemm_linear_tiles.inc"
+#undef SPORE_GL_ROWS
+#undef SPORE_GL_LANES
+}  // namespace
+
+void gemm_rows_avx2(const GemmJob& j, int64_t r0, int64_t r1, int64_t p0, int64_t p1) { rows_impl(j, r0, r1, p0, p1); }
+}  // namespace detail
+
+namespace {
+
+bool use_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  const char* e = std::getenv("SPORE_LINEAR_GEMM");
+  return has && !(e && std::string_view(e) == "avx2");
+}
+
+// wp[p][k][c] = w[p*NR + c][k], 0 past N.
+void pack_panels(int64_t k, int64_t n, const float* w, int64_t nr, float* wp) {
+  const int64_t panels = (n + nr - 1) / nr;
+  parallel_for(panels, [&](int64_t p) {
+    float* dst = wp + p * k * nr;
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t c = 0; c < nr; ++c) {
+        const int64_t col = p * nr + c;
+        *dst++ = col < n ? w[col * k + kk] : 0.0f;
+      }
+  });
+}
+
+}  // namespace
+
+void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y,
+                 const std::shared_ptr<Storage>& weights_owner) {
+  if (m <= 0 || n <= 0) return;
+  const bool wide = use_avx512();
+  const int64_t nr = wide ? 32 : 16, mr = wide ? 12 : 6, panels = (n + nr - 1) / nr;
+  const size_t floats = static_cast<size_t>(panels * std::max<int64_t>(k, 1) * nr);
+  const std::shared_ptr<Storage> kept =
+      constant_derived(weights_owner, w, fmt::format("gemm_linear:{}:{}x{}", nr, n, k), floats * sizeof(float),
+                       [&](void* buf) { pack_panels(k, n, w, nr, static_cast<float*>(buf)); });
+  std::vector<float> local;
+  const float* wp = nullptr;
+  if (kept) {
+    wp = static_cast<const float*>(kept->data());
+  } else {
+    local.resize(floats);
+    pack_panels(k, n, w, nr, local.data());
+    wp = local.data();
+  }
+  const detail::GemmJob job{m, k, n, x, wp, bias, y};
+  // Tasks: row blocks of whole tiles (about 8 per call when M allows), each over a group of panels that fits L2
+  // (~256 KB of packed weights); row-block major, so consecutive layers split their rows alike (Schedule).
+  const int64_t rows_per = std::max(mr, num_chunks(num_chunks(m, 8), mr) * mr);
+  const int64_t row_blocks = num_chunks(m, rows_per);
+  const int64_t panels_per = std::max<int64_t>(1, (int64_t{256} << 10) / (std::max<int64_t>(k, 1) * nr * 4));
+  const int64_t panel_groups = num_chunks(panels, panels_per);
+  parallel_for(
+      row_blocks * panel_groups,
+      [&](int64_t t) {
+        const int64_t rb = t / panel_groups, pg = t % panel_groups;
+        const int64_t r0 = rb * rows_per, r1 = std::min(m, r0 + rows_per);
+        const int64_t p0 = pg * panels_per, p1 = std::min(panels, p0 + panels_per);
+        if (wide) detail::gemm_rows_avx512(job, r0, r1, p0, p1);
+        else detail::gemm_rows_avx2(job, r0, r1, p0, p1);
+      },
+      Schedule::contiguous);
+}
+
+}  // namespace spore::cpu

@@ -1,0 +1,37 @@
+#pragma once
+// f32 linear y[M, N] = x[M, K] @ w[N, K]^T + bias[N] as spore's own GEMM (linalg.cpp's linear kernel, N > 16):
+// oneDNN's sgemm is capped at AVX2 for reproducible bits, and at the transformer encoder's sizes (K 128-512, N
+// 128-512) it ran at 40 GFLOP/s (32 rows) to 95 GFLOP/s (1024 rows) on one core.
+//
+// Lanes are output columns: every output is +0, then one fma per k in increasing k, then + bias - a sequence
+// that depends on nothing but K, so the AVX-512 (12 rows x 32 columns per tile) and AVX2 (6 x 16) builds give the
+// same bits, on any machine, for any thread count, and a row's outputs do not depend on the rest of the batch.
+// w is packed into column panels [N/NR][K][NR] (kept for plan constants, constant_cache.h).
+#include <cstdint>
+#include <memory>
+
+namespace spore {
+class Storage;
+}
+
+namespace spore::cpu {
+
+// weights_owner: w's storage when w is a plan constant (its packed copy is then kept); null: packed per call.
+// SPORE_LINEAR_GEMM=avx2 forces the AVX2 build (tests compare the two).
+void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y,
+                 const std::shared_ptr<Storage>& weights_owner = nullptr);
+
+namespace detail {
+struct GemmJob {
+  int64_t m, k, n;
+  const float* x;
+  const float* wp;  // panels [ceil(N/NR)][K][NR], zero past N
+  const float* bias;
+  float* y;
+};
+// Rows [r0, r1) x panels [p0, p1) of y.
+void gemm_rows_avx2(const GemmJob& j, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
+void gemm_rows_avx512(const GemmJob& j, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
+}  // namespace detail
+
+}  // namespace spore::cpu
