@@ -72,4 +72,7 @@ g = helper.make_graph(nodes, "transformer", [helper.make_tensor_value_info("x", 
 m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
 m.ir_version = 7
 onnx.checker.check_model(m)
-onnx.save(m, sys.argv[1] if len(sys.argv) > 1 else "transformer.onnx")
+out = sys.argv[1] if len(sys.argv) > 1 else "transformer.onnx"
+if out.startswith("-"):  # --help (or any option): a file named "--help" was once written and committed this way
+    sys.exit(__doc__)
+onnx.save(m, out)
