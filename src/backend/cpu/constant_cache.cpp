@@ -75,6 +75,16 @@ std::shared_ptr<Storage> constant_derived(const std::shared_ptr<Storage>& owner,
   return data;
 }
 
+const float* derived_floats(const std::shared_ptr<Storage>& owner, const void* src, std::string_view key, size_t floats,
+                            const std::function<void(float*)>& fill, std::shared_ptr<Storage>& kept,
+                            std::vector<float>& local) {
+  kept = constant_derived(owner, src, key, floats * sizeof(float), [&](void* buf) { fill(static_cast<float*>(buf)); });
+  if (kept) return static_cast<const float*>(kept->data());
+  local.resize(floats);
+  fill(local.data());
+  return local.data();
+}
+
 ConstantCacheStats constant_cache_stats() {
   const std::lock_guard<std::mutex> lock(mu);
   return {static_cast<int64_t>(entries.size()), static_cast<int64_t>(held), hits, misses};

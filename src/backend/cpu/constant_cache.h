@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "tensor/storage.h"
 
@@ -23,6 +24,12 @@ namespace spore::cpu {
 // memory is left for it. The returned pointer keeps the buffer alive whatever the cache evicts meanwhile.
 std::shared_ptr<Storage> constant_derived(const std::shared_ptr<Storage>& owner, const void* src, std::string_view key,
                                           size_t bytes, const std::function<void(void*)>& fill);
+
+// The usual use: a float buffer derived from `src` - the kept one, or (no owner, bypassed, no room) `fill` run into
+// `local` for this call. `kept` keeps a cached buffer alive while the caller uses it.
+const float* derived_floats(const std::shared_ptr<Storage>& owner, const void* src, std::string_view key, size_t floats,
+                            const std::function<void(float*)>& fill, std::shared_ptr<Storage>& kept,
+                            std::vector<float>& local);
 
 struct ConstantCacheStats {
   int64_t entries, bytes, hits, misses;

@@ -529,7 +529,8 @@ __attribute__((target("avx512f"))) void pool_fwd_block(const FlatGeom& f, const 
       }
 #pragma GCC unroll 8
       for (int ob = 0; ob < OB; ++ob) {
-        // relu: vmaxps(0, y) (the all-ones mask only avoids GCC 12 warning on _mm512_max_ps) returns y unless 0 > y, i.e. y < 0 ? 0 : y, NaN and -0 kept (unary_f32's relu).
+        // relu: vmaxps(0, y) returns y unless 0 > y, i.e. y < 0 ? 0 : y with NaN and -0 kept (unary_f32's relu);
+        // the all-ones mask only avoids GCC 12's -Wmaybe-uninitialized inside _mm512_max_ps.
         __m512 y[4];
 #pragma GCC unroll 4
         for (int a = 0; a < 4; ++a) y[a] = relu ? _mm512_maskz_max_ps(0xFFFF, zero, acc[ob][a]) : acc[ob][a];
@@ -767,7 +768,9 @@ void conv_kernel(KernelContext& k) {
       return std::nullopt;  // a geometry oneDNN does not implement: the loops below handle it
     }
   });
-  if (p) return exec_conv(*p, k.in(0), k.in(1), bias, k.out(0), (k.constant_inputs >> 1) & 1 ? k.in(1).storage() : nullptr, key);
+  if (p)
+    return exec_conv(*p, k.in(0), k.in(1), bias, k.out(0), (k.constant_inputs >> 1) & 1 ? k.in(1).storage() : nullptr,
+                     key);
   SPORE_CHECK(t == DType::f32, ErrorCode::unsupported, "[{}] oneDNN has no {} kernel for this geometry", op_name(k.op),
               dtype_name(t));
   const float* b = bias ? bias->data<float>() : nullptr;

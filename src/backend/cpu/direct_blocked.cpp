@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -54,7 +55,8 @@ void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, float* 
 
 bool direct_blocked_supported(const DirectBlockedConv& g) {
   // Taps outside the image are skipped, so any output size is safe; negative (cropping) pads are not handled.
-  return g.c > 0 && g.o > 0 && (g.plain_src || g.c % 8 == 0) && g.o % 8 == 0 && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 &&
+  return g.c > 0 && g.o > 0 && (g.plain_src || g.c % 8 == 0) && g.o % 8 == 0 && g.kh >= 1 && g.kw >= 1 &&
+         g.sh >= 1 && g.sw >= 1 &&
          g.pad_top >= 0 && g.pad_left >= 0 && g.oh >= 1 && g.ow >= 1;
 }
 
@@ -63,18 +65,11 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
   const bool wide = use_avx512(g);
   const int lanes = wide ? 16 : 8;
   const size_t floats = static_cast<size_t>(g.o * (g.c + 7) / 8 * 8 * g.kh * g.kw);
-  const std::shared_ptr<Storage> kept =
-      constant_derived(weights_owner, w, fmt::format("direct_blocked:{}:{}x{}x{}x{}", lanes, g.o, g.c, g.kh, g.kw),
-                       floats * sizeof(float), [&](void* buf) { pack_weights(g, w, lanes, static_cast<float*>(buf)); });
+  std::shared_ptr<Storage> kept;
   std::vector<float> local;
-  const float* wp = nullptr;
-  if (kept) {
-    wp = static_cast<const float*>(kept->data());
-  } else {
-    local.resize(floats);
-    pack_weights(g, w, lanes, local.data());
-    wp = local.data();
-  }
+  const std::string key = fmt::format("direct_blocked:{}:{}x{}x{}x{}", lanes, g.o, g.c, g.kh, g.kw);
+  const float* wp = derived_floats(weights_owner, w, key, floats, [&](float* buf) { pack_weights(g, w, lanes, buf); },
+                                   kept, local);
   const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y};
   // Tasks of whole output rows of one image, ~16 per image at most (any split gives the same bits).
   const int64_t per = std::max<int64_t>(1, num_chunks(g.oh, 16));

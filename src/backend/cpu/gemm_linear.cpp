@@ -57,18 +57,10 @@ void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w
   const bool wide = use_avx512();
   const int64_t nr = wide ? 32 : 16, mr = wide ? 12 : 6, panels = (n + nr - 1) / nr;
   const size_t floats = static_cast<size_t>(panels * std::max<int64_t>(k, 1) * nr);
-  const std::shared_ptr<Storage> kept =
-      constant_derived(weights_owner, w, fmt::format("gemm_linear:{}:{}x{}", nr, n, k), floats * sizeof(float),
-                       [&](void* buf) { pack_panels(k, n, w, nr, static_cast<float*>(buf)); });
+  std::shared_ptr<Storage> kept;
   std::vector<float> local;
-  const float* wp = nullptr;
-  if (kept) {
-    wp = static_cast<const float*>(kept->data());
-  } else {
-    local.resize(floats);
-    pack_panels(k, n, w, nr, local.data());
-    wp = local.data();
-  }
+  const float* wp = derived_floats(weights_owner, w, fmt::format("gemm_linear:{}:{}x{}", nr, n, k), floats,
+                                   [&](float* buf) { pack_panels(k, n, w, nr, buf); }, kept, local);
   const detail::GemmJob job{m, k, n, x, wp, bias, y};
   // Tasks: row blocks of whole tiles (about 8 per call when M allows), each over a group of panels that fits L2
   // (~256 KB of packed weights); row-block major, so consecutive layers split their rows alike (Schedule).
