@@ -222,3 +222,48 @@ TEST(Avx512Paths, OwnLinearKernelsAreAccurateAndBatchInvariant) {
 
 }  // namespace
 }  // namespace spore::cpu
+
+namespace spore::cpu {
+namespace {
+
+// f32 layer_norm (norm.cpp's own loops): within 1e-5 of float64 (each output is a few roundings on
+// (x - mean) * rstd, with mean and variance summed in f32 over 200 values of mean ~3), the same bits for a row
+// alone as inside a batch, and for 1-3 threads.
+TEST(Avx512Paths, LayerNormRowsAreAccurateAndBatchInvariant) {
+  ThreadsGuard guard;
+  const int64_t rows = 37, size = 200;
+  Tensor x = random_tensor({rows, size}, 5);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += 3.0f;  // a mean far from 0
+  const Tensor w = random_tensor({size}, 6), b = random_tensor({size}, 7);
+  const Attrs a{{"axis", int64_t{-1}}, {"epsilon", 1e-5}};
+  set_threads(1);
+  const Tensor y = run(OpId::layer_norm, {x, w, b}, a);
+  double worst = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data<float>() + r * size;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < size; ++i) mean += xr[i];
+    mean /= size;
+    for (int64_t i = 0; i < size; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    const double rstd = 1.0 / std::sqrt(var / size + 1e-5);
+    for (int64_t i = 0; i < size; ++i) {
+      const double want = (xr[i] - mean) * rstd * w.data<float>()[i] + b.data<float>()[i];
+      worst = std::max(worst, std::abs(y.data<float>()[r * size + i] - want));
+    }
+  }
+  EXPECT_LT(worst, 1e-5);
+  for (int t : {2, 3}) {
+    set_threads(t);
+    expect_same_bits(run(OpId::layer_norm, {x, w, b}, a), y, "threads " + std::to_string(t));
+  }
+  for (int64_t r : {int64_t{0}, int64_t{18}, rows - 1}) {
+    Tensor row = Tensor::empty({1, size}, DType::f32);
+    std::memcpy(row.data<float>(), x.data<float>() + r * size, static_cast<size_t>(size) * sizeof(float));
+    const Tensor alone = run(OpId::layer_norm, {row, w, b}, a);
+    EXPECT_EQ(std::memcmp(alone.data<float>(), y.data<float>() + r * size, static_cast<size_t>(size) * 4), 0)
+        << "row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace spore::cpu
