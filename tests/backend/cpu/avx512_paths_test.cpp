@@ -20,12 +20,16 @@
 #include <vector>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_test_util.h"
 #include "base/thread_pool.h"
 #include "ops/registry.h"
 #include "tensor/tensor.h"
 
 namespace spore::cpu {
 namespace {
+
+using test::set_threads;
+using test::ThreadsGuard;
 
 bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 
@@ -36,14 +40,6 @@ struct EnvGuard {
   ~EnvGuard() { unsetenv(name.c_str()); }
 };
 
-void set_threads(int n) {
-  set_num_threads(n);
-  cpu_set_num_threads(n);
-}
-struct ThreadsGuard {
-  int saved = num_threads();
-  ~ThreadsGuard() { set_threads(saved); }
-};
 
 Tensor run(OpId op, const std::vector<Tensor>& ins, const Attrs& attrs, uint64_t constant_inputs = 0) {
   const OpDef& def = op_registry().get(op);

@@ -18,6 +18,7 @@
 
 #include "backend/cpu/constant_cache.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_test_util.h"
 #include "backend/cpu/direct_blocked.h"
 #include "base/thread_pool.h"
 #include "tensor/storage.h"
@@ -25,13 +26,9 @@
 namespace spore::cpu {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using test::random_floats;
+using test::set_threads;
+
 
 struct Case {
   int64_t n, c, o, h, w, kh, kw, sh, sw, pt, pl, pb, pr;
@@ -98,10 +95,6 @@ void expect_matches_reference(const Problem& p, bool bias, const std::vector<flo
   EXPECT_EQ(failures, 0);
 }
 
-void set_threads(int n) {
-  set_num_threads(n);
-  cpu_set_num_threads(n);
-}
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {

@@ -25,6 +25,7 @@
 
 #include "backend/cpu/conv_epilogue.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_test_util.h"
 #include "backend/cpu/constant_cache.h"
 #include "backend/cpu/winograd.h"
 #include "base/error.h"
@@ -33,6 +34,10 @@
 
 namespace spore::cpu {
 namespace {
+
+using test::random_floats;
+using test::set_threads;
+using test::ThreadsGuard;
 
 struct Geom {
   int64_t n, c, o, h, w, pt, pl, pb, pr;
@@ -43,14 +48,6 @@ WinogradConv wino(const Geom& g) {
           g.pb, g.pr};
 }
 
-// Uniform in [-1, 1) from a fixed seed: never all zeros.
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
 
 struct Problem {
   Geom g;
@@ -151,16 +148,6 @@ void expect_matches_reference(const Problem& p, const std::vector<float>& y) {
   EXPECT_LT(max_err, 1e-5 * max_ref) << "max_err " << max_err << " max|y| " << max_ref;
 }
 
-// Sets the thread count of both spore's pool and the OpenMP team (the kernel runs its tasks on the team, as
-// oneDNN does; runtime::set_threads does the same) and restores it however a test exits.
-void set_threads(int n) {
-  set_num_threads(n);
-  cpu_set_num_threads(n);
-}
-struct ThreadsGuard {
-  int saved = num_threads();
-  ~ThreadsGuard() { set_threads(saved); }
-};
 
 TEST(Winograd, MatchesFloat64DirectConv) {
   const std::vector<Geom> geoms = {
