@@ -29,8 +29,9 @@ ORT_DIR = os.path.join(HERE, "ort")
 SPORE = os.path.join(ROOT, "build", "spore")
 
 
-def run_json(cmd, env=None):
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+def run_json(cmd, env=None, cpus=None):
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pin)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()[-500:]}")
     return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")][-1]
@@ -80,6 +81,10 @@ def main():
                    help="NAME=PATH:INPUT:D1,D2,... (per-sample dims; the batch dim is prepended)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--passes", action="store_true", help="also time spore --opt-level 0 and count kernels")
+    p.add_argument("--no-pin", action="store_true",
+                   help="do not pin runs with fewer threads than CPUs: by default both engines of such a cell run on "
+                        "the same CPUs (the last T of this process's affinity mask), so that a slower vCPU (another "
+                        "tenant on its host core: 15%% here) cannot favour one side")
     a = p.parse_args()
     global SPORE
     SPORE = a.spore
@@ -103,19 +108,21 @@ def main():
                 continue
             shape = ",".join(str(d) for d in [b] + sample)
             for t in [int(x) for x in a.threads.split(",")]:
+                avail = sorted(os.sched_getaffinity(0))
+                cpus = set(avail[-t:]) if t < len(avail) and not a.no_pin else None
                 res = {"spore": [], "ort": []}
                 if a.passes:
                     res["spore_O0"] = []
                 spore_cmd = [a.spore, "bench", path, "--json", "--threads", str(t), "--input-shape", f"{inp}:{shape}",
                              "--warmup", str(a.warmup), "--iters", str(a.iters)]
                 for rep in range(a.repeats):
-                    res["spore"].append(run_json(spore_cmd, env))
+                    res["spore"].append(run_json(spore_cmd, env, cpus))
                     if a.passes:
-                        res["spore_O0"].append(run_json(spore_cmd + ["--opt-level", "0"], env))
+                        res["spore_O0"].append(run_json(spore_cmd + ["--opt-level", "0"], env, cpus))
                     res["ort"].append(run_json(["node", os.path.join(ORT_DIR, "ort_bench.js"), path, "--shape",
                                                 f"{inp}:{shape}", "--threads", str(t), "--warmup", str(a.warmup),
                                                 "--iters", str(a.iters)] + (["--kernels"] if a.passes and rep == 0 else []),
-                                               env))
+                                               env, cpus))
                 med = {k: {m: statistics.median(r[m] for r in v) for m in ("p50_ms", "p99_ms", "throughput_per_s")}
                        for k, v in res.items()}
                 row = {"model": name, "batch": b, "threads": t, "spore": med["spore"], "ort": med["ort"],

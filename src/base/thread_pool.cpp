@@ -40,7 +40,7 @@ class ThreadPool {
     workers_.clear();
     stop_ = false;
     const uint64_t g = generation_;
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, g] { worker_loop(g); });
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, g, i] { worker_loop(g, i); });
   }
 
   void run(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
@@ -58,31 +58,30 @@ class ThreadPool {
       return;
     }
     std::lock_guard<std::mutex> job_lock(job_mu_);  // one parallel region at a time
+    TaskRanges ranges(num_tasks, size());
     {
       std::lock_guard<std::mutex> lk(mu_);
       fn_ = &fn;
-      num_tasks_ = num_tasks;
-      next_.store(0);
+      ranges_ = &ranges;
       pending_workers_.store(static_cast<int>(workers_.size()));
       error_ = nullptr;
       ++generation_;
       published_.store(generation_, std::memory_order_release);
     }
     cv_.notify_all();
-    work();
+    work(0);
     for (int i = 0; i < spin_iterations && pending_workers_.load(std::memory_order_acquire) != 0; ++i) _mm_pause();
     std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait(lk, [this] { return pending_workers_.load() == 0; });
     fn_ = nullptr;
+    ranges_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
-  void work() {
+  void work(int me) {
     tls_in_parallel = true;
-    for (;;) {
-      int64_t t = next_.fetch_add(1);
-      if (t >= num_tasks_) break;
+    for (int64_t t = 0; ranges_->next(me, t);) {
       try {
         (*fn_)(t);
       } catch (...) {
@@ -93,7 +92,7 @@ class ThreadPool {
     tls_in_parallel = false;
   }
 
-  void worker_loop(uint64_t seen) {
+  void worker_loop(uint64_t seen, int me) {
     for (;;) {
       for (int i = 0; i < spin_iterations && published_.load(std::memory_order_acquire) == seen; ++i) _mm_pause();
       {
@@ -102,7 +101,7 @@ class ThreadPool {
         seen = generation_;
         if (stop_) return;
       }
-      work();
+      work(me);
       {
         std::lock_guard<std::mutex> lk(mu_);
         pending_workers_.fetch_sub(1, std::memory_order_release);
@@ -118,8 +117,7 @@ class ThreadPool {
   std::atomic<uint64_t> published_{0};  // generation_, readable without the lock (spinning workers)
   bool stop_ = false;
   const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t num_tasks_ = 0;
-  std::atomic<int64_t> next_{0};
+  TaskRanges* ranges_ = nullptr;
   std::atomic<int> pending_workers_{0};
   std::exception_ptr error_;
 };
@@ -159,16 +157,53 @@ int num_threads() {
   return pool().size();
 }
 
-void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn, Schedule schedule) {
+struct TaskRanges::Range {
+  alignas(64) std::atomic<uint64_t> front_back;  // front in the low 32 bits, end (exclusive) in the high 32
+};
+
+TaskRanges::TaskRanges(int64_t num_tasks, int team) {
+  SPORE_CHECK(num_tasks >= 0 && num_tasks < (int64_t{1} << 32) && team >= 1, ErrorCode::invalid_argument,
+              "parallel_for: {} tasks for a team of {}", num_tasks, team);
+  team_ = static_cast<int>(std::min<int64_t>(team, std::max<int64_t>(num_tasks, 1)));
+  ranges_ = new Range[static_cast<size_t>(team_)];
+  for (int i = 0; i < team_; ++i) {
+    const auto lo = static_cast<uint64_t>(num_tasks * i / team_), hi = static_cast<uint64_t>(num_tasks * (i + 1) / team_);
+    ranges_[i].front_back.store(lo | (hi << 32), std::memory_order_relaxed);
+  }
+}
+
+TaskRanges::~TaskRanges() { delete[] ranges_; }
+
+bool TaskRanges::take(Range& r, bool front, int64_t& task) {
+  uint64_t v = r.front_back.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t lo = v & 0xffffffffu, hi = v >> 32;
+    if (lo >= hi) return false;
+    const uint64_t next = front ? ((lo + 1) | (hi << 32)) : (lo | ((hi - 1) << 32));
+    if (r.front_back.compare_exchange_weak(v, next, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+      task = static_cast<int64_t>(front ? lo : hi - 1);
+      return true;
+    }
+  }
+}
+
+bool TaskRanges::next(int me, int64_t& task) {
+  if (me < team_ && take(ranges_[me], true, task)) return true;
+  for (int k = 1; k <= team_; ++k)
+    if (take(ranges_[(me + k) % team_], false, task)) return true;
+  return false;
+}
+
+void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
   if (ParallelRunner r = g_runner.load(); r != nullptr) {
     if (num_tasks <= 0) return;
     if (num_tasks == 1 || g_threads.load() <= 1) {
       for (int64_t t = 0; t < num_tasks; ++t) fn(t);
       return;
     }
-    return r(num_tasks, fn, schedule);
+    return r(num_tasks, fn);
   }
-  pool().run(num_tasks, fn);  // the pool's own threads take tasks as they come (the schedule is a hint)
+  pool().run(num_tasks, fn);
 }
 
 void set_parallel_runner(ParallelRunner r) {

@@ -15,26 +15,45 @@ int num_threads();
 // Hardware concurrency as seen by the process (affinity mask).
 int hardware_threads();
 
-// How a runner hands out tasks. dynamic: to whichever thread is free (balances uneven tasks). contiguous: each
-// thread one contiguous range, the same split for the same task count - for kernels whose task t of one call reads
-// what task t of the previous call wrote (a conv chain split by rows or images): the data stays in that thread's
-// cache instead of crossing to another core (ResNet-style CNN at batch 32 on 2 threads: 12.3 -> 10.7 ms). The
-// schedule never changes results: tasks write their own outputs.
-enum class Schedule : uint8_t { dynamic, contiguous };
-
-// Runs fn(0..num_tasks-1) across the pool. Nested calls run serially on the calling thread.
-void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn, Schedule schedule = Schedule::dynamic);
+// Runs fn(0..num_tasks-1) across the pool and blocks until all ran. Nested calls run serially on the calling
+// thread. How tasks reach threads (TaskRanges below): thread i owns the i-th contiguous range of the tasks and runs
+// it in order; a thread that finishes early takes tasks from the back of the others' ranges.
+void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn);
 
 // Another runtime for parallel_for: the cpu backend installs OpenMP's (backend/cpu/register.cpp), the one oneDNN
 // runs on, so spore's kernels and oneDNN's share one team of threads instead of two sets of threads competing for
 // the cores. With a runner set the pool keeps no threads of its own; set_num_threads only records the count (the
 // backend passes it on to its runtime). The runner must run every task exactly once, run nested calls serially and
 // rethrow a task's exception on the caller's thread.
-using ParallelRunner = void (*)(int64_t num_tasks, const std::function<void(int64_t)>& fn, Schedule schedule);
+using ParallelRunner = void (*)(int64_t num_tasks, const std::function<void(int64_t)>& fn);
 void set_parallel_runner(ParallelRunner r);
 
 // Splits [0, n) into chunks of `grain` elements (the last may be shorter): the task count depends
 // only on n and grain, never on the thread count.
 inline int64_t num_chunks(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain - 1) / grain; }
+
+// The task hand-out of every runner: member i of a team owns tasks [n*i/team, n*(i+1)/team), takes them from the
+// front, then takes what is left of the other ranges from their back. Why not a shared counter (whichever thread is
+// free takes the next task): kernels of a chain split their work alike (rows, images, tile blocks), so task t of one
+// call reads what task t of the previous call wrote; with owned ranges that data stays in the core that wrote it
+// (ResNet-style CNN batch 32, 2 threads: 12.0 -> 10.1 ms; 6-layer transformer batch 32: 13.0 -> 10.7 ms). Why not a
+// fixed split: a core slowed by another tenant on its host core would hold up the team (this VM: one vCPU runs 15%
+// slower than the other); the back-stealing evens that out. Which thread runs a task never changes results.
+class TaskRanges {
+ public:
+  TaskRanges(int64_t num_tasks, int team);
+  TaskRanges(const TaskRanges&) = delete;
+  TaskRanges& operator=(const TaskRanges&) = delete;
+  ~TaskRanges();
+  int team() const { return team_; }
+  // The next task for team member `me` (0 <= me < team): false when no task is left anywhere.
+  bool next(int me, int64_t& task);
+
+ private:
+  struct Range;
+  bool take(Range& r, bool front, int64_t& task);
+  Range* ranges_;
+  int team_;
+};
 
 }  // namespace spore

@@ -125,6 +125,58 @@ TEST(ThreadPool, SetNumThreadsIsBoundsChecked) {
   EXPECT_GE(hardware_threads(), 1);
 }
 
+TEST(TaskRanges, EachMemberRunsItsOwnRangeInOrderThenTakesFromTheBackOfOthers) {
+  TaskRanges r(10, 3);  // ranges [0,3) [3,6) [6,10)
+  ASSERT_EQ(r.team(), 3);
+  int64_t t = -1;
+  ASSERT_TRUE(r.next(1, t));
+  EXPECT_EQ(t, 3);
+  ASSERT_TRUE(r.next(1, t));
+  EXPECT_EQ(t, 4);
+  ASSERT_TRUE(r.next(2, t));
+  EXPECT_EQ(t, 6);
+  ASSERT_TRUE(r.next(1, t));
+  EXPECT_EQ(t, 5);
+  // member 1's range is empty: it takes from the back of member 2's, then of member 0's
+  ASSERT_TRUE(r.next(1, t));
+  EXPECT_EQ(t, 9);
+  ASSERT_TRUE(r.next(1, t));
+  EXPECT_EQ(t, 8);
+  ASSERT_TRUE(r.next(1, t));
+  EXPECT_EQ(t, 7);
+  ASSERT_TRUE(r.next(1, t));
+  EXPECT_EQ(t, 2);
+  ASSERT_TRUE(r.next(0, t));
+  EXPECT_EQ(t, 0);
+  ASSERT_TRUE(r.next(2, t));  // member 2 takes the last one from member 0's back
+  EXPECT_EQ(t, 1);
+  EXPECT_FALSE(r.next(0, t));
+  EXPECT_FALSE(r.next(1, t));
+  EXPECT_FALSE(r.next(2, t));
+}
+
+TEST(TaskRanges, TeamIsCappedByTheTaskCountAndEveryTaskIsHandedOutOnceUnderContention) {
+  EXPECT_EQ(TaskRanges(2, 8).team(), 2);
+  EXPECT_EQ(TaskRanges(0, 4).team(), 1);
+  int64_t t = 0;
+  EXPECT_FALSE(TaskRanges(0, 4).next(0, t));
+  for (int team : {1, 2, 3, 5}) {
+    for (int64_t n : {1, 2, 7, 100, 5000}) {
+      TaskRanges r(n, team);
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      for (auto& h : hits) h.store(0);
+      std::vector<std::thread> members;
+      for (int me = 0; me < team + 1; ++me)  // one more caller than members: it only takes from the backs
+        members.emplace_back([&, me] {
+          for (int64_t task = 0; r.next(me, task);) hits[static_cast<size_t>(task)].fetch_add(1);
+        });
+      for (auto& m : members) m.join();
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "team " << team << " n " << n;
+    }
+  }
+  EXPECT_THROW(TaskRanges(10, 0), Error);
+}
+
 TEST(ThreadPool, NumChunksDependsOnlyOnSizeAndGrain) {
   EXPECT_EQ(num_chunks(0, 16), 0);
   EXPECT_EQ(num_chunks(-5, 16), 0);

@@ -80,8 +80,7 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
         const int64_t n = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
         if (wide) detail::direct_rows_avx512(job, n, oy0, oy1);
         else detail::direct_rows_avx2(job, n, oy0, oy1);
-      },
-      Schedule::contiguous);  // rows in image order, as the chain's other convs split them
+      });  // rows in image order, as the chain's other convs split them
 }
 
 }  // namespace spore::cpu

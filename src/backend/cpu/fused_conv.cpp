@@ -67,8 +67,7 @@ struct EpilogueF32 {
         [&](int64_t blk) {
           const int64_t b = blk * kBlock;
           (*this)(b, std::min(kBlock, n - b));
-        },
-        Schedule::contiguous);  // the output in order, where the conv's contiguous tasks left it
+        });  // the output in order, where the conv's tasks left it
   }
 };
 

@@ -63,7 +63,7 @@ void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w
                                    [&](float* buf) { pack_panels(k, n, w, nr, buf); }, kept, local);
   const detail::GemmJob job{m, k, n, x, wp, bias, y};
   // Tasks: row blocks of whole tiles (about 8 per call when M allows), each over a group of panels that fits L2
-  // (~256 KB of packed weights); row-block major, so consecutive layers split their rows alike (Schedule).
+  // (~256 KB of packed weights); row-block major, so consecutive layers split their rows alike (TaskRanges).
   const int64_t rows_per = std::max(mr, num_chunks(num_chunks(m, 8), mr) * mr);
   const int64_t row_blocks = num_chunks(m, rows_per);
   const int64_t panels_per = std::max<int64_t>(1, (int64_t{256} << 10) / (std::max<int64_t>(k, 1) * nr * 4));
@@ -76,8 +76,7 @@ void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w
         const int64_t p0 = pg * panels_per, p1 = std::min(panels, p0 + panels_per);
         if (wide) detail::gemm_rows_avx512(job, r0, r1, p0, p1);
         else detail::gemm_rows_avx2(job, r0, r1, p0, p1);
-      },
-      Schedule::contiguous);
+      });
 }
 
 }  // namespace spore::cpu

@@ -42,7 +42,7 @@ dnnl::stream& dnnl_stream() {
   return s;
 }
 
-void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn, Schedule schedule) {
+void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
   if (tasks <= 0) return;
   if (tasks == 1) {  // no team to spin up: just keep oneDNN serial for this call
     const int saved = omp_get_max_threads();
@@ -56,25 +56,23 @@ void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn, Sch
     omp_set_num_threads(saved);
     return;
   }
-  run_omp_tasks(tasks, omp_get_max_threads(), fn, schedule);
+  run_omp_tasks(tasks, omp_get_max_threads(), fn);
 }
 
-void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn, Schedule schedule) {
+void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn) {
   std::exception_ptr error;
-  const auto run = [&](int64_t task) {
-    try {
-      fn(task);
-    } catch (...) {
+  TaskRanges ranges(tasks, threads);  // base/thread_pool.h: owned contiguous ranges, back-stealing
+#pragma omp parallel num_threads(ranges.team())
+  {
+    const int me = omp_get_thread_num();
+    for (int64_t task = 0; ranges.next(me, task);) {
+      try {
+        fn(task);
+      } catch (...) {
 #pragma omp critical(spore_onednn_task_error)
-      if (!error) error = std::current_exception();
+        if (!error) error = std::current_exception();
+      }
     }
-  };
-  if (schedule == Schedule::contiguous) {
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t task = 0; task < tasks; ++task) run(task);
-  } else {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t task = 0; task < tasks; ++task) run(task);
   }
   if (error) std::rethrow_exception(error);
 }

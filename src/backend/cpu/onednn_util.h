@@ -19,13 +19,10 @@ dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();
 // Runs fn(0) .. fn(tasks - 1) on the OpenMP team. oneDNN calls inside a task run single-threaded (nested
 // parallelism is off), so what a task computes does not depend on the thread count. Rethrows the first error.
-void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn,
-                      Schedule schedule = Schedule::dynamic);  // one per calling thread: streams are not shared across threads
-// The loop itself: fn(0 .. tasks-1) on a team of `threads` (dynamic one-task chunks, or one contiguous range per
-// thread: base/thread_pool.h Schedule), first error rethrown (also
-// spore's parallel_for runner, register.cpp).
-void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn,
-                   Schedule schedule = Schedule::dynamic);
+void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn);  // one stream per calling thread
+// The loop itself: fn(0 .. tasks-1) on a team of `threads`, tasks handed out as base/thread_pool.h's TaskRanges
+// says, first error rethrown (also spore's parallel_for runner, register.cpp).
+void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn);
 
 // Primitive (plus whatever the op needs beside it) per shape/attr key. Creation is rare, so it runs
 // under the lock. Cleared when it grows past `capacity` so dynamic shapes cannot grow it without bound.

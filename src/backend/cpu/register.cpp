@@ -22,12 +22,12 @@ void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
 
 namespace {
 // parallel_for on OpenMP's team (set_parallel_runner): one set of threads for spore's kernels and oneDNN's.
-void omp_runner(int64_t num_tasks, const std::function<void(int64_t)>& fn, Schedule schedule) {
+void omp_runner(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
   if (omp_in_parallel()) {  // a nested call: serial, as the pool does
     for (int64_t t = 0; t < num_tasks; ++t) fn(t);
     return;
   }
-  cpu::run_omp_tasks(num_tasks, static_cast<int>(std::min<int64_t>(num_threads(), num_tasks)), fn, schedule);
+  cpu::run_omp_tasks(num_tasks, static_cast<int>(std::min<int64_t>(num_threads(), num_tasks)), fn);
 }
 }  // namespace
 

@@ -9,14 +9,12 @@
 // runs the 16 GEMMs with a register-blocked micro-kernel (12 tiles x 16 channels in zmm where the CPU has
 // AVX-512, else two 6 x 16 calls in ymm; the tile's value is broadcast, U's row loaded) into M[16][12][16] (L1),
 // and turns M into the 2x2 outputs right away (output transform + bias), so M never leaves L1. U is computed
-// per call from the weights (no cache: nothing tells a kernel that weights changed); it costs 1-5% of a call
-// except at very few tiles, which winograd_qualifies leaves to oneDNN.
+// once per plan constant (constant_cache.h) and per call for weights that are not (eager mode, training).
 //
 // Threads: the tasks run on the OpenMP team that runs oneDNN (run_onednn_tasks), not on spore's pool. In a conv
 // chain these convs alternate with oneDNN ones (strided, 1x1, the stem) whose OpenMP workers keep spinning for
 // milliseconds after each region; pool workers competing with them for the 2 cores made the ResNet bench at 2
-// threads 1.5-3x slower (batch 32: 21-49 ms vs 14-17 ms on the team; batch 1: 2.7-3.2 vs 0.85-0.95 ms). Small
-// convs run on the calling thread alone (see winograd_conv2d_nchw8c).
+// threads 1.5-3x slower (batch 32: 21-49 ms vs 14-17 ms on the team; batch 1: 2.7-3.2 vs 0.85-0.95 ms).
 //
 // Determinism and batch invariance by construction: an element of M_k is one FMA chain over c = 0..C-1 in
 // order, computed the same way by every micro-kernel variant (any tile count, 16 or 8 channels, AVX2 or
@@ -68,7 +66,7 @@ float* scratch(int slot, size_t count) {
 // Runs fn(0 .. tasks-1) on the OpenMP team (see the top), or on the calling thread when `serial`.
 template <typename Fn>
 void run_tasks(bool serial, int64_t tasks, const Fn& fn) {
-  if (!serial) return run_onednn_tasks(tasks, fn, Schedule::contiguous);  // blocks of tiles in image order
+  if (!serial) return run_onednn_tasks(tasks, fn);  // blocks of tiles in image order
   for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
 
