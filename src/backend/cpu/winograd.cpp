@@ -137,6 +137,49 @@ void transform_weights(const float* w, int64_t C, int64_t O, float* U, bool seri
   });
 }
 
+// U for F(4x4, 3x3): 36 planes, U = G g G^T with G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6;
+// 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1] (Lavin & Gray's points 0, +-1, +-2), same layout and tasks as above.
+void transform_weights_f4(const float* w, int64_t C, int64_t O, float* U, bool serial) {
+  const int64_t groups = O / 8;
+  const __m256 q4 = _mm256_set1_ps(0.25f), m6 = _mm256_set1_ps(-1.0f / 6.0f), p6 = _mm256_set1_ps(1.0f / 6.0f),
+               p12 = _mm256_set1_ps(1.0f / 12.0f), p24 = _mm256_set1_ps(1.0f / 24.0f);
+  // G applied to three vectors (a column or a row of the 3x3 filter): six results.
+  const auto gmul = [&](__m256 a, __m256 b, __m256 d, __m256* r) {
+    const __m256 ad = _mm256_add_ps(a, d), a24 = _mm256_fmadd_ps(d, p6, _mm256_mul_ps(a, p24)), b12 = _mm256_mul_ps(b, p12);
+    r[0] = _mm256_mul_ps(a, q4);
+    r[1] = _mm256_mul_ps(_mm256_add_ps(ad, b), m6);
+    r[2] = _mm256_mul_ps(_mm256_sub_ps(ad, b), m6);
+    r[3] = _mm256_add_ps(a24, b12);
+    r[4] = _mm256_sub_ps(a24, b12);
+    r[5] = d;
+  };
+  const int64_t slices = (O + kNR - 1) / kNR;
+  run_tasks(serial, slices, [&](int64_t slice) {
+    for (int64_t grp = slice * (kNR / 8); grp < std::min(groups, (slice + 1) * (kNR / 8)); ++grp) {
+      const int64_t o = grp * 8, o0 = o / kNR * kNR, width = std::min<int64_t>(kNR, O - o0), oo = o - o0;
+      float* wt = scratch(3, static_cast<size_t>(C * 9 * 8));
+      for (int64_t q = 0; q < C * 9; q += 8) {
+        __m256 r[8];
+        for (int l = 0; l < 8; ++l) r[l] = _mm256_loadu_ps(w + (o + l) * C * 9 + q);
+        transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_store_ps(wt + (q + i) * 8, r[i]);
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        const float* g = wt + c * 72;
+        __m256 t[3][6];  // (G g) by filter column j: t[j][i]
+        for (int j = 0; j < 3; ++j)
+          gmul(_mm256_load_ps(g + j * 8), _mm256_load_ps(g + (3 + j) * 8), _mm256_load_ps(g + (6 + j) * 8), t[j]);
+        for (int i = 0; i < 6; ++i) {  // (G g) G^T
+          __m256 u[6];
+          gmul(t[0][i], t[1][i], t[2][i], u);
+          for (int j = 0; j < 6; ++j)
+            _mm256_store_ps(U + (i * 6 + j) * (O * C + kPlanePad) + o0 * C + c * width + oo, u[j]);
+        }
+      }
+    }
+  });
+}
+
 // m[i][0..NB*8) = sum_{c < C} v[i*C + c] * u[c*NB*8 + ..] for i < MR, one FMA chain per element in c order.
 // Named accumulators (not an array): GCC spilled an array of them to the stack on every iteration.
 template <int MR, int NB>
@@ -219,6 +262,8 @@ struct Plan {
   const WinogradConv& g;
   int64_t tiles_h, tiles_w, tiles_per_image;
   int64_t block;  // tiles per task (T)
+  int m = 2;       // output tile size: F(2x2, 3x3) or F(4x4, 3x3)
+  int planes = 16;  // (m + 2)^2
 };
 
 // V[k][t][C] (planes k padded by kPlanePad) for tiles first .. first+count-1: V = B^T d B,
@@ -312,10 +357,99 @@ void transform_output(const Plan& p, const float* M, int64_t first, int count, i
   }
 }
 
+// B^T of F(4x4, 3x3) applied to six vectors: B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0;
+// 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1].
+inline void bt6(const __m256* d, __m256* s) {
+  const __m256 c4 = _mm256_set1_ps(4.0f), c5 = _mm256_set1_ps(5.0f), c2 = _mm256_set1_ps(2.0f);
+  const __m256 d42 = _mm256_sub_ps(d[4], d[2]);
+  s[0] = _mm256_fmadd_ps(c4, d[0], _mm256_fnmadd_ps(c5, d[2], d[4]));
+  s[1] = _mm256_fnmadd_ps(c4, _mm256_add_ps(d[1], d[2]), _mm256_add_ps(d[3], d[4]));
+  s[2] = _mm256_fmadd_ps(c4, _mm256_sub_ps(d[1], d[2]), _mm256_sub_ps(d[4], d[3]));
+  s[3] = _mm256_fmadd_ps(c2, _mm256_sub_ps(d[3], d[1]), d42);
+  s[4] = _mm256_fmadd_ps(c2, _mm256_sub_ps(d[1], d[3]), d42);
+  s[5] = _mm256_fmadd_ps(c4, d[1], _mm256_fnmadd_ps(c5, d[3], d[5]));
+}
+
+// V[k][t][C] (36 planes) for F(4x4, 3x3): V = B^T d B over the tile's 6x6 window (zeros outside the image),
+// eight channels per vector, channel block outermost as in transform_input.
+void transform_input_f4(const Plan& p, const float* x, int64_t first, int64_t count, float* V) {
+  const WinogradConv& g = p.g;
+  const int64_t C = g.c, vplane = count * C + kPlanePad;
+  for (int64_t cb = 0; cb < C / 8; ++cb) {
+    for (int64_t t = 0; t < count; ++t) {
+      const int64_t tile = first + t, img = tile / p.tiles_per_image, r = tile % p.tiles_per_image;
+      const int64_t iy0 = (r / p.tiles_w) * 4 - g.pad_top, ix0 = (r % p.tiles_w) * 4 - g.pad_left;
+      const bool rows_inside = iy0 >= 0 && iy0 + 6 <= g.h;
+      const float* plane = x + (img * (C / 8) + cb) * g.h * g.w * 8;
+      __m256 cs[6][6];  // B^T d by window column: cs[j][i]
+      for (int j = 0; j < 6; ++j) {
+        const int64_t ix = ix0 + j;
+        __m256 d[6];
+        if (ix < 0 || ix >= g.w) {
+          for (int i = 0; i < 6; ++i) d[i] = _mm256_setzero_ps();
+        } else if (rows_inside) {
+          for (int i = 0; i < 6; ++i) d[i] = _mm256_loadu_ps(plane + ((iy0 + i) * g.w + ix) * 8);
+        } else {
+          for (int i = 0; i < 6; ++i) {
+            const int64_t iy = iy0 + i;
+            d[i] = iy >= 0 && iy < g.h ? _mm256_loadu_ps(plane + (iy * g.w + ix) * 8) : _mm256_setzero_ps();
+          }
+        }
+        bt6(d, cs[j]);
+      }
+      float* out = V + t * C + cb * 8;
+      for (int i = 0; i < 6; ++i) {  // (B^T d) B
+        const __m256 row[6] = {cs[0][i], cs[1][i], cs[2][i], cs[3][i], cs[4][i], cs[5][i]};
+        __m256 v[6];
+        bt6(row, v);
+        for (int j = 0; j < 6; ++j) _mm256_storeu_ps(out + (i * 6 + j) * vplane, v[j]);
+      }
+    }
+  }
+}
+
+// A^T of F(4x4, 3x3) applied to six vectors: A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+inline void at6(const __m256* m, __m256* s) {
+  const __m256 c2 = _mm256_set1_ps(2.0f), c4 = _mm256_set1_ps(4.0f), c8 = _mm256_set1_ps(8.0f);
+  const __m256 p12 = _mm256_add_ps(m[1], m[2]), d12 = _mm256_sub_ps(m[1], m[2]);
+  const __m256 p34 = _mm256_add_ps(m[3], m[4]), d34 = _mm256_sub_ps(m[3], m[4]);
+  s[0] = _mm256_add_ps(_mm256_add_ps(m[0], p12), p34);
+  s[1] = _mm256_fmadd_ps(c2, d34, d12);
+  s[2] = _mm256_fmadd_ps(c4, p34, p12);
+  s[3] = _mm256_add_ps(_mm256_fmadd_ps(c8, d34, d12), m[5]);
+}
+
+// The 4x4 outputs of `count` tiles from M[36][kMR][kNR]: Y = A^T M A + bias; parts past OH/OW dropped.
+void transform_output_f4(const Plan& p, const float* M, int64_t first, int count, int64_t o0, int64_t width,
+                         const float* bias, float* y) {
+  const WinogradConv& g = p.g;
+  for (int t = 0; t < count; ++t) {
+    const int64_t tile = first + t, img = tile / p.tiles_per_image, r = tile % p.tiles_per_image;
+    const int64_t oy = (r / p.tiles_w) * 4, ox = (r % p.tiles_w) * 4;
+    const int64_t rows = std::min<int64_t>(4, g.oh - oy), cols = std::min<int64_t>(4, g.ow - ox);
+    for (int64_t h = 0; h < width / 8; ++h) {
+      __m256 s[4][6];  // A^T M by column j: s[i][j]
+      for (int j = 0; j < 6; ++j) {
+        __m256 col[6], r4[4];
+        for (int i = 0; i < 6; ++i) col[i] = _mm256_load_ps(M + ((i * 6 + j) * kMR + t) * kNR + h * 8);
+        at6(col, r4);
+        for (int i = 0; i < 4; ++i) s[i][j] = r4[i];
+      }
+      const __m256 b = bias ? _mm256_loadu_ps(bias + o0 + h * 8) : _mm256_setzero_ps();
+      float* plane = y + (img * (g.o / 8) + (o0 / 8 + h)) * g.oh * g.ow * 8;
+      for (int i = 0; i < rows; ++i) {  // (A^T M) A + bias
+        __m256 o4[4];
+        at6(s[i], o4);
+        for (int j = 0; j < cols; ++j) _mm256_storeu_ps(plane + ((oy + i) * g.ow + ox + j) * 8, _mm256_add_ps(o4[j], b));
+      }
+    }
+  }
+}
+
 // M[k][t][0..width) for the mr tiles of one group: the 16 GEMMs of one 16-channel slice (or the last 8).
 void gemm_group(const float* V, int64_t count, int64_t C, const float* U, int64_t O, int64_t o0, int64_t width,
-                int mr, bool avx512, float* M) {
-  for (int k = 0; k < 16; ++k) {
+                int mr, bool avx512, int planes, float* M) {
+  for (int k = 0; k < planes; ++k) {
     const float* v = V + k * (count * C + kPlanePad);
     const float* u = U + k * (O * C + kPlanePad) + o0 * C;
     float* m = M + k * kMR * kNR;
@@ -332,15 +466,17 @@ void gemm_group(const float* V, int64_t count, int64_t C, const float* U, int64_
 void run_block(const Plan& p, const float* x, const float* U, const float* bias, float* y, int64_t first,
                int64_t count, bool avx512) {
   const int64_t C = p.g.c, O = p.g.o;
-  float* V = scratch(0, static_cast<size_t>(16 * (count * C + kPlanePad)));
-  float* M = scratch(1, 16 * kMR * kNR);
-  transform_input(p, x, first, count, V);
+  float* V = scratch(0, static_cast<size_t>(p.planes * (count * C + kPlanePad)));
+  float* M = scratch(1, static_cast<size_t>(p.planes * kMR * kNR));
+  if (p.m == 4) transform_input_f4(p, x, first, count, V);
+  else transform_input(p, x, first, count, V);
   for (int64_t o0 = 0; o0 < O; o0 += kNR) {
     const int64_t width = std::min<int64_t>(kNR, O - o0);
     for (int64_t t0 = 0; t0 < count; t0 += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, count - t0));
-      gemm_group(V + t0 * C, count, C, U, O, o0, width, mr, avx512, M);
-      transform_output(p, M, first + t0, mr, o0, width, bias, y);
+      gemm_group(V + t0 * C, count, C, U, O, o0, width, mr, avx512, p.planes, M);
+      if (p.m == 4) transform_output_f4(p, M, first + t0, mr, o0, width, bias, y);
+      else transform_output(p, M, first + t0, mr, o0, width, bias, y);
     }
   }
 }
@@ -367,6 +503,15 @@ bool winograd_qualifies(const WinogradConv& g, WinogradRule rule) {
   return std::max(g.c, g.o) <= 256 && tiles * 1024 > co;
 }
 
+int winograd_tile(const WinogradConv& g) {
+  if (const char* e = std::getenv("SPORE_WINOGRAD_TILE"); e && (e[0] == '2' || e[0] == '4') && e[1] == 0)
+    return e[0] - '0';
+  // The tile with fewer GEMM multiplies for this output size, counting the padding tiles: F(4x4) does 36 per tile
+  // of 16 outputs, F(2x2) 16 per 4 (32x32: 2304 vs 4096; 5x5: a tie, kept on F(2x2); 2x2: 36 vs 16).
+  const auto tiles = [&](int64_t m) { return ((g.oh + m - 1) / m) * ((g.ow + m - 1) / m); };
+  return tiles(4) * 36 < tiles(2) * 16 ? 4 : 2;
+}
+
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
                             const std::shared_ptr<Storage>& weights_owner) {
   SPORE_CHECK(winograd_qualifies(g, WinogradRule::supported), ErrorCode::unsupported,
@@ -374,12 +519,13 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
               "(got C={} O={} kernel {}x{} stride {}x{} dilation {}x{} groups {})",
               g.c, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups);
   if (g.n == 0 || g.oh <= 0 || g.ow <= 0) return;
-  Plan p{g, (g.oh + 1) / 2, (g.ow + 1) / 2, 0, 0};
+  const int m = winograd_tile(g);
+  Plan p{g, (g.oh + m - 1) / m, (g.ow + m - 1) / m, 0, 0, m, (m + 2) * (m + 2)};
   p.tiles_per_image = p.tiles_h * p.tiles_w;
   const int64_t tiles = g.n * p.tiles_per_image;
-  // Block size: V (16 x T x C floats) within ~384 KB so it and a 16-channel slice of U stay in L2; then as
+  // Block size: V (planes x T x C floats) within ~384 KB so it and a 16-channel slice of U stay in L2; then as
   // many blocks as makes the thread count divide them (bits do not depend on it, see the top).
-  const int64_t cap = std::max<int64_t>(kMR, 6144 / g.c / kMR * kMR);
+  const int64_t cap = std::max<int64_t>(kMR, 6144 * 16 / p.planes / g.c / kMR * kMR);
   // Every size runs on the thread team. Small convs (GEMMs under 32 MFLOP) used to run on the calling thread: with
   // the weights transformed per call (tasks then writing shared cache lines) the team lost at batch 1-2. With U kept
   // for plan constants it wins - ResNet-style CNN at 2 threads, alternating runs: batch 1 0.57-0.66 ms serial vs
@@ -390,14 +536,18 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   p.block = std::min(cap, ((tiles + rounds * threads - 1) / (rounds * threads) + kMR - 1) / kMR * kMR);
   // A plan constant's U is kept for its storage (constant_cache.h); otherwise (or with no room) it is
   // transformed into this thread's scratch per call.
-  const std::shared_ptr<Storage> kept = constant_derived(
-      weights_owner, w, fmt::format("winograd_f2x3:{}x{}", g.c, g.o),
-      static_cast<size_t>(16 * (g.c * g.o + kPlanePad)) * sizeof(float),
-      [&](void* u) { transform_weights(w, g.c, g.o, static_cast<float*>(u), serial); });
+  const auto transform = [&](float* u) {
+    if (m == 4) transform_weights_f4(w, g.c, g.o, u, serial);
+    else transform_weights(w, g.c, g.o, u, serial);
+  };
+  const size_t ufloats = static_cast<size_t>(p.planes * (g.c * g.o + kPlanePad));
+  const std::shared_ptr<Storage> kept =
+      constant_derived(weights_owner, w, fmt::format("winograd_f{}x3:{}x{}", m, g.c, g.o), ufloats * sizeof(float),
+                       [&](void* u) { transform(static_cast<float*>(u)); });
   float* U = kept ? static_cast<float*>(kept->data()) : nullptr;
   if (!U) {
-    U = scratch(2, static_cast<size_t>(16 * (g.c * g.o + kPlanePad)));  // slots 0, 1, 3: V, M, wt
-    transform_weights(w, g.c, g.o, U, serial);
+    U = scratch(2, ufloats);  // slots 0, 1, 3: V, M, wt
+    transform(U);
   }
   const bool avx512 = use_avx512();
   run_tasks(serial, (tiles + p.block - 1) / p.block, [&](int64_t b) {

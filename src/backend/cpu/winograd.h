@@ -26,6 +26,9 @@ struct WinogradConv {
 enum class WinogradRule { supported, beats_onednn_avx2, beats_onednn_avx512 };
 bool winograd_qualifies(const WinogradConv& g, WinogradRule rule);
 
+// The output tile size winograd_conv2d_nchw8c uses for this conv: 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)).
+int winograd_tile(const WinogradConv& g);
+
 // y[N, O/8, OH, OW, 8] = conv2d(x[N, C/8, H, W, 8], w[O, C, 3, 3]) + bias[O] (bias may be null); contiguous
 // buffers. Throws unsupported unless winograd_qualifies(g, WinogradRule::supported). weights_owner: the storage
 // holding w when w is a plan constant (its bytes do not change while the storage lives): the transformed weights
