@@ -194,7 +194,19 @@ bool TaskRanges::next(int me, int64_t& task) {
   return false;
 }
 
+namespace {
+thread_local bool tls_serial_scope = false;
+}
+
+SerialScope::SerialScope() : prev_(tls_serial_scope) { tls_serial_scope = true; }
+SerialScope::~SerialScope() { tls_serial_scope = prev_; }
+bool SerialScope::active() { return tls_serial_scope; }
+
 void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
+  if (tls_serial_scope) {
+    for (int64_t t = 0; t < num_tasks; ++t) fn(t);
+    return;
+  }
   if (ParallelRunner r = g_runner.load(); r != nullptr) {
     if (num_tasks <= 0) return;
     if (num_tasks == 1 || g_threads.load() <= 1) {

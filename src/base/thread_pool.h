@@ -20,6 +20,20 @@ int hardware_threads();
 // it in order; a thread that finishes early takes tasks from the back of the others' ranges.
 void parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& fn);
 
+// While one lives on a thread, parallel_for calls made by that thread run their tasks inline on it (the same
+// tasks, so the same results): for work too small to pay for the team (runtime/plan.cpp picks such steps).
+class SerialScope {
+ public:
+  SerialScope();
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
 // Another runtime for parallel_for: the cpu backend installs OpenMP's (backend/cpu/register.cpp), the one oneDNN
 // runs on, so spore's kernels and oneDNN's share one team of threads instead of two sets of threads competing for
 // the cores. With a runner set the pool keeps no threads of its own; set_num_threads only records the count (the

@@ -1,6 +1,13 @@
 #include "runtime/plan.h"
 
+#include <chrono>
+#include <optional>
+#include <cstdlib>
+#include <string_view>
 #include <unordered_map>
+
+#include "backend/cpu/cpu.h"
+#include "base/thread_pool.h"
 
 #include "ops/graph_ops.h"
 #include "runtime/profiler.h"
@@ -205,10 +212,36 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     (pt.is_output ? st.outs : st.ins)[pt.index] = pt.is_view ? t.view(pt.view) : t;
   }
   Profiler* prof = Profiler::active();
+  // Per-step thread mode (Step::mode). Calibration: run 0 warms up (page faults); runs 1..kRuns time every step on
+  // the team; runs kRuns+1..2*kRuns time the steps that took under kSmallUs on the team again on the calling thread
+  // alone (so a large step never pays a slow trial); then a step runs serially only where that was clearly faster
+  // (best of kRuns each, by 10%). Restarts when the thread count changes.
+  constexpr int kRuns = 4;
+  constexpr float kSmallUs = 200;
+  static const bool calibrate = [] {
+    const char* e = std::getenv("SPORE_PLAN_CALIBRATE");
+    return !(e && std::string_view(e) == "0");
+  }();
+  const int threads = num_threads();
+  if (threads != calib_threads_) {
+    calib_threads_ = threads;
+    calib_runs_ = 0;
+    for (Step& st : steps_) st.mode = threads > 1 && calibrate ? Step::Mode::undecided : Step::Mode::team;
+  }
+  const int phase = calib_runs_ <= 2 * kRuns && threads > 1 && calibrate ? calib_runs_ : -1;  // -1: decided
+  using clock = std::chrono::steady_clock;
   for (Step& st : steps_) {
     const Attrs& attrs = *st.attrs;
     KernelContext ctx{st.ins, st.outs, attrs, st.def->id, {}};
     ctx.constant_inputs = st.constant_inputs;
+    const bool trial = phase > kRuns && st.team_us < kSmallUs;
+    const bool serial = phase < 0 ? st.mode == Step::Mode::serial : trial;
+    std::optional<SerialScope> scope;
+    if (serial) {
+      scope.emplace();
+      cpu_set_num_threads(1);  // oneDNN primitives (OpenMP) on this thread alone too
+    }
+    const clock::time_point c0 = phase > 0 ? clock::now() : clock::time_point{};
     if (prof) {
       const int64_t t0 = Profiler::now_ns();
       st.fn(ctx);
@@ -216,12 +249,33 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     } else {
       st.fn(ctx);
     }
+    if (serial) cpu_set_num_threads(threads);
+    if (phase > 0) {
+      const float us = std::chrono::duration<float, std::micro>(clock::now() - c0).count();
+      float& best = serial ? st.serial_us : st.team_us;
+      if (best == 0 || us < best) best = us;
+    }
   }
+  if (phase >= 0 && ++calib_runs_ > 2 * kRuns)
+    for (Step& st : steps_)
+      st.mode = st.serial_us > 0 && st.serial_us < 0.9f * st.team_us ? Step::Mode::serial : Step::Mode::team;
   for (size_t i = 0; i < outs.size(); ++i)
     if (output_from_input_[i] <= -3) outs[i] = outs[-3 - output_from_input_[i]];
   // Drop references to caller tensors so the plan does not keep them alive.
   for (const Patch& pt : patches_) (pt.is_output ? steps_[pt.step].outs : steps_[pt.step].ins)[pt.index] = Tensor();
   return outs;
+}
+
+bool Plan::calibrated() const {
+  for (const Step& st : steps_)
+    if (st.mode == Step::Mode::undecided) return false;
+  return true;
+}
+
+int64_t Plan::serial_steps() const {
+  int64_t n = 0;
+  for (const Step& st : steps_) n += st.mode == Step::Mode::serial;
+  return n;
 }
 
 std::string Plan::describe() const {

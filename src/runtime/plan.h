@@ -43,6 +43,10 @@ class Plan {
   const MemoryPlanInfo& memory_plan() const { return memory_plan_; }
   int64_t weights_bytes() const { return weights_bytes_; }  // bytes of the constants the plan reads
   std::string describe() const;  // the schedule, one kernel per line
+  // Whether every step's thread mode is decided (see Step::mode); true at once with one thread or
+  // SPORE_PLAN_CALIBRATE=0. spore bench keeps warming up until it is.
+  bool calibrated() const;
+  int64_t serial_steps() const;  // steps that run on the calling thread alone (after calibration)
 
  private:
   friend Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o);
@@ -56,7 +60,14 @@ class Plan {
     std::vector<Tensor> outs;
     std::vector<TensorType> in_types, out_types;
     uint64_t constant_inputs = 0;  // KernelContext::constant_inputs: which inputs are constants of the graph
+    // Thread mode, decided by timing the step both ways during the plan's first runs (Plan::run): some steps
+    // are faster on the calling thread alone than on the team (fork/join and data crossing cores cost more than
+    // they gain). Results do not depend on it: kernels split work into the same tasks either way.
+    enum class Mode : uint8_t { undecided, team, serial } mode = Mode::undecided;
+    float team_us = 0, serial_us = 0;  // best time seen in each mode while calibrating
   };
+  int calib_runs_ = 0;      // runs of the calibration so far
+  int calib_threads_ = 0;   // the thread count it is for (a change restarts it)
   struct Patch {  // where run() writes graph inputs/outputs into the prebuilt step tensors
     int step;
     bool is_output;

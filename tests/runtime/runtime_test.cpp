@@ -7,7 +7,15 @@
 #include "ops/ops.h"
 #include "runtime/jit.h"
 #include "runtime/profiler.h"
+#include "runtime/runtime.h"
 #include "runtime/trace.h"
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <random>
+
+#include "base/thread_pool.h"
 
 namespace spore {
 namespace {
@@ -262,6 +270,61 @@ TEST(Plan, DescribeListsKernelsAndPassRecords) {
   EXPECT_FALSE(plan.pass_records().empty());
   EXPECT_GT(plan.arena_bytes(), 0);
   verify_graph(plan.graph());
+}
+
+// The plan times its steps on the team and alone during its first runs and keeps the faster mode per step
+// (Plan::calibrated): the outputs stay bit-identical to a one-thread run through calibration and after it.
+TEST(Plan, ThreadModeCalibrationKeepsEveryBitAndSettles) {
+  init();
+  const int saved = num_threads();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> d(-1, 1);
+  const auto rnd = [&](Shape s) {
+    std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+    for (double& x : v) x = d(rng);
+    return Tensor::from_doubles(v, std::move(s), DType::f32);
+  };
+  const Tensor x = rnd({96, 256}), w = rnd({256, 256}), b = rnd({96, 256}), small = rnd({4, 8});
+  CompiledFunction f([](std::span<const Tensor> in) {
+    Tensor h = ops::relu(ops::add(ops::matmul(in[0], in[1]), in[2]));  // a large step and elementwise ones
+    return std::vector<Tensor>{ops::softmax(h), ops::relu(ops::add(in[3], 1.0))};  // and a tiny one
+  });
+  const std::vector<Tensor> ins{x, w, b, small};
+  set_threads(1);
+  const std::vector<Tensor> ref = f(ins);
+  set_threads(2);
+  Plan& plan = f.plan_for(ins);
+  bool settled = false;
+  for (int run = 0; run < 12; ++run) {
+    const std::vector<Tensor> out = plan.run(ins);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_EQ(std::memcmp(out[i].raw_data(), ref[i].raw_data(), static_cast<size_t>(ref[i].numel()) * 4), 0)
+          << "output " << i << ", run " << run << " at 2 threads";
+    if (plan.calibrated()) settled = true;
+  }
+  EXPECT_TRUE(settled);
+  EXPECT_LE(plan.serial_steps(), plan.num_kernels());
+  set_threads(saved);
+}
+
+TEST(SerialScope, ParallelForRunsItsTasksOnTheCallingThread) {
+  init();
+  const int saved = num_threads();
+  set_threads(2);
+  const std::thread::id me = std::this_thread::get_id();
+  std::atomic<int> elsewhere{0}, ran{0};
+  {
+    SerialScope scope;
+    EXPECT_TRUE(SerialScope::active());
+    parallel_for(64, [&](int64_t) {
+      ran.fetch_add(1);
+      if (std::this_thread::get_id() != me) elsewhere.fetch_add(1);
+    });
+  }
+  EXPECT_FALSE(SerialScope::active());
+  EXPECT_EQ(ran.load(), 64);
+  EXPECT_EQ(elsewhere.load(), 0);
+  set_threads(saved);
 }
 
 }  // namespace

@@ -44,11 +44,11 @@ dnnl::stream& dnnl_stream() {
 
 void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
   if (tasks <= 0) return;
-  if (tasks == 1) {  // no team to spin up: just keep oneDNN serial for this call
+  if (tasks == 1 || SerialScope::active()) {  // no team to spin up: run the tasks here, oneDNN serial inside
     const int saved = omp_get_max_threads();
     omp_set_num_threads(1);
     try {
-      fn(0);
+      for (int64_t t = 0; t < tasks; ++t) fn(t);
     } catch (...) {
       omp_set_num_threads(saved);
       throw;
