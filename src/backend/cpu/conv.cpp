@@ -791,7 +791,7 @@ void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   SPORE_CHECK(y.dtype() == DType::f32, ErrorCode::unsupported, "[conv2d_fused] blocked layouts are f32 only, got {}",
               dtype_name(y.dtype()));
   if (y.numel() == 0) return;
-  // Winograd F(2x2,3x3) (winograd.h) where it is measured to beat oneDNN (the rule depends on oneDNN's ISA cap,
+  // Winograd F(2x2,3x3) / F(4x4,3x3) (winograd.h) where it is measured to beat oneDNN (the rule depends on oneDNN's ISA cap,
   // onednn_util.cpp); SPORE_CONV_WINOGRAD=0 keeps oneDNN (A/B benchmarks).
   static const bool winograd_on = [] {
     const char* e = std::getenv("SPORE_CONV_WINOGRAD");

@@ -1,4 +1,5 @@
-// Winograd F(2x2, 3x3) on nChw8c (winograd.h). Notation of Lavin & Gray 2015: an output tile Y (2x2) of one
+// Winograd F(2x2, 3x3) on nChw8c (winograd.h); F(4x4, 3x3) is the same scheme with 6x6 windows and 36 planes
+// (transform_*_f4 below: Lavin & Gray's points 0, +-1, +-2). Notation of Lavin & Gray 2015: an output tile Y (2x2) of one
 // output channel is A^T [ sum_c (G g_c G^T) ⊙ (B^T d_c B) ] A, where d_c is the 4x4 input window of the tile in
 // channel c and g_c the 3x3 filter. With U = G g G^T and V = B^T d B (16 numbers each), the sum over c is 16
 // independent GEMMs M_k[tiles, O] = V_k[tiles, C] * U_k[C, O], k = 0..15.

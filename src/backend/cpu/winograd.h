@@ -1,6 +1,8 @@
 #pragma once
-// Winograd F(2x2, 3x3) convolution (Lavin & Gray 2015) for f32 conv2d on the blocked layout nChw8c
-// ([N, C/8, H, W, 8], passes/layout.cpp): 2.25x fewer multiplies than direct convolution. conv2d_blocked
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) convolution (Lavin & Gray 2015) for f32 conv2d on the blocked layout
+// nChw8c ([N, C/8, H, W, 8], passes/layout.cpp): 2.25x / 4x fewer multiplies than direct convolution. F(4x4) costs
+// precision: up to ~1.2e-5 of max|y| against a float64 conv (F(2x2): ~5e-7; measured, C <= 128), which is why
+// the tile is a documented choice (winograd_tile, SPORE_WINOGRAD_TILE). conv2d_blocked
 // (conv.cpp) runs it instead of oneDNN where winograd_qualifies says so (SPORE_CONV_WINOGRAD=0 turns it off).
 // Deterministic and batch-invariant: every output element is one fixed sequence of f32 operations on its own
 // image's data, whatever the thread count, the batch size or the image's position in the batch.
