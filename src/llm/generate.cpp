@@ -131,6 +131,7 @@ Plan& Session::plan_for(int64_t t, bool all) {
   CompileOptions co;
   co.inference = true;
   co.disabled_passes = o_.disabled_passes;
+  co.calibrate_threads = false;  // attention_kv's work grows with the cache (CompileOptions::calibrate_threads)
   auto plan = std::make_unique<Plan>(compile_plan(m_.step_graph(so), co));
   return *plans_.emplace(Key{t, all}, std::move(plan)).first->second;
 }

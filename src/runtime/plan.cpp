@@ -97,6 +97,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   pm.run(*g);
 
   Plan p;
+  p.calibrate_threads_ = o.calibrate_threads;
   p.pass_records_ = pm.records();
   p.memory_plan_ = std::move(memory_info);
   for (const Node* n : g->nodes())
@@ -226,9 +227,11 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   if (threads != calib_threads_) {
     calib_threads_ = threads;
     calib_runs_ = 0;
-    for (Step& st : steps_) st.mode = threads > 1 && calibrate ? Step::Mode::undecided : Step::Mode::team;
+    for (Step& st : steps_)
+      st.mode = threads > 1 && calibrate && calibrate_threads_ ? Step::Mode::undecided : Step::Mode::team;
   }
-  const int phase = calib_runs_ <= 2 * kRuns && threads > 1 && calibrate ? calib_runs_ : -1;  // -1: decided
+  const int phase =
+      calib_runs_ <= 2 * kRuns && threads > 1 && calibrate && calibrate_threads_ ? calib_runs_ : -1;  // -1: decided
   using clock = std::chrono::steady_clock;
   for (Step& st : steps_) {
     const Attrs& attrs = *st.attrs;

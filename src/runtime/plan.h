@@ -28,6 +28,10 @@ struct CompileOptions {
   std::string save_graphs_dir;
   bool inference = false;  // PassOptions::inference: a deployed model (batch_norm folding, dropout removal)
   bool recompute = false;  // PassOptions::recompute: rematerialize cheap activations (set_context recompute)
+  // Plan::run times small steps on the team and alone during the first runs and keeps the faster (Step::mode).
+  // Off for plans whose steps' work changes from run to run with state the graph does not show (LLM decode: the
+  // attention over a growing KV cache - a mode picked at 10 cached tokens is wrong at 500).
+  bool calibrate_threads = true;
 };
 
 class Plan {
@@ -68,6 +72,7 @@ class Plan {
   };
   int calib_runs_ = 0;      // runs of the calibration so far
   int calib_threads_ = 0;   // the thread count it is for (a change restarts it)
+  bool calibrate_threads_ = true;  // CompileOptions::calibrate_threads
   struct Patch {  // where run() writes graph inputs/outputs into the prebuilt step tensors
     int step;
     bool is_output;
