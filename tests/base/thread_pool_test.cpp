@@ -125,34 +125,24 @@ TEST(ThreadPool, SetNumThreadsIsBoundsChecked) {
   EXPECT_GE(hardware_threads(), 1);
 }
 
+// The task member `me` gets next, or -1 when none is left.
+int64_t next_of(TaskRanges& r, int me) {
+  int64_t t = -1;
+  return r.next(me, t) ? t : -1;
+}
+
 TEST(TaskRanges, EachMemberRunsItsOwnRangeInOrderThenTakesFromTheBackOfOthers) {
   TaskRanges r(10, 3);  // ranges [0,3) [3,6) [6,10)
   ASSERT_EQ(r.team(), 3);
-  int64_t t = -1;
-  ASSERT_TRUE(r.next(1, t));
-  EXPECT_EQ(t, 3);
-  ASSERT_TRUE(r.next(1, t));
-  EXPECT_EQ(t, 4);
-  ASSERT_TRUE(r.next(2, t));
-  EXPECT_EQ(t, 6);
-  ASSERT_TRUE(r.next(1, t));
-  EXPECT_EQ(t, 5);
+  EXPECT_EQ(next_of(r, 1), 3);
+  EXPECT_EQ(next_of(r, 1), 4);
+  EXPECT_EQ(next_of(r, 2), 6);
+  EXPECT_EQ(next_of(r, 1), 5);
   // member 1's range is empty: it takes from the back of member 2's, then of member 0's
-  ASSERT_TRUE(r.next(1, t));
-  EXPECT_EQ(t, 9);
-  ASSERT_TRUE(r.next(1, t));
-  EXPECT_EQ(t, 8);
-  ASSERT_TRUE(r.next(1, t));
-  EXPECT_EQ(t, 7);
-  ASSERT_TRUE(r.next(1, t));
-  EXPECT_EQ(t, 2);
-  ASSERT_TRUE(r.next(0, t));
-  EXPECT_EQ(t, 0);
-  ASSERT_TRUE(r.next(2, t));  // member 2 takes the last one from member 0's back
-  EXPECT_EQ(t, 1);
-  EXPECT_FALSE(r.next(0, t));
-  EXPECT_FALSE(r.next(1, t));
-  EXPECT_FALSE(r.next(2, t));
+  for (int64_t want : {9, 8, 7, 2}) EXPECT_EQ(next_of(r, 1), want);
+  EXPECT_EQ(next_of(r, 0), 0);
+  EXPECT_EQ(next_of(r, 2), 1);  // member 2 takes the last one from member 0's back
+  for (int me : {0, 1, 2}) EXPECT_EQ(next_of(r, me), -1);
 }
 
 TEST(TaskRanges, TeamIsCappedByTheTaskCountAndEveryTaskIsHandedOutOnceUnderContention) {

@@ -91,16 +91,15 @@ inline void transpose8(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-// U[k][c][o] = (G g G^T)_k for g = w[o, c], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1], stored per 16-channel
-// slice: slice s (channels 16s.. < O) of U_k starts at k*(O*C + kPlanePad) + 16s*C and holds [C][width],
-// width = 16 or the last slice's 8. Eight output channels per vector (transposed from w's [O, C, 3, 3]), so each
-// U row segment is one aligned store; the halvings are exact and the sums run in one fixed order.
-void transform_weights(const float* w, int64_t C, int64_t O, float* U, bool serial) {
+// Runs per_channel(g, dst) for every 8-output-channel group and input channel c of w [O, C, 3, 3]: g points at
+// the 9 taps of (group, c), 8 lanes each (g[k * 8 + lane] = w[o + lane, c, k]), dst at the group's place in a U
+// plane (planes kPlanePad apart as the transforms store them: plane p starts at p * (O * C + kPlanePad)).
+// One task per 16-channel slice, not per group of 8: the two groups of a slice write the two halves of the same
+// cache lines, and splitting them between threads made the lines bounce (measured with the batch-1 convs forced
+// onto the team: a 128-channel conv took 0.8 ms on two threads instead of ~0.1-0.25, the net 2.1-2.3 ms -> 1.05).
+template <typename PerChannel>
+void for_each_weight_group(const float* w, int64_t C, int64_t O, float* U, bool serial, const PerChannel& per_channel) {
   const int64_t groups = O / 8;
-  const __m256 half = _mm256_set1_ps(0.5f);
-  // One task per 16-channel slice, not per group of 8: the two groups of a slice write the two halves of the same
-  // cache lines, and splitting them between threads made the lines bounce (measured with the batch-1 convs forced
-  // onto the team: a 128-channel conv took 0.8 ms on two threads instead of ~0.1-0.25, the net 2.1-2.3 ms -> 1.05).
   const int64_t slices = (O + kNR - 1) / kNR;
   run_tasks(serial, slices, [&](int64_t slice) {
     for (int64_t grp = slice * (kNR / 8); grp < std::min(groups, (slice + 1) * (kNR / 8)); ++grp) {
@@ -114,26 +113,31 @@ void transform_weights(const float* w, int64_t C, int64_t O, float* U, bool seri
         transpose8(r);
         for (int i = 0; i < 8; ++i) _mm256_store_ps(wt + (q + i) * 8, r[i]);
       }
-      for (int64_t c = 0; c < C; ++c) {
-        const float* g = wt + c * 72;
-        __m256 t[4][3];  // G g
-        for (int j = 0; j < 3; ++j) {
-          const __m256 a = _mm256_load_ps(g + j * 8), b = _mm256_load_ps(g + (3 + j) * 8),
-                       d = _mm256_load_ps(g + (6 + j) * 8);
-          const __m256 ad = _mm256_add_ps(a, d);
-          t[0][j] = a;
-          t[1][j] = _mm256_mul_ps(half, _mm256_add_ps(ad, b));
-          t[2][j] = _mm256_mul_ps(half, _mm256_sub_ps(ad, b));
-          t[3][j] = d;
-        }
-        for (int i = 0; i < 4; ++i) {  // (G g) G^T
-          const __m256 a = t[i][0], b = t[i][1], d = t[i][2], ad = _mm256_add_ps(a, d);
-          const __m256 u[4] = {a, _mm256_mul_ps(half, _mm256_add_ps(ad, b)), _mm256_mul_ps(half, _mm256_sub_ps(ad, b)),
-                               d};
-          for (int j = 0; j < 4; ++j)
-            _mm256_store_ps(U + (i * 4 + j) * (O * C + kPlanePad) + o0 * C + c * width + oo, u[j]);
-        }
-      }
+      for (int64_t c = 0; c < C; ++c) per_channel(wt + c * 72, U + o0 * C + c * width + oo);
+    }
+  });
+}
+
+// U[k][c][o] = (G g G^T)_k for g = w[o, c], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1], stored per 16-channel
+// slice: slice s (channels 16s.. < O) of U_k starts at k*(O*C + kPlanePad) + 16s*C and holds [C][width],
+// width = 16 or the last slice's 8. Eight output channels per vector (transposed from w's [O, C, 3, 3]), so each
+// U row segment is one aligned store; the halvings are exact and the sums run in one fixed order.
+void transform_weights(const float* w, int64_t C, int64_t O, float* U, bool serial) {
+  const __m256 half = _mm256_set1_ps(0.5f);
+  for_each_weight_group(w, C, O, U, serial, [&](const float* g, float* dst) {
+    __m256 t[4][3];  // G g
+    for (int j = 0; j < 3; ++j) {
+      const __m256 a = _mm256_load_ps(g + j * 8), b = _mm256_load_ps(g + (3 + j) * 8), d = _mm256_load_ps(g + (6 + j) * 8);
+      const __m256 ad = _mm256_add_ps(a, d);
+      t[0][j] = a;
+      t[1][j] = _mm256_mul_ps(half, _mm256_add_ps(ad, b));
+      t[2][j] = _mm256_mul_ps(half, _mm256_sub_ps(ad, b));
+      t[3][j] = d;
+    }
+    for (int i = 0; i < 4; ++i) {  // (G g) G^T
+      const __m256 a = t[i][0], b = t[i][1], d = t[i][2], ad = _mm256_add_ps(a, d);
+      const __m256 u[4] = {a, _mm256_mul_ps(half, _mm256_add_ps(ad, b)), _mm256_mul_ps(half, _mm256_sub_ps(ad, b)), d};
+      for (int j = 0; j < 4; ++j) _mm256_store_ps(dst + (i * 4 + j) * (O * C + kPlanePad), u[j]);
     }
   });
 }
@@ -141,7 +145,6 @@ void transform_weights(const float* w, int64_t C, int64_t O, float* U, bool seri
 // U for F(4x4, 3x3): 36 planes, U = G g G^T with G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6;
 // 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1] (Lavin & Gray's points 0, +-1, +-2), same layout and tasks as above.
 void transform_weights_f4(const float* w, int64_t C, int64_t O, float* U, bool serial) {
-  const int64_t groups = O / 8;
   const __m256 q4 = _mm256_set1_ps(0.25f), m6 = _mm256_set1_ps(-1.0f / 6.0f), p6 = _mm256_set1_ps(1.0f / 6.0f),
                p12 = _mm256_set1_ps(1.0f / 12.0f), p24 = _mm256_set1_ps(1.0f / 24.0f);
   // G applied to three vectors (a column or a row of the 3x3 filter): six results.
@@ -154,29 +157,14 @@ void transform_weights_f4(const float* w, int64_t C, int64_t O, float* U, bool s
     r[4] = _mm256_sub_ps(a24, b12);
     r[5] = d;
   };
-  const int64_t slices = (O + kNR - 1) / kNR;
-  run_tasks(serial, slices, [&](int64_t slice) {
-    for (int64_t grp = slice * (kNR / 8); grp < std::min(groups, (slice + 1) * (kNR / 8)); ++grp) {
-      const int64_t o = grp * 8, o0 = o / kNR * kNR, width = std::min<int64_t>(kNR, O - o0), oo = o - o0;
-      float* wt = scratch(3, static_cast<size_t>(C * 9 * 8));
-      for (int64_t q = 0; q < C * 9; q += 8) {
-        __m256 r[8];
-        for (int l = 0; l < 8; ++l) r[l] = _mm256_loadu_ps(w + (o + l) * C * 9 + q);
-        transpose8(r);
-        for (int i = 0; i < 8; ++i) _mm256_store_ps(wt + (q + i) * 8, r[i]);
-      }
-      for (int64_t c = 0; c < C; ++c) {
-        const float* g = wt + c * 72;
-        __m256 t[3][6];  // (G g) by filter column j: t[j][i]
-        for (int j = 0; j < 3; ++j)
-          gmul(_mm256_load_ps(g + j * 8), _mm256_load_ps(g + (3 + j) * 8), _mm256_load_ps(g + (6 + j) * 8), t[j]);
-        for (int i = 0; i < 6; ++i) {  // (G g) G^T
-          __m256 u[6];
-          gmul(t[0][i], t[1][i], t[2][i], u);
-          for (int j = 0; j < 6; ++j)
-            _mm256_store_ps(U + (i * 6 + j) * (O * C + kPlanePad) + o0 * C + c * width + oo, u[j]);
-        }
-      }
+  for_each_weight_group(w, C, O, U, serial, [&](const float* g, float* dst) {
+    __m256 t[3][6];  // (G g) by filter column j: t[j][i]
+    for (int j = 0; j < 3; ++j)
+      gmul(_mm256_load_ps(g + j * 8), _mm256_load_ps(g + (3 + j) * 8), _mm256_load_ps(g + (6 + j) * 8), t[j]);
+    for (int i = 0; i < 6; ++i) {  // (G g) G^T
+      __m256 u[6];
+      gmul(t[0][i], t[1][i], t[2][i], u);
+      for (int j = 0; j < 6; ++j) _mm256_store_ps(dst + (i * 6 + j) * (O * C + kPlanePad), u[j]);
     }
   });
 }
