@@ -157,22 +157,20 @@ int num_threads() {
   return pool().size();
 }
 
-struct TaskRanges::Range {
-  alignas(64) std::atomic<uint64_t> front_back;  // front in the low 32 bits, end (exclusive) in the high 32
-};
-
 TaskRanges::TaskRanges(int64_t num_tasks, int team) {
   SPORE_CHECK(num_tasks >= 0 && num_tasks < (int64_t{1} << 32) && team >= 1, ErrorCode::invalid_argument,
               "parallel_for: {} tasks for a team of {}", num_tasks, team);
   team_ = static_cast<int>(std::min<int64_t>(team, std::max<int64_t>(num_tasks, 1)));
-  ranges_ = new Range[static_cast<size_t>(team_)];
+  ranges_ = team_ <= kInline ? inline_ : new Range[static_cast<size_t>(team_)];
   for (int i = 0; i < team_; ++i) {
     const auto lo = static_cast<uint64_t>(num_tasks * i / team_), hi = static_cast<uint64_t>(num_tasks * (i + 1) / team_);
     ranges_[i].front_back.store(lo | (hi << 32), std::memory_order_relaxed);
   }
 }
 
-TaskRanges::~TaskRanges() { delete[] ranges_; }
+TaskRanges::~TaskRanges() {
+  if (ranges_ != inline_) delete[] ranges_;
+}
 
 bool TaskRanges::take(Range& r, bool front, int64_t& task) {
   uint64_t v = r.front_back.load(std::memory_order_relaxed);

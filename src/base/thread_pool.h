@@ -4,6 +4,7 @@
 // and partial results are combined in task order. The pool only decides which thread runs a task.
 //
 //   parallel_for(num_tasks, [&](int64_t task) { ... });   // blocks until all tasks ran
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -64,8 +65,12 @@ class TaskRanges {
   bool next(int me, int64_t& task);
 
  private:
-  struct Range;
+  struct Range {
+    alignas(64) std::atomic<uint64_t> front_back;  // front in the low 32 bits, end (exclusive) in the high 32
+  };
   bool take(Range& r, bool front, int64_t& task);
+  static constexpr int kInline = 4;  // teams up to this size need no allocation (one per parallel region)
+  Range inline_[kInline];
   Range* ranges_;
   int team_;
 };
