@@ -255,6 +255,23 @@ struct Plan {
   int planes = 16;  // (m + 2)^2
 };
 
+// Column ix of a tile's N-row input window from iy0 in one nChw8c plane (8 channels per vector), zeros outside the
+// image; rows_inside: all N rows are inside (no per-row check).
+template <int N>
+inline void load_column(const WinogradConv& g, const float* plane, int64_t iy0, int64_t ix, bool rows_inside,
+                        __m256* d) {
+  if (ix < 0 || ix >= g.w) {
+    for (int i = 0; i < N; ++i) d[i] = _mm256_setzero_ps();
+  } else if (rows_inside) {
+    for (int i = 0; i < N; ++i) d[i] = _mm256_loadu_ps(plane + ((iy0 + i) * g.w + ix) * 8);
+  } else {
+    for (int i = 0; i < N; ++i) {
+      const int64_t iy = iy0 + i;
+      d[i] = iy >= 0 && iy < g.h ? _mm256_loadu_ps(plane + (iy * g.w + ix) * 8) : _mm256_setzero_ps();
+    }
+  }
+}
+
 // V[k][t][C] (planes k padded by kPlanePad) for tiles first .. first+count-1: V = B^T d B,
 // B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], eight channels (one nChw8c pixel) per vector. Channel block
 // outermost, so the input is read as 4 row streams per block (tile-major order across all C/8 planes missed in
@@ -273,18 +290,8 @@ void transform_input(const Plan& p, const float* x, int64_t first, int64_t count
       const float* plane = x + (img * (C / 8) + cb) * g.h * g.w * 8;
       // B^T applied to input column j (zeros outside the image).
       const auto column = [&](int j, __m256* s) {
-        const int64_t ix = ix0 + j;
         __m256 d[4];
-        if (ix < 0 || ix >= g.w) {
-          for (int i = 0; i < 4; ++i) d[i] = _mm256_setzero_ps();
-        } else if (rows_inside) {
-          for (int i = 0; i < 4; ++i) d[i] = _mm256_loadu_ps(plane + ((iy0 + i) * g.w + ix) * 8);
-        } else {
-          for (int i = 0; i < 4; ++i) {
-            const int64_t iy = iy0 + i;
-            d[i] = iy >= 0 && iy < g.h ? _mm256_loadu_ps(plane + (iy * g.w + ix) * 8) : _mm256_setzero_ps();
-          }
-        }
+        load_column<4>(g, plane, iy0, ix0 + j, rows_inside, d);
         s[0] = _mm256_sub_ps(d[0], d[2]);
         s[1] = _mm256_add_ps(d[1], d[2]);
         s[2] = _mm256_sub_ps(d[2], d[1]);
@@ -372,18 +379,8 @@ void transform_input_f4(const Plan& p, const float* x, int64_t first, int64_t co
       const float* plane = x + (img * (C / 8) + cb) * g.h * g.w * 8;
       __m256 cs[6][6];  // B^T d by window column: cs[j][i]
       for (int j = 0; j < 6; ++j) {
-        const int64_t ix = ix0 + j;
         __m256 d[6];
-        if (ix < 0 || ix >= g.w) {
-          for (int i = 0; i < 6; ++i) d[i] = _mm256_setzero_ps();
-        } else if (rows_inside) {
-          for (int i = 0; i < 6; ++i) d[i] = _mm256_loadu_ps(plane + ((iy0 + i) * g.w + ix) * 8);
-        } else {
-          for (int i = 0; i < 6; ++i) {
-            const int64_t iy = iy0 + i;
-            d[i] = iy >= 0 && iy < g.h ? _mm256_loadu_ps(plane + (iy * g.w + ix) * 8) : _mm256_setzero_ps();
-          }
-        }
+        load_column<6>(g, plane, iy0, ix0 + j, rows_inside, d);
         bt6(d, cs[j]);
       }
       float* out = V + t * C + cb * 8;
