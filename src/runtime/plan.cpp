@@ -224,14 +224,22 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     return !(e && std::string_view(e) == "0");
   }();
   const int threads = num_threads();
+  const bool calibrating = threads > 1 && calibrate && calibrate_threads_;
   if (threads != calib_threads_) {
     calib_threads_ = threads;
     calib_runs_ = 0;
-    for (Step& st : steps_)
-      st.mode = threads > 1 && calibrate && calibrate_threads_ ? Step::Mode::undecided : Step::Mode::team;
+    for (Step& st : steps_) st.mode = calibrating ? Step::Mode::undecided : Step::Mode::team;
   }
-  const int phase =
-      calib_runs_ <= 2 * kRuns && threads > 1 && calibrate && calibrate_threads_ ? calib_runs_ : -1;  // -1: decided
+  const int phase = calibrating && calib_runs_ <= 2 * kRuns ? calib_runs_ : -1;  // -1: decided
+  // A step alone: parallel_for inline (SerialScope) and oneDNN's OpenMP on one thread, restored however it ends.
+  struct Alone {
+    SerialScope scope;
+    int threads;
+    explicit Alone(int t) : threads(t) { cpu_set_num_threads(1); }
+    ~Alone() { cpu_set_num_threads(threads); }
+    Alone(const Alone&) = delete;
+    Alone& operator=(const Alone&) = delete;
+  };
   using clock = std::chrono::steady_clock;
   for (Step& st : steps_) {
     const Attrs& attrs = *st.attrs;
@@ -239,11 +247,8 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     ctx.constant_inputs = st.constant_inputs;
     const bool trial = phase > kRuns && st.team_us < kSmallUs;
     const bool serial = phase < 0 ? st.mode == Step::Mode::serial : trial;
-    std::optional<SerialScope> scope;
-    if (serial) {
-      scope.emplace();
-      cpu_set_num_threads(1);  // oneDNN primitives (OpenMP) on this thread alone too
-    }
+    std::optional<Alone> alone;
+    if (serial) alone.emplace(threads);
     const clock::time_point c0 = phase > 0 ? clock::now() : clock::time_point{};
     if (prof) {
       const int64_t t0 = Profiler::now_ns();
@@ -252,7 +257,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     } else {
       st.fn(ctx);
     }
-    if (serial) cpu_set_num_threads(threads);
+    alone.reset();
     if (phase > 0) {
       const float us = std::chrono::duration<float, std::micro>(clock::now() - c0).count();
       float& best = serial ? st.serial_us : st.team_us;
