@@ -69,6 +69,9 @@ class Plan {
     // they gain). Results do not depend on it: kernels split work into the same tasks either way.
     enum class Mode : uint8_t { undecided, team, serial } mode = Mode::undecided;
     float team_us = 0, serial_us = 0;  // best time seen in each mode while calibrating
+    // Whether the step runs a oneDNN primitive that parallelizes itself (cpu_team_primitive_calls), seen in the
+    // plan's first run: such a step runs outside the runs of steps that share one team session (Plan::run).
+    enum class Primitive : uint8_t { unknown, none, team } primitive = Primitive::unknown;
   };
   int calib_runs_ = 0;      // runs of the calibration so far
   int calib_threads_ = 0;   // the thread count it is for (a change restarts it)

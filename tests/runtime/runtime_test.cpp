@@ -307,6 +307,41 @@ TEST(Plan, ThreadModeCalibrationKeepsEveryBitAndSettles) {
   set_threads(saved);
 }
 
+// Steps of spore's kernels share one team session per run, a oneDNN-primitive step (batch_norm) runs between
+// sessions with the whole team (Plan::run): the bits are those of one thread, from the first run (which records
+// which steps are which) on.
+TEST(Plan, TeamSessionsKeepEveryBit) {
+  init();
+  const int saved = num_threads();
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<double> d(-1, 1);
+  const auto rnd = [&](Shape s) {
+    std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+    for (double& x : v) x = d(rng);
+    return Tensor::from_doubles(v, std::move(s), DType::f32);
+  };
+  const Tensor x = rnd({4, 16, 24, 24}), w = rnd({96, 384}), p = rnd({16}), b = rnd({4, 16, 24, 24});
+  CompiledFunction f([](std::span<const Tensor> in) {
+    Tensor h = ops::relu(ops::add(in[0], in[3]));
+    Tensor var = ops::add(ops::mul(in[2], in[2]), 0.5);
+    Tensor n = ops::batch_norm(h, in[2], in[2], in[2], var);  // oneDNN, between two runs of session steps
+    Tensor m = ops::matmul(ops::reshape(ops::tanh(n), {96, 384}), ops::reshape(in[1], {384, 96}));
+    return std::vector<Tensor>{ops::softmax(ops::add(m, 1.0)), ops::sigmoid(h)};
+  });
+  const std::vector<Tensor> ins{x, w, p, b};
+  set_threads(1);
+  const std::vector<Tensor> ref = f(ins);
+  set_threads(2);
+  Plan& plan = f.plan_for(ins);
+  for (int run = 0; run < 14; ++run) {
+    const std::vector<Tensor> out = plan.run(ins);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_EQ(std::memcmp(out[i].raw_data(), ref[i].raw_data(), static_cast<size_t>(ref[i].numel()) * 4), 0)
+          << "output " << i << ", run " << run << " at 2 threads";
+  }
+  set_threads(saved);
+}
+
 TEST(SerialScope, ParallelForRunsItsTasksOnTheCallingThread) {
   init();
   const int saved = num_threads();

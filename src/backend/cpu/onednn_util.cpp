@@ -3,8 +3,12 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <sched.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <vector>
 
 #include "base/half.h"
@@ -37,9 +41,131 @@ dnnl::engine& dnnl_engine() {
   return eng;
 }
 
+namespace {
+thread_local int64_t tls_team_primitives = 0;  // team_primitive_calls()
+}  // namespace
+
 dnnl::stream& dnnl_stream() {
+  // Every oneDNN primitive runs on this stream. One asked for outside any parallel region with more than one
+  // thread allowed parallelizes itself over OpenMP's team: run_in_team's callers must keep such a step outside.
+  if (omp_get_max_threads() > 1 && !omp_in_parallel()) ++tls_team_primitives;
   thread_local dnnl::stream s(dnnl_engine());
   return s;
+}
+
+int64_t team_primitive_calls() { return tls_team_primitives; }
+
+namespace {
+
+// run_in_team's state: the calling thread posts each parallel_for as a job; the other members of the OpenMP region
+// wait for it spinning on `posted_`. A job costs a few cache-line transfers (the post, the task ranges, the done
+// count), where a fork/join of a fresh OpenMP region costs ~3.3 us on the 2-vCPU VM of docs/PERFORMANCE.md
+// (post + acknowledge round trip: 0.35-0.57 us).
+class TeamSession {
+ public:
+  void set_team(int team) { team_ = team; }
+
+  // On the calling thread: runs one job on the team and waits for every member to finish it.
+  void run(int64_t tasks, const std::function<void(int64_t)>& fn) {
+    TaskRanges ranges(tasks, team_);
+    fn_ = &fn;
+    ranges_ = &ranges;
+    pending_.store(team_ - 1, std::memory_order_relaxed);
+    posted_.fetch_add(1, std::memory_order_release);
+    work(0);
+    while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+    fn_ = nullptr;
+    ranges_ = nullptr;
+    if (error_) {
+      std::exception_ptr e = error_;
+      error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+
+  // On every other member: take jobs until finish().
+  void serve(int me) {
+    uint64_t seen = 0;
+    for (;;) {
+      uint64_t g;
+      // Spin: a session lasts one plan run and jobs follow each other within microseconds. Yield now and then so
+      // that a core shared with another process (more threads than cores) is not held for nothing.
+      for (unsigned spins = 0; (g = posted_.load(std::memory_order_acquire)) == seen;) {
+        _mm_pause();
+        if (++spins == (1u << 14)) {
+          spins = 0;
+          sched_yield();
+        }
+      }
+      seen = g;
+      if (quit_) return;
+      work(me);
+      pending_.fetch_sub(1, std::memory_order_release);
+    }
+  }
+
+  void finish() {
+    quit_ = true;
+    posted_.fetch_add(1, std::memory_order_release);
+  }
+
+  static bool in_job();
+
+ private:
+  void work(int me);
+
+  alignas(64) std::atomic<uint64_t> posted_{0};
+  const std::function<void(int64_t)>* fn_ = nullptr;  // the job: written before posted_'s release
+  TaskRanges* ranges_ = nullptr;
+  bool quit_ = false;
+  int team_ = 1;
+  alignas(64) std::atomic<int> pending_{0};  // members still in the current job
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+};
+
+thread_local TeamSession* tls_session = nullptr;  // on the thread that runs the body, outside jobs
+thread_local bool tls_in_job = false;
+
+void TeamSession::work(int me) {
+  tls_in_job = true;
+  for (int64_t task = 0; ranges_->next(me, task);) {
+    try {
+      (*fn_)(task);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  tls_in_job = false;
+}
+
+}  // namespace
+
+bool in_team_body() { return tls_session != nullptr && !tls_in_job; }
+
+void run_in_team(const std::function<void()>& body) {
+  const int threads = omp_get_max_threads();
+  if (threads <= 1 || omp_in_parallel() || tls_session != nullptr) return body();
+  TeamSession session;
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    if (omp_get_thread_num() == 0) {
+      session.set_team(omp_get_num_threads());  // before the first post; the others only read what a post carries
+      tls_session = &session;
+      try {
+        body();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      tls_session = nullptr;
+      session.finish();
+    } else {
+      session.serve(omp_get_thread_num());
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
@@ -60,6 +186,7 @@ void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn) {
 }
 
 void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn) {
+  if (tls_session != nullptr && !tls_in_job) return tls_session->run(tasks, fn);
   std::exception_ptr error;
   TaskRanges ranges(tasks, threads);  // base/thread_pool.h: owned contiguous ranges, back-stealing
 #pragma omp parallel num_threads(ranges.team())

@@ -23,6 +23,10 @@ void run_onednn_tasks(int64_t tasks, const std::function<void(int64_t)>& fn);  /
 // The loop itself: fn(0 .. tasks-1) on a team of `threads`, tasks handed out as base/thread_pool.h's TaskRanges
 // says, first error rethrown (also spore's parallel_for runner, register.cpp).
 void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)>& fn);
+// cpu.h's cpu_run_in_team / cpu_team_primitive_calls.
+void run_in_team(const std::function<void()>& body);
+int64_t team_primitive_calls();
+bool in_team_body();  // on run_in_team's calling thread, outside a job: parallel_for posts a job to the team
 
 // Primitive (plus whatever the op needs beside it) per shape/attr key. Creation is rare, so it runs
 // under the lock. Cleared when it grows past `capacity` so dynamic shapes cannot grow it without bound.

@@ -23,7 +23,7 @@ void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
 namespace {
 // parallel_for on OpenMP's team (set_parallel_runner): one set of threads for spore's kernels and oneDNN's.
 void omp_runner(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
-  if (omp_in_parallel()) {  // a nested call: serial, as the pool does
+  if (omp_in_parallel() && !cpu::in_team_body()) {  // a nested call: serial, as the pool does
     for (int64_t t = 0; t < num_tasks; ++t) fn(t);
     return;
   }
@@ -55,6 +55,23 @@ void register_cpu_kernels(KernelRegistry& r) {
 }
 
 void cpu_set_num_threads(int n) { omp_set_num_threads(n); }
+
+void cpu_run_in_team(const std::function<void()>& body) {
+  if (cpu_team_sessions()) return cpu::run_in_team(body);
+  body();
+}
+
+bool cpu_team_sessions() {
+  static const bool on = [] {
+    const char* e = std::getenv("SPORE_TEAM_SESSION");
+    const char* pool = std::getenv("SPORE_POOL");
+    return !(e && std::string_view(e) == "0") && !(pool && std::string_view(pool) == "spore");
+  }();
+  static const int cpus = hardware_threads();  // the affinity mask at first use
+  return on && num_threads() > 1 && num_threads() <= cpus;
+}
+
+int64_t cpu_team_primitive_calls() { return cpu::team_primitive_calls(); }
 
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
