@@ -450,13 +450,13 @@ void gemm_group(const float* V, int64_t count, int64_t C, const float* U, int64_
 }
 
 void run_block(const Plan& p, const float* x, const float* U, const float* bias, float* y, int64_t first,
-               int64_t count, bool avx512) {
+               int64_t count, bool avx512, int64_t o_begin, int64_t o_end) {
   const int64_t C = p.g.c, O = p.g.o;
   float* V = scratch(0, static_cast<size_t>(p.planes * (count * C + kPlanePad)));
   float* M = scratch(1, static_cast<size_t>(p.planes * kMR * kNR));
   if (p.m == 4) transform_input_f4(p, x, first, count, V);
   else transform_input(p, x, first, count, V);
-  for (int64_t o0 = 0; o0 < O; o0 += kNR) {
+  for (int64_t o0 = o_begin; o0 < std::min(O, o_end); o0 += kNR) {
     const int64_t width = std::min<int64_t>(kNR, O - o0);
     for (int64_t t0 = 0; t0 < count; t0 += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, count - t0));
@@ -520,6 +520,19 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   const int64_t threads = serial ? 1 : std::max(1, num_threads());
   const int64_t blocks = (tiles + cap - 1) / cap, rounds = (blocks + threads - 1) / threads;
   p.block = std::min(cap, ((tiles + rounds * threads - 1) / (rounds * threads) + kMR - 1) / kMR * kMR);
+  // Tiles for one micro-kernel group only (batch 1 at 8x8 with F(4x4): 4 tiles): one task by tiles, so the tasks
+  // split the output channels (16-channel slices) instead, each transforming the tiles' input itself (repeated,
+  // a small share). Such convs are weight-bound (128 -> 128 channels: 2.4 MB of U for 4 tiles): each thread then
+  // reads half of U. ResNet-style batch 1, 2 threads, the 8x8 conv on the team: 73 -> 45 us (60.6 alone). Where
+  // tiles fill several groups the tile split stays: splitting channels there (16 tiles, 64 channels) was slower
+  // (38-47 -> 47-50 us) - the next conv then reads half its input from the other core (~250 ns a line on the VM).
+  static const bool osplit_on = [] {
+    const char* e = std::getenv("SPORE_WINOGRAD_OSPLIT");
+    return !(e && e[0] == '0');
+  }();
+  const int64_t slices = (g.o + kNR - 1) / kNR;
+  const int64_t osplit = osplit_on && !serial && tiles <= kMR ? std::min(threads, slices) : 1;
+  if (osplit > 1) p.block = std::min(cap, (tiles + kMR - 1) / kMR * kMR);
   // A plan constant's U is kept for its storage (constant_cache.h); otherwise (or with no room) it is
   // transformed into this thread's scratch per call.
   const auto transform = [&](float* u) {
@@ -536,9 +549,11 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
     transform(U);
   }
   const bool avx512 = use_avx512();
-  run_tasks(serial, (tiles + p.block - 1) / p.block, [&](int64_t b) {
-    const int64_t first = b * p.block;
-    run_block(p, x, U, bias, y, first, std::min(p.block, tiles - first), avx512);
+  const int64_t tile_tasks = (tiles + p.block - 1) / p.block;
+  run_tasks(serial, tile_tasks * osplit, [&](int64_t t) {
+    const int64_t b = t / osplit, s = t % osplit, first = b * p.block;
+    run_block(p, x, U, bias, y, first, std::min(p.block, tiles - first), avx512, slices * s / osplit * kNR,
+              slices * (s + 1) / osplit * kNR);
   });
 }
 

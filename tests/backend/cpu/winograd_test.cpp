@@ -200,10 +200,12 @@ TEST(Winograd, MatchesFloat64DirectConv) {
 
 TEST(Winograd, SameBitsForAnyThreadCount) {
   ThreadsGuard guard;
-  // Sizes whose blocks split across the team in several ways.
+  // Sizes whose blocks split across the team in several ways; the last two have tiles for one micro-kernel group
+  // only, so their tasks split the output channels (3 slices of 16 for O = 40: uneven on 2 threads).
   for (int m : {2, 4})
   for (const Geom& g : {Geom{4, 64, 64, 32, 32, 1, 1, 1, 1}, Geom{16, 128, 64, 7, 8, 1, 1, 1, 1},
-                        Geom{8, 64, 128, 9, 9, 0, 1, 2, 1}}) {
+                        Geom{8, 64, 128, 9, 9, 0, 1, 2, 1}, Geom{1, 128, 128, 8, 8, 1, 1, 1, 1},
+                        Geom{1, 32, 40, 5, 5, 1, 1, 1, 1}}) {
     ForceTile force(m);
     const Problem p = make_problem(g, true, 7);
     set_threads(1);
