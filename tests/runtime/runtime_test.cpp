@@ -274,16 +274,19 @@ TEST(Plan, DescribeListsKernelsAndPassRecords) {
 
 // The plan times its steps on the team and alone during its first runs and keeps the faster mode per step
 // (Plan::calibrated): the outputs stay bit-identical to a one-thread run through calibration and after it.
+// f32 values uniform in [-1, 1) (never all zeros).
+Tensor random_f32(std::mt19937& rng, Shape s) {
+  std::uniform_real_distribution<double> d(-1, 1);
+  std::vector<double> v(static_cast<size_t>(shape_numel(s)));
+  for (double& x : v) x = d(rng);
+  return Tensor::from_doubles(v, std::move(s), DType::f32);
+}
+
 TEST(Plan, ThreadModeCalibrationKeepsEveryBitAndSettles) {
   init();
   const int saved = num_threads();
   std::mt19937 rng(5);
-  std::uniform_real_distribution<double> d(-1, 1);
-  const auto rnd = [&](Shape s) {
-    std::vector<double> v(static_cast<size_t>(shape_numel(s)));
-    for (double& x : v) x = d(rng);
-    return Tensor::from_doubles(v, std::move(s), DType::f32);
-  };
+  const auto rnd = [&](Shape s) { return random_f32(rng, std::move(s)); };
   const Tensor x = rnd({96, 256}), w = rnd({256, 256}), b = rnd({96, 256}), small = rnd({4, 8});
   CompiledFunction f([](std::span<const Tensor> in) {
     Tensor h = ops::relu(ops::add(ops::matmul(in[0], in[1]), in[2]));  // a large step and elementwise ones
@@ -314,12 +317,7 @@ TEST(Plan, TeamSessionsKeepEveryBit) {
   init();
   const int saved = num_threads();
   std::mt19937 rng(9);
-  std::uniform_real_distribution<double> d(-1, 1);
-  const auto rnd = [&](Shape s) {
-    std::vector<double> v(static_cast<size_t>(shape_numel(s)));
-    for (double& x : v) x = d(rng);
-    return Tensor::from_doubles(v, std::move(s), DType::f32);
-  };
+  const auto rnd = [&](Shape s) { return random_f32(rng, std::move(s)); };
   const Tensor x = rnd({4, 16, 24, 24}), w = rnd({96, 384}), p = rnd({16}), b = rnd({4, 16, 24, 24});
   CompiledFunction f([](std::span<const Tensor> in) {
     Tensor h = ops::relu(ops::add(in[0], in[3]));
