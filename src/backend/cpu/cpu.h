@@ -16,7 +16,8 @@ void cpu_set_num_threads(int n);
 // fork/join for everything body runs instead of one per parallel_for. A oneDNN primitive that body runs outside a
 // parallel_for task gets one thread only (nested OpenMP), so callers keep steps that run one outside (see
 // cpu_team_primitive_calls). Same results either way: kernels split work into the same tasks. Runs body() plainly
-// when cpu_team_sessions() is false.
+// when cpu_team_sessions() is false, inside a parallel region, or while another thread's session runs (one team
+// of spinning threads per process).
 void cpu_run_in_team(const std::function<void()>& body);
 // Whether cpu_run_in_team uses a team: more than one thread, no more threads than CPUs (its members spin while
 // waiting), OpenMP's runner installed, and SPORE_TEAM_SESSION=0 not set.

@@ -147,6 +147,16 @@ bool in_team_body() { return tls_session != nullptr && !tls_in_job; }
 void run_in_team(const std::function<void()>& body) {
   const int threads = omp_get_max_threads();
   if (threads <= 1 || omp_in_parallel() || tls_session != nullptr) return body();
+  // One session in the process at a time: plans run by several threads at once (a server) would otherwise each
+  // hold a team of spinning threads on the same cores. The others run their steps as before (a region per call).
+  static std::atomic<int> active{0};
+  if (active.fetch_add(1, std::memory_order_acq_rel) != 0) {
+    active.fetch_sub(1, std::memory_order_acq_rel);
+    return body();
+  }
+  struct Release {
+    ~Release() { active.fetch_sub(1, std::memory_order_acq_rel); }
+  } release;
   TeamSession session;
   std::exception_ptr error;
 #pragma omp parallel num_threads(threads)

@@ -118,6 +118,25 @@ TEST(TeamSession, CountsOneDnnPrimitivesThatUseTheTeam) {
   EXPECT_EQ(cpu_team_primitive_calls(), before);
 }
 
+// Plans run by several threads at once (a server): one gets the session, the others run plainly; all finish with
+// every task run once.
+TEST(TeamSession, ConcurrentCallersAllFinish) {
+  init();
+  ThreadsGuard guard;
+  set_threads(2);
+  constexpr int kCallers = 3, kJobs = 40, kTasks = 9;
+  std::atomic<int> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&] {
+      cpu_run_in_team([&] {
+        for (int j = 0; j < kJobs; ++j) parallel_for(kTasks, [&](int64_t) { total.fetch_add(1); });
+      });
+    });
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(total.load(), kCallers * kJobs * kTasks);
+}
+
 TEST(TeamSession, OneThreadRunsTheBodyPlainly) {
   init();
   ThreadsGuard guard;
