@@ -25,7 +25,8 @@
 // blockq_tiles.inc, built for that ISA): vpdpbusd replaces maddubs + madd and twice the registers allow wider
 // tiles. It keeps 8 lanes per block, so every element gets the same integers and the same f32 sequence: the bits
 // do not depend on the ISA (tests/llm/blockq_test.cpp compares the two builds). SPORE_BLOCKQ_ISA=avx2 forces the
-// AVX2 build. A 16-lane (two blocks per register) variant would change the summation order, so it is not used.
+// AVX2 build. A 16-lane (two blocks per register) variant would change the summation order, so it is not used;
+// Q8_0 decode puts two columns in one register instead (tile_q8_decode_pairs: each half one column's 8 lanes).
 #include <immintrin.h>
 
 #include <algorithm>
