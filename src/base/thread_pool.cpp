@@ -81,14 +81,7 @@ class ThreadPool {
  private:
   void work(int me) {
     tls_in_parallel = true;
-    for (int64_t t = 0; ranges_->next(me, t);) {
-      try {
-        (*fn_)(t);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
-    }
+    run_member_tasks(*ranges_, me, *fn_, error_);
     tls_in_parallel = false;
   }
 
@@ -190,6 +183,19 @@ bool TaskRanges::next(int me, int64_t& task) {
   for (int k = 1; k <= team_; ++k)
     if (take(ranges_[(me + k) % team_], false, task)) return true;
   return false;
+}
+
+void run_member_tasks(TaskRanges& ranges, int me, const std::function<void(int64_t)>& fn,
+                      std::exception_ptr& first_error) {
+  static std::mutex error_mu;  // taken only when a task throws
+  for (int64_t task = 0; ranges.next(me, task);) {
+    try {
+      fn(task);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(error_mu);
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
 }
 
 namespace {

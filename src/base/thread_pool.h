@@ -6,6 +6,7 @@
 //   parallel_for(num_tasks, [&](int64_t task) { ... });   // blocks until all tasks ran
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 
 namespace spore {
@@ -74,5 +75,11 @@ class TaskRanges {
   Range* ranges_;
   int team_;
 };
+
+// A team member's share of a parallel region, as every runner runs it: fn(task) for each task `ranges` hands member
+// `me`; a task that throws does not stop the others, and the region's first exception is kept in `first_error` (set
+// under a lock, so members may share it) for the caller to rethrow once all members are done.
+void run_member_tasks(TaskRanges& ranges, int me, const std::function<void(int64_t)>& fn,
+                      std::exception_ptr& first_error);
 
 }  // namespace spore

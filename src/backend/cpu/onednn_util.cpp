@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
 #include <vector>
 
 #include "base/half.h"
@@ -109,8 +108,6 @@ class TeamSession {
     posted_.fetch_add(1, std::memory_order_release);
   }
 
-  static bool in_job();
-
  private:
   void work(int me);
 
@@ -120,8 +117,7 @@ class TeamSession {
   bool quit_ = false;
   int team_ = 1;
   alignas(64) std::atomic<int> pending_{0};  // members still in the current job
-  std::mutex error_mu_;
-  std::exception_ptr error_;
+  std::exception_ptr error_;  // the job's first (run_member_tasks)
 };
 
 thread_local TeamSession* tls_session = nullptr;  // on the thread that runs the body, outside jobs
@@ -129,14 +125,7 @@ thread_local bool tls_in_job = false;
 
 void TeamSession::work(int me) {
   tls_in_job = true;
-  for (int64_t task = 0; ranges_->next(me, task);) {
-    try {
-      (*fn_)(task);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(error_mu_);
-      if (!error_) error_ = std::current_exception();
-    }
-  }
+  run_member_tasks(*ranges_, me, *fn_, error_);
   tls_in_job = false;
 }
 
@@ -200,17 +189,7 @@ void run_omp_tasks(int64_t tasks, int threads, const std::function<void(int64_t)
   std::exception_ptr error;
   TaskRanges ranges(tasks, threads);  // base/thread_pool.h: owned contiguous ranges, back-stealing
 #pragma omp parallel num_threads(ranges.team())
-  {
-    const int me = omp_get_thread_num();
-    for (int64_t task = 0; ranges.next(me, task);) {
-      try {
-        fn(task);
-      } catch (...) {
-#pragma omp critical(spore_onednn_task_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
+  run_member_tasks(ranges, omp_get_thread_num(), fn, error);
   if (error) std::rethrow_exception(error);
 }
 
