@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "ops/llm_kv_quant.h"
+#include "tensor/storage.h"
 
 namespace spore::llm {
 
@@ -25,6 +26,22 @@ KvCache::KvCache(const ModelConfig& c, int64_t ctx, DType dtype) : ctx_(ctx), dt
       v_scale_.push_back(Tensor::empty({c.n_head_kv, ctx}, DType::f32));
     }
   }
+}
+
+void KvCache::reserve(int64_t end) {
+  end = std::min(end, ctx_);
+  if (end <= resident_) return;
+  const int64_t to = std::min(ctx_, std::max(end, resident_ + kPopulateRows));
+  const auto populate = [&](Tensor& t) {  // [heads, ctx, row...]: one range per head
+    const int64_t heads = t.shape()[0];
+    const int64_t row = t.nbytes() / (heads * ctx_);
+    auto* base = static_cast<uint8_t*>(t.raw_data());
+    for (int64_t h = 0; h < heads; ++h)
+      populate_pages(base + (h * ctx_ + resident_) * row, static_cast<size_t>((to - resident_) * row));
+  };
+  for (auto* ts : {&k_, &v_, &k_scale_, &v_scale_})
+    for (Tensor& t : *ts) populate(t);
+  resident_ = to;
 }
 
 int64_t KvCache::bytes() const {
@@ -173,6 +190,21 @@ std::vector<float> Session::feed(std::span<const int32_t> tokens, bool all_logit
 }
 
 void Session::feed(std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
+  logits.clear();
+  if (all_logits) {
+    feed_steps(tokens, &logits);
+  } else {
+    const float* lg = feed_steps(tokens, nullptr);
+    logits.assign(lg, lg + m_.config().n_vocab);
+  }
+}
+
+std::span<const float> Session::feed_view(std::span<const int32_t> tokens) {
+  return {feed_steps(tokens, nullptr), static_cast<size_t>(m_.config().n_vocab)};
+}
+
+const float* Session::feed_steps(std::span<const int32_t> tokens, std::vector<float>* all) {
+  const bool all_logits = all != nullptr;
   const ModelConfig& c = m_.config();
   const int64_t n_total = static_cast<int64_t>(tokens.size());
   SPORE_CHECK(n_total > 0, ErrorCode::invalid_argument, "feed: no tokens");
@@ -181,7 +213,7 @@ void Session::feed(std::span<const int32_t> tokens, std::vector<float>& logits, 
   for (int32_t id : tokens)
     SPORE_CHECK(id >= 0 && id < c.n_vocab, ErrorCode::invalid_argument, "token id {} is outside the vocabulary [0, {})", id,
                 c.n_vocab);
-  logits.clear();
+  const float* last = nullptr;
   int64_t done = 0;
   while (done < n_total) {
     const int64_t n = std::min(n_total - done, o_.max_batch);
@@ -207,18 +239,18 @@ void Session::feed(std::span<const int32_t> tokens, std::vector<float>& logits, 
         in.push_back(cache_.v_scale(l));
       }
     }
+    cache_.reserve(pos_ + n);
     std::vector<Tensor> out = plan.run(in);
     for (int64_t l = 0; l < c.n_layer; ++l)
       cache_.write(l, out[1 + 2 * static_cast<size_t>(l)], out[2 + 2 * static_cast<size_t>(l)], pos_, n);
-    const float* lg = out[0].data<float>();
-    if (all_logits) {
-      logits.insert(logits.end(), lg, lg + n * c.n_vocab);
-    } else if (done + n == n_total) {
-      logits.assign(lg, lg + c.n_vocab);
-    }
+    last_out_ = out[0];
+    const float* lg = last_out_.data<float>();
+    if (all_logits) all->insert(all->end(), lg, lg + n * c.n_vocab);
+    last = all_logits ? lg + (n - 1) * c.n_vocab : lg;
     pos_ += n;
     done += n;
   }
+  return last;
 }
 
 namespace {
@@ -259,7 +291,7 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, const Ge
   };
 
   const auto t0 = clock::now();
-  std::vector<float> logits = s.feed(prompt);
+  std::span<const float> logits = s.feed_view(prompt);
   const auto t1 = clock::now();
   r.prefill_ms = ms(t1 - t0);
   r.stop_reason = "length";
@@ -296,7 +328,7 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, const Ge
       r.stop_reason = "ctx";
       break;
     }
-    s.feed(std::span<const int32_t>(&id, 1), logits);
+    logits = s.feed_view(std::span<const int32_t>(&id, 1));
   }
   if (!stops.stopped()) {
     if (tok && shown < decoded.size()) emit(stops.feed(decoded.substr(shown)));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -196,6 +197,19 @@ size_t parse_byte_size(const char* text) {
   // Converting a double >= 2^64 to size_t is undefined behaviour, so refuse it by name.
   SPORE_CHECK(v * mul < 18446744073709551616.0, ErrorCode::invalid_argument, "bad byte size '{}': too large", s);
   return static_cast<size_t>(v * mul);
+}
+
+void populate_pages(void* p, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack the name
+#endif
+  if (p == nullptr || bytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
+  // The pages at either end may hold other data: populating never changes it. Errors (EINVAL on old kernels,
+  // ENOMEM for an unmapped page) are ignored: the pages then fault in on first touch.
+  (void)::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
 }
 
 }  // namespace spore

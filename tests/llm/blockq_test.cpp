@@ -285,7 +285,9 @@ TEST_P(BlockqFormat, MultiMatchesSeparateCalls) {
               if (with_bias) bs.push_back(floats(random_floats(static_cast<size_t>(n), seed + 2), {n}));
             }
             ++seed;
-            if (*isa != 0) ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
+            if (*isa != 0) {
+            ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
+          }
             BackendScope s(b);
             const std::vector<Tensor> ys = ops::linear_blockq_multi(x, ws, name, bs);
             ASSERT_EQ(ys.size(), ws.size());
@@ -305,7 +307,9 @@ TEST_P(BlockqFormat, MultiMatchesSeparateCalls) {
         const Tensor x = floats(random_floats(static_cast<size_t>(m * k), seed, 3.0f), {m, k});
         const std::vector<Tensor> ws{random_weight(f, 130, k, seed + 1), random_weight(f, 130, k, seed + 2)};
         ++seed;
-        if (*isa != 0) ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
+        if (*isa != 0) {
+            ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
+          }
         BackendScope s(b);
         const std::vector<Tensor> y = ops::linear_blockq_multi(x, ws, name, {}, "silu_mul");
         ASSERT_EQ(y.size(), 1u);

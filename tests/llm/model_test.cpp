@@ -5,6 +5,10 @@
 // f16 and int8 vs f32, memory refusal, errors.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -345,6 +349,65 @@ TEST(LlmModel, WarmUpLeavesNoTrace) {
   EXPECT_EQ(warmed.position(), 0);
   EXPECT_EQ(fresh.feed(kTokens), warmed.feed(kTokens));
   EXPECT_EQ(fresh.feed(std::vector<int32_t>{4}), warmed.feed(std::vector<int32_t>{4}));
+}
+
+// feed_view: the same logits as feed, without a copy, valid until the next feed.
+TEST(LlmModel, FeedViewIsFeedWithoutACopy) {
+  const Spec s;
+  write_gguf(s, make_weights(s, 4), tmp_path("view.gguf"), false);
+  const Model m = Model::load(tmp_path("view.gguf"));
+  Session a(m, {.ctx = 32}), b(m, {.ctx = 32});
+  const std::vector<float> la = a.feed(kTokens);
+  std::span<const float> lb = b.feed_view(kTokens);
+  ASSERT_EQ(lb.size(), la.size());
+  EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin()));
+  const std::vector<float> kept(lb.begin(), lb.end());
+  for (int32_t t : {4, 9, 1}) {
+    const std::vector<float> da = a.feed(std::vector<int32_t>{t});
+    lb = b.feed_view(std::vector<int32_t>{t});
+    EXPECT_TRUE(std::equal(da.begin(), da.end(), lb.begin(), lb.end())) << t;
+  }
+  EXPECT_FALSE(std::equal(kept.begin(), kept.end(), lb.begin()));  // it moved on to the newest logits
+}
+
+// KvCache::reserve makes the rows up to a window past the position resident (one madvise per head), and leaves
+// the rest of a long cache untouched: mincore sees which pages are in memory.
+TEST(LlmModel, KvCacheReservePopulatesAWindowAhead) {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head_kv = 2;
+  c.head_dim = 64;
+  const int64_t ctx = 8192 + 40;  // ~4 MiB per tensor, a size no other test allocates
+  KvCache kv(c, ctx, DType::f32);
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const auto resident = [&](const Tensor& t, int64_t h, int64_t p0, int64_t p1) {  // pages of rows [p0, p1) of head h
+    auto* lo = static_cast<uint8_t*>(const_cast<void*>(t.raw_data())) + (h * ctx + p0) * 64 * 4;
+    auto* a = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(lo) / page * page);
+    const int64_t len = (p1 - p0) * 64 * 4;
+    std::vector<unsigned char> v(static_cast<size_t>((lo + len - a + page - 1) / page));
+    EXPECT_EQ(mincore(a, static_cast<size_t>(lo + len - a), v.data()), 0);
+    int64_t in = 0;
+    for (unsigned char x : v) in += x & 1;
+    return std::pair<int64_t, int64_t>{in, static_cast<int64_t>(v.size())};
+  };
+  // Rows far past the window: reserve leaves them as they were (untouched, unless the allocator reused memory).
+  std::vector<int64_t> far_before;
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t h = 0; h < 2; ++h)
+      for (const Tensor* t : {&kv.k(l), &kv.v(l)}) far_before.push_back(resident(*t, h, 2048, 4096).first);
+  kv.reserve(3);
+  size_t i = 0;
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t h = 0; h < 2; ++h)
+      for (const Tensor* t : {&kv.k(l), &kv.v(l)}) {
+        const auto [in, total] = resident(*t, h, 0, KvCache::kPopulateRows);
+        EXPECT_EQ(in, total) << l << " " << h;
+        EXPECT_EQ(resident(*t, h, 2048, 4096).first, far_before[i++]) << l << " " << h;
+      }
+  // Past the window: the next window.
+  kv.reserve(KvCache::kPopulateRows + 1);
+  const auto [in, total] = resident(kv.v(1), 1, KvCache::kPopulateRows, 2 * KvCache::kPopulateRows);
+  EXPECT_EQ(in, total);
 }
 
 // Logits of each position, computed by a prefill of all tokens, by one-at-a-time decode, by prefill in chunks, with

@@ -34,6 +34,47 @@ TEST(Sampler, GreedyIsArgmaxWithTheLowestIdOnTies) {
   EXPECT_EQ(k1.sample(logits), std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// The greedy pick runs in vector passes: against a plain scan on random sizes (tails of every length), with ties
+// (the lowest index wins), signed zeros (equal), all -inf, and NaN anywhere (an error naming the token).
+TEST(Sampler, GreedyVectorPassesMatchAPlainScan) {
+  const auto scan = [](const std::vector<float>& l) {
+    size_t best = 0;
+    for (size_t i = 0; i < l.size(); ++i)
+      if (l[i] > l[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  std::mt19937 rng(7);
+  for (size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1000, 151936}) {
+    for (uint32_t seed = 0; seed < 4; ++seed) {
+      std::vector<float> l = random_logits(n, seed * 131 + static_cast<uint32_t>(n));
+      Sampler g(SamplerConfig{});
+      EXPECT_EQ(g.sample(l), scan(l)) << n;
+      // A tie of the maximum at two random places: the lower one.
+      const size_t a = rng() % n, b = rng() % n;
+      const float top = *std::max_element(l.begin(), l.end()) + 1.0f;
+      l[a] = top;
+      l[b] = top;
+      EXPECT_EQ(g.sample(l), static_cast<int32_t>(std::min(a, b))) << n;
+    }
+    std::vector<float> z(n, -1.0f);
+    z[n - 1] = 0.0f;
+    z[n / 2] = -0.0f;  // equal to +0: the lower index wins
+    EXPECT_EQ(Sampler(SamplerConfig{}).sample(z), static_cast<int32_t>(n / 2)) << n;
+    const std::vector<float> ninf(n, -INFINITY);
+    EXPECT_EQ(Sampler(SamplerConfig{}).sample(ninf), 0) << n;
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      std::vector<float> bad = random_logits(n, 5);
+      bad[at] = NAN;
+      try {
+        Sampler(SamplerConfig{}).sample(bad);
+        ADD_FAILURE() << "no error for NaN at " << at << " of " << n;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("token " + std::to_string(at) + " is NaN"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 TEST(Sampler, PenaltiesFollowLlamaCppRules) {
   SamplerConfig c;
   c.temperature = 1.0;
