@@ -286,8 +286,8 @@ TEST_P(BlockqFormat, MultiMatchesSeparateCalls) {
             }
             ++seed;
             if (*isa != 0) {
-            ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
-          }
+              ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
+            }
             BackendScope s(b);
             const std::vector<Tensor> ys = ops::linear_blockq_multi(x, ws, name, bs);
             ASSERT_EQ(ys.size(), ws.size());
@@ -308,8 +308,8 @@ TEST_P(BlockqFormat, MultiMatchesSeparateCalls) {
         const std::vector<Tensor> ws{random_weight(f, 130, k, seed + 1), random_weight(f, 130, k, seed + 2)};
         ++seed;
         if (*isa != 0) {
-            ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
-          }
+          ASSERT_EQ(setenv("SPORE_BLOCKQ_ISA", isa, 1), 0);
+        }
         BackendScope s(b);
         const std::vector<Tensor> y = ops::linear_blockq_multi(x, ws, name, {}, "silu_mul");
         ASSERT_EQ(y.size(), 1u);
