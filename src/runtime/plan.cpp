@@ -1,5 +1,6 @@
 #include "runtime/plan.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 
 namespace spore {
 namespace {
+// Runs of the whole-run check that follows the per-step calibration, each way (Plan::run).
+constexpr int kCheck = 8;
 
 std::vector<TensorType> types_of(const std::vector<Value*>& vs) {
   std::vector<TensorType> t;
@@ -216,7 +219,12 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   // Per-step thread mode (Step::mode). Calibration: run 0 warms up (page faults); runs 1..kRuns time every step on
   // the team; runs kRuns+1..2*kRuns time the steps that took under kSmallUs on the team again on the calling thread
   // alone (so a large step never pays a slow trial); then a step runs serially only where that was clearly faster
-  // (best of kRuns each, by 10%). Restarts when the thread count changes.
+  // (best of kRuns each, by 10%). Then a whole-run check, kCheck runs each way alternating: runs with those
+  // decisions against runs with every step on the team; the decisions stay only where their median is lower.
+  // Per-step times miss what a step alone costs its neighbours: on the 2-vCPU VM a step alone leaves its whole
+  // output in the calling thread's cache, and the team step after it reads half of that across cores (~250 ns a
+  // line). ResNet-style batch 1 at 2 threads: the per-step decisions ran 0.443 ms, every step on the team 0.422
+  // (10 alternating pairs); the transformer's decisions won by 8%. Restarts when the thread count changes.
   constexpr int kRuns = 4;
   constexpr float kSmallUs = 200;
   static const bool calibrate = [] {
@@ -228,12 +236,17 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   if (threads != calib_threads_) {
     calib_threads_ = threads;
     calib_runs_ = 0;
+    check_runs_ = calibrating ? 0 : 2 * kCheck;
+    check_us_[0].clear();
+    check_us_[1].clear();
     for (Step& st : steps_) {
       st.mode = calibrating ? Step::Mode::undecided : Step::Mode::team;
       st.primitive = Step::Primitive::unknown;  // seen with another thread count
     }
   }
   const int phase = calibrating && calib_runs_ <= 2 * kRuns ? calib_runs_ : -1;  // -1: decided
+  const bool checking = phase < 0 && check_runs_ < 2 * kCheck;
+  const bool team_only = checking && check_runs_ % 2 == 1;  // the check's runs with every step on the team
   // A step alone: parallel_for inline (SerialScope) and oneDNN's OpenMP on one thread, restored however it ends.
   struct Alone {
     SerialScope scope;
@@ -256,7 +269,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     KernelContext ctx{st.ins, st.outs, attrs, st.def->id, {}};
     ctx.constant_inputs = st.constant_inputs;
     const bool trial = phase > kRuns && st.team_us < kSmallUs;
-    const bool serial = phase < 0 ? st.mode == Step::Mode::serial : trial;
+    const bool serial = phase < 0 ? st.mode == Step::Mode::serial && !team_only : trial;
     std::optional<Alone> alone;
     if (serial) alone.emplace(threads);
     const clock::time_point c0 = phase > 0 ? clock::now() : clock::time_point{};
@@ -277,6 +290,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
       if (best == 0 || us < best) best = us;
     }
   };
+  const clock::time_point run0 = checking ? clock::now() : clock::time_point{};
   if (record || !sessions) {
     for (Step& st : steps_) run_step(st);
   } else {
@@ -293,9 +307,22 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
       }
     }
   }
-  if (phase >= 0 && ++calib_runs_ > 2 * kRuns)
+  if (checking) {
+    check_us_[check_runs_ % 2].push_back(std::chrono::duration<float, std::micro>(clock::now() - run0).count());
+    if (++check_runs_ == 2 * kCheck) {
+      const auto median = [](std::vector<float> v) {
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        return v[v.size() / 2];
+      };
+      if (!(median(check_us_[0]) < median(check_us_[1])))
+        for (Step& st : steps_) st.mode = Step::Mode::team;
+    }
+  }
+  if (phase >= 0 && ++calib_runs_ > 2 * kRuns) {
     for (Step& st : steps_)
       st.mode = st.serial_us > 0 && st.serial_us < 0.9f * st.team_us ? Step::Mode::serial : Step::Mode::team;
+    if (serial_steps() == 0) check_runs_ = 2 * kCheck;  // nothing to check
+  }
   for (size_t i = 0; i < outs.size(); ++i)
     if (output_from_input_[i] <= -3) outs[i] = outs[-3 - output_from_input_[i]];
   // Drop references to caller tensors so the plan does not keep them alive.
@@ -306,7 +333,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
 bool Plan::calibrated() const {
   for (const Step& st : steps_)
     if (st.mode == Step::Mode::undecided) return false;
-  return true;
+  return check_runs_ >= 2 * kCheck;
 }
 
 int64_t Plan::serial_steps() const {

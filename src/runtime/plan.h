@@ -47,8 +47,8 @@ class Plan {
   const MemoryPlanInfo& memory_plan() const { return memory_plan_; }
   int64_t weights_bytes() const { return weights_bytes_; }  // bytes of the constants the plan reads
   std::string describe() const;  // the schedule, one kernel per line
-  // Whether every step's thread mode is decided (see Step::mode); true at once with one thread or
-  // SPORE_PLAN_CALIBRATE=0. spore bench keeps warming up until it is.
+  // Whether every step's thread mode is decided (see Step::mode) and checked on whole runs; true at once with one
+  // thread or SPORE_PLAN_CALIBRATE=0. spore bench keeps warming up until it is (25 runs).
   bool calibrated() const;
   int64_t serial_steps() const;  // steps that run on the calling thread alone (after calibration)
 
@@ -74,6 +74,10 @@ class Plan {
     enum class Primitive : uint8_t { unknown, none, team } primitive = Primitive::unknown;
   };
   int calib_runs_ = 0;      // runs of the calibration so far
+  // The whole-run check after the per-step decisions (Plan::run): runs so far, and the run times with the
+  // decisions (even runs) and with every step on the team (odd runs).
+  int check_runs_ = 0;
+  std::vector<float> check_us_[2];
   int calib_threads_ = 0;   // the thread count it is for (a change restarts it)
   bool calibrate_threads_ = true;  // CompileOptions::calibrate_threads
   struct Patch {  // where run() writes graph inputs/outputs into the prebuilt step tensors
