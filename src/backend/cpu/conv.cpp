@@ -782,15 +782,16 @@ void conv_kernel(KernelContext& k) {
 
 }  // namespace
 
-void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
-                    bool dst_blocked, bool weights_constant) {
+bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
+                    bool dst_blocked, bool weights_constant,
+                    const std::function<void(int64_t offset, int64_t count)>* epilogue) {
   const auto logical = [](const Shape& s, bool blocked) {
     return blocked ? Shape{s[0], s[1] * s[4], s[2], s[3]} : s;
   };
   const ConvGeom g = conv_geom(logical(x.shape(), src_blocked), w.shape(), logical(y.shape(), dst_blocked), a, false);
   SPORE_CHECK(y.dtype() == DType::f32, ErrorCode::unsupported, "[conv2d_fused] blocked layouts are f32 only, got {}",
               dtype_name(y.dtype()));
-  if (y.numel() == 0) return;
+  if (y.numel() == 0) return true;
   // Winograd F(2x2,3x3) / F(4x4,3x3) (winograd.h) where it is measured to beat oneDNN (the rule depends on oneDNN's ISA cap,
   // onednn_util.cpp); SPORE_CONV_WINOGRAD=0 keeps oneDNN (A/B benchmarks).
   static const bool winograd_on = [] {
@@ -804,9 +805,11 @@ void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
                         g.sh, g.sw, g.dh, g.dw, g.groups, g.ph.begin, g.pw.begin, g.ph.end, g.pw.end};
   if (winograd_on && src_blocked && dst_blocked && w.dtype() == DType::f32 && x.is_contiguous() &&
       w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
-      winograd_qualifies(wg, rule))
-    return winograd_conv2d_nchw8c(wg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
-                                  y.data<float>(), weights_constant ? w.storage() : nullptr);
+      winograd_qualifies(wg, rule)) {
+    winograd_conv2d_nchw8c(wg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
+                           y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue);
+    return true;
+  }
   // The other convs of a blocked chain (strided, 1x1, the stem from NCHW): spore's direct kernel (direct_blocked.h;
   // same bits with AVX2 and AVX-512), SPORE_CONV_DIRECT=0 keeps oneDNN.
   const DirectBlockedConv dg{g.n,  g.c,  g.h,          g.w,          g.o,         g.oh, g.ow,
@@ -815,13 +818,16 @@ void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   if (!(direct_env && std::string_view(direct_env) == "0") && dst_blocked && g.groups == 1 &&
       g.dh == 1 && g.dw == 1 && w.dtype() == DType::f32 && x.is_contiguous() && w.is_contiguous() &&
       y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
-      direct_blocked_supported(dg))
-    return direct_blocked_conv(dg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
-                               y.data<float>(), weights_constant ? w.storage() : nullptr);
+      direct_blocked_supported(dg)) {
+    direct_blocked_conv(dg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
+                        y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue);
+    return true;
+  }
   static PrimitiveCache<ConvPrim> cache;
   const std::string key = geom_key(g, DType::f32, bias != nullptr) + (src_blocked ? "b" : "p") + (dst_blocked ? "b" : "p");
   const ConvPrim& p = cache.get(key, [&] { return make_conv_prim(g, DType::f32, bias != nullptr, false, a, src_blocked, dst_blocked); });
   exec_conv(p, x, w, bias, y, weights_constant ? w.storage() : nullptr, key);
+  return false;
 }
 
 namespace {

@@ -34,7 +34,11 @@ void max_pool_2x2_planes(const float* x, float* y, int64_t planes, int64_t h, in
 // src_layout / dst_layout "nchw8c", ops/fused.h): the primitive reads and writes them as nChw8c directly, so
 // no activation reorder runs. `a` holds conv2d's attributes. weights_constant: w is a plan constant
 // (KernelContext::constant_inputs), so a Winograd conv may reuse its transformed weights across calls.
-void conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
-                    bool dst_blocked, bool weights_constant = false);
+// epilogue (may be null): an elementwise function of y's elements (memory order) that spore's own kernels
+// (Winograd, direct) apply to each task's output right after computing it; returns whether it was applied
+// (false: oneDNN ran, the caller applies it).
+bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
+                    bool dst_blocked, bool weights_constant = false,
+                    const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr);
 
 }  // namespace spore::cpu

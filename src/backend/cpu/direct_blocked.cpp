@@ -61,7 +61,8 @@ bool direct_blocked_supported(const DirectBlockedConv& g) {
 }
 
 void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
-                         const std::shared_ptr<Storage>& weights_owner) {
+                         const std::shared_ptr<Storage>& weights_owner,
+                         const std::function<void(int64_t offset, int64_t count)>* epilogue) {
   const bool wide = use_avx512(g);
   const int lanes = wide ? 16 : 8;
   const size_t floats = static_cast<size_t>(g.o * (g.c + 7) / 8 * 8 * g.kh * g.kw);
@@ -80,6 +81,9 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
         const int64_t n = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
         if (wide) detail::direct_rows_avx512(job, n, oy0, oy1);
         else detail::direct_rows_avx2(job, n, oy0, oy1);
+        if (epilogue)  // rows oy0 .. oy1 of each output block plane of image n
+          for (int64_t ob = 0; ob < g.o / 8; ++ob)
+            (*epilogue)(((n * (g.o / 8) + ob) * g.oh + oy0) * g.ow * 8, (oy1 - oy0) * g.ow * 8);
       });  // rows in image order, as the chain's other convs split them
 }
 

@@ -11,6 +11,7 @@
 // tiling, the thread count or the batch - so the AVX-512 and AVX2 builds give the same bits, on any machine, and
 // an image's outputs do not depend on the rest of the batch.
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace spore {
@@ -32,9 +33,11 @@ bool direct_blocked_supported(const DirectBlockedConv& g);
 
 // y = conv2d(x, w [O, C, kH, kW]) + bias [O] (bias may be null), y blocked, both contiguous. weights_owner: w's
 // storage when w is a plan constant - its packed copy is then kept (constant_cache.h); null: packed per call.
-// SPORE_CONV_DIRECT_ISA=avx2 forces the AVX2 build (tests compare the two).
+// SPORE_CONV_DIRECT_ISA=avx2 forces the AVX2 build (tests compare the two). epilogue (may be null): as
+// winograd_conv2d_nchw8c's - each task's output ranges, by the thread that computed them, right after.
 void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
-                         const std::shared_ptr<Storage>& weights_owner = nullptr);
+                         const std::shared_ptr<Storage>& weights_owner = nullptr,
+                         const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr);
 
 namespace detail {
 // One call's operands for the per-ISA row kernels (direct_blocked_tiles.inc). wp: w packed per L-lane output

@@ -113,15 +113,18 @@ void fused_kernel(KernelContext& k) {
   const bool src_blocked = base == OpId::conv2d && k.attrs.s("src_layout") == "nchw8c";
   const bool dst_blocked = base == OpId::conv2d && k.attrs.s("dst_layout") == "nchw8c";
   if (src_blocked || dst_blocked) {
-    // Blocked layouts (passes/layout.cpp): oneDNN reads/writes nChw8c; the epilogue is elementwise, so it runs on
-    // the blocked output (the residual has the same layout) over cache-sized blocks afterwards.
+    // Blocked layouts (passes/layout.cpp): the epilogue is elementwise, so it runs on the blocked output (the
+    // residual has the same layout). spore's blocked kernels (Winograd, direct) apply it to each task's output
+    // right after computing it, on that thread (ResNet-style batch 1 at 2 threads: a pass afterwards read half of
+    // each output from the other core); after oneDNN it runs over cache-sized blocks afterwards.
     SPORE_CHECK(t == DType::f32 && !pool, ErrorCode::unsupported,
                 "[conv2d_fused] nchw8c layouts need f32 and pool=none, got {} pool={}", dtype_name(t), k.attrs.s("pool"));
-    conv2d_blocked(ins[0], ins[1], o.bias >= 0 ? &ins[2] : nullptr, out, k.attrs, src_blocked, dst_blocked,
-                   (k.constant_inputs >> 1) & 1);
     EpilogueF32 e{out.data<float>(), res ? res->data<float>() : nullptr, act.has_value(), UnaryOp::relu, {}};
     if (act) e.op = unary_of(*act, k.attrs, e.p);
-    if (res || act) e.all(out.numel());
+    const std::function<void(int64_t, int64_t)> fn = [&e](int64_t b, int64_t m) { e(b, m); };
+    const bool applied = conv2d_blocked(ins[0], ins[1], o.bias >= 0 ? &ins[2] : nullptr, out, k.attrs, src_blocked,
+                                        dst_blocked, (k.constant_inputs >> 1) & 1, res || act ? &fn : nullptr);
+    if ((res || act) && !applied) e.all(out.numel());
     return;
   }
   if (t == DType::f32) {

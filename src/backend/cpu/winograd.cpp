@@ -31,17 +31,29 @@
 
 #include "backend/cpu/constant_cache.h"
 #include "backend/cpu/onednn_util.h"
+#include "backend/cpu/winograd_f4.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
+namespace detail {
+namespace {
+#define SPORE_WG_LANES 8
+#define SPORE_WG_INPUT winograd_f4_input_avx2
+#define SPORE_WG_OUTPUT winograd_f4_output_avx2
+#include "backend/cpu/winograd_f4.inc"
+#undef SPORE_WG_OUTPUT
+#undef SPORE_WG_INPUT
+#undef SPORE_WG_LANES
+}  // namespace
+}  // namespace detail
+
 namespace {
 
-constexpr int kMR = 12;  // tiles per group: one AVX-512 micro-kernel call, two AVX2 ones (6 tiles each)
-constexpr int kNR = 16;  // output channels per micro-kernel call (two ymm, one zmm)
-// V and U hold 16 planes (one per k) used side by side; 16 floats between planes keep their starts off a
-// common 4 KB stride (unpadded, V's planes were exactly 24 KB apart, all in one L1 set: stores thrashed).
-constexpr int64_t kPlanePad = 16;
+constexpr int kMR = detail::kWinogradMR;  // tiles per group: one AVX-512 micro-kernel call, two AVX2 ones (6 tiles each)
+constexpr int kNR = detail::kWinogradNR;  // output channels per micro-kernel call (two ymm, one zmm)
+// V and U hold 16 or 36 planes (one per k) used side by side, kPlanePad floats apart (winograd_f4.h).
+constexpr int64_t kPlanePad = detail::kWinogradPlanePad;
 
 // A per-thread buffer of floats, 64-byte aligned, grown on demand and kept between calls (a fresh
 // allocation per call would page-fault on every run).
@@ -353,85 +365,6 @@ void transform_output(const Plan& p, const float* M, int64_t first, int count, i
   }
 }
 
-// B^T of F(4x4, 3x3) applied to six vectors: B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0;
-// 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1].
-inline void bt6(const __m256* d, __m256* s) {
-  const __m256 c4 = _mm256_set1_ps(4.0f), c5 = _mm256_set1_ps(5.0f), c2 = _mm256_set1_ps(2.0f);
-  const __m256 d42 = _mm256_sub_ps(d[4], d[2]);
-  s[0] = _mm256_fmadd_ps(c4, d[0], _mm256_fnmadd_ps(c5, d[2], d[4]));
-  s[1] = _mm256_fnmadd_ps(c4, _mm256_add_ps(d[1], d[2]), _mm256_add_ps(d[3], d[4]));
-  s[2] = _mm256_fmadd_ps(c4, _mm256_sub_ps(d[1], d[2]), _mm256_sub_ps(d[4], d[3]));
-  s[3] = _mm256_fmadd_ps(c2, _mm256_sub_ps(d[3], d[1]), d42);
-  s[4] = _mm256_fmadd_ps(c2, _mm256_sub_ps(d[1], d[3]), d42);
-  s[5] = _mm256_fmadd_ps(c4, d[1], _mm256_fnmadd_ps(c5, d[3], d[5]));
-}
-
-// V[k][t][C] (36 planes) for F(4x4, 3x3): V = B^T d B over the tile's 6x6 window (zeros outside the image),
-// eight channels per vector, channel block outermost as in transform_input.
-void transform_input_f4(const Plan& p, const float* x, int64_t first, int64_t count, float* V) {
-  const WinogradConv& g = p.g;
-  const int64_t C = g.c, vplane = count * C + kPlanePad;
-  for (int64_t cb = 0; cb < C / 8; ++cb) {
-    for (int64_t t = 0; t < count; ++t) {
-      const int64_t tile = first + t, img = tile / p.tiles_per_image, r = tile % p.tiles_per_image;
-      const int64_t iy0 = (r / p.tiles_w) * 4 - g.pad_top, ix0 = (r % p.tiles_w) * 4 - g.pad_left;
-      const bool rows_inside = iy0 >= 0 && iy0 + 6 <= g.h;
-      const float* plane = x + (img * (C / 8) + cb) * g.h * g.w * 8;
-      __m256 cs[6][6];  // B^T d by window column: cs[j][i]
-      for (int j = 0; j < 6; ++j) {
-        __m256 d[6];
-        load_column<6>(g, plane, iy0, ix0 + j, rows_inside, d);
-        bt6(d, cs[j]);
-      }
-      float* out = V + t * C + cb * 8;
-      for (int i = 0; i < 6; ++i) {  // (B^T d) B
-        const __m256 row[6] = {cs[0][i], cs[1][i], cs[2][i], cs[3][i], cs[4][i], cs[5][i]};
-        __m256 v[6];
-        bt6(row, v);
-        for (int j = 0; j < 6; ++j) _mm256_storeu_ps(out + (i * 6 + j) * vplane, v[j]);
-      }
-    }
-  }
-}
-
-// A^T of F(4x4, 3x3) applied to six vectors: A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
-inline void at6(const __m256* m, __m256* s) {
-  const __m256 c2 = _mm256_set1_ps(2.0f), c4 = _mm256_set1_ps(4.0f), c8 = _mm256_set1_ps(8.0f);
-  const __m256 p12 = _mm256_add_ps(m[1], m[2]), d12 = _mm256_sub_ps(m[1], m[2]);
-  const __m256 p34 = _mm256_add_ps(m[3], m[4]), d34 = _mm256_sub_ps(m[3], m[4]);
-  s[0] = _mm256_add_ps(_mm256_add_ps(m[0], p12), p34);
-  s[1] = _mm256_fmadd_ps(c2, d34, d12);
-  s[2] = _mm256_fmadd_ps(c4, p34, p12);
-  s[3] = _mm256_add_ps(_mm256_fmadd_ps(c8, d34, d12), m[5]);
-}
-
-// The 4x4 outputs of `count` tiles from M[36][kMR][kNR]: Y = A^T M A + bias; parts past OH/OW dropped.
-void transform_output_f4(const Plan& p, const float* M, int64_t first, int count, int64_t o0, int64_t width,
-                         const float* bias, float* y) {
-  const WinogradConv& g = p.g;
-  for (int t = 0; t < count; ++t) {
-    const int64_t tile = first + t, img = tile / p.tiles_per_image, r = tile % p.tiles_per_image;
-    const int64_t oy = (r / p.tiles_w) * 4, ox = (r % p.tiles_w) * 4;
-    const int64_t rows = std::min<int64_t>(4, g.oh - oy), cols = std::min<int64_t>(4, g.ow - ox);
-    for (int64_t h = 0; h < width / 8; ++h) {
-      __m256 s[4][6];  // A^T M by column j: s[i][j]
-      for (int j = 0; j < 6; ++j) {
-        __m256 col[6], r4[4];
-        for (int i = 0; i < 6; ++i) col[i] = _mm256_load_ps(M + ((i * 6 + j) * kMR + t) * kNR + h * 8);
-        at6(col, r4);
-        for (int i = 0; i < 4; ++i) s[i][j] = r4[i];
-      }
-      const __m256 b = bias ? _mm256_loadu_ps(bias + o0 + h * 8) : _mm256_setzero_ps();
-      float* plane = y + (img * (g.o / 8) + (o0 / 8 + h)) * g.oh * g.ow * 8;
-      for (int i = 0; i < rows; ++i) {  // (A^T M) A + bias
-        __m256 o4[4];
-        at6(s[i], o4);
-        for (int j = 0; j < cols; ++j) _mm256_storeu_ps(plane + ((oy + i) * g.ow + ox + j) * 8, _mm256_add_ps(o4[j], b));
-      }
-    }
-  }
-}
-
 // M[k][t][0..width) for the mr tiles of one group: the 16 GEMMs of one 16-channel slice (or the last 8).
 void gemm_group(const float* V, int64_t count, int64_t C, const float* U, int64_t O, int64_t o0, int64_t width,
                 int mr, bool avx512, int planes, float* M) {
@@ -454,15 +387,43 @@ void run_block(const Plan& p, const float* x, const float* U, const float* bias,
   const int64_t C = p.g.c, O = p.g.o;
   float* V = scratch(0, static_cast<size_t>(p.planes * (count * C + kPlanePad)));
   float* M = scratch(1, static_cast<size_t>(p.planes * kMR * kNR));
-  if (p.m == 4) transform_input_f4(p, x, first, count, V);
-  else transform_input(p, x, first, count, V);
+  const detail::WinogradTiles tiles{&p.g, p.tiles_w, p.tiles_per_image};
+  if (p.m != 4) transform_input(p, x, first, count, V);
+  else if (avx512 && C % 16 == 0) detail::winograd_f4_input_avx512(tiles, x, first, count, V);
+  else detail::winograd_f4_input_avx2(tiles, x, first, count, V);
   for (int64_t o0 = o_begin; o0 < std::min(O, o_end); o0 += kNR) {
     const int64_t width = std::min<int64_t>(kNR, O - o0);
     for (int64_t t0 = 0; t0 < count; t0 += kMR) {
       const int mr = static_cast<int>(std::min<int64_t>(kMR, count - t0));
       gemm_group(V + t0 * C, count, C, U, O, o0, width, mr, avx512, p.planes, M);
-      if (p.m == 4) transform_output_f4(p, M, first + t0, mr, o0, width, bias, y);
-      else transform_output(p, M, first + t0, mr, o0, width, bias, y);
+      if (p.m != 4) transform_output(p, M, first + t0, mr, o0, width, bias, y);
+      else if (avx512 && width == 16) detail::winograd_f4_output_avx512(tiles, M, first + t0, mr, o0, width, bias, y);
+      else detail::winograd_f4_output_avx2(tiles, M, first + t0, mr, o0, width, bias, y);
+    }
+  }
+}
+
+// The epilogue over the outputs of tiles first .. first+count-1 (m x m each) in output blocks [ob0, ob1): per block
+// plane, one range for a run of whole tile rows, one per output row for a partial tile row (a task's first or last).
+void apply_epilogue(const Plan& p, int64_t first, int64_t count, int64_t ob0, int64_t ob1,
+                    const std::function<void(int64_t, int64_t)>& fn) {
+  const WinogradConv& g = p.g;
+  const int64_t end = first + count, plane = g.oh * g.ow * 8;
+  for (int64_t t = first; t < end;) {
+    const int64_t img = t / p.tiles_per_image, r = t % p.tiles_per_image, ty = r / p.tiles_w, tx = r % p.tiles_w;
+    const int64_t row_end = std::min(end, img * p.tiles_per_image + (ty + 1) * p.tiles_w);  // this tile row's
+    const int64_t base = img * (g.o / 8) * plane;
+    if (tx == 0 && row_end - t == p.tiles_w) {  // whole tile rows from ty, up to the block's or the image's end
+      const int64_t rows = std::min(end - t, (p.tiles_h - ty) * p.tiles_w) / p.tiles_w;
+      const int64_t oy0 = ty * p.m, oy1 = std::min(g.oh, (ty + rows) * p.m);
+      for (int64_t ob = ob0; ob < ob1; ++ob) fn(base + ob * plane + oy0 * g.ow * 8, (oy1 - oy0) * g.ow * 8);
+      t += rows * p.tiles_w;
+    } else {
+      const int64_t ox0 = tx * p.m, ox1 = std::min(g.ow, (tx + row_end - t) * p.m);
+      for (int64_t ob = ob0; ob < ob1; ++ob)
+        for (int64_t oy = ty * p.m; oy < std::min(g.oh, (ty + 1) * p.m); ++oy)
+          fn(base + ob * plane + (oy * g.ow + ox0) * 8, (ox1 - ox0) * 8);
+      t = row_end;
     }
   }
 }
@@ -499,7 +460,8 @@ int winograd_tile(const WinogradConv& g) {
 }
 
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
-                            const std::shared_ptr<Storage>& weights_owner) {
+                            const std::shared_ptr<Storage>& weights_owner,
+                            const std::function<void(int64_t offset, int64_t count)>* epilogue) {
   SPORE_CHECK(winograd_qualifies(g, WinogradRule::supported), ErrorCode::unsupported,
               "winograd conv: needs a 3x3 kernel, stride 1, dilation 1, groups 1 and C, O multiples of 8 "
               "(got C={} O={} kernel {}x{} stride {}x{} dilation {}x{} groups {})",
@@ -551,9 +513,10 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   const bool avx512 = use_avx512();
   const int64_t tile_tasks = (tiles + p.block - 1) / p.block;
   run_tasks(serial, tile_tasks * osplit, [&](int64_t t) {
-    const int64_t b = t / osplit, s = t % osplit, first = b * p.block;
-    run_block(p, x, U, bias, y, first, std::min(p.block, tiles - first), avx512, slices * s / osplit * kNR,
-              slices * (s + 1) / osplit * kNR);
+    const int64_t b = t / osplit, s = t % osplit, first = b * p.block, count = std::min(p.block, tiles - first);
+    const int64_t o_begin = slices * s / osplit * kNR, o_end = std::min(g.o, slices * (s + 1) / osplit * kNR);
+    run_block(p, x, U, bias, y, first, count, avx512, o_begin, o_end);
+    if (epilogue) apply_epilogue(p, first, count, o_begin / 8, o_end / 8, *epilogue);
   });
 }
 

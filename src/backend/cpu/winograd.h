@@ -7,6 +7,7 @@
 // Deterministic and batch-invariant: every output element is one fixed sequence of f32 operations on its own
 // image's data, whatever the thread count, the batch size or the image's position in the batch.
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace spore {
@@ -35,7 +36,11 @@ int winograd_tile(const WinogradConv& g);
 // buffers. Throws unsupported unless winograd_qualifies(g, WinogradRule::supported). weights_owner: the storage
 // holding w when w is a plan constant (its bytes do not change while the storage lives): the transformed weights
 // are then kept for it (constant_cache.h: same bits as transforming them again) instead of recomputed per call.
+// epilogue (may be null): called on ranges [offset, offset + count) of y's elements, every element once, by the
+// thread that computed them right after its task (while they are in its cache); an elementwise epilogue (residual
+// add, activation) then gives the bits of applying it to the finished y.
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
-                            const std::shared_ptr<Storage>& weights_owner = nullptr);
+                            const std::shared_ptr<Storage>& weights_owner = nullptr,
+                            const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr);
 
 }  // namespace spore::cpu

@@ -247,14 +247,17 @@ TEST(Winograd, BatchInvariant) {
   }
 }
 
-// The AVX-512 micro-kernel (used where the CPU has it) and the AVX2 one give the same bits: each element is one
-// FMA chain over the channels in order either way. SPORE_WINOGRAD_AVX512=0 (read per call) forces AVX2.
+// The AVX-512 micro-kernel and 16-channel F(4x4) transforms (used where the CPU has them) and the AVX2 ones give
+// the same bits: each element is one FMA chain over the channels in order either way, and each transform lane
+// the same add/sub/fma sequence. SPORE_WINOGRAD_AVX512=0 (read per call) forces AVX2. C = 24 takes the 8-channel
+// input transform beside the 16-channel kernels; O = 40 ends on an 8-channel slice (8-channel output transform).
 TEST(Winograd, SameBitsWithAndWithoutAvx512) {
   const char* saved = std::getenv("SPORE_WINOGRAD_AVX512");
   const std::string saved_value = saved ? saved : "";
   for (int m : {2, 4})
   for (const Geom& g : {Geom{2, 32, 32, 16, 16, 1, 1, 1, 1}, Geom{3, 128, 40, 7, 9, 1, 1, 1, 1},
-                        Geom{1, 64, 128, 8, 8, 0, 2, 1, 1}}) {
+                        Geom{1, 64, 128, 8, 8, 0, 2, 1, 1}, Geom{2, 24, 40, 9, 7, 1, 0, 2, 1},
+                        Geom{1, 48, 16, 13, 10, 2, 2, 0, 1}}) {
     ForceTile force(m);
     const Problem p = make_problem(g, true, 5);
     ::setenv("SPORE_WINOGRAD_AVX512", "0", 1);
