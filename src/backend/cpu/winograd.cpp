@@ -481,7 +481,10 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   const bool serial = num_threads() <= 1;
   const int64_t threads = serial ? 1 : std::max(1, num_threads());
   const int64_t blocks = (tiles + cap - 1) / cap, rounds = (blocks + threads - 1) / threads;
-  p.block = std::min(cap, ((tiles + rounds * threads - 1) / (rounds * threads) + kMR - 1) / kMR * kMR);
+  // One round (every thread one block): equal blocks, not whole micro-kernel groups - at 2 threads 16 tiles split
+  // 8 + 8 instead of 12 + 4 and 64 split 32 + 32 instead of 36 + 28, and the conv waits for the larger block.
+  const int64_t even = (tiles + rounds * threads - 1) / (rounds * threads);
+  p.block = std::min(cap, rounds == 1 && !serial ? even : (even + kMR - 1) / kMR * kMR);
   // Tiles for one micro-kernel group only (batch 1 at 8x8 with F(4x4): 4 tiles): one task by tiles, so the tasks
   // split the output channels (16-channel slices) instead, each transforming the tiles' input itself (repeated,
   // a small share). Such convs are weight-bound (128 -> 128 channels: 2.4 MB of U for 4 tiles): each thread then
