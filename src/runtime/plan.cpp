@@ -17,7 +17,7 @@
 namespace spore {
 namespace {
 // Runs of the whole-run check that follows the per-step calibration, each way (Plan::run).
-constexpr int kCheck = 8;
+constexpr int kCheck = 10;
 
 std::vector<TensorType> types_of(const std::vector<Value*>& vs) {
   std::vector<TensorType> t;
@@ -216,16 +216,20 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     (pt.is_output ? st.outs : st.ins)[pt.index] = pt.is_view ? t.view(pt.view) : t;
   }
   Profiler* prof = Profiler::active();
-  // Per-step thread mode (Step::mode). Calibration: run 0 warms up (page faults); runs 1..kRuns time every step on
-  // the team; runs kRuns+1..2*kRuns time the steps that took under kSmallUs on the team again on the calling thread
-  // alone (so a large step never pays a slow trial); then a step runs serially only where that was clearly faster
-  // (best of kRuns each, by 10%). Then a whole-run check, kCheck runs each way alternating: runs with those
-  // decisions against runs with every step on the team; the decisions stay only where their median is lower.
+  // Per-step thread mode (Step::mode). Calibration: runs 0..kWarm warm up (page faults, constant transforms, caches;
+  // a ResNet-style conv on the team still got faster up to run 4: 64 -> 42 us); then kRuns pairs of runs, the
+  // first of a pair timing every step on the team, the second timing the steps that took under kSmallUs on the
+  // team again on the calling thread alone (so a large step never pays a slow trial); then a step runs serially
+  // only where that was clearly faster (best of kRuns each, by 10%). Alternating, a drift in speed over the first
+  // runs favours neither mode (timed in two blocks, team first, the steps still warming up on the team lost: a
+  // ResNet-style batch 1 plan kept 4-11 serial steps, 0.44-0.49 ms against 0.36-0.41 with none). Then a
+  // whole-run check, kCheck runs each way alternating: runs with those decisions against runs with every step on
+  // the team; the decisions stay only where their median is lower by 3% (the runs' noise on the 2-vCPU VM).
   // Per-step times miss what a step alone costs its neighbours: on the 2-vCPU VM a step alone leaves its whole
   // output in the calling thread's cache, and the team step after it reads half of that across cores (~250 ns a
   // line). ResNet-style batch 1 at 2 threads: the per-step decisions ran 0.443 ms, every step on the team 0.422
   // (10 alternating pairs); the transformer's decisions won by 8%. Restarts when the thread count changes.
-  constexpr int kRuns = 4;
+  constexpr int kWarm = 4, kRuns = 4;
   constexpr float kSmallUs = 200;
   static const bool calibrate = [] {
     const char* e = std::getenv("SPORE_PLAN_CALIBRATE");
@@ -244,7 +248,9 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
       st.primitive = Step::Primitive::unknown;  // seen with another thread count
     }
   }
-  const int phase = calibrating && calib_runs_ <= 2 * kRuns ? calib_runs_ : -1;  // -1: decided
+  // phase: 0 .. kWarm warm-up, then kWarm + 1 .. kWarm + 2 * kRuns timed (odd: team, even: alone); -1: decided
+  const int phase = calibrating && calib_runs_ <= kWarm + 2 * kRuns ? calib_runs_ : -1;
+  const bool timed = phase > kWarm;
   const bool checking = phase < 0 && check_runs_ < 2 * kCheck;
   const bool team_only = checking && check_runs_ % 2 == 1;  // the check's runs with every step on the team
   // A step alone: parallel_for inline (SerialScope) and oneDNN's OpenMP on one thread, restored however it ends.
@@ -268,11 +274,11 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     const Attrs& attrs = *st.attrs;
     KernelContext ctx{st.ins, st.outs, attrs, st.def->id, {}};
     ctx.constant_inputs = st.constant_inputs;
-    const bool trial = phase > kRuns && st.team_us < kSmallUs;
+    const bool trial = timed && (phase - kWarm) % 2 == 0 && st.team_us < kSmallUs;
     const bool serial = phase < 0 ? st.mode == Step::Mode::serial && !team_only : trial;
     std::optional<Alone> alone;
     if (serial) alone.emplace(threads);
-    const clock::time_point c0 = phase > 0 ? clock::now() : clock::time_point{};
+    const clock::time_point c0 = timed ? clock::now() : clock::time_point{};
     const int64_t primitives = record ? cpu_team_primitive_calls() : 0;
     if (prof) {
       const int64_t t0 = Profiler::now_ns();
@@ -284,7 +290,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     alone.reset();
     if (record)
       st.primitive = cpu_team_primitive_calls() != primitives ? Step::Primitive::team : Step::Primitive::none;
-    if (phase > 0) {
+    if (timed && (serial || (phase - kWarm) % 2 == 1)) {
       const float us = std::chrono::duration<float, std::micro>(clock::now() - c0).count();
       float& best = serial ? st.serial_us : st.team_us;
       if (best == 0 || us < best) best = us;
@@ -314,11 +320,11 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
         std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
         return v[v.size() / 2];
       };
-      if (!(median(check_us_[0]) < median(check_us_[1])))
+      if (!(median(check_us_[0]) < 0.97f * median(check_us_[1])))
         for (Step& st : steps_) st.mode = Step::Mode::team;
     }
   }
-  if (phase >= 0 && ++calib_runs_ > 2 * kRuns) {
+  if (phase >= 0 && ++calib_runs_ > kWarm + 2 * kRuns) {
     for (Step& st : steps_)
       st.mode = st.serial_us > 0 && st.serial_us < 0.9f * st.team_us ? Step::Mode::serial : Step::Mode::team;
     if (serial_steps() == 0) check_runs_ = 2 * kCheck;  // nothing to check

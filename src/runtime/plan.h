@@ -48,7 +48,7 @@ class Plan {
   int64_t weights_bytes() const { return weights_bytes_; }  // bytes of the constants the plan reads
   std::string describe() const;  // the schedule, one kernel per line
   // Whether every step's thread mode is decided (see Step::mode) and checked on whole runs; true at once with one
-  // thread or SPORE_PLAN_CALIBRATE=0. spore bench keeps warming up until it is (25 runs).
+  // thread or SPORE_PLAN_CALIBRATE=0. spore bench keeps warming up until it is (33 runs).
   bool calibrated() const;
   int64_t serial_steps() const;  // steps that run on the calling thread alone (after calibration)
 

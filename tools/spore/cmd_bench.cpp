@@ -205,7 +205,7 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t i = 0; i < warmup; ++i) plan.run(inputs);
   // The plan times its steps on the team and alone during its first runs (runtime/plan.h calibrated): not timed.
   int64_t calibration_runs = 0;
-  for (; !plan.calibrated() && calibration_runs < 32; ++calibration_runs) plan.run(inputs);
+  for (; !plan.calibrated() && calibration_runs < 48; ++calibration_runs) plan.run(inputs);
   reset_memory_peak();
   std::vector<double> lat;
   const auto start = clock_type::now();
