@@ -23,6 +23,13 @@ struct WinogradConv {
   int64_t pad_top, pad_left, pad_bottom, pad_right;  // zero padding (>= 0)
 };
 
+// An epilogue winograd_conv2d_nchw8c applies to each output value as it stores it (F(4x4) tiles): y = y +
+// residual (same nChw8c layout as y), then relu (x < 0 ? 0 : x, as unary_f32) - the bits of the separate ops.
+struct WinogradEpilogue {
+  const float* residual = nullptr;
+  bool relu = false;
+};
+
 // Whether winograd_conv2d_nchw8c computes this conv (`supported`: 3x3 kernel, stride 1, dilation 1, groups 1,
 // pads >= 0, C and O multiples of 8) and, for the other rules, is also measured to beat oneDNN's direct conv
 // at this size: oneDNN capped at AVX2 (spore's default) or at full AVX-512 (ONEDNN_MAX_CPU_ISA=ALL).
@@ -38,9 +45,11 @@ int winograd_tile(const WinogradConv& g);
 // are then kept for it (constant_cache.h: same bits as transforming them again) instead of recomputed per call.
 // epilogue (may be null): called on ranges [offset, offset + count) of y's elements, every element once, by the
 // thread that computed them right after its task (while they are in its cache); an elementwise epilogue (residual
-// add, activation) then gives the bits of applying it to the finished y.
+// add, activation) then gives the bits of applying it to the finished y. fused (may be null): the same epilogue
+// as a WinogradEpilogue, applied in registers instead where the tile size allows (then `epilogue` is not called).
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
                             const std::shared_ptr<Storage>& weights_owner = nullptr,
-                            const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr);
+                            const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr,
+                            const WinogradEpilogue* fused = nullptr);
 
 }  // namespace spore::cpu

@@ -28,11 +28,11 @@ void winograd_f4_input_avx2(const WinogradTiles& p, const float* x, int64_t firs
 void winograd_f4_input_avx512(const WinogradTiles& p, const float* x, int64_t first, int64_t count, float* V);
 
 // The 4x4 outputs of `count` tiles from M[36][kWinogradMR][kWinogradNR] (output channels o0 .. o0+width-1):
-// Y = A^T M A + bias (bias may be null); the parts of a tile past OH/OW are dropped. The 16-lane build needs
-// width == 16.
+// Y = A^T M A + bias (bias may be null), then epi's residual add and relu; the parts of a tile past OH/OW are
+// dropped. The 16-lane build needs width == 16.
 void winograd_f4_output_avx2(const WinogradTiles& p, const float* M, int64_t first, int count, int64_t o0,
-                             int64_t width, const float* bias, float* y);
+                             int64_t width, const float* bias, float* y, const WinogradEpilogue& epi);
 void winograd_f4_output_avx512(const WinogradTiles& p, const float* M, int64_t first, int count, int64_t o0,
-                               int64_t width, const float* bias, float* y);
+                               int64_t width, const float* bias, float* y, const WinogradEpilogue& epi);
 
 }  // namespace spore::cpu::detail

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <random>
 #include <vector>
@@ -268,6 +269,65 @@ TEST(Winograd, SameBitsWithAndWithoutAvx512) {
     expect_matches_reference(p, avx2);
   }
   if (saved) ::setenv("SPORE_WINOGRAD_AVX512", saved_value.c_str(), 1);
+}
+
+// The epilogue fused into the F(4x4) output transform (residual add, relu) and the per-task epilogue callback give
+// the bits of the conv followed by the separate ops (y + r, then x < 0 ? 0 : x as unary_f32), on every path:
+// AVX-512 and AVX2 transforms, 1 and 2 threads, partial tiles, an 8-channel last slice (O = 40), the output-channel
+// split (4 tiles), and NaN / -0 in the residual.
+TEST(Winograd, FusedEpilogueHasTheBitsOfTheSeparateOps) {
+  ThreadsGuard guard;
+  const char* saved = std::getenv("SPORE_WINOGRAD_AVX512");
+  const std::string saved_value = saved ? saved : "";
+  for (int m : {2, 4})
+  for (const Geom& g : {Geom{1, 32, 40, 9, 7, 1, 1, 1, 1}, Geom{2, 16, 32, 16, 16, 1, 1, 1, 1},
+                        Geom{1, 64, 64, 8, 8, 1, 1, 1, 1}}) {
+    ForceTile force(m);
+    const Problem p = make_problem(g, true, 21);
+    std::vector<float> r = random_floats(p.y_size(), 23);
+    r[0] = std::nanf("");
+    r[r.size() / 2] = -0.0f;
+    r[r.size() - 1] = std::nanf("");
+    const std::vector<float> plain = run(p);
+    for (bool with_res : {false, true})
+      for (bool relu : {false, true}) {
+        if (!with_res && !relu) continue;
+        std::vector<float> want = plain;
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (with_res) want[i] = want[i] + r[i];
+          if (relu) want[i] = want[i] < 0 ? 0.0f : want[i];
+        }
+        const WinogradEpilogue fused{with_res ? r.data() : nullptr, relu};
+        for (bool avx512 : {false, true})
+          for (int threads : {1, 2})
+            for (bool in_registers : {false, true}) {
+              if (avx512) ::unsetenv("SPORE_WINOGRAD_AVX512");
+              else ::setenv("SPORE_WINOGRAD_AVX512", "0", 1);
+              set_threads(threads);
+              std::vector<float> y(p.y_size(), std::nanf(""));
+              std::vector<int> calls(p.y_size(), 0);
+              const std::function<void(int64_t, int64_t)> fn = [&](int64_t off, int64_t count) {
+                for (int64_t i = off; i < off + count; ++i) {
+                  ++calls[static_cast<size_t>(i)];
+                  if (with_res) y[static_cast<size_t>(i)] = y[static_cast<size_t>(i)] + r[static_cast<size_t>(i)];
+                  if (relu) y[static_cast<size_t>(i)] = y[static_cast<size_t>(i)] < 0 ? 0.0f : y[static_cast<size_t>(i)];
+                }
+              };
+              winograd_conv2d_nchw8c(p.wg, p.x.data(), p.w.data(), p.b.data(), y.data(), nullptr, &fn,
+                                     in_registers ? &fused : nullptr);
+              SCOPED_TRACE(::testing::Message() << "F(" << m << "x" << m << ") c=" << g.c << " o=" << g.o << " "
+                                                << g.h << "x" << g.w << " residual=" << with_res << " relu=" << relu
+                                                << " avx512=" << avx512 << " threads=" << threads
+                                                << " in_registers=" << in_registers);
+              EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0);
+              // The callback covers every element exactly once, or (in registers, F(4x4)) is not called.
+              const int expect_calls = in_registers && m == 4 ? 0 : 1;
+              EXPECT_EQ(std::count(calls.begin(), calls.end(), expect_calls), static_cast<std::ptrdiff_t>(calls.size()));
+            }
+      }
+  }
+  if (saved) ::setenv("SPORE_WINOGRAD_AVX512", saved_value.c_str(), 1);
+  else ::unsetenv("SPORE_WINOGRAD_AVX512");
 }
 
 TEST(Winograd, RejectsOtherGeometries) {
