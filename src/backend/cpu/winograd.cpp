@@ -485,7 +485,14 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   const int64_t blocks = (tiles + cap - 1) / cap, rounds = (blocks + threads - 1) / threads;
   // One round (every thread one block): equal blocks, not whole micro-kernel groups - at 2 threads 16 tiles split
   // 8 + 8 instead of 12 + 4 and 64 split 32 + 32 instead of 36 + 28, and the conv waits for the larger block.
-  const int64_t even = (tiles + rounds * threads - 1) / (rounds * threads);
+  // Where U is small (each block reads all of it), up to 4 blocks of >= 8 tiles per thread, so that a thread
+  // running fast takes blocks from a slow one (back-stealing): on the 2-vCPU VM one vCPU often runs the
+  // transforms 1.5-2x slower than the other for a while. 32 channels at 32x32 (U 147 KB), batch 1, 2 threads:
+  // 44-47 -> 39-41 us; with U at 590 KB (64 channels) re-reading it per block lost (41-50 -> 55-60 us).
+  const int64_t u_bytes = p.planes * g.c * g.o * static_cast<int64_t>(sizeof(float));
+  const int64_t per_thread = rounds == 1 && !serial && u_bytes <= (256 << 10)
+                                 ? std::clamp<int64_t>(tiles / (threads * 8), 1, 4) : 1;
+  const int64_t even = (tiles + rounds * threads * per_thread - 1) / (rounds * threads * per_thread);
   p.block = std::min(cap, rounds == 1 && !serial ? even : (even + kMR - 1) / kMR * kMR);
   // Tiles for one micro-kernel group only (batch 1 at 8x8 with F(4x4): 4 tiles): one task by tiles, so the tasks
   // split the output channels (16-channel slices) instead, each transforming the tiles' input itself (repeated,
