@@ -785,7 +785,7 @@ void conv_kernel(KernelContext& k) {
 bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
                     bool dst_blocked, bool weights_constant,
                     const std::function<void(int64_t offset, int64_t count)>* epilogue,
-                    const WinogradEpilogue* fused) {
+                    const StoreEpilogue* fused) {
   const auto logical = [](const Shape& s, bool blocked) {
     return blocked ? Shape{s[0], s[1] * s[4], s[2], s[3]} : s;
   };
@@ -821,7 +821,7 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
       y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       direct_blocked_supported(dg)) {
     direct_blocked_conv(dg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
-                        y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue);
+                        y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue, fused);
     return true;
   }
   static PrimitiveCache<ConvPrim> cache;

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "backend/cpu/winograd.h"
+#include "backend/cpu/store_epilogue.h"
 #include "base/attrs.h"
 #include "tensor/tensor.h"
 
@@ -38,10 +38,10 @@ void max_pool_2x2_planes(const float* x, float* y, int64_t planes, int64_t h, in
 // epilogue (may be null): an elementwise function of y's elements (memory order) that spore's own kernels
 // (Winograd, direct) apply to each task's output right after computing it; returns whether it was applied
 // (false: oneDNN ran, the caller applies it). fused: the same epilogue where it is a residual add and/or relu,
-// which Winograd applies as it stores each output (winograd.h).
+// which Winograd and the direct kernel apply as they store each output (store_epilogue.h).
 bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Attrs& a, bool src_blocked,
                     bool dst_blocked, bool weights_constant = false,
                     const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr,
-                    const WinogradEpilogue* fused = nullptr);
+                    const StoreEpilogue* fused = nullptr);
 
 }  // namespace spore::cpu

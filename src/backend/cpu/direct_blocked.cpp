@@ -62,7 +62,8 @@ bool direct_blocked_supported(const DirectBlockedConv& g) {
 
 void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
                          const std::shared_ptr<Storage>& weights_owner,
-                         const std::function<void(int64_t offset, int64_t count)>* epilogue) {
+                         const std::function<void(int64_t offset, int64_t count)>* epilogue,
+                         const StoreEpilogue* fused) {
   const bool wide = use_avx512(g);
   const int lanes = wide ? 16 : 8;
   const size_t floats = static_cast<size_t>(g.o * (g.c + 7) / 8 * 8 * g.kh * g.kw);
@@ -71,7 +72,8 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
   const std::string key = fmt::format("direct_blocked:{}:{}x{}x{}x{}", lanes, g.o, g.c, g.kh, g.kw);
   const float* wp = derived_floats(weights_owner, w, key, floats, [&](float* buf) { pack_weights(g, w, lanes, buf); },
                                    kept, local);
-  const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y};
+  const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y, fused ? *fused : StoreEpilogue{}};
+  if (fused) epilogue = nullptr;  // applied in the row kernels' stores
   // Tasks of whole output rows of one image, ~16 per image at most (any split gives the same bits).
   const int64_t per = std::max<int64_t>(1, num_chunks(g.oh, 16));
   const int64_t chunks = num_chunks(g.oh, per);

@@ -14,6 +14,8 @@
 #include <functional>
 #include <memory>
 
+#include "backend/cpu/store_epilogue.h"
+
 namespace spore {
 class Storage;
 }
@@ -34,10 +36,12 @@ bool direct_blocked_supported(const DirectBlockedConv& g);
 // y = conv2d(x, w [O, C, kH, kW]) + bias [O] (bias may be null), y blocked, both contiguous. weights_owner: w's
 // storage when w is a plan constant - its packed copy is then kept (constant_cache.h); null: packed per call.
 // SPORE_CONV_DIRECT_ISA=avx2 forces the AVX2 build (tests compare the two). epilogue (may be null): as
-// winograd_conv2d_nchw8c's - each task's output ranges, by the thread that computed them, right after.
+// winograd_conv2d_nchw8c's - each task's output ranges, by the thread that computed them, right after. fused
+// (may be null): the same epilogue as a StoreEpilogue, applied in registers as each value is stored instead.
 void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
                          const std::shared_ptr<Storage>& weights_owner = nullptr,
-                         const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr);
+                         const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr,
+                         const StoreEpilogue* fused = nullptr);
 
 namespace detail {
 // One call's operands for the per-ISA row kernels (direct_blocked_tiles.inc). wp: w packed per L-lane output
@@ -49,6 +53,7 @@ struct DirectJob {
   const float* wp;
   const float* bias;
   float* y;
+  StoreEpilogue epi;  // applied as each output vector is stored
 };
 // Output rows [oy0, oy1) of image n, all output channels.
 void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1);

@@ -122,7 +122,7 @@ void fused_kernel(KernelContext& k) {
     EpilogueF32 e{out.data<float>(), res ? res->data<float>() : nullptr, act.has_value(), UnaryOp::relu, {}};
     if (act) e.op = unary_of(*act, k.attrs, e.p);
     const std::function<void(int64_t, int64_t)> fn = [&e](int64_t b, int64_t m) { e(b, m); };
-    const WinogradEpilogue in_registers{e.res, act.has_value()};  // residual and/or relu: Winograd fuses it
+    const StoreEpilogue in_registers{e.res, act.has_value()};  // residual and/or relu: fused into the stores
     const bool simple = !act || e.op == UnaryOp::relu;
     const bool applied = conv2d_blocked(ins[0], ins[1], o.bias >= 0 ? &ins[2] : nullptr, out, k.attrs, src_blocked,
                                         dst_blocked, (k.constant_inputs >> 1) & 1, res || act ? &fn : nullptr,

@@ -383,7 +383,7 @@ void gemm_group(const float* V, int64_t count, int64_t C, const float* U, int64_
 }
 
 void run_block(const Plan& p, const float* x, const float* U, const float* bias, float* y, int64_t first,
-               int64_t count, bool avx512, int64_t o_begin, int64_t o_end, const WinogradEpilogue& epi) {
+               int64_t count, bool avx512, int64_t o_begin, int64_t o_end, const StoreEpilogue& epi) {
   const int64_t C = p.g.c, O = p.g.o;
   float* V = scratch(0, static_cast<size_t>(p.planes * (count * C + kPlanePad)));
   float* M = scratch(1, static_cast<size_t>(p.planes * kMR * kNR));
@@ -463,7 +463,7 @@ int winograd_tile(const WinogradConv& g) {
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
                             const std::shared_ptr<Storage>& weights_owner,
                             const std::function<void(int64_t offset, int64_t count)>* epilogue,
-                            const WinogradEpilogue* fused) {
+                            const StoreEpilogue* fused) {
   SPORE_CHECK(winograd_qualifies(g, WinogradRule::supported), ErrorCode::unsupported,
               "winograd conv: needs a 3x3 kernel, stride 1, dilation 1, groups 1 and C, O multiples of 8 "
               "(got C={} O={} kernel {}x{} stride {}x{} dilation {}x{} groups {})",
@@ -530,7 +530,7 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   run_tasks(serial, tile_tasks * osplit, [&](int64_t t) {
     const int64_t b = t / osplit, s = t % osplit, first = b * p.block, count = std::min(p.block, tiles - first);
     const int64_t o_begin = slices * s / osplit * kNR, o_end = std::min(g.o, slices * (s + 1) / osplit * kNR);
-    run_block(p, x, U, bias, y, first, count, avx512, o_begin, o_end, in_registers ? *fused : WinogradEpilogue{});
+    run_block(p, x, U, bias, y, first, count, avx512, o_begin, o_end, in_registers ? *fused : StoreEpilogue{});
     if (epilogue && !in_registers) apply_epilogue(p, first, count, o_begin / 8, o_end / 8, *epilogue);
   });
 }

@@ -10,6 +10,8 @@
 #include <functional>
 #include <memory>
 
+#include "backend/cpu/store_epilogue.h"
+
 namespace spore {
 class Storage;
 }
@@ -21,13 +23,6 @@ struct WinogradConv {
   int64_t oh, ow;                                  // output height and width
   int64_t kh, kw, sh, sw, dh, dw, groups;          // kernel size, stride, dilation, groups
   int64_t pad_top, pad_left, pad_bottom, pad_right;  // zero padding (>= 0)
-};
-
-// An epilogue winograd_conv2d_nchw8c applies to each output value as it stores it (F(4x4) tiles): y = y +
-// residual (same nChw8c layout as y), then relu (x < 0 ? 0 : x, as unary_f32) - the bits of the separate ops.
-struct WinogradEpilogue {
-  const float* residual = nullptr;
-  bool relu = false;
 };
 
 // Whether winograd_conv2d_nchw8c computes this conv (`supported`: 3x3 kernel, stride 1, dilation 1, groups 1,
@@ -46,10 +41,11 @@ int winograd_tile(const WinogradConv& g);
 // epilogue (may be null): called on ranges [offset, offset + count) of y's elements, every element once, by the
 // thread that computed them right after its task (while they are in its cache); an elementwise epilogue (residual
 // add, activation) then gives the bits of applying it to the finished y. fused (may be null): the same epilogue
-// as a WinogradEpilogue, applied in registers instead where the tile size allows (then `epilogue` is not called).
+// as a StoreEpilogue (store_epilogue.h), applied in registers instead where the tile size allows (F(4x4); then
+// `epilogue` is not called).
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
                             const std::shared_ptr<Storage>& weights_owner = nullptr,
                             const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr,
-                            const WinogradEpilogue* fused = nullptr);
+                            const StoreEpilogue* fused = nullptr);
 
 }  // namespace spore::cpu

@@ -31,8 +31,8 @@ void winograd_f4_input_avx512(const WinogradTiles& p, const float* x, int64_t fi
 // Y = A^T M A + bias (bias may be null), then epi's residual add and relu; the parts of a tile past OH/OW are
 // dropped. The 16-lane build needs width == 16.
 void winograd_f4_output_avx2(const WinogradTiles& p, const float* M, int64_t first, int count, int64_t o0,
-                             int64_t width, const float* bias, float* y, const WinogradEpilogue& epi);
+                             int64_t width, const float* bias, float* y, const StoreEpilogue& epi);
 void winograd_f4_output_avx512(const WinogradTiles& p, const float* M, int64_t first, int count, int64_t o0,
-                               int64_t width, const float* bias, float* y, const WinogradEpilogue& epi);
+                               int64_t width, const float* bias, float* y, const StoreEpilogue& epi);
 
 }  // namespace spore::cpu::detail

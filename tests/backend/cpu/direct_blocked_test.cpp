@@ -9,9 +9,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -158,6 +160,57 @@ TEST(DirectBlocked, SameBitsForBothIsasAnyThreadCountBatchAndCachedWeights) {
     EXPECT_EQ(s1.misses - s0.misses, 1);
     EXPECT_EQ(s1.hits - s0.hits, 1);
   }
+}
+
+// The epilogue in the row kernels' stores (residual add, relu) and the per-task callback give the bits of the conv
+// followed by the separate ops (y + r, then x < 0 ? 0 : x as unary_f32), in both ISA builds and at 1 and 3
+// threads, with NaN and -0 in the residual.
+TEST(DirectBlocked, FusedEpilogueHasTheBitsOfTheSeparateOps) {
+  const int saved = num_threads();
+  uint32_t seed = 91;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name());
+    const Problem p = make(c, seed += 5);
+    std::vector<float> r = random_floats(p.y_size(), seed + 1);
+    r[0] = std::nanf("");
+    r[r.size() / 3] = -0.0f;
+    r[r.size() - 1] = std::nanf("");
+    const std::vector<float> plain = run(p, true);
+    for (bool with_res : {false, true})
+      for (bool relu : {false, true}) {
+        if (!with_res && !relu) continue;
+        std::vector<float> want = plain;
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (with_res) want[i] = want[i] + r[i];
+          if (relu) want[i] = want[i] < 0 ? 0.0f : want[i];
+        }
+        const StoreEpilogue fused{with_res ? r.data() : nullptr, relu};
+        for (bool avx2 : {false, true})
+          for (int threads : {1, 3})
+            for (bool in_registers : {false, true}) {
+              if (avx2) setenv("SPORE_CONV_DIRECT_ISA", "avx2", 1);
+              set_threads(threads);
+              std::vector<float> y(p.y_size(), std::nanf(""));
+              std::vector<int> calls(p.y_size(), 0);
+              const std::function<void(int64_t, int64_t)> fn = [&](int64_t off, int64_t count) {
+                for (size_t i = static_cast<size_t>(off); i < static_cast<size_t>(off + count); ++i) {
+                  ++calls[i];
+                  if (with_res) y[i] = y[i] + r[i];
+                  if (relu) y[i] = y[i] < 0 ? 0.0f : y[i];
+                }
+              };
+              direct_blocked_conv(p.g, p.x.data(), p.w.data(), p.b.data(), y.data(), nullptr, &fn,
+                                  in_registers ? &fused : nullptr);
+              unsetenv("SPORE_CONV_DIRECT_ISA");
+              SCOPED_TRACE(fmt::format("residual={} relu={} avx2={} threads={} in_registers={}", with_res, relu, avx2,
+                                       threads, in_registers));
+              EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0);
+              EXPECT_EQ(std::count(calls.begin(), calls.end(), in_registers ? 0 : 1),
+                        static_cast<std::ptrdiff_t>(calls.size()));
+            }
+      }
+  }
+  set_threads(saved);
 }
 
 }  // namespace

@@ -297,7 +297,7 @@ TEST(Winograd, FusedEpilogueHasTheBitsOfTheSeparateOps) {
           if (with_res) want[i] = want[i] + r[i];
           if (relu) want[i] = want[i] < 0 ? 0.0f : want[i];
         }
-        const WinogradEpilogue fused{with_res ? r.data() : nullptr, relu};
+        const StoreEpilogue fused{with_res ? r.data() : nullptr, relu};
         for (bool avx512 : {false, true})
           for (int threads : {1, 2})
             for (bool in_registers : {false, true}) {
