@@ -224,11 +224,13 @@ constexpr GemmFn kGemm[7] = {nullptr,
 // kernel's: the ISA changes speed, not results.
 template <int MR>
 __attribute__((target("avx512f"))) void gemm_kernel_512(const float* __restrict v, int64_t C,
-                                                          const float* __restrict u, float* __restrict m) {
+                                                          const float* __restrict u, float* __restrict m,
+                                                          const float* next_u) {
   __m512 acc[MR];
 #pragma GCC unroll 12
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t c = 0; c < C; ++c) {
+    _mm_prefetch(reinterpret_cast<const char*>(next_u + c * kNR), _MM_HINT_T0);
     const __m512 b = _mm512_load_ps(u + c * kNR);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(v[i * C + c]), b, acc[i]);
@@ -237,7 +239,8 @@ __attribute__((target("avx512f"))) void gemm_kernel_512(const float* __restrict 
   for (int i = 0; i < MR; ++i) _mm512_store_ps(m + i * kNR, acc[i]);
 }
 
-constexpr GemmFn kGemm512[kMR + 1] = {nullptr,
+using Gemm512Fn = void (*)(const float*, int64_t, const float*, float*, const float*);
+constexpr Gemm512Fn kGemm512[kMR + 1] = {nullptr,
                                       gemm_kernel_512<1>,
                                       gemm_kernel_512<2>,
                                       gemm_kernel_512<3>,
@@ -373,7 +376,9 @@ void gemm_group(const float* V, int64_t count, int64_t C, const float* U, int64_
     const float* u = U + k * (O * C + kPlanePad) + o0 * C;
     float* m = M + k * kMR * kNR;
     if (avx512 && width == kNR) {
-      kGemm512[mr](v, C, u, m);
+      // U's same slice of the next plane (or this one again), one line per channel ahead of its use: with few
+      // tiles the GEMMs stream U (128 channels: 2.4 MB, past L2) and wait on it.
+      kGemm512[mr](v, C, u, m, k + 1 < planes ? u + (O * C + kPlanePad) : u);
     } else {
       const GemmFn* gemm = width == kNR ? kGemm<2> : kGemm<1>;
       gemm[std::min(mr, 6)](v, C, u, m);
