@@ -1,7 +1,8 @@
 // Winograd F(2x2, 3x3) on nChw8c (winograd.h); F(4x4, 3x3) is the same scheme with 6x6 windows and 36 planes
-// (transform_*_f4 below: Lavin & Gray's points 0, +-1, +-2). Notation of Lavin & Gray 2015: an output tile Y (2x2) of one
-// output channel is A^T [ sum_c (G g_c G^T) ⊙ (B^T d_c B) ] A, where d_c is the 4x4 input window of the tile in
-// channel c and g_c the 3x3 filter. With U = G g G^T and V = B^T d B (16 numbers each), the sum over c is 16
+// (its transforms in winograd_f4.inc, built for 8 and 16 channels per vector: Lavin & Gray's points 0, +-1,
+// +-2). Notation of Lavin & Gray 2015: an output tile Y (2x2) of one output channel is
+// A^T [ sum_c (G g_c G^T) ⊙ (B^T d_c B) ] A, where d_c is the 4x4 input window of the tile in channel c and g_c
+// the 3x3 filter. With U = G g G^T and V = B^T d B (16 numbers each), the sum over c is 16
 // independent GEMMs M_k[tiles, O] = V_k[tiles, C] * U_k[C, O], k = 0..15.
 //
 // Work: the tiles of the whole batch (image-major, then tile row, then tile column) are cut into blocks of T
@@ -11,6 +12,8 @@
 // AVX-512, else two 6 x 16 calls in ymm; the tile's value is broadcast, U's row loaded) into M[16][12][16] (L1),
 // and turns M into the 2x2 outputs right away (output transform + bias), so M never leaves L1. U is computed
 // once per plan constant (constant_cache.h) and per call for weights that are not (eager mode, training).
+// conv2d_fused's epilogue (residual add, activation) runs in the F(4x4) output transform's registers where it is
+// a residual and/or relu (store_epilogue.h), else on each task's output right after the task (still in cache).
 //
 // Threads: the tasks run on the OpenMP team that runs oneDNN (run_onednn_tasks), not on spore's pool. In a conv
 // chain these convs alternate with oneDNN ones (strided, 1x1, the stem) whose OpenMP workers keep spinning for
@@ -50,7 +53,7 @@ namespace {
 
 namespace {
 
-constexpr int kMR = detail::kWinogradMR;  // tiles per group: one AVX-512 micro-kernel call, two AVX2 ones (6 tiles each)
+constexpr int kMR = detail::kWinogradMR;  // tiles per group: one AVX-512 micro-kernel call, two AVX2 ones (6 each)
 constexpr int kNR = detail::kWinogradNR;  // output channels per micro-kernel call (two ymm, one zmm)
 // V and U hold 16 or 36 planes (one per k) used side by side, kPlanePad floats apart (winograd_f4.h).
 constexpr int64_t kPlanePad = detail::kWinogradPlanePad;

@@ -307,10 +307,10 @@ TEST(Winograd, FusedEpilogueHasTheBitsOfTheSeparateOps) {
               std::vector<float> y(p.y_size(), std::nanf(""));
               std::vector<int> calls(p.y_size(), 0);
               const std::function<void(int64_t, int64_t)> fn = [&](int64_t off, int64_t count) {
-                for (int64_t i = off; i < off + count; ++i) {
-                  ++calls[static_cast<size_t>(i)];
-                  if (with_res) y[static_cast<size_t>(i)] = y[static_cast<size_t>(i)] + r[static_cast<size_t>(i)];
-                  if (relu) y[static_cast<size_t>(i)] = y[static_cast<size_t>(i)] < 0 ? 0.0f : y[static_cast<size_t>(i)];
+                for (size_t i = static_cast<size_t>(off); i < static_cast<size_t>(off + count); ++i) {
+                  ++calls[i];
+                  if (with_res) y[i] = y[i] + r[i];
+                  if (relu) y[i] = y[i] < 0 ? 0.0f : y[i];
                 }
               };
               winograd_conv2d_nchw8c(p.wg, p.x.data(), p.w.data(), p.b.data(), y.data(), nullptr, &fn,
@@ -322,7 +322,8 @@ TEST(Winograd, FusedEpilogueHasTheBitsOfTheSeparateOps) {
               EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0);
               // The callback covers every element exactly once, or (in registers, F(4x4)) is not called.
               const int expect_calls = in_registers && m == 4 ? 0 : 1;
-              EXPECT_EQ(std::count(calls.begin(), calls.end(), expect_calls), static_cast<std::ptrdiff_t>(calls.size()));
+              EXPECT_EQ(std::count(calls.begin(), calls.end(), expect_calls),
+                        static_cast<std::ptrdiff_t>(calls.size()));
             }
       }
   }
