@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by the cpu backend's kernel tests.
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -23,6 +25,24 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed) {
 inline void set_threads(int n) {
   set_num_threads(n);
   cpu_set_num_threads(n);
+}
+
+// The store epilogue (store_epilogue.h) as the separate ops compute it, on y[off .. off + count): y + r (when r is
+// given), then relu x < 0 ? 0 : x (when relu). Expected values, and the body of an epilogue callback.
+inline void separate_epilogue(std::vector<float>& y, const std::vector<float>* r, bool relu, size_t off, size_t count) {
+  for (size_t i = off; i < off + count; ++i) {
+    if (r) y[i] = y[i] + (*r)[i];
+    if (relu) y[i] = y[i] < 0 ? 0.0f : y[i];
+  }
+}
+
+// A residual for epilogue tests: random, with NaN at both ends and -0 inside.
+inline std::vector<float> epilogue_residual(size_t n, uint32_t seed) {
+  std::vector<float> r = random_floats(n, seed);
+  r[0] = std::nanf("");
+  r[n / 3] = -0.0f;
+  r[n - 1] = std::nanf("");
+  return r;
 }
 
 // Restores the thread count however a test exits.

@@ -284,19 +284,13 @@ TEST(Winograd, FusedEpilogueHasTheBitsOfTheSeparateOps) {
                         Geom{1, 64, 64, 8, 8, 1, 1, 1, 1}}) {
     ForceTile force(m);
     const Problem p = make_problem(g, true, 21);
-    std::vector<float> r = random_floats(p.y_size(), 23);
-    r[0] = std::nanf("");
-    r[r.size() / 2] = -0.0f;
-    r[r.size() - 1] = std::nanf("");
+    const std::vector<float> r = test::epilogue_residual(p.y_size(), 23);
     const std::vector<float> plain = run(p);
     for (bool with_res : {false, true})
       for (bool relu : {false, true}) {
         if (!with_res && !relu) continue;
         std::vector<float> want = plain;
-        for (size_t i = 0; i < want.size(); ++i) {
-          if (with_res) want[i] = want[i] + r[i];
-          if (relu) want[i] = want[i] < 0 ? 0.0f : want[i];
-        }
+        test::separate_epilogue(want, with_res ? &r : nullptr, relu, 0, want.size());
         const StoreEpilogue fused{with_res ? r.data() : nullptr, relu};
         for (bool avx512 : {false, true})
           for (int threads : {1, 2})
@@ -307,11 +301,9 @@ TEST(Winograd, FusedEpilogueHasTheBitsOfTheSeparateOps) {
               std::vector<float> y(p.y_size(), std::nanf(""));
               std::vector<int> calls(p.y_size(), 0);
               const std::function<void(int64_t, int64_t)> fn = [&](int64_t off, int64_t count) {
-                for (size_t i = static_cast<size_t>(off); i < static_cast<size_t>(off + count); ++i) {
-                  ++calls[i];
-                  if (with_res) y[i] = y[i] + r[i];
-                  if (relu) y[i] = y[i] < 0 ? 0.0f : y[i];
-                }
+                for (int64_t i = off; i < off + count; ++i) ++calls[static_cast<size_t>(i)];
+                test::separate_epilogue(y, with_res ? &r : nullptr, relu, static_cast<size_t>(off),
+                                        static_cast<size_t>(count));
               };
               winograd_conv2d_nchw8c(p.wg, p.x.data(), p.w.data(), p.b.data(), y.data(), nullptr, &fn,
                                      in_registers ? &fused : nullptr);
