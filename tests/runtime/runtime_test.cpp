@@ -223,10 +223,17 @@ TEST(Profiler, RecordsOneEventPerKernelAndWritesChromeTrace) {
   }
   EXPECT_EQ(prof.events()[0].op, "t_neg");
   EXPECT_EQ(prof.events()[0].bytes, 32);  // 16 in + 16 out
+  // The run itself is a span around its kernels (recorded by the plan, before the kernels' events).
+  ASSERT_EQ(prof.spans().size(), 1u);
+  EXPECT_EQ(prof.spans()[0].cat, "run");
+  for (const KernelEvent& e : prof.events()) {
+    EXPECT_LE(prof.spans()[0].start_ns, e.start_ns) << e.op;
+    EXPECT_GE(prof.spans()[0].end_ns, e.end_ns) << e.op;
+  }
 
   const auto doc = nlohmann::json::parse(prof.chrome_trace_json());
   ASSERT_TRUE(doc.contains("traceEvents"));
-  size_t complete = 0;  // one "X" event per kernel; "M" events name the process and threads
+  size_t complete = 0;  // one "X" event per kernel and per span; "M" events name the process and threads
   for (const auto& ev : doc["traceEvents"]) {
     if (ev["ph"] == "M") continue;
     ++complete;
@@ -234,7 +241,7 @@ TEST(Profiler, RecordsOneEventPerKernelAndWritesChromeTrace) {
     EXPECT_TRUE(ev.contains("ts") && ev.contains("dur") && ev.contains("name"));
     EXPECT_GE(ev["dur"].get<double>(), 0.0);
   }
-  ASSERT_EQ(complete, prof.events().size());
+  ASSERT_EQ(complete, prof.events().size() + prof.spans().size());
 
   const std::string table = prof.top_table(10);
   for (const char* op : {"t_neg", "t_add", "t_scale", "t_split2"}) EXPECT_NE(table.find(op), std::string::npos) << table;
