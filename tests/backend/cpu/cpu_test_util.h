@@ -45,6 +45,28 @@ inline std::vector<float> epilogue_residual(size_t n, uint32_t seed) {
   return r;
 }
 
+// An output buffer (NaN-filled) and an epilogue callback over it that applies separate_epilogue and counts how
+// often each element was passed, for the kernels' per-task epilogue hooks.
+struct EpilogueProbe {
+  std::vector<float> y;
+  std::vector<int> calls;
+  std::function<void(int64_t, int64_t)> fn;
+  EpilogueProbe(size_t n, const std::vector<float>* r, bool relu) : y(n, std::nanf("")), calls(n, 0) {
+    fn = [this, r, relu](int64_t off, int64_t count) {
+      for (int64_t i = off; i < off + count; ++i) ++calls[static_cast<size_t>(i)];
+      separate_epilogue(y, r, relu, static_cast<size_t>(off), static_cast<size_t>(count));
+    };
+  }
+  EpilogueProbe(const EpilogueProbe&) = delete;
+  EpilogueProbe& operator=(const EpilogueProbe&) = delete;
+  // Whether every element was passed exactly `times` times.
+  bool every_element_called(int times) const {
+    for (int c : calls)
+      if (c != times) return false;
+    return true;
+  }
+};
+
 // Restores the thread count however a test exits.
 struct ThreadsGuard {
   int saved = num_threads();

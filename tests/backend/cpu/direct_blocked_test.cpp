@@ -184,21 +184,14 @@ TEST(DirectBlocked, FusedEpilogueHasTheBitsOfTheSeparateOps) {
             for (bool in_registers : {false, true}) {
               if (avx2) setenv("SPORE_CONV_DIRECT_ISA", "avx2", 1);
               set_threads(threads);
-              std::vector<float> y(p.y_size(), std::nanf(""));
-              std::vector<int> calls(p.y_size(), 0);
-              const std::function<void(int64_t, int64_t)> fn = [&](int64_t off, int64_t count) {
-                for (int64_t i = off; i < off + count; ++i) ++calls[static_cast<size_t>(i)];
-                test::separate_epilogue(y, with_res ? &r : nullptr, relu, static_cast<size_t>(off),
-                                        static_cast<size_t>(count));
-              };
-              direct_blocked_conv(p.g, p.x.data(), p.w.data(), p.b.data(), y.data(), nullptr, &fn,
+              test::EpilogueProbe probe(p.y_size(), with_res ? &r : nullptr, relu);
+              direct_blocked_conv(p.g, p.x.data(), p.w.data(), p.b.data(), probe.y.data(), nullptr, &probe.fn,
                                   in_registers ? &fused : nullptr);
               unsetenv("SPORE_CONV_DIRECT_ISA");
               SCOPED_TRACE(fmt::format("residual={} relu={} avx2={} threads={} in_registers={}", with_res, relu, avx2,
                                        threads, in_registers));
-              EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0);
-              EXPECT_EQ(std::count(calls.begin(), calls.end(), in_registers ? 0 : 1),
-                        static_cast<std::ptrdiff_t>(calls.size()));
+              EXPECT_EQ(std::memcmp(probe.y.data(), want.data(), want.size() * sizeof(float)), 0);
+              EXPECT_TRUE(probe.every_element_called(in_registers ? 0 : 1));
             }
       }
   }

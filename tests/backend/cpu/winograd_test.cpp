@@ -298,24 +298,16 @@ TEST(Winograd, FusedEpilogueHasTheBitsOfTheSeparateOps) {
               if (avx512) ::unsetenv("SPORE_WINOGRAD_AVX512");
               else ::setenv("SPORE_WINOGRAD_AVX512", "0", 1);
               set_threads(threads);
-              std::vector<float> y(p.y_size(), std::nanf(""));
-              std::vector<int> calls(p.y_size(), 0);
-              const std::function<void(int64_t, int64_t)> fn = [&](int64_t off, int64_t count) {
-                for (int64_t i = off; i < off + count; ++i) ++calls[static_cast<size_t>(i)];
-                test::separate_epilogue(y, with_res ? &r : nullptr, relu, static_cast<size_t>(off),
-                                        static_cast<size_t>(count));
-              };
-              winograd_conv2d_nchw8c(p.wg, p.x.data(), p.w.data(), p.b.data(), y.data(), nullptr, &fn,
+              test::EpilogueProbe probe(p.y_size(), with_res ? &r : nullptr, relu);
+              winograd_conv2d_nchw8c(p.wg, p.x.data(), p.w.data(), p.b.data(), probe.y.data(), nullptr, &probe.fn,
                                      in_registers ? &fused : nullptr);
               SCOPED_TRACE(::testing::Message() << "F(" << m << "x" << m << ") c=" << g.c << " o=" << g.o << " "
                                                 << g.h << "x" << g.w << " residual=" << with_res << " relu=" << relu
                                                 << " avx512=" << avx512 << " threads=" << threads
                                                 << " in_registers=" << in_registers);
-              EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0);
+              EXPECT_EQ(std::memcmp(probe.y.data(), want.data(), want.size() * sizeof(float)), 0);
               // The callback covers every element exactly once, or (in registers, F(4x4)) is not called.
-              const int expect_calls = in_registers && m == 4 ? 0 : 1;
-              EXPECT_EQ(std::count(calls.begin(), calls.end(), expect_calls),
-                        static_cast<std::ptrdiff_t>(calls.size()));
+              EXPECT_TRUE(probe.every_element_called(in_registers && m == 4 ? 0 : 1));
             }
       }
   }
