@@ -344,8 +344,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   // Drop references to caller tensors so the plan does not keep them alive.
   for (const Patch& pt : patches_) (pt.is_output ? steps_[pt.step].outs : steps_[pt.step].ins)[pt.index] = Tensor();
   if (prof) {
-    prof->record_span({fmt::format("run {}", prof->spans().size()), "run", prof_run0, Profiler::now_ns(),
-                       Profiler::thread_number()});
+    prof->record_run(prof_run0, Profiler::now_ns());
     for (const Timed& t : timed_kernels)
       prof->record_kernel(*t.step->def, t.step->label, t.step->impl, t.step->in_types, t.step->out_types,
                           *t.step->attrs, t.start_ns, t.end_ns);

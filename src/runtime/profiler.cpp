@@ -97,6 +97,12 @@ void Profiler::record(KernelEvent e) {
   events_.push_back(std::move(e));
 }
 
+void Profiler::record_run(int64_t start_ns, int64_t end_ns) {
+  const int thread = thread_number();
+  std::lock_guard lock(mu_);
+  spans_.push_back({fmt::format("run {}", runs_++), "run", start_ns, end_ns, thread});
+}
+
 void Profiler::record_span(TraceSpan s) {
   std::lock_guard lock(mu_);
   spans_.push_back(std::move(s));

@@ -89,12 +89,15 @@ class Profiler {
                      std::span<const TensorType> outs, const Attrs& attrs, int64_t start_ns, int64_t end_ns);
   void record(KernelEvent e);
   void record_span(TraceSpan s);
+  // A span "run N" (cat "run") on this thread, N counting the runs recorded so far (a compiled plan's runs).
+  void record_run(int64_t start_ns, int64_t end_ns);
 
   const std::vector<KernelEvent>& events() const { return events_; }
   const std::vector<TraceSpan>& spans() const { return spans_; }
   void clear() {
     events_.clear();
     spans_.clear();
+    runs_ = 0;
   }
   std::vector<OpSummary> summarize() const;  // by op name, sorted by total time, descending
   std::vector<NodeSummary> summarize_nodes() const;  // by (node, op), sorted by total time, descending
@@ -109,6 +112,7 @@ class Profiler {
   std::mutex mu_;  // eager dispatch may record from several threads
   std::vector<KernelEvent> events_;
   std::vector<TraceSpan> spans_;
+  int64_t runs_ = 0;  // record_run's count
   Profiler* prev_;
   int64_t origin_ns_;
   int owner_thread_;  // the thread that created the profiler (named "main" in traces)
