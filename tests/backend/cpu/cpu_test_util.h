@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/store_epilogue.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu::test {
@@ -43,6 +44,27 @@ inline std::vector<float> epilogue_residual(size_t n, uint32_t seed) {
   r[n / 3] = -0.0f;
   r[n - 1] = std::nanf("");
   return r;
+}
+
+// The epilogues a kernel's fused path must match: residual only, relu only, both - each with the store epilogue to
+// pass and the expected output (`plain`, the conv without epilogue, then the separate ops).
+struct EpilogueCase {
+  const std::vector<float>* residual;
+  bool relu;
+  StoreEpilogue fused;
+  std::vector<float> want;
+};
+inline std::vector<EpilogueCase> epilogue_cases(const std::vector<float>& plain, const std::vector<float>& r) {
+  std::vector<EpilogueCase> cases;
+  const auto add = [&](const std::vector<float>* res, bool relu) {
+    EpilogueCase c{res, relu, StoreEpilogue{res ? res->data() : nullptr, relu}, plain};
+    separate_epilogue(c.want, res, relu, 0, c.want.size());
+    cases.push_back(std::move(c));
+  };
+  add(&r, false);
+  add(nullptr, true);
+  add(&r, true);
+  return cases;
 }
 
 // An output buffer (NaN-filled) and an epilogue callback over it that applies separate_epilogue and counts how

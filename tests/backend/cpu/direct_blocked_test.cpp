@@ -173,27 +173,21 @@ TEST(DirectBlocked, FusedEpilogueHasTheBitsOfTheSeparateOps) {
     const Problem p = make(c, seed += 5);
     const std::vector<float> r = test::epilogue_residual(p.y_size(), seed + 1);
     const std::vector<float> plain = run(p, true);
-    for (bool with_res : {false, true})
-      for (bool relu : {false, true}) {
-        if (!with_res && !relu) continue;
-        std::vector<float> want = plain;
-        test::separate_epilogue(want, with_res ? &r : nullptr, relu, 0, want.size());
-        const StoreEpilogue fused{with_res ? r.data() : nullptr, relu};
+    for (const test::EpilogueCase& e : test::epilogue_cases(plain, r))
         for (bool avx2 : {false, true})
           for (int threads : {1, 3})
             for (bool in_registers : {false, true}) {
               if (avx2) setenv("SPORE_CONV_DIRECT_ISA", "avx2", 1);
               set_threads(threads);
-              test::EpilogueProbe probe(p.y_size(), with_res ? &r : nullptr, relu);
+              test::EpilogueProbe probe(p.y_size(), e.residual, e.relu);
               direct_blocked_conv(p.g, p.x.data(), p.w.data(), p.b.data(), probe.y.data(), nullptr, &probe.fn,
-                                  in_registers ? &fused : nullptr);
+                                  in_registers ? &e.fused : nullptr);
               unsetenv("SPORE_CONV_DIRECT_ISA");
-              SCOPED_TRACE(fmt::format("residual={} relu={} avx2={} threads={} in_registers={}", with_res, relu, avx2,
-                                       threads, in_registers));
-              EXPECT_EQ(std::memcmp(probe.y.data(), want.data(), want.size() * sizeof(float)), 0);
+              SCOPED_TRACE(fmt::format("residual={} relu={} avx2={} threads={} in_registers={}", e.residual != nullptr,
+                                       e.relu, avx2, threads, in_registers));
+              EXPECT_EQ(std::memcmp(probe.y.data(), e.want.data(), e.want.size() * sizeof(float)), 0);
               EXPECT_TRUE(probe.every_element_called(in_registers ? 0 : 1));
             }
-      }
   }
   set_threads(saved);
 }

@@ -286,30 +286,24 @@ TEST(Winograd, FusedEpilogueHasTheBitsOfTheSeparateOps) {
     const Problem p = make_problem(g, true, 21);
     const std::vector<float> r = test::epilogue_residual(p.y_size(), 23);
     const std::vector<float> plain = run(p);
-    for (bool with_res : {false, true})
-      for (bool relu : {false, true}) {
-        if (!with_res && !relu) continue;
-        std::vector<float> want = plain;
-        test::separate_epilogue(want, with_res ? &r : nullptr, relu, 0, want.size());
-        const StoreEpilogue fused{with_res ? r.data() : nullptr, relu};
+    for (const test::EpilogueCase& e : test::epilogue_cases(plain, r))
         for (bool avx512 : {false, true})
           for (int threads : {1, 2})
             for (bool in_registers : {false, true}) {
               if (avx512) ::unsetenv("SPORE_WINOGRAD_AVX512");
               else ::setenv("SPORE_WINOGRAD_AVX512", "0", 1);
               set_threads(threads);
-              test::EpilogueProbe probe(p.y_size(), with_res ? &r : nullptr, relu);
+              test::EpilogueProbe probe(p.y_size(), e.residual, e.relu);
               winograd_conv2d_nchw8c(p.wg, p.x.data(), p.w.data(), p.b.data(), probe.y.data(), nullptr, &probe.fn,
-                                     in_registers ? &fused : nullptr);
+                                     in_registers ? &e.fused : nullptr);
               SCOPED_TRACE(::testing::Message() << "F(" << m << "x" << m << ") c=" << g.c << " o=" << g.o << " "
-                                                << g.h << "x" << g.w << " residual=" << with_res << " relu=" << relu
-                                                << " avx512=" << avx512 << " threads=" << threads
-                                                << " in_registers=" << in_registers);
-              EXPECT_EQ(std::memcmp(probe.y.data(), want.data(), want.size() * sizeof(float)), 0);
+                                                << g.h << "x" << g.w << " residual=" << (e.residual != nullptr)
+                                                << " relu=" << e.relu << " avx512=" << avx512
+                                                << " threads=" << threads << " in_registers=" << in_registers);
+              EXPECT_EQ(std::memcmp(probe.y.data(), e.want.data(), e.want.size() * sizeof(float)), 0);
               // The callback covers every element exactly once, or (in registers, F(4x4)) is not called.
               EXPECT_TRUE(probe.every_element_called(in_registers && m == 4 ? 0 : 1));
             }
-      }
   }
   if (saved) ::setenv("SPORE_WINOGRAD_AVX512", saved_value.c_str(), 1);
   else ::unsetenv("SPORE_WINOGRAD_AVX512");
