@@ -8,6 +8,7 @@
 #include "ops/families.h"
 #include "ops/infer.h"
 #include "ops/ops.h"
+#include "ops/pad_index.h"
 
 namespace spore {
 namespace {
@@ -379,18 +380,85 @@ std::vector<TensorType> infer_embedding(const InferContext& c) {
   return {TensorType(table.dtype, std::move(out))};
 }
 
-// x-shaped zeros with g added at the gathered rows: gather = take along `axis` with flattened indices.
-Tensor scatter_rows_grad(const Tensor& x, const Tensor& idx, const Tensor& g, int64_t axis) {
-  const int r = x.rank();
+// Zeros of `shape` with g added at the gathered rows: gather = take along `axis` with flattened indices.
+Tensor scatter_rows_add(const Shape& shape, DType dtype, const Tensor& idx, const Tensor& g, int64_t axis) {
+  const int r = static_cast<int>(shape.size());
   if (axis < 0) axis += r;
   int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
-  for (int d = static_cast<int>(axis) + 1; d < r; ++d) inner *= x.shape()[d];
+  for (int d = 0; d < axis; ++d) outer *= shape[d];
+  for (int d = static_cast<int>(axis) + 1; d < r; ++d) inner *= shape[d];
   const int64_t n = idx.numel();
   Tensor g3 = ops::reshape(g, {outer, n, inner});
   Tensor i3 = ops::expand(ops::reshape(idx, {1, n, 1}), {outer, n, inner});
-  Tensor z = ops::zeros({outer, x.shape()[axis], inner}, x.dtype());
-  return ops::reshape(ops::scatter(z, i3, g3, 1, "add"), x.shape());
+  Tensor z = ops::zeros({outer, shape[axis], inner}, dtype);
+  return ops::reshape(ops::scatter(z, i3, g3, 1, "add"), shape);
+}
+
+Tensor scatter_rows_grad(const Tensor& x, const Tensor& idx, const Tensor& g, int64_t axis) {
+  return scatter_rows_add(x.shape(), x.dtype(), idx, g, axis);
+}
+
+// pad: constant mode crops the gradient back; in reflect/edge mode every output element reads one input element
+// (pad_source), so each padded dim adds the gradient at each output position into its source, one dim at a time.
+Tensor pad_grad(const Tensor& x, const Tensor& g, const Ints& pads, PadMode mode) {
+  const int r = x.rank();
+  if (mode == PadMode::constant) {
+    Ints crop = pads;
+    for (int64_t& p : crop) p = -p;
+    return ops::pad(g, crop);
+  }
+  Tensor acc = g;
+  for (int d = 0; d < r; ++d) {
+    const int64_t n = x.shape()[d], b = pads[d], e = pads[r + d];
+    if (b == 0 && e == 0) continue;
+    const int64_t m = n + b + e;
+    std::vector<int64_t> src(static_cast<size_t>(m));
+    for (int64_t o = 0; o < m; ++o) src[o] = pad_source(o, n, b, mode);
+    Shape s = acc.shape();
+    s[d] = n;
+    acc = scatter_rows_add(s, acc.dtype(), Tensor::from_vector<int64_t>(src, {m}), acc, d);
+  }
+  return acc;
+}
+
+// scatter's gradients. "none": positions written get no gradient to x, and of repeated indices only the update
+// that won (the last, as the kernels apply them in order) gets one. "mul": out[t] = x[t] * prod of the updates at t,
+// so x gets g * that product and update k gets g * x[t] * the product of the other updates at t (zeros counted,
+// as PyTorch's scatter_reduce "prod" does, without dividing by a zero).
+std::vector<Tensor> scatter_grad(const GradContext& c) {
+  std::vector<Tensor> gs(3);
+  const Tensor& g = c.output_grads[0];
+  if (!g.defined()) return gs;
+  const std::string& red = c.attrs.s("reduction");
+  const int64_t axis = c.attrs.i("axis");
+  const Tensor &x = c.inputs[0], &idx = c.inputs[1], &upd = c.inputs[2];
+  const DType dt = upd.dtype();
+  if (red == "add") {
+    gs[0] = g;
+    gs[2] = ops::gather_elements(g, idx, axis);
+  } else if (red == "none") {
+    gs[0] = ops::scatter(g, idx, ops::zeros(upd.shape(), dt), axis, "none");
+    std::vector<int64_t> iota(static_cast<size_t>(upd.numel()));
+    for (size_t i = 0; i < iota.size(); ++i) iota[i] = static_cast<int64_t>(i);
+    const Tensor ids = Tensor::from_vector<int64_t>(iota, upd.shape());
+    const Tensor winner = ops::scatter(ops::full(x.shape(), -1.0, DType::i64), idx, ids, axis, "none");
+    const Tensor won = ops::eq(ops::gather_elements(winner, idx, axis), ids);
+    gs[2] = ops::where(won, ops::gather_elements(g, idx, axis), ops::zeros(upd.shape(), dt));
+  } else {  // mul
+    gs[0] = ops::mul(g, ops::scatter(ops::ones(x.shape(), dt), idx, upd, axis, "mul"));
+    const Tensor zero = ops::zeros(upd.shape(), dt), one = ops::ones(upd.shape(), dt);
+    const Tensor is_zero = ops::eq(upd, zero);
+    const Tensor safe_upd = ops::where(is_zero, one, upd);
+    // Per update, at its target: the product of the nonzero updates there, and how many updates there are zero.
+    const Tensor prod_nz = ops::gather_elements(
+        ops::scatter(ops::ones(x.shape(), dt), idx, safe_upd, axis, "mul"), idx, axis);
+    const Tensor zeros_at = ops::gather_elements(
+        ops::scatter(ops::zeros(x.shape(), dt), idx, ops::cast(is_zero, dt), axis, "add"), idx, axis);
+    const Tensor others = ops::where(is_zero, ops::where(ops::eq(zeros_at, one), prod_nz, zero),
+                                     ops::where(ops::eq(zeros_at, zero), ops::div(prod_nz, safe_upd), zero));
+    gs[2] = ops::mul(ops::gather_elements(ops::mul(g, x), idx, axis), others);
+  }
+  return gs;
 }
 
 // ---- pad
@@ -666,17 +734,7 @@ void register_shape_ops(OpRegistry& r) {
       .dtypes(dtypes::all)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_scatter)
-      .grad([](const GradContext& g) {
-        std::vector<Tensor> gs(3);
-        const std::string& red = g.attrs.s("reduction");
-        if (!grad0(g).defined() || red == "mul") return gs;  // mul: no rule yet
-        const int64_t axis = g.attrs.i("axis");
-        const Tensor& upd = g.inputs[2];
-        gs[0] = red == "add" ? grad0(g)
-                             : ops::scatter(grad0(g), g.inputs[1], ops::zeros(upd.shape(), upd.dtype()), axis, "none");
-        gs[2] = ops::gather_elements(grad0(g), g.inputs[1], axis);
-        return gs;
-      });
+      .grad(scatter_grad);
 
   r.def(OpId::index_select)
       .doc("Selects entries of x along axis with 1-D indices.")
@@ -711,10 +769,8 @@ void register_shape_ops(OpRegistry& r) {
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_pad)
       .grad([](const GradContext& g) {
-        if (!grad0(g).defined() || g.attrs.s("mode") != "constant") return std::vector<Tensor>{Tensor()};
-        Ints pads = g.attrs.ints("pads");
-        for (int64_t& p : pads) p = -p;
-        return std::vector<Tensor>{ops::pad(grad0(g), pads)};
+        if (!grad0(g).defined()) return std::vector<Tensor>{Tensor()};
+        return std::vector<Tensor>{pad_grad(g.inputs[0], grad0(g), g.attrs.ints("pads"), pad_mode(g.attrs.s("mode")))};
       });
 
   r.def(OpId::expand)

@@ -91,23 +91,13 @@ Tensor with_offset(const Tensor& x, const std::vector<double>& dir, double step)
   return Tensor::from_doubles(v, x.shape(), x.dtype());
 }
 
-// Cases that are not differentiable by design (ties, discontinuities) or whose rule (owned elsewhere) is
-// known to mismatch; listed with the reason so the gap stays visible.
+// Cases that are not differentiable by design (ties, discontinuities); listed with the reason.
 const std::map<std::string, std::string>& skipped_cases() {
   static const std::map<std::string, std::string> m = {
       {"maximum/ties", "ties: max is not differentiable there"},
       {"minimum/ties", "ties: min is not differentiable there"},
       {"topk/ties", "ties: topk is not differentiable there"},
       {"topk/ties_smallest", "ties: topk is not differentiable there"},
-      // Known gaps in src/ops/shape.cpp's rules (reported, not owned here):
-      {"pad/reflect", "pad's rule gives no gradient for mode reflect"},
-      {"pad/reflect_wide", "pad's rule gives no gradient for mode reflect"},
-      {"pad/edge", "pad's rule gives no gradient for mode edge"},
-      {"pad/edge_crop", "pad's rule gives no gradient for mode edge"},
-      {"scatter/axis0_mul", "scatter's rule gives no gradient for reduction mul"},
-      {"scatter/middle_mul", "scatter's rule gives no gradient for reduction mul"},
-      {"scatter/axis0_none", "scatter none with duplicate indices: rule credits every duplicate update"},
-      {"scatter/middle_none", "scatter none with duplicate indices: rule credits every duplicate update"},
   };
   return m;
 }

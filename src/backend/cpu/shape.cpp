@@ -13,6 +13,7 @@
 
 #include "backend/cpu/byte_copy.h"
 #include "backend/cpu/families.h"
+#include "ops/pad_index.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
@@ -331,17 +332,6 @@ void split(KernelContext& k) {
   }
 }
 
-// Input index for output index o along a dim of size n padded by b in front (reflect or edge mode).
-int64_t pad_source(int64_t o, int64_t n, int64_t b, bool reflect) {
-  int64_t i = o - b;
-  if (i >= 0 && i < n) return i;
-  if (!reflect) return i < 0 ? 0 : n - 1;
-  if (n == 1) return 0;
-  const int64_t period = 2 * (n - 1);  // mirror without repeating the edge element
-  i = ((i % period) + period) % period;
-  return i < n ? i : period - i;
-}
-
 void pad(KernelContext& k) {
   const Tensor& x = k.in(0);
   const Tensor& out = k.out();
@@ -378,10 +368,10 @@ void pad(KernelContext& k) {
     std::memcpy(out_bytes(out), in_bytes(x), es);
     return;
   }
-  const bool reflect = mode == "reflect";
+  const PadMode pm = pad_mode(mode);
   std::vector<Ints> src_of(r);
   for (int d = 0; d < r; ++d) {
-    for (int64_t o = 0; o < out.shape()[d]; ++o) src_of[d].push_back(pad_source(o, x.shape()[d], pads[d], reflect));
+    for (int64_t o = 0; o < out.shape()[d]; ++o) src_of[d].push_back(pad_source(o, x.shape()[d], pads[d], pm));
   }
   const int64_t nl = out.shape()[r - 1], nx = x.shape()[r - 1], b = pads[r - 1];
   const int64_t mid0 = std::clamp<int64_t>(b, 0, nl), mid1 = std::clamp<int64_t>(b + nx, 0, nl);

@@ -5,6 +5,7 @@
 
 #include "backend/reference/families.h"
 #include "backend/reference/util.h"
+#include "ops/pad_index.h"
 
 namespace spore::reference {
 namespace {
@@ -146,29 +147,17 @@ void scatter(KernelContext& k) {
   }
 }
 
-// Input index for output index o along a dim of size n padded by b in front; -1 = the constant value.
-int64_t pad_source(int64_t o, int64_t n, int64_t b, const std::string& mode) {
-  int64_t i = o - b;
-  if (i >= 0 && i < n) return i;
-  if (mode == "constant") return -1;
-  if (mode == "edge") return i < 0 ? 0 : n - 1;
-  if (n == 1) return 0;
-  const int64_t period = 2 * (n - 1);  // reflect mirrors without repeating the edge element
-  i = ((i % period) + period) % period;
-  return i < n ? i : period - i;
-}
-
 void pad(KernelContext& k) {
   const Tensor& x = k.in(0);
   const int r = x.rank();
   const Ints& pads = k.attrs.ints("pads");
-  const std::string& mode = k.attrs.s("mode");
+  const PadMode pm = pad_mode(k.attrs.s("mode"));
   const double value = k.attrs.f("value");
   for (int64_t i = 0; i < k.out().numel(); ++i) {
     Ints o = unravel(i, k.out().shape());
     bool inside = true;
     for (int d = 0; d < r && inside; ++d) {
-      o[d] = pad_source(o[d], x.shape()[d], pads[d], mode);
+      o[d] = pad_source(o[d], x.shape()[d], pads[d], pm);
       inside = o[d] >= 0;
     }
     put(k.out(), i, inside ? get(x, ravel(o, x.shape())) : value);
