@@ -59,8 +59,9 @@ std::shared_ptr<Storage> constant_derived(const std::shared_ptr<Storage>& owner,
   std::shared_ptr<Storage> data;
   try {
     data = Storage::allocate(bytes, "derived constant (cpu kernel cache)");
-  } catch (const Error&) {
-    return nullptr;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::out_of_memory) throw;
+    return nullptr;  // no room under the memory limit: the caller derives the data per call instead
   }
   fill(data->data());
   const std::lock_guard<std::mutex> lock(mu);

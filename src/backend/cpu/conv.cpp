@@ -723,6 +723,20 @@ void direct_conv(const FlatGeom& f, bool transpose, int64_t n, const float* x, c
   direct_conv_forward(f, n, x, wt.data(), b, y);
 }
 
+// oneDNN's primitive for this geometry and dtype (cached), or nullopt where oneDNN implements none.
+std::optional<ConvPrim> onednn_conv_prim(const ConvGeom& g, DType t, bool bias, bool transpose, const Attrs& attrs,
+                                         const std::string& key) {
+  static PrimitiveCache<std::optional<ConvPrim>> cache;
+  return cache.get(key, [&]() -> std::optional<ConvPrim> {
+    try {
+      return make_conv_prim(g, t, bias, transpose, attrs);
+    } catch (const dnnl::error& e) {
+      onednn_declined(e, transpose ? "conv_transpose2d" : "conv2d");
+      return std::nullopt;  // a geometry oneDNN does not implement
+    }
+  });
+}
+
 template <bool transpose>
 void conv_kernel(KernelContext& k) {
   const ConvGeom g = conv_geom(k, transpose);
@@ -759,15 +773,8 @@ void conv_kernel(KernelContext& k) {
     if (epi) epi->applied = true;
     return;
   }
-  static PrimitiveCache<std::optional<ConvPrim>> cache;
   const std::string key = geom_key(g, t, bias != nullptr) + (transpose ? "t" : "c");
-  const auto p = cache.get(key, [&]() -> std::optional<ConvPrim> {
-    try {
-      return make_conv_prim(g, t, bias != nullptr, transpose, k.attrs);
-    } catch (const dnnl::error&) {
-      return std::nullopt;  // a geometry oneDNN does not implement: the loops below handle it
-    }
-  });
+  const auto p = onednn_conv_prim(g, t, bias != nullptr, transpose, k.attrs, key);
   if (p)
     return exec_conv(*p, k.in(0), k.in(1), bias, k.out(0), (k.constant_inputs >> 1) & 1 ? k.in(1).storage() : nullptr,
                      key);
@@ -833,13 +840,16 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
 
 namespace {
 
+// bf16 runs natively where oneDNN has a bf16 primitive for the geometry (decided before running, so no error is
+// swallowed and conv2d_fused's pending epilogue reaches the kernel that runs); otherwise it is staged through f32.
 template <bool transpose>
 void conv_low(KernelContext& k) {
   if (native_bf16() && k.out(0).dtype() == DType::bf16) {
-    try {
+    const ConvGeom g = conv_geom(k, transpose);
+    const bool bias = k.num_inputs() > 2;
+    if (onednn_conv_prim(g, DType::bf16, bias, transpose, k.attrs,
+                         geom_key(g, DType::bf16, bias) + (transpose ? "t" : "c")))
       return conv_kernel<transpose>(k);
-    } catch (const Error&) {
-    }
   }
   run_in_f32(k, conv_kernel<transpose>);
 }
@@ -1030,7 +1040,8 @@ std::optional<dnnl::primitive> make_pool_prim(const PoolGeom& g, DType t, int64_
     const dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, {g.sh, g.sw},
                                            {g.kh, g.kw}, {g.dh - 1, g.dw - 1}, {g.ph.begin, g.pw.begin}, {rh, rw});
     return dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, dnnl_engine()));
-  } catch (const dnnl::error&) {
+  } catch (const dnnl::error& e) {
+    onednn_declined(e, "pooling");
     return std::nullopt;
   }
 }

@@ -421,7 +421,8 @@ void low_precision(KernelContext& k) {
   if (native_bf16() && k.out(0).dtype() == DType::bf16) {
     try {
       return kernel(k);
-    } catch (const dnnl::error&) {
+    } catch (const dnnl::error& e) {
+      onednn_declined(e, op_name(k.op));  // declined before anything ran: stage through f32 instead
     }
   }
   run_in_f32(k, kernel);

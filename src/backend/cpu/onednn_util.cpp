@@ -204,6 +204,14 @@ dnnl::memory user_memory(const dnnl::memory::desc& md, const Tensor& t) {
   return dnnl::memory(md, dnnl_engine(), t.raw_data());
 }
 
+bool onednn_declined(const dnnl::error& e, std::string_view what) {
+  if (e.status == dnnl_unimplemented || e.status == dnnl_invalid_arguments) return true;
+  if (e.status == dnnl_out_of_memory)
+    throw_error(ErrorCode::out_of_memory, fmt::format("[{}] oneDNN: out of memory", what));
+  throw_error(ErrorCode::internal,
+              fmt::format("[{}] oneDNN failed (status {}): {}", what, static_cast<int>(e.status), e.what()));
+}
+
 bool native_bf16() {
   static const bool yes = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
   return yes;

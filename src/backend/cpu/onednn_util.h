@@ -5,6 +5,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <unordered_map>
 
@@ -54,6 +55,10 @@ dnnl::memory user_memory(const dnnl::memory::desc& md, const Tensor& t);
 // faults cost more than the reorder itself.
 dnnl::memory scratch_memory(const dnnl::memory::desc& md, std::vector<char>& buf);
 
+// For a dnnl::error from creating a primitive: true where oneDNN declines the configuration (unimplemented, or
+// arguments it does not take), so the caller can pick another kernel. Any other status (out of memory, a runtime
+// failure) is rethrown as spore::Error naming `what`: those are never a reason to fall back silently.
+bool onednn_declined(const dnnl::error& e, std::string_view what);
 // Whether oneDNN runs bf16 primitives natively here (avx512_bf16 / AMX); else bf16 is staged through f32.
 bool native_bf16();
 // Caps oneDNN at AVX2 kernels unless ONEDNN_MAX_CPU_ISA is set (onednn_util.cpp says why). Idempotent.

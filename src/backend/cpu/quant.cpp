@@ -342,7 +342,8 @@ void qconv2d_kernel(KernelContext& k) {
   const auto p = !onednn_exact(x, k.in(3)) ? std::nullopt : cache.get(key, [&]() -> std::optional<QConvPrim> {
     try {
       return make_qconv_prim(g, u8 ? memory::data_type::u8 : memory::data_type::s8, int8_attr(scales, zp, 1 << 1));
-    } catch (const dnnl::error&) {
+    } catch (const dnnl::error& e) {
+      onednn_declined(e, "conv2d_int8");
       return std::nullopt;  // a geometry or zero point oneDNN does not implement here: the loops handle it
     }
   });
@@ -398,7 +399,8 @@ void qlinear_kernel(KernelContext& k) {
         e.wei = pd.weights_desc();
         e.prim = dnnl::matmul(pd);
         return e;
-      } catch (const dnnl::error&) {
+      } catch (const dnnl::error& e) {
+        onednn_declined(e, "matmul_int8");
         return std::nullopt;
       }
     });
