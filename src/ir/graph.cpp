@@ -20,6 +20,12 @@ std::string Graph::unique_name(std::string base) {
   return name;
 }
 
+std::string Graph::fresh_name(const std::string& base) const {
+  std::string name = base;
+  for (int k = 1; name.empty() || names_in_use_.count(name); ++k) name = base + "_" + std::to_string(k);
+  return name;
+}
+
 Value* Graph::new_value(TensorType type, std::string name) {
   Value& v = value_arena_.emplace_back();
   v.id = next_value_id_;

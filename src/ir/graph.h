@@ -73,6 +73,9 @@ class Graph {
   void set_input(Node* n, int index, Value* v);  // keeps use-lists right
   // Gives a value a new unique name; throws invalid_argument if the name is taken.
   void rename_value(Value* v, std::string name);
+  // `base` if no value (live or erased: erased values keep their names) has it, else the first free base_1,
+  // base_2, ...; reserves nothing, so pass it to rename_value or a builder straight away.
+  std::string fresh_name(const std::string& base) const;
   void replace_all_uses(Value* from, Value* to);  // including graph outputs
   // Removes a node whose outputs have no uses (and are not graph outputs).
   void erase_node(Node* n);

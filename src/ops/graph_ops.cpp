@@ -20,6 +20,46 @@ Node* build_node(Graph& g, OpId op, std::vector<Value*> inputs, const Attrs& att
   return g.add_node(op, std::move(inputs), std::move(a), std::move(outs), std::move(name));
 }
 
+namespace {
+// The error codes by which an op's normalize/inference says "not these inputs": a rewrite that asked may go on.
+bool is_rejection(const Error& e) {
+  switch (e.code()) {
+    case ErrorCode::invalid_argument:
+    case ErrorCode::shape_mismatch:
+    case ErrorCode::dtype_mismatch:
+    case ErrorCode::unsupported: return true;
+    default: return false;
+  }
+}
+}  // namespace
+
+std::optional<std::vector<TensorType>> try_infer_types(const OpDef& def, std::span<const TensorType> inputs,
+                                                       const Attrs& normalized, std::string_view where) {
+  try {
+    return def.infer_types(inputs, normalized, where);
+  } catch (const Error& e) {
+    if (!is_rejection(e)) throw;
+    return std::nullopt;
+  }
+}
+
+Node* try_build_node(Graph& g, OpId op, std::vector<Value*> inputs, const Attrs& attrs, std::string name) {
+  const OpDef& def = op_registry().get(op);
+  const std::string where = name.empty() ? std::string(op_name(op)) : name;
+  Attrs a;
+  try {
+    a = def.normalize(attrs, where);
+  } catch (const Error& e) {
+    if (!is_rejection(e)) throw;
+    return nullptr;
+  }
+  std::vector<TensorType> in;
+  for (Value* v : inputs) in.push_back(v->type);
+  auto outs = try_infer_types(def, in, a, where);
+  if (!outs) return nullptr;
+  return g.add_node(op, std::move(inputs), std::move(a), std::move(*outs), std::move(name));
+}
+
 void verify_graph(const Graph& g) {
   verify_structure(g);
   for (const Node* n : g.nodes()) {

@@ -165,12 +165,9 @@ class FuseAttentionPass final : public Pass {
       attrs.set("scale", m->scale);
       attrs.set("k_transposed", m->k_transposed);
       Value* out = m->mm2->output(0);
-      Node* f = nullptr;
-      try {
-        f = build_node(g, OpId::attention, std::move(ins), attrs, m->mm2->name);
-      } catch (const Error&) {
-        continue;  // e.g. a mask of lower dtype rank the op rejects: leave the subgraph alone
-      }
+      // nullptr e.g. for a mask of a dtype or rank the op rejects: leave the subgraph alone.
+      Node* f = try_build_node(g, OpId::attention, std::move(ins), attrs, m->mm2->name);
+      if (f == nullptr) continue;
       if (f->output(0)->type != out->type) {
         g.erase_node(f);
         continue;

@@ -25,12 +25,11 @@ bool is_const(const Value* v) { return v->producer && v->producer->op == OpId::c
 void forward_fresh(Graph& g, Value* from, Value* to) {
   if (g.is_output(from)) {
     const std::string name = from->name;
-    for (int k = 0;; ++k) {  // a fresh name (those of dead values stay taken; find_value does not see them)
-      try {
-        g.rename_value(from, name + ".folded" + (k ? std::to_string(k) : ""));
+    for (int k = 0;; ++k) {  // a free name (erased values keep theirs)
+      const std::string fresh = name + ".folded" + (k ? std::to_string(k) : "");
+      if (g.fresh_name(fresh) == fresh) {
+        g.rename_value(from, fresh);
         break;
-      } catch (const Error&) {
-        if (k > 1000) throw;
       }
     }
     g.replace_all_uses(from, to);

@@ -165,12 +165,8 @@ void commit(Graph& g, Value* old, Node* repl, const std::vector<Node*>& matched)
 // Builds the node; nullptr if its inferred type is not `want` (or inference fails).
 Node* build_checked(Graph& g, OpId op, std::vector<Value*> ins, const Attrs& attrs, const TensorType& want,
                     const std::string& name) {
-  Node* n = nullptr;
-  try {
-    n = build_node(g, op, std::move(ins), attrs, name);
-  } catch (const Error&) {
-    return nullptr;
-  }
+  Node* n = try_build_node(g, op, std::move(ins), attrs, name);
+  if (n == nullptr) return nullptr;
   if (n->outputs.size() == 1 && n->output(0)->type == want) return n;
   g.erase_node(n);
   return nullptr;

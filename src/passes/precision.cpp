@@ -203,11 +203,7 @@ class Converter {
     for (int k = 0;; ++k) {
       const std::string name = k == 0 ? base : fmt::format("{}_{}", base, k);
       if (name == v->name) return;
-      try {
-        g_.rename_value(v, name);
-        return;
-      } catch (const Error&) {  // taken (possibly by an erased value, which find_value cannot see)
-      }
+      if (g_.fresh_name(name) == name) return g_.rename_value(v, name);  // free (erased values keep theirs)
     }
   }
 

@@ -41,12 +41,8 @@ bool constant_all(const Value* c, double v, int zero_sign = -1) {
 // Gives `v` a fresh name starting with `base` (names of dead values stay taken, find_value does not see them).
 void park_name(Graph& g, Value* v, const std::string& base) {
   for (int k = 0;; ++k) {
-    try {
-      g.rename_value(v, k ? base + std::to_string(k) : base);
-      return;
-    } catch (const Error&) {
-      if (k > 1000) throw;
-    }
+    const std::string name = k ? base + std::to_string(k) : base;
+    if (g.fresh_name(name) == name) return g.rename_value(v, name);
   }
 }
 
@@ -113,15 +109,10 @@ std::optional<std::vector<int64_t>> reshape_target(const TensorType& t) {
 Node* add_checked(Rewriter& rw, OpId op, Value* x, Attrs attrs, const TensorType& want, const std::string& name) {
   const OpDef& def = op_registry().get(op);
   Attrs a = def.normalize(attrs, name);
-  std::vector<TensorType> outs;
-  try {
-    const TensorType in[] = {x->type};
-    outs = def.infer_types(in, a, name);
-  } catch (const Error&) {
-    return nullptr;
-  }
-  if (outs.size() != 1 || !(outs[0] == want)) return nullptr;
-  return rw.add(op, {x}, std::move(a), std::move(outs), name);
+  const TensorType in[] = {x->type};
+  auto outs = try_infer_types(def, in, a, name);
+  if (!outs || outs->size() != 1 || !((*outs)[0] == want)) return nullptr;
+  return rw.add(op, {x}, std::move(a), std::move(*outs), name);
 }
 
 RewriteRule reshape_chain(OpId outer, OpId inner) {
