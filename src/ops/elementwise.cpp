@@ -1,5 +1,9 @@
 // Elementwise unary ops: math, activations, rounding, clip, logical_not and cast.
 // All are shape-preserving (Trait::elementwise); every one but cast keeps its input dtype.
+#include <algorithm>
+#include <cmath>
+#include <span>
+
 #include "ops/families.h"
 #include "ops/infer.h"
 #include "ops/ops.h"
@@ -81,7 +85,90 @@ GradFn grad_rule_for(OpId id) {
   }
 }
 
+// ---- activations defined by a scalar formula (the reference) and a decomposition (everything else: the graph
+// compiler fuses the decomposed chain into one fused_elementwise kernel). NaN stays NaN in both.
+
+double hardsigmoid_scalar(double x, const Attrs& a) {
+  if (std::isnan(x)) return x;
+  return std::clamp(a.f("alpha") * x + a.f("beta"), 0.0, 1.0);
+}
+double hardswish_scalar(double x, const Attrs&) {
+  if (std::isnan(x)) return x;
+  return x * std::clamp(x + 3.0, 0.0, 6.0) / 6.0;
+}
+double softplus_scalar(double x, const Attrs&) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+double mish_scalar(double x, const Attrs& a) { return x * std::tanh(softplus_scalar(x, a)); }
+
+// log(1 + e^x) = relu(x) + log1p(e^-|x|): e^-|x| never overflows. log1p(u) as log(w) - ((w - 1) - u) / w with
+// w = 1 + u: exact to first order in w's rounding, and u itself where 1 + u rounds to 1 (no branch, so it fuses).
+Tensor softplus_decomposed(const Tensor& x) {
+  using ops::add, ops::sub, ops::div;
+  const Tensor u = ops::exp(ops::neg(ops::abs(x)));
+  const Tensor w = add(u, 1.0);
+  const Tensor log1p_u = sub(ops::log(w), div(sub(sub(w, 1.0), u), w));
+  return add(ops::relu(x), log1p_u);
+}
+Tensor hardswish_decomposed(const Tensor& x) { return ops::mul(x, ops::div(ops::clip(ops::add(x, 3.0), 0.0, 6.0), 6.0)); }
+
+void register_activation_ops(OpRegistry& r, TraitSet ew, FusionKind fk) {
+  using ops::mul, ops::add, ops::sub;
+  r.def(OpId::hardsigmoid)
+      .doc("max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid; PyTorch's Hardsigmoid is alpha = 1/6)")
+      .inputs({"x"}).attr("alpha", AttrKind::f64, 0.2).attr("beta", AttrKind::f64, 0.5)
+      .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
+      .scalar(hardsigmoid_scalar)
+      .decompose([](std::span<const Tensor> in, const Attrs& a) {
+        return Grads{ops::clip(add(mul(in[0], a.f("alpha")), a.f("beta")), 0.0, 1.0)};
+      })
+      .grad([](const GradContext& g) {
+        const Tensor &x = g.inputs[0], &d = g.output_grads[0];
+        const double alpha = g.attrs.f("alpha");
+        const Tensor t = add(mul(x, alpha), g.attrs.f("beta"));
+        const Tensor inside = ops::logical_and(ops::gt(t, zero_of(t)), ops::lt(t, sc(1.0, t)));
+        return Grads{ops::where(inside, mul(d, alpha), zero_of(d))};
+      });
+  r.def(OpId::hardswish)
+      .doc("x * max(0, min(6, x + 3)) / 6 (ONNX HardSwish, PyTorch Hardswish)")
+      .inputs({"x"}).dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
+      .scalar(hardswish_scalar)
+      .decompose([](std::span<const Tensor> in, const Attrs&) { return Grads{hardswish_decomposed(in[0])}; })
+      .grad([](const GradContext& g) {
+        // PyTorch's rule: 0 below -3, x/3 + 1/2 up to 3 (inclusive), 1 above.
+        const Tensor &x = g.inputs[0], &d = g.output_grads[0];
+        const Tensor mid = mul(d, add(ops::div(x, 3.0), 0.5));
+        return Grads{ops::where(ops::lt(x, sc(-3.0, x)), zero_of(d), ops::where(ops::le(x, sc(3.0, x)), mid, d))};
+      });
+  r.def(OpId::softplus)
+      .doc("log(1 + e^x), computed as relu(x) + log1p(e^-|x|) so that it does not overflow (ONNX Softplus)")
+      .inputs({"x"}).dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
+      .scalar(softplus_scalar)
+      .decompose([](std::span<const Tensor> in, const Attrs&) { return Grads{softplus_decomposed(in[0])}; })
+      .grad([](const GradContext& g) { return Grads{mul(g.output_grads[0], ops::sigmoid(g.inputs[0]))}; });
+  r.def(OpId::mish)
+      .doc("x * tanh(softplus(x)) (ONNX Mish, PyTorch Mish)")
+      .inputs({"x"}).dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
+      .scalar(mish_scalar)
+      .decompose([](std::span<const Tensor> in, const Attrs&) {
+        return Grads{mul(in[0], ops::tanh(softplus_decomposed(in[0])))};
+      })
+      .grad([](const GradContext& g) {
+        // d/dx x tanh(sp(x)) = tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)
+        const Tensor& x = g.inputs[0];
+        const Tensor t = ops::tanh(softplus_decomposed(x));
+        return Grads{mul(g.output_grads[0], add(t, mul(mul(x, ops::sigmoid(x)), sub(sc(1.0, t), mul(t, t)))))};
+      });
+}
+
 }  // namespace
+
+namespace ops {
+Tensor hardsigmoid(const Tensor& x, double alpha, double beta) {
+  return call1(OpId::hardsigmoid, std::vector<Tensor>{x}, Attrs{{"alpha", alpha}, {"beta", beta}});
+}
+Tensor hardswish(const Tensor& x) { return call1(OpId::hardswish, std::vector<Tensor>{x}, Attrs{}); }
+Tensor softplus(const Tensor& x) { return call1(OpId::softplus, std::vector<Tensor>{x}, Attrs{}); }
+Tensor mish(const Tensor& x) { return call1(OpId::mish, std::vector<Tensor>{x}, Attrs{}); }
+}  // namespace ops
 
 void register_elementwise_ops(OpRegistry& r) {
   const TraitSet ew = Trait::elementwise | Trait::inplace_ok;
@@ -160,6 +247,7 @@ void register_elementwise_ops(OpRegistry& r) {
             ops::logical_and(ops::ge(x, sc(g.attrs.f("min"), x)), ops::le(x, sc(g.attrs.f("max"), x)));
         return Grads{ops::where(inside, d, zero_of(d))};
       });
+  register_activation_ops(r, ew, fk);
   // Not inplace_ok: the output may have a different element size than the input.
   r.def(OpId::cast)
       .doc("converts to `dtype`: float->int truncates toward zero and saturates (nan -> 0), int->int wraps, "

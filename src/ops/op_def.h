@@ -100,6 +100,11 @@ using DecomposeFn = std::function<std::vector<Tensor>(std::span<const Tensor> in
 // undefined Tensor when this particular case needs a copy (the kernel then runs).
 using ViewFn = std::function<Tensor(std::span<const Tensor> inputs, const Attrs& attrs, const TensorType& out)>;
 
+// The definition of an elementwise unary op as a formula on doubles (attributes normalized). The reference backend
+// runs it for every op that has one, rounding once to the output dtype, so such an op needs no reference kernel of
+// its own: the formula is the oracle its decomposition and any optimized kernel are checked against.
+using ScalarFn = double (*)(double x, const Attrs& attrs);
+
 struct OpCost {
   double flops = 0;
   double bytes = 0;
@@ -124,6 +129,7 @@ struct OpDef {
   InferFn infer;
   GradFn grad;
   DecomposeFn decompose;
+  ScalarFn scalar = nullptr;
   ViewFn view;
   CostFn cost;
   // Ops from a custom-op plugin (runtime/plugin.h): the plugin's name, which .spore files store so that a reader
@@ -155,6 +161,7 @@ class OpDefBuilder {
   OpDefBuilder& infer(InferFn f) { d_.infer = std::move(f); return *this; }
   OpDefBuilder& grad(GradFn f) { d_.grad = std::move(f); return *this; }
   OpDefBuilder& decompose(DecomposeFn f) { d_.decompose = std::move(f); return *this; }
+  OpDefBuilder& scalar(ScalarFn f) { d_.scalar = f; return *this; }
   OpDefBuilder& view(ViewFn f) { d_.view = std::move(f); return *this; }
   OpDefBuilder& cost(CostFn f) { d_.cost = std::move(f); return *this; }
 

@@ -37,6 +37,10 @@ Tensor ceil(const Tensor& x);
 Tensor round(const Tensor& x);  // half to even
 Tensor sign(const Tensor& x);
 Tensor clip(const Tensor& x, double min, double max);
+Tensor hardsigmoid(const Tensor& x, double alpha = 0.2, double beta = 0.5);  // clip(alpha x + beta, 0, 1), ONNX's defaults
+Tensor hardswish(const Tensor& x);                                         // x * clip(x + 3, 0, 6) / 6
+Tensor softplus(const Tensor& x);                                          // log(1 + e^x), without overflow
+Tensor mish(const Tensor& x);                                              // x * tanh(softplus(x))
 Tensor logical_not(const Tensor& x);
 Tensor cast(const Tensor& x, DType dtype);
 

@@ -23,6 +23,8 @@ void add_elementwise_cases(CaseList& c, ErrorList& e) {
       {"sin", OpId::sin, Gen::uniform(-10, 10)},         {"cos", OpId::cos, Gen::uniform(-10, 10)},
       {"floor", OpId::floor, Gen::uniform(-6, 6)},       {"ceil", OpId::ceil, Gen::uniform(-6, 6)},
       {"round", OpId::round, Gen::uniform(-6, 6)},       {"sign", OpId::sign, Gen::uniform(-3, 3)},
+      {"hardsigmoid", OpId::hardsigmoid, Gen::uniform(-5, 5)}, {"hardswish", OpId::hardswish, Gen::uniform(-6, 6)},
+      {"softplus", OpId::softplus, Gen::uniform(-30, 30)}, {"mish", OpId::mish, Gen::uniform(-12, 12)},
   };
   for (const Unary& u : unary) {
     const std::string n = u.name;
@@ -45,6 +47,12 @@ void add_elementwise_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("gelu/wide_none", OpId::gelu, {{1000}}).gen(0, Gen::uniform(-300, 300)));
   c.push_back(OpCase("gelu/wide_tanh", OpId::gelu, {{1000}}).attr("approximate", "tanh").gen(0, Gen::uniform(-300, 300)));
   c.push_back(OpCase("round/ties", OpId::round, {{1000}}).gen(0, Gen::uniform(-40, 40)));  // f16/bf16 hit x.5
+  // softplus and mish far out: e^x overflows (the decomposition uses e^-|x|) and log(1 + tiny) underflows.
+  c.push_back(OpCase("softplus/wide", OpId::softplus, {{1000}}).gen(0, Gen::uniform(-300, 300)));
+  c.push_back(OpCase("mish/wide", OpId::mish, {{1000}}).gen(0, Gen::uniform(-300, 300)));
+  c.push_back(OpCase("softplus/small", OpId::softplus, {{1000}}).gen(0, Gen::uniform(-80, -15)).only(wide));
+  c.push_back(OpCase("hardsigmoid/torch", OpId::hardsigmoid, {{3, 33}}).attr("alpha", 1.0 / 6).attr("beta", 0.5)
+                  .gen(0, Gen::uniform(-5, 5)));
 
   for (double alpha : {0.01, 0.2}) {
     const std::string n = "leaky_relu/alpha" + std::to_string(alpha);

@@ -6,6 +6,7 @@
 
 #include "backend/reference/families.h"
 #include "backend/reference/util.h"
+#include "ops/registry.h"
 
 namespace spore::reference {
 
@@ -162,9 +163,19 @@ void cast_kernel(KernelContext& k) {
   }
 }
 
+// Every op whose OpDef gives a scalar formula (OpDef::scalar): the formula in double, rounded once.
+void scalar_formula_kernel(KernelContext& k) {
+  const ScalarFn f = op_registry().get(k.op).scalar;
+  const Tensor& x = k.in(0);
+  const Tensor& y = k.out(0);
+  for (int64_t i = 0; i < x.numel(); ++i) put_float(y, i, f(get(x, i), k.attrs));
+}
+
 }  // namespace
 
 void register_elementwise(KernelRegistry& r) {
+  for (const OpDef* def : op_registry().all())
+    if (def->scalar != nullptr) r.add(Backend::reference, def->id, def->dtypes, scalar_formula_kernel);
   for (OpId op : {OpId::exp, OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::tanh, OpId::sigmoid,
                   OpId::leaky_relu, OpId::gelu, OpId::silu, OpId::erf, OpId::sin, OpId::cos, OpId::floor, OpId::ceil,
                   OpId::round}) {

@@ -227,6 +227,21 @@ class Exporter {
         emit("Mul", {in[0], s}, out, nm);
         return;
       }
+      case OpId::hardsigmoid: {
+        onnx::NodeProto* node = simple("HardSigmoid");
+        attr_f(node, "alpha", a.f("alpha"));
+        attr_f(node, "beta", a.f("beta"));
+        return;
+      }
+      case OpId::hardswish: simple("HardSwish"); return;
+      case OpId::softplus: simple("Softplus"); return;
+      case OpId::mish: {  // ONNX Mish is opset 18; the export is opset 17
+        const std::string sp = tmp(y, "softplus"), t = tmp(y, "tanh");
+        emit("Softplus", in, {sp}, sub("softplus"));
+        emit("Tanh", {sp}, {t}, sub("tanh"));
+        emit("Mul", {in[0], t}, out, nm);
+        return;
+      }
       case OpId::erf: simple("Erf"); return;
       case OpId::sin: simple("Sin"); return;
       case OpId::cos: simple("Cos"); return;

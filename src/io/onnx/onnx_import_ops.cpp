@@ -118,9 +118,9 @@ Value* act_elu(NodeCtx& c, Value* x, double alpha) {
   return c.op(OpId::where, {c.op(OpId::gt, {x, zero_like(c, x)}), x, neg});
 }
 Value* act_hard_sigmoid(NodeCtx& c, Value* x, double alpha, double beta) {
-  return c.op(OpId::clip, {addc(c, mulc(c, x, alpha), beta)}, {{"min", 0.0}, {"max", 1.0}});
+  return c.op(OpId::hardsigmoid, {x}, {{"alpha", alpha}, {"beta", beta}});
 }
-Value* act_softplus(NodeCtx& c, Value* x) { return c.op(OpId::log, {addc(c, c.op(OpId::exp, {x}), 1.0)}); }
+Value* act_softplus(NodeCtx& c, Value* x) { return c.op(OpId::softplus, {x}); }
 Value* act_softsign(NodeCtx& c, Value* x) { return c.op(OpId::div, {x, addc(c, c.op(OpId::abs, {x}), 1.0)}); }
 
 // ------------------------------------------------------------------------------------------- conv / pool
@@ -1316,13 +1316,12 @@ std::map<std::string, OpMapping> build_table() {
     Value* e = mulc(c, addc(c, c.op(OpId::exp, {mulc(c, x, 1.0 / alpha)}), -1.0), alpha);
     return {c.op(OpId::add, {c.op(OpId::relu, {x}), c.op(OpId::minimum, {zero_like(c, x), e})})};
   });
-  add("HardSigmoid", 6, true, "clip(alpha*x + beta, 0, 1)", [](NodeCtx& c) -> V {
+  add("HardSigmoid", 6, false, "hardsigmoid", [](NodeCtx& c) -> V {
     return {act_hard_sigmoid(c, c.in(0), c.attr_f("alpha", 0.2), c.attr_f("beta", 0.5))};
   });
-  add("HardSwish", 14, true, "x * hard_sigmoid(x, 1/6, 1/2)", [](NodeCtx& c) -> V {
-    return {c.op(OpId::mul, {c.in(0), act_hard_sigmoid(c, c.in(0), 1.0 / 6.0, 0.5)})};
-  });
-  add("Softplus", 1, true, "log(exp(x) + 1)", [](NodeCtx& c) -> V { return {act_softplus(c, c.in(0))}; });
+  add("HardSwish", 14, false, "hardswish", unary(OpId::hardswish));
+  add("Softplus", 1, false, "softplus", [](NodeCtx& c) -> V { return {act_softplus(c, c.in(0))}; });
+  add("Mish", 18, false, "mish", unary(OpId::mish));
   add("Softsign", 1, true, "x / (1 + |x|)", [](NodeCtx& c) -> V { return {act_softsign(c, c.in(0))}; });
   add("ThresholdedRelu", 10, true, "where(x > alpha, x, 0)", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
