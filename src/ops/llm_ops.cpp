@@ -1,4 +1,4 @@
-// The LLM ops (ops/llm_ops.h): schemas, shape inference, cost. Registered by name at registry start-up.
+// The LLM ops (ops/llm_ops.h): schemas, shape inference, cost; ids in ir/op_list.inc like every op.
 #include "ops/llm_ops.h"
 
 #include <cmath>
@@ -9,35 +9,6 @@
 namespace spore {
 
 namespace llm_ops {
-namespace {
-OpId id_of(std::string_view name) {
-  op_registry();  // registers them on first use
-  auto id = op_from_name(name);
-  SPORE_CHECK(id.has_value(), ErrorCode::internal, "LLM op '{}' is not registered", name);
-  return *id;
-}
-}  // namespace
-
-OpId rope() {
-  static const OpId id = id_of("rope");
-  return id;
-}
-OpId linear_blockq() {
-  static const OpId id = id_of("linear_blockq");
-  return id;
-}
-OpId linear_blockq_multi() {
-  static const OpId id = id_of("linear_blockq_multi");
-  return id;
-}
-OpId embed_blockq() {
-  static const OpId id = id_of("embed_blockq");
-  return id;
-}
-OpId attention_kv() {
-  static const OpId id = id_of("attention_kv");
-  return id;
-}
 
 std::optional<WeightFormat> parse_format(std::string_view s) {
   if (s == "f32") return WeightFormat::f32;
@@ -310,93 +281,67 @@ OpCost attention_kv_cost(std::span<const TensorType> ins, std::span<const Tensor
   return c;
 }
 
-void add(OpRegistry& r, OpDef d) { r.add_custom(std::move(d)); }
 }  // namespace
 
 void register_llm_ops(OpRegistry& r) {
-  {
-    OpDef d;
-    d.name = "linear_blockq";
-    OpDefBuilder(d)
-        .doc("y = x @ w^T (+ bias) with w in a block format (f32, f16, bf16, q8_0, q4_0; ops/llm_ops.h); batch "
-             "invariant: each y element is summed in one fixed order")
-        .inputs({"x", "w", "bias?"})
-        .attr("format", AttrKind::str, std::string("f32"))
-        .dtypes(DTypeSet{DType::f32})
-        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
-        .infer(infer_linear_blockq)
-        .cost(linear_blockq_cost);
-    add(r, std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "linear_blockq_multi";
-    OpDefBuilder(d)
-        .doc("y_i = x @ w_i^T (+ bias_i) for `count` weights sharing x (inputs x, w_0..w_{count-1}, then optionally "
-             "bias_0..bias_{count-1}): what linear_blockq gives for each, bit for bit, in one kernel (activations "
-             "prepared once, one parallel region); epilogue silu_mul (count 2): one output silu(y_0) * y_1, what "
-             "mul(silu(y_0), y_1) gives, bit for bit; made by the group_linear_blockq pass")
-        .variadic_inputs("x", 2)
-        .attr("format", AttrKind::str, std::string("f32"))
-        .attr("count", AttrKind::i64)
-        .attr("epilogue", AttrKind::str, std::string())
-        .dtypes(DTypeSet{DType::f32})
-        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
-        .infer(infer_linear_blockq_multi)
-        .cost(linear_blockq_cost);
-    add(r, std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "embed_blockq";
-    OpDefBuilder(d)
-        .doc("rows of a weight table in a block format, as f32: w [V, row], ids [...] -> [..., K]")
-        .inputs({"w", "ids"})
-        .attr("format", AttrKind::str, std::string("f32"))
-        .dtypes(DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8})
-        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
-        .infer(infer_embed_blockq);
-    add(r, std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "rope";
-    OpDefBuilder(d)
-        .doc("rotary position embedding of x [T, H, D] at positions [T]; mode normal (pairs 2i, 2i+1) or neox "
-             "(pairs i, i + dim/2)")
-        .inputs({"x", "positions", "freq_factors?"})
-        .attr("theta", AttrKind::f64, 10000.0)
-        .attr("mode", AttrKind::str, std::string("normal"))
-        .attr("dim", AttrKind::i64, int64_t{0})
-        .attr("freq_scale", AttrKind::f64, 1.0)
-        .dtypes(DTypeSet{DType::f32})
-        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
-        .infer(infer_rope);
-    add(r, std::move(d));
-  }
-  {
-    OpDef d;
-    d.name = "attention_kv";
-    OpDefBuilder(d)
-        .doc("causal GQA attention of q [T, Hq, D] over a KV cache [Hkv, C, D] (rows before positions[0]) and the "
-             "new rows k_new/v_new [T, Hkv, D]; an i8 cache comes with row scales k_scale/v_scale [Hkv, C]; the cache "
-             "is read, not written")
-        .inputs({"q", "k_cache", "v_cache", "k_new", "v_new", "positions", "k_scale?", "v_scale?"})
-        .attr("scale", AttrKind::f64, 1.0)
-        .dtypes(DTypeSet{DType::f32})
-        .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
-        .infer(infer_attention_kv)
-        .cost(attention_kv_cost);
-    add(r, std::move(d));
-  }
+  r.def(OpId::linear_blockq)
+      .doc("y = x @ w^T (+ bias) with w in a block format (f32, f16, bf16, q8_0, q4_0; ops/llm_ops.h); batch "
+           "invariant: each y element is summed in one fixed order")
+      .inputs({"x", "w", "bias?"})
+      .attr("format", AttrKind::str, std::string("f32"))
+      .dtypes(DTypeSet{DType::f32})
+      .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+      .infer(infer_linear_blockq)
+      .cost(linear_blockq_cost);
+  r.def(OpId::linear_blockq_multi)
+      .doc("y_i = x @ w_i^T (+ bias_i) for `count` weights sharing x (inputs x, w_0..w_{count-1}, then optionally "
+           "bias_0..bias_{count-1}): what linear_blockq gives for each, bit for bit, in one kernel (activations "
+           "prepared once, one parallel region); epilogue silu_mul (count 2): one output silu(y_0) * y_1, what "
+           "mul(silu(y_0), y_1) gives, bit for bit; made by the group_linear_blockq pass")
+      .variadic_inputs("x", 2)
+      .attr("format", AttrKind::str, std::string("f32"))
+      .attr("count", AttrKind::i64)
+      .attr("epilogue", AttrKind::str, std::string())
+      .dtypes(DTypeSet{DType::f32})
+      .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+      .infer(infer_linear_blockq_multi)
+      .cost(linear_blockq_cost);
+  r.def(OpId::embed_blockq)
+      .doc("rows of a weight table in a block format, as f32: w [V, row], ids [...] -> [..., K]")
+      .inputs({"w", "ids"})
+      .attr("format", AttrKind::str, std::string("f32"))
+      .dtypes(DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8})
+      .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+      .infer(infer_embed_blockq);
+  r.def(OpId::rope)
+      .doc("rotary position embedding of x [T, H, D] at positions [T]; mode normal (pairs 2i, 2i+1) or neox "
+           "(pairs i, i + dim/2)")
+      .inputs({"x", "positions", "freq_factors?"})
+      .attr("theta", AttrKind::f64, 10000.0)
+      .attr("mode", AttrKind::str, std::string("normal"))
+      .attr("dim", AttrKind::i64, int64_t{0})
+      .attr("freq_scale", AttrKind::f64, 1.0)
+      .dtypes(DTypeSet{DType::f32})
+      .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+      .infer(infer_rope);
+  r.def(OpId::attention_kv)
+      .doc("causal GQA attention of q [T, Hq, D] over a KV cache [Hkv, C, D] (rows before positions[0]) and the "
+           "new rows k_new/v_new [T, Hkv, D]; an i8 cache comes with row scales k_scale/v_scale [Hkv, C]; the cache "
+           "is read, not written")
+      .inputs({"q", "k_cache", "v_cache", "k_new", "v_new", "positions", "k_scale?", "v_scale?"})
+      .attr("scale", AttrKind::f64, 1.0)
+      .dtypes(DTypeSet{DType::f32})
+      .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
+      .infer(infer_attention_kv)
+      .cost(attention_kv_cost);
 }
 
 namespace ops {
 
 Tensor linear_blockq(const Tensor& x, const Tensor& w, std::string_view format, const std::optional<Tensor>& bias) {
   Attrs a{{"format", std::string(format)}};
-  if (bias) return call1(llm_ops::linear_blockq(), std::vector<Tensor>{x, w, *bias}, a);
-  return call1(llm_ops::linear_blockq(), std::vector<Tensor>{x, w}, a);
+  if (bias) return call1(OpId::linear_blockq, std::vector<Tensor>{x, w, *bias}, a);
+  return call1(OpId::linear_blockq, std::vector<Tensor>{x, w}, a);
 }
 
 std::vector<Tensor> linear_blockq_multi(const Tensor& x, const std::vector<Tensor>& ws, std::string_view format,
@@ -406,18 +351,18 @@ std::vector<Tensor> linear_blockq_multi(const Tensor& x, const std::vector<Tenso
   std::vector<Tensor> ins{x};
   ins.insert(ins.end(), ws.begin(), ws.end());
   ins.insert(ins.end(), biases.begin(), biases.end());
-  return call(llm_ops::linear_blockq_multi(), ins, a);
+  return call(OpId::linear_blockq_multi, ins, a);
 }
 
 Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format) {
-  return call1(llm_ops::embed_blockq(), std::vector<Tensor>{w, ids}, Attrs{{"format", std::string(format)}});
+  return call1(OpId::embed_blockq, std::vector<Tensor>{w, ids}, Attrs{{"format", std::string(format)}});
 }
 
 Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_view mode, int64_t dim,
             double freq_scale, const std::optional<Tensor>& freq_factors) {
   Attrs a{{"theta", theta}, {"mode", std::string(mode)}, {"dim", dim}, {"freq_scale", freq_scale}};
-  if (freq_factors) return call1(llm_ops::rope(), std::vector<Tensor>{x, positions, *freq_factors}, a);
-  return call1(llm_ops::rope(), std::vector<Tensor>{x, positions}, a);
+  if (freq_factors) return call1(OpId::rope, std::vector<Tensor>{x, positions, *freq_factors}, a);
+  return call1(OpId::rope, std::vector<Tensor>{x, positions}, a);
 }
 
 Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k_new,
@@ -430,7 +375,7 @@ Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
     in.push_back(*k_scale);
     in.push_back(*v_scale);
   }
-  return call1(llm_ops::attention_kv(), in, Attrs{{"scale", scale}});
+  return call1(OpId::attention_kv, in, Attrs{{"scale", scale}});
 }
 
 }  // namespace ops

@@ -1,9 +1,8 @@
 #pragma once
-// The LLM ops (docs/LLM.md): rope, linear_blockq, embed_blockq and attention_kv. They are defined here, once, like
-// every op: schema, attributes, shape inference and cost. They are registered by name when the op registry starts
-// (after the built-in enum, before any plugin), so their ids are fixed for a build but are not OpId enumerators:
-// use the accessors below. Kernels: src/backend/cpu/llm.cpp (batch-invariant AVX2) and
-// src/backend/reference/llm.cpp (plain loops, the definition the tests check against).
+// The LLM ops (docs/LLM.md): rope, linear_blockq, linear_blockq_multi, embed_blockq and attention_kv. They are
+// defined here, once, like every op (ids in ir/op_list.inc, OpDefs in llm_ops.cpp). Kernels:
+// src/backend/cpu/{blockq,llm_attention}.cpp (batch-invariant AVX2, AVX-512 VNNI builds with the same bits) and
+// src/backend/reference/{blockq,llm_attention}.cpp (plain loops, the definition the tests check against).
 //
 // Weight formats of linear_blockq / embed_blockq (the `format` attribute):
 //   f32, f16, bf16  w is a typed tensor [N, K] of that dtype;
@@ -22,12 +21,6 @@
 namespace spore {
 
 namespace llm_ops {
-
-OpId rope();
-OpId linear_blockq();
-OpId linear_blockq_multi();
-OpId embed_blockq();
-OpId attention_kv();
 
 enum class WeightFormat : uint8_t { f32, f16, bf16, q8_0, q4_0 };
 std::optional<WeightFormat> parse_format(std::string_view s);

@@ -66,7 +66,7 @@ OpRegistry& op_registry() {
     register_fused_elementwise_ops(*reg);
     register_fused_ops(*reg);
     register_attention_ops(*reg);
-    register_llm_ops(*reg);  // by name, after the enum (ops/llm_ops.h)
+    register_llm_ops(*reg);
     return reg;
   }();
   return *r;

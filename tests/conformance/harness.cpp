@@ -6,6 +6,7 @@
 #include <functional>
 #include <set>
 
+#include "base/half.h"
 #include "base/rng.h"
 #include "base/thread_pool.h"
 #include "ops/ops.h"
@@ -48,6 +49,24 @@ std::vector<Tensor> make_inputs(const OpCase& c, DType dtype) {
           if (v >= g.hi) v = g.hi - 1;
           break;
         case Gen::Kind::boolean: v = u < 0.5 ? 0 : 1; break;
+        case Gen::Kind::consecutive: v = g.lo + static_cast<double>(k); break;
+        case Gen::Kind::q8_0_blocks:
+        case Gen::Kind::q4_0_blocks: {
+          // Byte k of a row of blocks: bytes 0-1 of a block hold its f16 scale, the rest random quants.
+          const int64_t block = g.kind == Gen::Kind::q8_0_blocks ? 34 : 18;
+          const int64_t at = k % block;
+          if (at < 2) {
+            const uint16_t h = float_to_half_bits(static_cast<float>(
+                g.lo + (g.hi - g.lo) * philox_uniform(seed, i + 1000, static_cast<uint64_t>(k - at))));
+            v = at == 0 ? (h & 0xff) : (h >> 8);
+          } else if (g.kind == Gen::Kind::q8_0_blocks) {
+            v = std::min(254.0, std::floor(u * 255));  // int8 quants in [-127, 127], as GGUF writes them
+            if (v >= 128) v += 1;
+          } else {
+            v = std::min(255.0, std::floor(u * 256));
+          }
+          break;
+        }
       }
       if (t == DType::u8 && g.kind == Gen::Kind::uniform) v = std::fabs(v);
       if (t == DType::boolean && g.kind == Gen::Kind::uniform) v = u < 0.5 ? 0 : 1;
@@ -55,6 +74,8 @@ std::vector<Tensor> make_inputs(const OpCase& c, DType dtype) {
       vals[k] = v;
     }
     if (n > 0 && !any_nonzero && g.kind == Gen::Kind::uniform) vals[0] = 1;  // never all zeros
+    if (g.kind == Gen::Kind::q8_0_blocks || g.kind == Gen::Kind::q4_0_blocks)
+      SPORE_CHECK(t == DType::u8, ErrorCode::internal, "case {}: block generators make u8 inputs", c.name);
     ins.push_back(Tensor::from_doubles(vals, c.shapes[i], t));
   }
   return ins;
@@ -91,6 +112,7 @@ void build_lists() {
   add_fused_elementwise_cases(cases(), error_cases());
   add_fused_cases(cases(), error_cases());
   add_attention_cases(cases(), error_cases());
+  add_llm_cases(cases(), error_cases());
 }
 
 DTypeSet case_dtypes(const OpCase& c) {

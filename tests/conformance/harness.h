@@ -23,7 +23,7 @@
 namespace spore::conformance {
 
 struct Gen {
-  enum class Kind { uniform, index, boolean, integers } kind = Kind::uniform;
+  enum class Kind { uniform, index, boolean, integers, consecutive, q8_0_blocks, q4_0_blocks } kind = Kind::uniform;
   double lo = -2.0, hi = 2.0;
   static Gen uniform(double lo, double hi) { return {Kind::uniform, lo, hi}; }
   static Gen positive(double lo = 0.1, double hi = 3.0) { return {Kind::uniform, lo, hi}; }
@@ -32,6 +32,11 @@ struct Gen {
   // Valid indices for an axis of size n, including negative ones when `negative`.
   static Gen index(int64_t n, bool negative = false) { return {Kind::index, negative ? static_cast<double>(-n) : 0.0, static_cast<double>(n)}; }
   static Gen boolean() { return {Kind::boolean, 0, 1}; }
+  // first, first + 1, ... (positions of consecutive tokens).
+  static Gen consecutive(int64_t first) { return {Kind::consecutive, static_cast<double>(first), 0}; }
+  // u8 rows of valid GGUF Q8_0 / Q4_0 blocks (ops/llm_ops.h): f16 scales in [lo, hi), random quants.
+  static Gen q8_0_blocks(double lo = 0.002, double hi = 0.02) { return {Kind::q8_0_blocks, lo, hi}; }
+  static Gen q4_0_blocks(double lo = 0.002, double hi = 0.02) { return {Kind::q4_0_blocks, lo, hi}; }
 };
 
 struct OpCase {
@@ -83,6 +88,7 @@ void add_quant_cases(CaseList& c, ErrorList& e);
 void add_fused_elementwise_cases(CaseList& c, ErrorList& e);
 void add_fused_cases(CaseList& c, ErrorList& e);  // cases_fused.cpp: conv2d_fused, linear_fused
 void add_attention_cases(CaseList& c, ErrorList& e);  // cases_attention.cpp: attention
+void add_llm_cases(CaseList& c, ErrorList& e);        // cases_llm.cpp: linear_blockq(_multi), embed_blockq, rope, attention_kv
 
 // Tolerance for comparing cpu results to the reference: |a-b| <= atol + rtol*|ref|.
 struct Tolerance {
