@@ -116,14 +116,20 @@ std::string format_attr_value(const AttrValue& v) {
     case AttrKind::i64s: {
       std::string s = "[";
       const auto& xs = std::get<std::vector<int64_t>>(v);
-      for (size_t i = 0; i < xs.size(); ++i) s += (i ? "," : "") + std::to_string(xs[i]);
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (i) s += ',';
+        s += std::to_string(xs[i]);
+      }
       return s + "]";
     }
     case AttrKind::f64s: {
       const auto& xs = std::get<std::vector<double>>(v);
       if (xs.empty()) return "[:f]";  // keeps the kind of an empty float list
       std::string s = "[";
-      for (size_t i = 0; i < xs.size(); ++i) s += (i ? "," : "") + format_double(xs[i]);
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (i) s += ',';
+        s += format_double(xs[i]);
+      }
       return s + "]";
     }
   }

@@ -15,8 +15,9 @@ bool plain_ident(const std::string& s) {
 
 // %name, quoted when it holds characters outside [A-Za-z0-9_.] (ONNX names often do).
 std::string ref(const Value* v) {
-  if (plain_ident(v->name)) return "%" + v->name;
-  return "%" + format_attr_value(AttrValue(v->name));
+  std::string s = "%";
+  s += plain_ident(v->name) ? v->name : format_attr_value(AttrValue(v->name));
+  return s;
 }
 
 std::string hex(const Tensor& t) {
@@ -34,25 +35,43 @@ std::string hex(const Tensor& t) {
 }  // namespace
 
 std::string print_graph(const Graph& g, const PrintOptions& opts) {
-  std::string out = "graph @" + (plain_ident(g.name()) ? g.name() : format_attr_value(AttrValue(g.name()))) + "(";
+  std::string out = "graph @";
+  out += plain_ident(g.name()) ? g.name() : format_attr_value(AttrValue(g.name()));
+  out += '(';
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const Value* v = g.inputs()[i];
-    out += (i ? ", " : "") + ref(v) + ": " + v->type.str();
+    if (i) out += ", ";
+    out += ref(v) + ": " + v->type.str();
   }
   out += ") {\n";
   for (const Node* n : g.nodes()) {
     if (n->op == OpId::input) continue;
     out += "  ";
-    for (size_t i = 0; i < n->outputs.size(); ++i) out += (i ? ", " : "") + ref(n->outputs[i]);
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      if (i) out += ", ";
+      out += ref(n->outputs[i]);
+    }
     out += " = ";
     out += op_name(n->op);
     out += "(";
-    for (size_t i = 0; i < n->inputs.size(); ++i) out += (i ? ", " : "") + ref(n->inputs[i]);
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      if (i) out += ", ";
+      out += ref(n->inputs[i]);
+    }
     out += ")";
-    if (!n->attrs.empty()) out += " " + format_attrs(n->attrs);
+    if (!n->attrs.empty()) {
+      out += ' ';
+      out += format_attrs(n->attrs);
+    }
     out += " :";
-    for (size_t i = 0; i < n->outputs.size(); ++i) out += (i ? ", " : " ") + n->outputs[i]->type.str();
-    if (!n->name.empty()) out += " !name=" + format_attr_value(AttrValue(n->name));
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      out += i ? ", " : " ";
+      out += n->outputs[i]->type.str();
+    }
+    if (!n->name.empty()) {
+      out += " !name=";
+      out += format_attr_value(AttrValue(n->name));
+    }
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       if (n->outputs[i]->arena_offset >= 0) out += fmt::format(" !offset{}={}", i, n->outputs[i]->arena_offset);
     }
@@ -63,13 +82,18 @@ std::string print_graph(const Graph& g, const PrintOptions& opts) {
       } else if (opts.max_constant_bytes >= 0 && n->payload.nbytes() > static_cast<size_t>(opts.max_constant_bytes)) {
         out += fmt::format(" = elided<{} bytes>", n->payload.nbytes());  // display only: does not re-parse
       } else {
-        out += " = hex\"" + hex(n->payload) + "\"";
+        out += " = hex\"";
+        out += hex(n->payload);
+        out += '"';
       }
     }
     out += "\n";
   }
   out += "  return";
-  for (size_t i = 0; i < g.outputs().size(); ++i) out += (i ? ", " : " ") + ref(g.outputs()[i]);
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    out += i ? ", " : " ";
+    out += ref(g.outputs()[i]);
+  }
   out += "\n}\n";
   return out;
 }

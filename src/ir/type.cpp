@@ -35,7 +35,10 @@ int64_t TensorType::numel() const {
 std::string TensorType::str() const {
   std::string s(dtype_name(dtype));
   s += "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + dims[i].str();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ',';
+    s += dims[i].str();
+  }
   return s + "]";
 }
 

@@ -52,7 +52,10 @@ bool dims_equal(const Dim& a, const Dim& b) { return a == b; }
 
 std::string dims_str(const std::vector<Dim>& d) {
   std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + d[i].str();
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ',';
+    s += d[i].str();
+  }
   return s + "]";
 }
 

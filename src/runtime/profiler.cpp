@@ -23,7 +23,10 @@ std::string join_types(std::span<const TensorType> ts, bool dtypes) {
       s += dtype_name(ts[i].dtype);
     } else {
       s += "[";
-      for (size_t d = 0; d < ts[i].dims.size(); ++d) s += (d ? "," : "") + ts[i].dims[d].str();
+      for (size_t d = 0; d < ts[i].dims.size(); ++d) {
+        if (d) s += ',';
+        s += ts[i].dims[d].str();
+      }
       s += "]";
     }
   }

@@ -23,7 +23,10 @@ Strides contiguous_strides(std::span<const int64_t> shape) {
 
 std::string shape_str(std::span<const int64_t> shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
   return s + "]";
 }
 
@@ -254,7 +257,10 @@ std::string Tensor::to_string(int max_elems) const {
   if (sym_) return s + ", symbolic)";
   s += ", [";
   const int64_t n = std::min<int64_t>(numel(), max_elems);
-  for (int64_t i = 0; i < n; ++i) s += (i ? ", " : "") + fmt::format("{:.6g}", item_at(i));
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) s += ", ";
+    s += fmt::format("{:.6g}", item_at(i));
+  }
   if (numel() > n) s += ", ...";
   return s + "])";
 }

@@ -207,7 +207,8 @@ TEST(SporeFile, ConstantsAliasTheMapping) {
 
 TEST(SporeFile, ParsedBytesAreCopiedIntoAlignedStorage) {
   auto g = make_graph();
-  std::string bytes = " " + encode_spore(*g);  // misaligned source buffer
+  std::string bytes = " ";  // misaligned source buffer
+  bytes += encode_spore(*g);
   auto back = parse_spore({reinterpret_cast<const uint8_t*>(bytes.data() + 1), bytes.size() - 1}, "mem");
   for (const Node* n : back->nodes()) {
     if (n->op != OpId::constant || n->payload.nbytes() == 0) continue;

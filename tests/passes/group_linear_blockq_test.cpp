@@ -124,8 +124,11 @@ TEST(GroupLinearBlockq, PlanKeepsBits) {
     CompileOptions o;
     if (!group) o.disabled_passes = {"group_linear_blockq"};
     Plan p = compile_plan(std::move(g), o);
-    if (group) EXPECT_NE(p.describe().find("linear_blockq_multi"), std::string::npos) << p.describe();
-    else EXPECT_EQ(p.describe().find("linear_blockq_multi"), std::string::npos) << p.describe();
+    if (group) {
+      EXPECT_NE(p.describe().find("linear_blockq_multi"), std::string::npos) << p.describe();
+    } else {
+      EXPECT_EQ(p.describe().find("linear_blockq_multi"), std::string::npos) << p.describe();
+    }
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> d(-2.0f, 2.0f);
     std::vector<float> h(128);

@@ -233,7 +233,9 @@ TEST(MemoryPlan, Level1ReusesBuffersWithoutOverlap) {
     const MemoryPlanInfo bi = plan_memory(*b, level, 0);
     expect_no_live_overlap(*b);
     EXPECT_EQ(bi.num_buffers, 9);  // a, b0, b1, c, d, f, g, h, k (e and l are outputs)
-    if (level == 1) EXPECT_LT(bi.arena_bytes, bi.total_bytes);
+    if (level == 1) {
+      EXPECT_LT(bi.arena_bytes, bi.total_bytes);
+    }
     // Offsets are written into the graph, so the plan prints and re-parses.
     const std::string text = print_graph(*b);
     EXPECT_NE(text.find("!offset0="), std::string::npos);

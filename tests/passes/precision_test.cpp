@@ -150,7 +150,9 @@ TEST_P(PrecisionModes, DtypesFromTraitsAndOutputsClose) {
   // Weights are stored (not cast at run time) in the dtype their consumer computes in, under their own names.
   for (const Node* n : g->nodes())
     for (const Value* v : n->inputs)
-      if (n->op == OpId::cast) EXPECT_NE(v->producer->op, OpId::constant) << "a cast of constant %" << v->name << " was left";
+      if (n->op == OpId::cast) {
+        EXPECT_NE(v->producer->op, OpId::constant) << "a cast of constant %" << v->name << " was left";
+      }
   for (const char* w : {"conv.w", "fc.w"}) {
     const Value* v = g->find_value(w);
     ASSERT_NE(v, nullptr) << w;
@@ -171,7 +173,9 @@ TEST_P(PrecisionModes, DtypesFromTraitsAndOutputsClose) {
     EXPECT_EQ(got[i].dtype(), DType::f32);
     const double e = rel_error(got[i], ref[i]);
     EXPECT_LE(e, c.tol) << "output " << i << " in " << precision_mode_name(c.mode);
-    if (c.mode != PrecisionMode::force_fp32) EXPECT_GT(e, 0.0) << "output " << i << " did not change at all";
+    if (c.mode != PrecisionMode::force_fp32) {
+      EXPECT_GT(e, 0.0) << "output " << i << " did not change at all";
+    }
   }
 }
 
@@ -208,7 +212,9 @@ TEST(PrecisionMode, ForceFp32TurnsAnF16ModelBackIntoF32) {
   EXPECT_EQ(g->outputs()[1]->name, "sum");
   EXPECT_EQ(g->inputs()[0]->name, "x");
   for (const Node* n : g->nodes())
-    if (n->op == OpId::constant) EXPECT_EQ(n->payload.dtype(), DType::f32) << n->outputs[0]->name;
+    if (n->op == OpId::constant) {
+      EXPECT_EQ(n->payload.dtype(), DType::f32) << n->outputs[0]->name;
+    }
   // The weights went through f16 once: close to the source, not equal.
   const Tensor x = rnd({2, 3, 8, 8}, 10);
   const auto ref = run_graph(*source, x);

@@ -118,9 +118,15 @@ TEST(QuantizeStatic, RewritesConvAndLinearAndReports) {
   EXPECT_EQ(ops[OpId::quantize_linear], 2);
   // Node names survive (qconv2d 'conv1'); activations are u8 with 7-bit codes.
   for (const Node* n : g->nodes()) {
-    if (n->op == OpId::qconv2d) EXPECT_EQ(n->name, "conv1");
-    if (n->op == OpId::qlinear) EXPECT_EQ(n->name, "fc");
-    if (n->op == OpId::quantize_linear) EXPECT_EQ(n->output(0)->type.dtype, DType::u8);
+    if (n->op == OpId::qconv2d) {
+      EXPECT_EQ(n->name, "conv1");
+    }
+    if (n->op == OpId::qlinear) {
+      EXPECT_EQ(n->name, "fc");
+    }
+    if (n->op == OpId::quantize_linear) {
+      EXPECT_EQ(n->output(0)->type.dtype, DType::u8);
+    }
   }
   // The quantized graph round-trips through the text IR.
   const std::string text = print_graph(*g);

@@ -30,7 +30,10 @@ KernelEvent event(OpId op, const std::string& node, std::vector<Shape> ins, std:
   e.impl = "test";
   const auto join = [](const std::vector<TensorType>& ts, bool dtypes) {
     std::string s;
-    for (size_t i = 0; i < ts.size(); ++i) s += (i ? "," : "") + (dtypes ? std::string(dtype_name(ts[i].dtype)) : shape_str(ts[i].shape()));
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (i) s += ',';
+      s += dtypes ? std::string(dtype_name(ts[i].dtype)) : shape_str(ts[i].shape());
+    }
     return s;
   };
   e.dtypes = join(in_t, true) + "->" + join(out_t, true);

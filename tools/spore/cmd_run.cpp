@@ -35,7 +35,10 @@ std::string safe_file_name(const std::string& name, size_t index) {
 // "[0.5, -1, 3, ...]": the first `n` elements in row-major order.
 std::string first_values(const Tensor& t, int64_t n) {
   std::string s = "[";
-  for (int64_t i = 0; i < std::min(n, t.numel()); ++i) s += (i ? ", " : "") + fmt::format("{:.6g}", t.item_at(i));
+  for (int64_t i = 0; i < std::min(n, t.numel()); ++i) {
+    if (i) s += ", ";
+    s += fmt::format("{:.6g}", t.item_at(i));
+  }
   return s + (t.numel() > n ? ", ...]" : "]");
 }
 

@@ -56,7 +56,10 @@ int cmd_tokenize(int argc, char** argv) {
     return 0;
   }
   std::string line;
-  for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) line += ' ';
+    line += std::to_string(ids[i]);
+  }
   std::printf("%s\n", line.c_str());
   return 0;
 }

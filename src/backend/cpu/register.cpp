@@ -92,7 +92,9 @@ std::string onednn_version() {
 std::string cpu_features() {
   std::string s;
   auto add = [&](bool ok, const char* name) {
-    if (ok) s += (s.empty() ? "" : " ") + std::string(name);
+    if (!ok) return;
+    if (!s.empty()) s += ' ';
+    s += name;
   };
   __builtin_cpu_init();
   add(__builtin_cpu_supports("avx2"), "avx2");

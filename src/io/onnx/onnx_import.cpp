@@ -657,7 +657,10 @@ std::string OnnxImportReport::format() const {
     if (s.status == "unsupported") {
       ++unsupported;
       std::string nodes;
-      for (size_t i = 0; i < s.nodes.size() && i < 20; ++i) nodes += (i ? ", " : "") + s.nodes[i];
+      for (size_t i = 0; i < s.nodes.size() && i < 20; ++i) {
+        if (i) nodes += ", ";
+        nodes += s.nodes[i];
+      }
       if (s.nodes.size() > 20) nodes += fmt::format(", ... ({} in all)", s.nodes.size());
       note += (note.empty() ? "" : "; ") + std::string("nodes: ") + nodes;
     }
