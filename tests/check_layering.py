@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Fails if a file in src/<layer> includes a header from a layer above it (docs/ARCHITECTURE.md)."""
+"""Fails if a file in src/<layer> includes a header from a layer above it (docs/ARCHITECTURE.md), if a public header
+(include/spore/) includes a backend's or the compiler passes' internals, or if the CLI (tools/) includes a backend's
+headers (it reaches backends through the runtime)."""
 import os
 import re
 import sys
@@ -25,6 +27,12 @@ for upper, below in {
     "llm": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "io", "data"},
 }.items():
     ALLOWED[upper] = below
+
+# Above src/: what the public headers and the CLI may include from src/ (their own files are theirs).
+OUTER = {
+    "include": set(ALLOWED) - {"passes", "backend/reference", "backend/null", "backend/cpu"},
+    "tools": set(ALLOWED) - {"backend/reference", "backend/null", "backend/cpu"},
+}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
@@ -60,6 +68,21 @@ def main():
                         continue
                     if target not in ALLOWED[me]:
                         errors.append(f"src/{rel}:{lineno}: layer '{me}' includes '{m.group(1)}' from layer '{target}'")
+    for outer, allowed in OUTER.items():
+        for dirpath, _, files in os.walk(os.path.join(root, outer)):
+            for f in files:
+                if not f.endswith((".h", ".cpp", ".inc")):
+                    continue
+                full = os.path.join(dirpath, f)
+                rel = os.path.relpath(full, root)
+                with open(full, encoding="utf-8") as fh:
+                    for lineno, line in enumerate(fh, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        target = layer_of(m.group(1))
+                        if target is not None and target not in allowed:
+                            errors.append(f"{rel}:{lineno}: '{outer}' includes '{m.group(1)}' from layer '{target}'")
     for e in errors:
         print(e)
     print(f"layering: {len(errors)} violation(s)")

@@ -53,5 +53,6 @@ BackendScope::~BackendScope() { tls_backend = prev_; }
 
 std::string version() { return SPORE_VERSION; }
 std::string build_type() { return SPORE_BUILD_TYPE; }
+BackendInfo backend_info() { return {cpu_simd_target(), cpu_features(), onednn_version()}; }
 
 }  // namespace spore

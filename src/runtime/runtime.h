@@ -52,5 +52,10 @@ class BackendScope {
 
 std::string version();
 std::string build_type();
+// What the CPU backend runs on here, for `spore info`: "simd_target" (Highway's pick), "cpu_features", "onednn".
+struct BackendInfo {
+  std::string simd_target, cpu_features, onednn_version;
+};
+BackendInfo backend_info();
 
 }  // namespace spore

@@ -4,7 +4,6 @@
 
 #include <spore/spore.h>
 
-#include "backend/cpu/cpu.h"
 #include "base/thread_pool.h"
 #include "tools/spore/commands.h"
 
@@ -22,23 +21,24 @@ int cmd_info(int argc, char** argv) {
     return app.exit(e);
   }
   set_threads(threads);
+  const BackendInfo bi = backend_info();
   nlohmann::json j = {{"version", version()},
                       {"build_type", build_type()},
-                      {"simd_target", cpu_simd_target()},
-                      {"cpu_features", cpu_features()},
+                      {"simd_target", bi.simd_target},
+                      {"cpu_features", bi.cpu_features},
                       {"threads", num_threads()},
                       {"hardware_threads", hardware_threads()},
-                      {"onednn", onednn_version()},
+                      {"onednn", bi.onednn_version},
                       {"ops", op_registry().all().size()}};
   if (json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf("spore %s (%s build)\n", version().c_str(), build_type().c_str());
-  std::printf("  simd target   %s (chosen at run time)\n", cpu_simd_target().c_str());
-  std::printf("  cpu features  %s\n", cpu_features().c_str());
+  std::printf("  simd target   %s (chosen at run time)\n", bi.simd_target.c_str());
+  std::printf("  cpu features  %s\n", bi.cpu_features.c_str());
   std::printf("  threads       %d of %d\n", num_threads(), hardware_threads());
-  std::printf("  oneDNN        %s\n", onednn_version().c_str());
+  std::printf("  oneDNN        %s\n", bi.onednn_version.c_str());
   std::printf("  ops           %zu registered\n", op_registry().all().size());
   return 0;
 }
