@@ -58,8 +58,8 @@ bool before(const Sampler::Candidate& a, const Sampler::Candidate& b) {
 
 // Index of the largest value, the lowest index among equal ones (0 and -0 are equal); any NaN is an error naming
 // its token. Two vector passes - the maximum (NaN seen as unordered with itself), then the first index holding it -
-// instead of one compare-and-branch per element (~90 us for a 152k vocabulary, half of a decode step's time outside
-// the kernels; the compiler does not vectorize a float max reduction on its own).
+// instead of one compare-and-branch per element, which over a large vocabulary was a big share of a decode step's
+// time outside the kernels (the compiler does not vectorize a float max reduction on its own).
 size_t greedy_pick(std::span<const float> l) {
   const float* x = l.data();
   const size_t n = l.size();
@@ -110,8 +110,9 @@ void softmax(std::vector<Sampler::Candidate>& cs, double temperature) {
 std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logits, std::span<const int32_t> history) const {
   SPORE_CHECK(!logits.empty(), ErrorCode::invalid_argument, "sampler: empty logits");
   if (c_.temperature <= 0) {
-    // Greedy: one pass over the (penalized) logits, no candidate list (a 150k vocabulary made the list and the
-    // copy ~0.3 ms of every decode step). The same pick as the general path: the largest logit, the lower id on a tie.
+    // Greedy: one pass over the (penalized) logits, no candidate list (building and copying it for a large
+    // vocabulary was a costly part of every decode step). The same pick as the general path: the largest logit,
+    // the lower id on a tie.
     std::vector<float> pen;
     std::span<const float> l = logits;
     if (penalties_on(c_) && !history.empty()) l = pen = penalized(c_, logits, history);

@@ -35,7 +35,7 @@ void simd_binary(int op, const bf16* a, const bf16* b, bf16* out, size_t n, int 
 namespace {
 
 constexpr int kMaxInputs = 3;
-constexpr int64_t kGrainCheap = 1 << 16;   // elements per task for memory-bound loops (~20 us)
+constexpr int64_t kGrainCheap = 1 << 16;   // elements per task for memory-bound loops
 constexpr int64_t kGrainCostly = 1 << 12;  // pow, fmod, and scalar f16/bf16 conversions
 
 // One contiguous run: `in[k]` points at input k's first element; bit k of `scalar_mask` says input

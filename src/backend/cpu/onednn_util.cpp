@@ -58,8 +58,7 @@ namespace {
 
 // run_in_team's state: the calling thread posts each parallel_for as a job; the other members of the OpenMP region
 // wait for it spinning on `posted_`. A job costs a few cache-line transfers (the post, the task ranges, the done
-// count), where a fork/join of a fresh OpenMP region costs ~3.3 us on the 2-vCPU VM of docs/PERFORMANCE.md
-// (post + acknowledge round trip: 0.35-0.57 us).
+// count), several times cheaper than a fork/join of a fresh OpenMP region (figures in docs/PERFORMANCE.md).
 class TeamSession {
  public:
   void set_team(int team) { team_ = team; }

@@ -274,10 +274,10 @@ void scale_bias(float* y, const float* scale, const float* bias, int64_t rows, i
   });
 }
 
-// Few input channels per group (first layers): oneDNN's int8 kernels do poorly there (32x1x28x28 -> 64 ch 3x3:
-// 10.5 ms against 2.2 ms for the f32 conv, one thread). With K = C/groups*kH*kW <= 514, every partial sum of
-// (x - zp) * w is an integer of magnitude below 255*128*K < 2^24, exact in f32 whatever the order, so the f32
-// conv kernel on the integer values computes the int32 result exactly.
+// Few input channels per group (first layers): oneDNN's int8 kernels do poorly there, far slower than the f32
+// conv. With K = C/groups*kH*kW <= 514, every partial sum of (x - zp) * w is an integer of magnitude below
+// 255*128*K < 2^24, exact in f32 whatever the order, so the f32 conv kernel on the integer values computes the
+// int32 result exactly.
 bool use_exact_f32(const QConvGeom& g) {
   const int64_t cg = g.c / g.groups;
   return cg <= 4 && cg * g.kh * g.kw <= 514;

@@ -16,9 +16,9 @@
 // a residual and/or relu (store_epilogue.h), else on each task's output right after the task (still in cache).
 //
 // Threads: the tasks run on the OpenMP team that runs oneDNN (run_onednn_tasks), not on spore's pool. In a conv
-// chain these convs alternate with oneDNN ones (strided, 1x1, the stem) whose OpenMP workers keep spinning for
-// milliseconds after each region; pool workers competing with them for the 2 cores made the ResNet bench at 2
-// threads 1.5-3x slower (batch 32: 21-49 ms vs 14-17 ms on the team; batch 1: 2.7-3.2 vs 0.85-0.95 ms).
+// chain these convs alternate with oneDNN ones (strided, 1x1, the stem) whose OpenMP workers keep spinning for a
+// while after each region; pool workers competing with them for the cores made the ResNet bench at 2 threads much
+// slower than running on the team.
 //
 // Determinism and batch invariance by construction: an element of M_k is one FMA chain over c = 0..C-1 in
 // order, computed the same way by every micro-kernel variant (any tile count, 16 or 8 channels, AVX2 or
@@ -110,8 +110,7 @@ inline void transpose8(__m256 r[8]) {
 // the 9 taps of (group, c), 8 lanes each (g[k * 8 + lane] = w[o + lane, c, k]), dst at the group's place in a U
 // plane (planes kPlanePad apart as the transforms store them: plane p starts at p * (O * C + kPlanePad)).
 // One task per 16-channel slice, not per group of 8: the two groups of a slice write the two halves of the same
-// cache lines, and splitting them between threads made the lines bounce (measured with the batch-1 convs forced
-// onto the team: a 128-channel conv took 0.8 ms on two threads instead of ~0.1-0.25, the net 2.1-2.3 ms -> 1.05).
+// cache lines, and splitting them between threads made the lines bounce between the cores.
 template <typename PerChannel>
 void for_each_weight_group(const float* w, int64_t C, int64_t O, float* U, bool serial, const PerChannel& per_channel) {
   const int64_t groups = O / 8;
@@ -486,17 +485,16 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   const int64_t cap = std::max<int64_t>(kMR, 6144 * 16 / p.planes / g.c / kMR * kMR);
   // Every size runs on the thread team. Small convs (GEMMs under 32 MFLOP) used to run on the calling thread: with
   // the weights transformed per call (tasks then writing shared cache lines) the team lost at batch 1-2. With U kept
-  // for plan constants it wins - ResNet-style CNN at 2 threads, alternating runs: batch 1 0.57-0.66 ms serial vs
-  // 0.44-0.54 on the team, batch 2 1.29-1.32 vs 0.93-0.98, batch 4 a tie. `serial` stays for one-thread runs.
+  // for plan constants the team wins there too (and ties from batch 4). `serial` stays for one-thread runs.
   const bool serial = num_threads() <= 1;
   const int64_t threads = serial ? 1 : std::max(1, num_threads());
   const int64_t blocks = (tiles + cap - 1) / cap, rounds = (blocks + threads - 1) / threads;
   // One round (every thread one block): equal blocks, not whole micro-kernel groups - at 2 threads 16 tiles split
   // 8 + 8 instead of 12 + 4 and 64 split 32 + 32 instead of 36 + 28, and the conv waits for the larger block.
   // Where U is small (each block reads all of it), up to 4 blocks of >= 8 tiles per thread, so that a thread
-  // running fast takes blocks from a slow one (back-stealing): on the 2-vCPU VM one vCPU often runs the
-  // transforms 1.5-2x slower than the other for a while. 32 channels at 32x32 (U 147 KB), batch 1, 2 threads:
-  // 44-47 -> 39-41 us; with U at 590 KB (64 channels) re-reading it per block lost (41-50 -> 55-60 us).
+  // running fast takes blocks from a slow one (back-stealing): on a 2-vCPU VM one vCPU often runs the transforms
+  // markedly slower than the other for a while. Where U is large, re-reading it per block costs more than stealing
+  // gains, hence the 256 KB limit on U below.
   const int64_t u_bytes = p.planes * g.c * g.o * static_cast<int64_t>(sizeof(float));
   const int64_t per_thread = rounds == 1 && !serial && u_bytes <= (256 << 10)
                                  ? std::clamp<int64_t>(tiles / (threads * 8), 1, 4) : 1;
@@ -504,10 +502,9 @@ void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* 
   p.block = std::min(cap, rounds == 1 && !serial ? even : (even + kMR - 1) / kMR * kMR);
   // Tiles for one micro-kernel group only (batch 1 at 8x8 with F(4x4): 4 tiles): one task by tiles, so the tasks
   // split the output channels (16-channel slices) instead, each transforming the tiles' input itself (repeated,
-  // a small share). Such convs are weight-bound (128 -> 128 channels: 2.4 MB of U for 4 tiles): each thread then
-  // reads half of U. ResNet-style batch 1, 2 threads, the 8x8 conv on the team: 73 -> 45 us (60.6 alone). Where
-  // tiles fill several groups the tile split stays: splitting channels there (16 tiles, 64 channels) was slower
-  // (38-47 -> 47-50 us) - the next conv then reads half its input from the other core (~250 ns a line on the VM).
+  // a small share). Such convs are weight-bound (128 in and 128 out channels: 2.4 MB of U for 4 tiles): each thread
+  // then reads half of U. Where tiles fill several groups the tile split stays: splitting channels there was
+  // slower, as the next conv then reads half its input from the other core (slow cross-core cache lines on a VM).
   static const bool osplit_on = [] {
     const char* e = std::getenv("SPORE_WINOGRAD_OSPLIT");
     return !(e && e[0] == '0');
