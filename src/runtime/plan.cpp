@@ -7,7 +7,6 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "backend/cpu/cpu.h"
 #include "base/thread_pool.h"
 
 #include "ops/graph_ops.h"
@@ -16,9 +15,6 @@
 
 namespace spore {
 namespace {
-// Runs of the whole-run check that follows the per-step calibration, each way (Plan::run).
-constexpr int kCheck = 10;
-
 std::vector<TensorType> types_of(const std::vector<Value*>& vs) {
   std::vector<TensorType> t;
   for (const Value* v : vs) t.push_back(v->type);
@@ -29,7 +25,7 @@ bool has_kernel(const Node* n, Backend b) {
   const OpDef& def = op_registry().get(n->op);
   if (def.traits.has(Trait::graph_structure)) return true;
   const auto ins = types_of(n->inputs), outs = types_of(n->outputs);
-  return kernel_registry().find(b, n->op, def.dispatch_dtype(ins, outs)) != nullptr;
+  return backend_impl(b).supports(n->op, n->attrs, def.dispatch_dtype(ins, outs));
 }
 
 }  // namespace
@@ -100,6 +96,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   pm.run(*g);
 
   Plan p;
+  p.backend_ = o.backend;
   p.calibrate_threads_ = o.calibrate_threads;
   p.pass_records_ = pm.records();
   p.memory_plan_ = std::move(memory_info);
@@ -217,8 +214,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   }
   Profiler* prof = Profiler::active();
   // Profiled runs time each kernel as it runs and record the events (formatting, allocations) after the run, with
-  // the run as a span: recording in between cost ~7 us a kernel and ran the next kernel colder (8 tiny convs:
-  // 0.067 ms a profiled run against 0.007 unprofiled).
+  // the run as a span: recording in between cost more than a small kernel and ran the next kernel colder.
   const int64_t prof_run0 = prof ? Profiler::now_ns() : 0;
   struct Timed {
     const Step* step;
@@ -226,70 +222,11 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   };
   std::vector<Timed> timed_kernels;
   if (prof) timed_kernels.reserve(steps_.size());
-  // Per-step thread mode (Step::mode). Calibration: runs 0..kWarm warm up (page faults, constant transforms, caches;
-  // a ResNet-style conv on the team still got faster up to run 4: 64 -> 42 us); then kRuns pairs of runs, the
-  // first of a pair timing every step on the team, the second timing the steps that took under kSmallUs on the
-  // team again on the calling thread alone (so a large step never pays a slow trial); then a step runs serially
-  // only where that was clearly faster (best of kRuns each, by 10%). Alternating, a drift in speed over the first
-  // runs favours neither mode (timed in two blocks, team first, the steps still warming up on the team lost: a
-  // ResNet-style batch 1 plan kept 4-11 serial steps, 0.44-0.49 ms against 0.36-0.41 with none). Then a
-  // whole-run check, kCheck runs each way alternating: runs with those decisions against runs with every step on
-  // the team; the decisions stay only where their median is lower by 3% (the runs' noise on the 2-vCPU VM).
-  // Per-step times miss what a step alone costs its neighbours: on the 2-vCPU VM a step alone leaves its whole
-  // output in the calling thread's cache, and the team step after it reads half of that across cores (~250 ns a
-  // line). ResNet-style batch 1 at 2 threads: the per-step decisions ran 0.443 ms, every step on the team 0.422
-  // (10 alternating pairs); the transformer's decisions won by 8%. Restarts when the thread count changes.
-  constexpr int kWarm = 4, kRuns = 4;
-  constexpr float kSmallUs = 200;
-  static const bool calibrate = [] {
-    const char* e = std::getenv("SPORE_PLAN_CALIBRATE");
-    return !(e && std::string_view(e) == "0");
-  }();
-  const int threads = num_threads();
-  const bool calibrating = threads > 1 && calibrate && calibrate_threads_;
-  if (threads != calib_threads_) {
-    calib_threads_ = threads;
-    calib_runs_ = 0;
-    check_runs_ = calibrating ? 0 : 2 * kCheck;
-    check_us_[0].clear();
-    check_us_[1].clear();
-    for (Step& st : steps_) {
-      st.mode = calibrating ? Step::Mode::undecided : Step::Mode::team;
-      st.primitive = Step::Primitive::unknown;  // seen with another thread count
-    }
-  }
-  // phase: 0 .. kWarm warm-up, then kWarm + 1 .. kWarm + 2 * kRuns timed (odd: team, even: alone); -1: decided
-  const int phase = calibrating && calib_runs_ <= kWarm + 2 * kRuns ? calib_runs_ : -1;
-  const bool timed = phase > kWarm;
-  const bool checking = phase < 0 && check_runs_ < 2 * kCheck;
-  const bool team_only = checking && check_runs_ % 2 == 1;  // the check's runs with every step on the team
-  // A step alone: parallel_for inline (SerialScope) and oneDNN's OpenMP on one thread, restored however it ends.
-  struct Alone {
-    SerialScope scope;
-    int threads;
-    explicit Alone(int t) : threads(t) { cpu_set_num_threads(1); }
-    ~Alone() { cpu_set_num_threads(threads); }
-    Alone(const Alone&) = delete;
-    Alone& operator=(const Alone&) = delete;
-  };
-  using clock = std::chrono::steady_clock;
-  // Team sessions (cpu_run_in_team): consecutive steps that run no self-parallelizing oneDNN primitive share one
-  // fork/join of the team; each of their parallel_for calls is a job posted to it (~0.5 us instead of ~3.3 us for
-  // a fork/join on the 2-vCPU VM; ResNet-style batch 1 runs ~20 of them, an LLM decode step ~250). The first run
-  // records which steps run such a primitive, so sessions start with the second.
-  const bool sessions = cpu_team_sessions();
-  bool record = false;
-  for (const Step& st : steps_) record = record || st.primitive == Step::Primitive::unknown;
-  auto run_step = [&](Step& st) {
-    const Attrs& attrs = *st.attrs;
-    KernelContext ctx{st.ins, st.outs, attrs, st.def->id, {}};
+  if (!executor_) executor_ = backend_impl(backend_).make_executor({.calibrate_threads = calibrate_threads_});
+  executor_->run(steps_.size(), [&](size_t i) {
+    Step& st = steps_[i];
+    KernelContext ctx{st.ins, st.outs, *st.attrs, st.def->id, {}};
     ctx.constant_inputs = st.constant_inputs;
-    const bool trial = timed && (phase - kWarm) % 2 == 0 && st.team_us < kSmallUs;
-    const bool serial = phase < 0 ? st.mode == Step::Mode::serial && !team_only : trial;
-    std::optional<Alone> alone;
-    if (serial) alone.emplace(threads);
-    const clock::time_point c0 = timed ? clock::now() : clock::time_point{};
-    const int64_t primitives = record ? cpu_team_primitive_calls() : 0;
     if (prof) {
       const int64_t t0 = Profiler::now_ns();
       st.fn(ctx);
@@ -297,48 +234,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     } else {
       st.fn(ctx);
     }
-    alone.reset();
-    if (record)
-      st.primitive = cpu_team_primitive_calls() != primitives ? Step::Primitive::team : Step::Primitive::none;
-    if (timed && (serial || (phase - kWarm) % 2 == 1)) {
-      const float us = std::chrono::duration<float, std::micro>(clock::now() - c0).count();
-      float& best = serial ? st.serial_us : st.team_us;
-      if (best == 0 || us < best) best = us;
-    }
-  };
-  const clock::time_point run0 = checking ? clock::now() : clock::time_point{};
-  if (record || !sessions) {
-    for (Step& st : steps_) run_step(st);
-  } else {
-    for (size_t i = 0; i < steps_.size();) {
-      size_t j = i;
-      while (j < steps_.size() && steps_[j].primitive == Step::Primitive::none) ++j;
-      if (j - i >= 2) {  // one step alone gains nothing from a session: its one fork/join is the session's
-        cpu_run_in_team([&] {
-          for (size_t k = i; k < j; ++k) run_step(steps_[k]);
-        });
-        i = j;
-      } else {
-        run_step(steps_[i++]);
-      }
-    }
-  }
-  if (checking) {
-    check_us_[check_runs_ % 2].push_back(std::chrono::duration<float, std::micro>(clock::now() - run0).count());
-    if (++check_runs_ == 2 * kCheck) {
-      const auto median = [](std::vector<float> v) {
-        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-        return v[v.size() / 2];
-      };
-      if (!(median(check_us_[0]) < 0.97f * median(check_us_[1])))
-        for (Step& st : steps_) st.mode = Step::Mode::team;
-    }
-  }
-  if (phase >= 0 && ++calib_runs_ > kWarm + 2 * kRuns) {
-    for (Step& st : steps_)
-      st.mode = st.serial_us > 0 && st.serial_us < 0.9f * st.team_us ? Step::Mode::serial : Step::Mode::team;
-    if (serial_steps() == 0) check_runs_ = 2 * kCheck;  // nothing to check
-  }
+  });
   for (size_t i = 0; i < outs.size(); ++i)
     if (output_from_input_[i] <= -3) outs[i] = outs[-3 - output_from_input_[i]];
   // Drop references to caller tensors so the plan does not keep them alive.
@@ -352,17 +248,9 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   return outs;
 }
 
-bool Plan::calibrated() const {
-  for (const Step& st : steps_)
-    if (st.mode == Step::Mode::undecided) return false;
-  return check_runs_ >= 2 * kCheck;
-}
+bool Plan::calibrated() const { return executor_ && executor_->calibrated(); }
 
-int64_t Plan::serial_steps() const {
-  int64_t n = 0;
-  for (const Step& st : steps_) n += st.mode == Step::Mode::serial;
-  return n;
-}
+int64_t Plan::serial_steps() const { return executor_ ? executor_->serial_steps() : 0; }
 
 std::string Plan::describe() const {
   std::string s = fmt::format("plan: {} kernels, arena {} bytes\n", steps_.size(), arena_bytes_);

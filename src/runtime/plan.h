@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/backend.h"
 #include "ops/kernel.h"
 #include "ops/registry.h"
 #include "passes/pass.h"
@@ -28,7 +29,7 @@ struct CompileOptions {
   std::string save_graphs_dir;
   bool inference = false;  // PassOptions::inference: a deployed model (batch_norm folding, dropout removal)
   bool recompute = false;  // PassOptions::recompute: rematerialize cheap activations (set_context recompute)
-  // Plan::run times small steps on the team and alone during the first runs and keeps the faster (Step::mode).
+  // The CPU executor times small steps on the team and alone during the first runs and keeps the faster.
   // Off for plans whose steps' work changes from run to run with state the graph does not show (LLM decode: the
   // attention over a growing KV cache - a mode picked at 10 cached tokens is wrong at 500).
   bool calibrate_threads = true;
@@ -47,8 +48,9 @@ class Plan {
   const MemoryPlanInfo& memory_plan() const { return memory_plan_; }
   int64_t weights_bytes() const { return weights_bytes_; }  // bytes of the constants the plan reads
   std::string describe() const;  // the schedule, one kernel per line
-  // Whether every step's thread mode is decided (see Step::mode) and checked on whole runs; true at once with one
-  // thread or SPORE_PLAN_CALIBRATE=0. spore bench keeps warming up until it is (33 runs).
+  // Whether the backend's executor has learned how to run the steps (the CPU's: every step's thread mode decided
+  // and checked on whole runs, backend/cpu/executor.cpp; at once with one thread or SPORE_PLAN_CALIBRATE=0). False
+  // before the first run. spore bench keeps warming up until it is.
   bool calibrated() const;
   int64_t serial_steps() const;  // steps that run on the calling thread alone (after calibration)
 
@@ -64,22 +66,11 @@ class Plan {
     std::vector<Tensor> outs;
     std::vector<TensorType> in_types, out_types;
     uint64_t constant_inputs = 0;  // KernelContext::constant_inputs: which inputs are constants of the graph
-    // Thread mode, decided by timing the step both ways during the plan's first runs (Plan::run): some steps
-    // are faster on the calling thread alone than on the team (fork/join and data crossing cores cost more than
-    // they gain). Results do not depend on it: kernels split work into the same tasks either way.
-    enum class Mode : uint8_t { undecided, team, serial } mode = Mode::undecided;
-    float team_us = 0, serial_us = 0;  // best time seen in each mode while calibrating
-    // Whether the step runs a oneDNN primitive that parallelizes itself (cpu_team_primitive_calls), seen in the
-    // plan's first run: such a step runs outside the runs of steps that share one team session (Plan::run).
-    enum class Primitive : uint8_t { unknown, none, team } primitive = Primitive::unknown;
   };
-  int calib_runs_ = 0;      // runs of the calibration so far
-  // The whole-run check after the per-step decisions (Plan::run): runs so far, and the run times with the
-  // decisions (even runs) and with every step on the team (odd runs).
-  int check_runs_ = 0;
-  std::vector<float> check_us_[2];
-  int calib_threads_ = 0;   // the thread count it is for (a change restarts it)
+  Backend backend_ = Backend::cpu;
   bool calibrate_threads_ = true;  // CompileOptions::calibrate_threads
+  // How the steps run (ops/backend.h): made by the plan's backend on the first run, kept across runs.
+  std::shared_ptr<StepExecutor> executor_;
   struct Patch {  // where run() writes graph inputs/outputs into the prebuilt step tensors
     int step;
     bool is_output;

@@ -2,10 +2,8 @@
 
 #include <mutex>
 
-#include "backend/cpu/cpu.h"
-#include "backend/null/null_backend.h"
-#include "backend/reference/reference.h"
 #include "base/thread_pool.h"
+#include "ops/backend.h"
 #include "ops/registry.h"
 #include "runtime/eager.h"
 
@@ -19,13 +17,14 @@ bool init() {
   static std::once_flag once;
   std::call_once(once, [] {
     op_registry();  // builds every OpDef
+    register_reference_backend();
+    register_cpu_backend();
+    register_null_backend();
     KernelRegistry& k = kernel_registry();
-    register_reference_kernels(k);
-    register_cpu_kernels(k);
-    register_null_kernels(k);
+    for (BackendImpl* b : registered_backends()) b->register_kernels(k);
     static EagerDispatcher dispatcher;
     set_dispatcher(&dispatcher);
-    cpu_set_num_threads(num_threads());
+    for (BackendImpl* b : registered_backends()) b->set_num_threads(num_threads());
   });
   return true;
 }
@@ -33,7 +32,7 @@ bool init() {
 void set_threads(int n) {
   if (n <= 0) n = hardware_threads();
   set_num_threads(n);
-  cpu_set_num_threads(n);
+  for (BackendImpl* b : registered_backends()) b->set_num_threads(n);
 }
 
 void set_context(const ContextOptions& o) {
@@ -53,6 +52,15 @@ BackendScope::~BackendScope() { tls_backend = prev_; }
 
 std::string version() { return SPORE_VERSION; }
 std::string build_type() { return SPORE_BUILD_TYPE; }
-BackendInfo backend_info() { return {cpu_simd_target(), cpu_features(), onednn_version()}; }
+BackendInfo backend_info() {
+  init();
+  BackendInfo bi;
+  for (const auto& [key, value] : backend_impl(Backend::cpu).info()) {
+    if (key == "simd_target") bi.simd_target = value;
+    if (key == "cpu_features") bi.cpu_features = value;
+    if (key == "onednn") bi.onednn_version = value;
+  }
+  return bi;
+}
 
 }  // namespace spore

@@ -1,6 +1,9 @@
 #include "backend/null/null_backend.h"
 
 #include <atomic>
+#include <memory>
+
+#include "ops/backend.h"
 
 namespace spore {
 namespace {
@@ -19,6 +22,16 @@ void count_kernel(KernelContext& k) {
 void register_null_kernels(KernelRegistry& r) {
   for (int op = 0; op < num_builtin_ops; ++op) r.add(Backend::null, static_cast<OpId>(op), dtypes::all, count_kernel, "null");
 }
+
+namespace {
+class NullBackend final : public BackendImpl {
+ public:
+  Backend id() const override { return Backend::null; }
+  void register_kernels(KernelRegistry& r) override { register_null_kernels(r); }
+};
+}  // namespace
+
+void register_null_backend() { register_backend(std::make_unique<NullBackend>()); }
 
 NullBackendStats null_backend_stats() { return {g_kernels.load(), g_read.load(), g_written.load()}; }
 void reset_null_backend_stats() {

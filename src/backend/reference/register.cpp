@@ -1,5 +1,6 @@
 #include "backend/reference/families.h"
 #include "backend/reference/reference.h"
+#include "ops/backend.h"
 
 namespace spore {
 namespace {
@@ -23,4 +24,14 @@ void register_reference_kernels(KernelRegistry& r) {
   reference::register_blockq(r);
   reference::register_llm_attention(r);
 }
+
+namespace {
+class ReferenceBackend final : public BackendImpl {
+ public:
+  Backend id() const override { return Backend::reference; }
+  void register_kernels(KernelRegistry& r) override { register_reference_kernels(r); }
+};
+}  // namespace
+
+void register_reference_backend() { register_backend(std::make_unique<ReferenceBackend>()); }
 }  // namespace spore

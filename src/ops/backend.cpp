@@ -1,0 +1,53 @@
+#include "ops/backend.h"
+
+#include <array>
+
+#include "base/error.h"
+
+namespace spore {
+namespace {
+
+std::array<std::unique_ptr<BackendImpl>, num_backends>& table() {
+  static std::array<std::unique_ptr<BackendImpl>, num_backends> t;
+  return t;
+}
+
+class InOrderExecutor final : public StepExecutor {
+ public:
+  void run(size_t num_steps, const std::function<void(size_t)>& run_step) override {
+    for (size_t i = 0; i < num_steps; ++i) run_step(i);
+  }
+};
+
+}  // namespace
+
+bool BackendImpl::supports(OpId op, const Attrs&, DType dispatch) const {
+  return kernel_registry().find(id(), op, dispatch) != nullptr;
+}
+
+std::unique_ptr<StepExecutor> BackendImpl::make_executor(const ExecutorOptions&) const {
+  return std::make_unique<InOrderExecutor>();
+}
+
+void register_backend(std::unique_ptr<BackendImpl> b) {
+  SPORE_CHECK(b != nullptr, ErrorCode::invalid_argument, "register_backend: no implementation given");
+  const auto i = static_cast<size_t>(b->id());
+  SPORE_CHECK(i < num_backends, ErrorCode::invalid_argument, "register_backend: backend id {} out of range", i);
+  table()[i] = std::move(b);
+}
+
+BackendImpl& backend_impl(Backend b) {
+  const auto i = static_cast<size_t>(b);
+  SPORE_CHECK(i < num_backends && table()[i] != nullptr, ErrorCode::not_found, "backend '{}' is not registered",
+              backend_name(b));
+  return *table()[i];
+}
+
+std::vector<BackendImpl*> registered_backends() {
+  std::vector<BackendImpl*> out;
+  for (auto& b : table())
+    if (b) out.push_back(b.get());
+  return out;
+}
+
+}  // namespace spore
