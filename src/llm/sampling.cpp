@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
 #include <unordered_map>
 
 #include "base/error.h"
 #include "base/rng.h"
+#include "ops/ops.h"
+#include "tensor/storage.h"
 
 namespace spore::llm {
 
@@ -57,44 +56,14 @@ bool before(const Sampler::Candidate& a, const Sampler::Candidate& b) {
 }
 
 // Index of the largest value, the lowest index among equal ones (0 and -0 are equal); any NaN is an error naming
-// its token. Two vector passes - the maximum (NaN seen as unordered with itself), then the first index holding it -
-// instead of one compare-and-branch per element, which over a large vocabulary was a big share of a decode step's
-// time outside the kernels (the compiler does not vectorize a float max reduction on its own).
+// its token. argmax (the backend's kernel, over the logits in place) returns the first NaN if there is one.
 size_t greedy_pick(std::span<const float> l) {
-  const float* x = l.data();
-  const size_t n = l.size();
-  size_t i = 0;
-  float m = -INFINITY;
-  bool nan = false;
-#if defined(__AVX__)
-  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, bad = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
-    m0 = _mm256_max_ps(m0, a);
-    m1 = _mm256_max_ps(m1, b);
-    bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q)));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
-  for (float v : lanes) m = v > m ? v : m;
-  nan = _mm256_movemask_ps(bad) != 0;
-#endif
-  for (; i < n; ++i) {
-    m = x[i] > m ? x[i] : m;
-    nan |= std::isnan(x[i]);
-  }
-  if (nan)
-    for (size_t j = 0; j < n; ++j)
-      if (std::isnan(x[j])) SPORE_FAIL(ErrorCode::invalid_argument, "sampler: logit of token {} is NaN", j);
-  i = 0;
-#if defined(__AVX__)
-  const __m256 mv = _mm256_set1_ps(m);
-  for (; i + 8 <= n; i += 8)
-    if (const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), mv, _CMP_EQ_OQ)))
-      return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hit)));
-#endif
-  while (x[i] != m) ++i;  // m is one of the values (all -inf included)
-  return i;
+  const auto n = static_cast<int64_t>(l.size());
+  const Tensor logits = Tensor::from_storage(Storage::wrap(const_cast<float*>(l.data()), l.size() * sizeof(float)),
+                                             {n}, {1}, 0, DType::f32);
+  const auto best = static_cast<size_t>(ops::argmax(logits, 0).item_at(0));
+  SPORE_CHECK(!std::isnan(l[best]), ErrorCode::invalid_argument, "sampler: logit of token {} is NaN", best);
+  return best;
 }
 
 void softmax(std::vector<Sampler::Candidate>& cs, double temperature) {

@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "backend/cpu/families.h"
 #include "base/thread_pool.h"
 
@@ -322,6 +324,21 @@ inline bool better(A v, A b, bool max) {
   return max ? v > b : v < b;
 }
 
+// The first j with x[j] == m (0 == -0), or the first NaN when `nan`; m is one of x's values, so one is found. Eight
+// lanes a compare: over an LLM's vocabulary (the sampler's greedy pick) an early-exit scalar loop was not vectorized.
+int64_t first_match_f32(const float* x, int64_t n, float m, bool nan) {
+  int64_t j = 0;
+  const __m256 mv = _mm256_set1_ps(m);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    const int hit = _mm256_movemask_ps(nan ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q) : _mm256_cmp_ps(v, mv, _CMP_EQ_OQ));
+    if (hit) return j + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  for (; j < n; ++j)
+    if (nan ? std::isnan(x[j]) : x[j] == m) return j;
+  return n - 1;  // not reached: m is one of the values
+}
+
 template <typename A>
 int64_t arg_row(const A* x, int64_t n, bool max) {
   if constexpr (std::is_same_v<A, float>) {
@@ -331,8 +348,7 @@ int64_t arg_row(const A* x, int64_t n, bool max) {
         m = max ? op2<float, op_max>(m, reduce_span<float, op_max>(x + c, std::min(block, n - c)))
                 : op2<float, op_min>(m, reduce_span<float, op_min>(x + c, std::min(block, n - c)));
       const bool nan = std::isnan(m);
-      for (int64_t j = 0; j < n; ++j)
-        if (nan ? std::isnan(x[j]) : x[j] == m) return j;
+      return first_match_f32(x, n, m, nan);
     }
   }
   int64_t best = 0;
