@@ -5,6 +5,10 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_TIME ?= 120
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# ccache keys objects on paths relative to the checkout (and not on the build folder), so another clone of the
+# repository on the same machine - CI's - reuses this one's objects instead of compiling everything again.
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= true
 
 .PHONY: deps build demo test test-asan fuzz bench bench-peers clean
 
