@@ -56,9 +56,10 @@ inline Tensor patterned_tensor(Shape shape, DType dtype, int salt) {
   return Tensor::from_doubles(v, shape, dtype);
 }
 
-// The repository root: the source directory CMake configured (tests/CMakeLists.txt), not __FILE__, which is
-// relative when ccache rewrites paths (CCACHE_BASEDIR) and then no longer resolves from the test's directory.
-inline std::string repo_root() { return SPORE_TEST_SOURCE_DIR; }
+// The repository root: the source directory CMake configured (tests/CMakeLists.txt, compiled into test_main.cpp
+// only), not __FILE__, which is relative when ccache rewrites paths (CCACHE_BASEDIR).
+const char* source_dir();
+inline std::string repo_root() { return source_dir(); }
 
 }  // namespace spore::testing
 

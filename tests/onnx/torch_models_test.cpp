@@ -12,6 +12,7 @@
 #include "io/onnx/onnx.h"
 #include "ops/graph_ops.h"
 #include "runtime/plan.h"
+#include "test_util.h"
 
 namespace spore {
 namespace {
@@ -20,7 +21,7 @@ namespace {
 // binary run away from its source tree).
 std::filesystem::path models_dir() {
   if (const char* src = std::getenv("SPORE_SOURCE_DIR")) return std::filesystem::path(src) / "tests/data/torch_models";
-  return std::filesystem::path(SPORE_TEST_SOURCE_DIR) / "tests/data/torch_models";
+  return std::filesystem::path(testing::repo_root()) / "tests/data/torch_models";
 }
 
 std::vector<Tensor> run(const Graph& g, const Tensor& x) {

@@ -17,6 +17,7 @@
 #include "ops/graph_ops.h"
 #include "passes/pass.h"
 #include "runtime/plan.h"
+#include "test_util.h"
 
 namespace spore {
 namespace {
@@ -549,7 +550,7 @@ TEST(RecognizePatterns, OptimizedMatchesUnoptimizedBF16) { check_numerics(DType:
 // inference, its written-out layer norms and projections become layer_norm / linear, and the output still
 // matches PyTorch's within torch_models_test's tolerance (1e-4 of the output scale).
 TEST(RecognizePatterns, TorchTransformerStillMatchesPyTorch) {
-  std::filesystem::path dir = std::filesystem::path(SPORE_TEST_SOURCE_DIR) / "tests/data/torch_models";
+  std::filesystem::path dir = std::filesystem::path(testing::repo_root()) / "tests/data/torch_models";
   if (const char* src = std::getenv("SPORE_SOURCE_DIR")) dir = std::filesystem::path(src) / "tests/data/torch_models";
   const Tensor x = io::read_npy((dir / "transformer.input.npy").string());
   const Tensor want = io::read_npy((dir / "transformer.output.npy").string());
