@@ -44,20 +44,12 @@ std::optional<std::vector<TensorType>> try_infer_types(const OpDef& def, std::sp
 }
 
 Node* try_build_node(Graph& g, OpId op, std::vector<Value*> inputs, const Attrs& attrs, std::string name) {
-  const OpDef& def = op_registry().get(op);
-  const std::string where = name.empty() ? std::string(op_name(op)) : name;
-  Attrs a;
   try {
-    a = def.normalize(attrs, where);
+    return build_node(g, op, std::move(inputs), attrs, std::move(name));  // adds nothing unless inference passed
   } catch (const Error& e) {
     if (!is_rejection(e)) throw;
     return nullptr;
   }
-  std::vector<TensorType> in;
-  for (Value* v : inputs) in.push_back(v->type);
-  auto outs = try_infer_types(def, in, a, where);
-  if (!outs) return nullptr;
-  return g.add_node(op, std::move(inputs), std::move(a), std::move(*outs), std::move(name));
 }
 
 void verify_graph(const Graph& g) {
