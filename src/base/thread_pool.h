@@ -52,9 +52,8 @@ inline int64_t num_chunks(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + g
 // front, then takes what is left of the other ranges from their back. Why not a shared counter (whichever thread is
 // free takes the next task): kernels of a chain split their work alike (rows, images, tile blocks), so task t of one
 // call reads what task t of the previous call wrote; with owned ranges that data stays in the core that wrote it
-// (ResNet-style CNN batch 32, 2 threads: 12.0 -> 10.1 ms; 6-layer transformer batch 32: 13.0 -> 10.7 ms). Why not a
-// fixed split: a core slowed by another tenant on its host core would hold up the team (this VM: one vCPU runs 15%
-// slower than the other); the back-stealing evens that out. Which thread runs a task never changes results.
+// (docs/PERFORMANCE.md has the figures). Why not a fixed split: a core slowed by another tenant on its host core
+// would hold up the team; the back-stealing evens that out. Which thread runs a task never changes results.
 class TaskRanges {
  public:
   TaskRanges(int64_t num_tasks, int team);

@@ -36,7 +36,7 @@ Value* Graph::new_value(TensorType type, std::string name) {
 }
 
 Value* Graph::add_input(TensorType type, std::string name) {
-  Node* n = add_node(OpId::input, {}, {}, {std::move(type)}, name);
+  Node* n = add_node("input"_op, {}, {}, {std::move(type)}, name);
   Value* v = n->outputs[0];
   if (!name.empty() && v->name != name) SPORE_FAIL(ErrorCode::invalid_argument, "duplicate graph input name '{}'", name);
   inputs_.push_back(v);
@@ -45,7 +45,7 @@ Value* Graph::add_input(TensorType type, std::string name) {
 
 Value* Graph::add_constant(Tensor value, std::string name) {
   SPORE_CHECK(value.defined() && !value.is_symbolic(), ErrorCode::invalid_argument, "constant needs concrete data");
-  Node* n = add_node(OpId::constant, {}, {}, {TensorType::of(value.dtype(), value.shape())}, std::move(name));
+  Node* n = add_node("constant"_op, {}, {}, {TensorType::of(value.dtype(), value.shape())}, std::move(name));
   n->payload = value.contiguous();
   return n->outputs[0];
 }
@@ -111,7 +111,7 @@ void Graph::erase_node(Node* n) {
   }
   n->inputs.clear();
   n->dead = true;
-  if (n->op == OpId::input) inputs_.erase(std::remove(inputs_.begin(), inputs_.end(), n->outputs[0]), inputs_.end());
+  if (n->op == "input"_op) inputs_.erase(std::remove(inputs_.begin(), inputs_.end(), n->outputs[0]), inputs_.end());
   order_dirty_ = true;
 }
 

@@ -4,7 +4,7 @@
 //
 //   Graph g("main");
 //   Value* x = g.add_input(TensorType(DType::f32, {Dim::symbol("batch"), 3}), "x");
-//   Node* n = g.add_node(OpId::relu, {x}, {}, {x->type}, "act");   // types usually come from ops::infer
+//   Node* n = g.add_node("relu"_op, {x}, {}, {x->type}, "act");   // types usually come from ops::infer
 //   g.set_outputs({n->output(0)});
 //   verify(g);  print_graph(g);
 #include <cstdint>
@@ -41,7 +41,7 @@ struct Value {
 
 struct Node {
   int64_t id = 0;
-  OpId op = OpId::identity;
+  OpId op = "identity"_op;
   std::string name;  // user-facing node name (import names, layer names); may be empty
   std::vector<Value*> inputs;
   std::vector<Value*> outputs;
@@ -51,6 +51,9 @@ struct Node {
 
   Value* input(int i) const { return inputs.at(i); }
   Value* output(int i = 0) const { return outputs.at(i); }
+  // The graph's own structure (add_input, add_constant): a graph input, a constant holding `payload`.
+  bool is_input() const { return op == "input"_op; }
+  bool is_constant() const { return op == "constant"_op; }
   // "relu 'act' (%3)" for error messages.
   std::string label() const;
 };
@@ -76,6 +79,8 @@ class Graph {
   // `base` if no value (live or erased: erased values keep their names) has it, else the first free base_1,
   // base_2, ...; reserves nothing, so pass it to rename_value or a builder straight away.
   std::string fresh_name(const std::string& base) const;
+  // Whether a value (live or erased: erased values keep their names) is called `name`.
+  bool name_taken(const std::string& name) const { return names_in_use_.count(name) != 0; }
   void replace_all_uses(Value* from, Value* to);  // including graph outputs
   // Removes a node whose outputs have no uses (and are not graph outputs).
   void erase_node(Node* n);

@@ -1,71 +1,129 @@
 #include "ir/op_id.h"
 
-#include <mutex>
-#include <unordered_map>
+#include <algorithm>
+#include <array>
 #include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 
 namespace spore {
 namespace {
 
-constexpr const char* builtin_names[] = {
+constexpr std::string_view builtin_names[] = {
 #define SPORE_OP(name) #name,
 #include "ir/op_list.inc"
 #undef SPORE_OP
 };
-static_assert(sizeof(builtin_names) / sizeof(builtin_names[0]) == num_builtin_ops);
+constexpr int kBuiltins = static_cast<int>(std::size(builtin_names));
 
-struct NameTable {
+// (hash, index) of every built-in, sorted by hash: op_index() of a built-in is a binary search without a lock.
+constexpr std::array<std::pair<uint32_t, int>, kBuiltins> sorted_builtins() {
+  std::array<std::pair<uint32_t, int>, kBuiltins> a{};
+  for (int i = 0; i < kBuiltins; ++i) a[i] = {static_cast<uint32_t>(op_id(builtin_names[i])), i};
+  std::sort(a.begin(), a.end());
+  return a;
+}
+constexpr auto kSorted = sorted_builtins();
+
+constexpr bool hashes_distinct() {
+  for (int i = 1; i < kBuiltins; ++i)
+    if (kSorted[i].first == kSorted[i - 1].first) return false;
+  return true;
+}
+static_assert(hashes_distinct(), "two built-in op names have the same FNV-1a hash: rename one");
+
+int builtin_index(OpId id) {
+  const auto h = static_cast<uint32_t>(id);
+  const auto it = std::lower_bound(kSorted.begin(), kSorted.end(), std::pair<uint32_t, int>{h, -1});
+  return it != kSorted.end() && it->first == h ? it->second : -1;
+}
+
+struct CustomTable {  // ops registered at run time; index = kBuiltins + position
+  std::mutex mu;
   std::deque<std::string> names;  // deque: string_views stay valid as it grows
-  std::unordered_map<std::string, OpId> by_name;
-  NameTable() {
-    for (int i = 0; i < num_builtin_ops; ++i) {
-      names.emplace_back(builtin_names[i]);
-      by_name.emplace(builtin_names[i], static_cast<OpId>(i));
-    }
-  }
+  std::vector<OpId> ids;
+  std::unordered_map<uint32_t, int> index;
 };
 
-NameTable& table() {
-  static NameTable t;
+CustomTable& custom() {
+  static CustomTable t;
   return t;
-}
-std::mutex& table_mutex() {
-  static std::mutex m;
-  return m;
 }
 
 }  // namespace
 
 std::string_view op_name(OpId id) {
-  const auto i = static_cast<size_t>(id);
-  if (i < static_cast<size_t>(num_builtin_ops)) return builtin_names[i];
-  std::lock_guard<std::mutex> lk(table_mutex());
-  return i < table().names.size() ? std::string_view(table().names[i]) : std::string_view("<unknown op>");
+  if (const int i = builtin_index(id); i >= 0) return builtin_names[i];
+  auto& t = custom();
+  std::lock_guard<std::mutex> lk(t.mu);
+  const auto it = t.index.find(static_cast<uint32_t>(id));
+  return it == t.index.end() ? std::string_view("<unknown op>") : std::string_view(t.names[static_cast<size_t>(it->second)]);
 }
 
 std::optional<OpId> op_from_name(std::string_view name) {
-  std::lock_guard<std::mutex> lk(table_mutex());
-  auto it = table().by_name.find(std::string(name));
-  if (it == table().by_name.end()) return std::nullopt;
-  return it->second;
-}
-
-OpId register_op_name(std::string_view name) {
-  std::lock_guard<std::mutex> lk(table_mutex());
-  auto& t = table();
-  SPORE_CHECK(!t.by_name.count(std::string(name)), ErrorCode::invalid_argument, "op name '{}' is already registered", name);
-  SPORE_CHECK(t.names.size() < 65535, ErrorCode::invalid_argument, "too many ops");
-  const auto id = static_cast<OpId>(t.names.size());
-  t.names.emplace_back(name);
-  t.by_name.emplace(std::string(name), id);
+  const OpId id = op_id(name);
+  if (const int i = builtin_index(id); i >= 0) {
+    if (builtin_names[i] == name) return id;
+    return std::nullopt;
+  }
+  auto& t = custom();
+  std::lock_guard<std::mutex> lk(t.mu);
+  const auto it = t.index.find(static_cast<uint32_t>(id));
+  if (it == t.index.end() || t.names[static_cast<size_t>(it->second)] != name) return std::nullopt;
   return id;
 }
 
+OpId register_op_name(std::string_view name) {
+  const OpId id = op_id(name);
+  if (const int i = builtin_index(id); i >= 0) {
+    SPORE_CHECK(builtin_names[i] != name, ErrorCode::invalid_argument, "op name '{}' is already registered", name);
+    SPORE_FAIL(ErrorCode::invalid_argument, "op name '{}' hashes to the id of built-in op '{}'; choose another name", name,
+               builtin_names[i]);
+  }
+  auto& t = custom();
+  std::lock_guard<std::mutex> lk(t.mu);
+  if (const auto it = t.index.find(static_cast<uint32_t>(id)); it != t.index.end()) {
+    const std::string& other = t.names[static_cast<size_t>(it->second)];
+    SPORE_CHECK(other != name, ErrorCode::invalid_argument, "op name '{}' is already registered", name);
+    SPORE_FAIL(ErrorCode::invalid_argument, "op name '{}' hashes to the id of custom op '{}'; choose another name", name, other);
+  }
+  SPORE_CHECK(t.names.size() < 65535, ErrorCode::invalid_argument, "too many ops");
+  t.index.emplace(static_cast<uint32_t>(id), static_cast<int>(t.names.size()));
+  t.names.emplace_back(name);
+  t.ids.push_back(id);
+  return id;
+}
+
+bool is_builtin_op(OpId id) { return builtin_index(id) >= 0; }
+
+int num_builtin_ops() { return kBuiltins; }
+
 int num_ops() {
-  std::lock_guard<std::mutex> lk(table_mutex());
-  return static_cast<int>(table().names.size());
+  auto& t = custom();
+  std::lock_guard<std::mutex> lk(t.mu);
+  return kBuiltins + static_cast<int>(t.names.size());
+}
+
+int op_index(OpId id) {
+  if (const int i = builtin_index(id); i >= 0) return i;
+  auto& t = custom();
+  std::lock_guard<std::mutex> lk(t.mu);
+  const auto it = t.index.find(static_cast<uint32_t>(id));
+  return it == t.index.end() ? -1 : kBuiltins + it->second;
+}
+
+OpId op_at(int index) {
+  if (index >= 0 && index < kBuiltins) return op_id(builtin_names[index]);
+  auto& t = custom();
+  std::lock_guard<std::mutex> lk(t.mu);
+  const auto j = static_cast<size_t>(index - kBuiltins);
+  SPORE_CHECK(index >= kBuiltins && j < t.ids.size(), ErrorCode::invalid_argument, "op index {} out of range", index);
+  return t.ids[j];
 }
 
 }  // namespace spore

@@ -117,17 +117,17 @@ class Parser {
       SPORE_CHECK(!peek_word("elided"), ErrorCode::parse_error,
                   "{}: this constant's data was elided when the graph was printed for display; print it in full to re-parse",
                   where());
-      SPORE_CHECK(*op == OpId::constant && types.size() == 1, ErrorCode::parse_error, "{}: only constants carry data", where());
+      SPORE_CHECK(*op == "constant"_op && types.size() == 1, ErrorCode::parse_error, "{}: only constants carry data", where());
       if (peek_word("tensor")) {
         payload = external_tensor(types[0]);
       } else {
         payload = hex_data(types[0]);
       }
-    } else if (*op == OpId::constant) {
+    } else if (*op == "constant"_op) {
       pos_ = name_pos[0];
       SPORE_FAIL(ErrorCode::parse_error, "{}: constant %{} has no data (= hex\"...\" or = tensor<K>)", where(), names[0]);
     }
-    if (*op == OpId::input) {
+    if (*op == "input"_op) {
       pos_ = op_pos;
       SPORE_FAIL(ErrorCode::parse_error, "{}: inputs are declared in the graph signature", where());
     }

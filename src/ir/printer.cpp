@@ -45,7 +45,7 @@ std::string print_graph(const Graph& g, const PrintOptions& opts) {
   }
   out += ") {\n";
   for (const Node* n : g.nodes()) {
-    if (n->op == OpId::input) continue;
+    if (n->op == "input"_op) continue;
     out += "  ";
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       if (i) out += ", ";
@@ -75,7 +75,7 @@ std::string print_graph(const Graph& g, const PrintOptions& opts) {
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       if (n->outputs[i]->arena_offset >= 0) out += fmt::format(" !offset{}={}", i, n->outputs[i]->arena_offset);
     }
-    if (n->op == OpId::constant) {
+    if (n->op == "constant"_op) {
       if (opts.external_constants) {
         out += fmt::format(" = tensor<{}>", opts.external_constants->size());
         opts.external_constants->push_back(n);
@@ -111,7 +111,7 @@ std::string graph_to_dot(const Graph& g) {
   for (const Node* n : g.nodes()) {
     std::string label(op_name(n->op));
     if (!n->name.empty()) label += "\\n" + esc(n->name);
-    std::string shape = n->op == OpId::input ? "ellipse" : n->op == OpId::constant ? "note" : "box";
+    std::string shape = n->op == "input"_op ? "ellipse" : n->op == "constant"_op ? "note" : "box";
     std::string types;
     for (const Value* v : n->outputs) types += "\\n" + v->type.str();
     out += fmt::format("  n{} [label=\"{}{}\", shape={}];\n", n->id, label, types, shape);

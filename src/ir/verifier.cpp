@@ -18,10 +18,10 @@ void verify_structure(const Graph& g) {
                                       [&](const Use& u) { return u.user == n && u.index == static_cast<int>(i); });
       SPORE_CHECK(listed, ErrorCode::internal, "[verify] node {}: input {} missing from %{}'s use-list", n->label(), i, v->name);
     }
-    if (n->op == OpId::input || n->op == OpId::constant) {
+    if (n->op == "input"_op || n->op == "constant"_op) {
       SPORE_CHECK(n->inputs.empty(), ErrorCode::invalid_argument, "[verify] node {} must have no inputs", n->label());
     }
-    if (n->op == OpId::constant) {
+    if (n->op == "constant"_op) {
       SPORE_CHECK(n->payload.defined(), ErrorCode::invalid_argument, "[verify] constant {} has no data", n->label());
       SPORE_CHECK(TensorType::of(n->payload.dtype(), n->payload.shape()) == n->outputs[0]->type, ErrorCode::invalid_argument,
                   "[verify] constant {}: data is {}{} but the type says {}", n->label(), dtype_name(n->payload.dtype()),

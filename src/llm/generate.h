@@ -28,8 +28,8 @@ class KvCache {
   void write(int64_t layer, const Tensor& k_new, const Tensor& v_new, int64_t p0, int64_t n);
   // Makes the rows of positions [0, end) resident before they are written (Session::feed calls it): the pages are
   // populated ahead in windows of kPopulateRows positions with one call per head (populate_pages), instead of a
-  // page fault every 4 KiB of a head's rows as decoding reaches them (~11 us each on our VMs: with f32 rows of 64
-  // values, 6 faults per token for a 24-layer, 2-KV-head model). Rows past the window stay untouched.
+  // page fault every 4 KiB of a head's rows as decoding reaches them (with f32 rows of 64 values, 6 faults per
+  // token for a 24-layer, 2-KV-head model). Rows past the window stay untouched.
   void reserve(int64_t end);
   static constexpr int64_t kPopulateRows = 256;
   const Tensor& k(int64_t layer) const { return k_[static_cast<size_t>(layer)]; }
@@ -82,8 +82,8 @@ class Session {
   void prepare(int64_t prompt_tokens);
   // Runs the prompt and one decode step, then forgets them (the position goes back; the cache rows written are
   // past it, so never read): the plans' arenas, outputs and scratch get their pages now, as llama-bench's warm-up
-  // run does, and the next feed of this length runs in the steady state (a first 512-token prefill was 10-25%
-  // slower, mostly page faults).
+  // run does, and the next feed of this length runs in the steady state (without it a first long prefill pays
+  // the page faults).
   void warm_up(std::span<const int32_t> prompt);
   int64_t position() const { return pos_; }
   void reset() { pos_ = 0; }

@@ -118,7 +118,7 @@ OpCost attention_cost(std::span<const TensorType> ins, std::span<const TensorTyp
 }  // namespace
 
 void register_attention_ops(OpRegistry& r) {
-  r.def(OpId::attention)
+  r.def("attention"_op)
       .doc("softmax(scale * q @ k^T [+ mask], last axis) @ v: q [..., Lq, D], k [..., Lk, D] (or [..., D, Lk] with "
            "k_transposed=true), v [..., Lk, Dv], equal leading dims; mask additive, broadcast to [..., Lq, Lk]. "
            "Made by fuse_attention; inference only.")

@@ -19,7 +19,23 @@ class InOrderExecutor final : public StepExecutor {
   }
 };
 
+class KernelTableBackend final : public BackendImpl {
+ public:
+  KernelTableBackend(Backend id, void (*reg)(KernelRegistry&)) : id_(id), register_(reg) {}
+  Backend id() const override { return id_; }
+  void register_kernels(KernelRegistry& r) override { register_(r); }
+
+ private:
+  Backend id_;
+  void (*register_)(KernelRegistry&);
+};
+
 }  // namespace
+
+std::unique_ptr<BackendImpl> make_kernel_table_backend(Backend id, void (*register_kernels)(KernelRegistry&)) {
+  SPORE_CHECK(register_kernels != nullptr, ErrorCode::invalid_argument, "make_kernel_table_backend: no kernel registration given");
+  return std::make_unique<KernelTableBackend>(id, register_kernels);
+}
 
 bool BackendImpl::supports(OpId op, const Attrs&, DType dispatch) const {
   return kernel_registry().find(id(), op, dispatch) != nullptr;

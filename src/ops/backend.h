@@ -54,6 +54,9 @@ class BackendImpl {
   virtual std::vector<std::pair<std::string, std::string>> info() const { return {}; }
 };
 
+// A backend that is only a kernel table (the reference and null backends): the defaults for everything else.
+std::unique_ptr<BackendImpl> make_kernel_table_backend(Backend id, void (*register_kernels)(KernelRegistry&));
+
 // Installs (or replaces) the implementation of b.id(). Not thread-safe against concurrent lookups: call at init.
 void register_backend(std::unique_ptr<BackendImpl> b);
 // The implementation of a backend; throws not_found naming it when none is registered.

@@ -60,19 +60,19 @@ void register_binary_ops(OpRegistry& r) {
     return b;
   };
 
-  def2(OpId::add, "a + b (NumPy broadcasting).", num, comm).infer(infer_arith).grad([](const GradContext& g) {
+  def2("add"_op, "a + b (NumPy broadcasting).", num, comm).infer(infer_arith).grad([](const GradContext& g) {
     return Grads{sum_to(g.output_grads[0], g.inputs[0].shape()), sum_to(g.output_grads[0], g.inputs[1].shape())};
   });
-  def2(OpId::sub, "a - b (NumPy broadcasting).", num, arith).infer(infer_arith).grad([](const GradContext& g) {
+  def2("sub"_op, "a - b (NumPy broadcasting).", num, arith).infer(infer_arith).grad([](const GradContext& g) {
     return Grads{sum_to(g.output_grads[0], g.inputs[0].shape()),
                  sum_to(ops::neg(g.output_grads[0]), g.inputs[1].shape())};
   });
-  def2(OpId::mul, "a * b (NumPy broadcasting).", num, comm).infer(infer_arith).grad([](const GradContext& g) {
+  def2("mul"_op, "a * b (NumPy broadcasting).", num, comm).infer(infer_arith).grad([](const GradContext& g) {
     const Tensor& d = g.output_grads[0];
     return Grads{sum_to(ops::mul(d, g.inputs[1]), g.inputs[0].shape()),
                  sum_to(ops::mul(d, g.inputs[0]), g.inputs[1].shape())};
   });
-  def2(OpId::div, "a / b; integer division truncates toward zero and rejects a zero divisor.", num, arith)
+  def2("div"_op, "a / b; integer division truncates toward zero and rejects a zero divisor.", num, arith)
       .infer(infer_arith)
       .grad([](const GradContext& g) {
         // d(a/b)/db = -(a/b)/b: reuses the forward output.
@@ -80,7 +80,7 @@ void register_binary_ops(OpRegistry& r) {
         return Grads{sum_to(ops::div(d, g.inputs[1]), g.inputs[0].shape()),
                      sum_to(ops::neg(ops::div(ops::mul(d, g.outputs[0]), g.inputs[1])), g.inputs[1].shape())};
       });
-  def2(OpId::pow, "a ** b (floating only).", dtypes::floating, arith).infer(infer_arith).grad([](const GradContext& g) {
+  def2("pow"_op, "a ** b (floating only).", dtypes::floating, arith).infer(infer_arith).grad([](const GradContext& g) {
     const Tensor &d = g.output_grads[0], &a = g.inputs[0], &b = g.inputs[1];
     const Tensor da = ops::mul(d, ops::mul(b, ops::pow(a, ops::sub(b, 1.0))));
     // log(a) is only defined for a > 0; elsewhere the exponent gets no gradient (0) instead of nan.
@@ -88,17 +88,17 @@ void register_binary_ops(OpRegistry& r) {
     const Tensor db = ops::mul(d, ops::mul(g.outputs[0], safe_log));
     return Grads{sum_to(da, a.shape()), sum_to(db, b.shape())};
   });
-  def2(OpId::maximum, "Elementwise max; nan propagates.", num, comm).infer(infer_arith).grad([](const GradContext& g) {
+  def2("maximum"_op, "Elementwise max; nan propagates.", num, comm).infer(infer_arith).grad([](const GradContext& g) {
     const Tensor &d = g.output_grads[0], &a = g.inputs[0], &b = g.inputs[1];
     const Tensor m = ops::ge(a, b);  // ties send the gradient to a
     return Grads{sum_to(ops::where(m, d, zero_like(d)), a.shape()), sum_to(ops::where(m, zero_like(d), d), b.shape())};
   });
-  def2(OpId::minimum, "Elementwise min; nan propagates.", num, comm).infer(infer_arith).grad([](const GradContext& g) {
+  def2("minimum"_op, "Elementwise min; nan propagates.", num, comm).infer(infer_arith).grad([](const GradContext& g) {
     const Tensor &d = g.output_grads[0], &a = g.inputs[0], &b = g.inputs[1];
     const Tensor m = ops::le(a, b);
     return Grads{sum_to(ops::where(m, d, zero_like(d)), a.shape()), sum_to(ops::where(m, zero_like(d), d), b.shape())};
   });
-  def2(OpId::mod, "Remainder. fmod=false: result has the divisor's sign (Python/NumPy); fmod=true: C fmod.", num, arith)
+  def2("mod"_op, "Remainder. fmod=false: result has the divisor's sign (Python/NumPy); fmod=true: C fmod.", num, arith)
       .attr("fmod", AttrKind::boolean, false)
       .infer(infer_arith)
       .grad([](const GradContext& g) {
@@ -111,17 +111,17 @@ void register_binary_ops(OpRegistry& r) {
 
   const TraitSet cmp = Trait::broadcast | Trait::no_grad;
   const TraitSet cmp_comm = cmp | Trait::commutative;
-  def2(OpId::eq, "a == b -> bool.", num | dtypes::boolean, cmp_comm).infer(infer_compare);
-  def2(OpId::ne, "a != b -> bool.", num | dtypes::boolean, cmp_comm).infer(infer_compare);
-  def2(OpId::lt, "a < b -> bool.", num, cmp).infer(infer_compare);
-  def2(OpId::le, "a <= b -> bool.", num, cmp).infer(infer_compare);
-  def2(OpId::gt, "a > b -> bool.", num, cmp).infer(infer_compare);
-  def2(OpId::ge, "a >= b -> bool.", num, cmp).infer(infer_compare);
+  def2("eq"_op, "a == b -> bool.", num | dtypes::boolean, cmp_comm).infer(infer_compare);
+  def2("ne"_op, "a != b -> bool.", num | dtypes::boolean, cmp_comm).infer(infer_compare);
+  def2("lt"_op, "a < b -> bool.", num, cmp).infer(infer_compare);
+  def2("le"_op, "a <= b -> bool.", num, cmp).infer(infer_compare);
+  def2("gt"_op, "a > b -> bool.", num, cmp).infer(infer_compare);
+  def2("ge"_op, "a >= b -> bool.", num, cmp).infer(infer_compare);
   const TraitSet logical = cmp_comm | Trait::inplace_ok;
-  def2(OpId::logical_and, "a and b (bool).", dtypes::boolean, logical).infer(infer_compare);
-  def2(OpId::logical_or, "a or b (bool).", dtypes::boolean, logical).infer(infer_compare);
+  def2("logical_and"_op, "a and b (bool).", dtypes::boolean, logical).infer(infer_compare);
+  def2("logical_or"_op, "a or b (bool).", dtypes::boolean, logical).infer(infer_compare);
 
-  r.def(OpId::where)
+  r.def("where"_op)
       .doc("cond ? a : b, with three-way NumPy broadcasting; cond is bool, a and b share a dtype.")
       .inputs({"cond", "a", "b"})
       .dtypes(dtypes::all)

@@ -24,12 +24,7 @@ const std::vector<int64_t>& ints_of_len(const InferContext& c, const char* name,
   return v;
 }
 
-const std::string& pad_mode_of(const InferContext& c) {
-  const std::string& m = c.attrs.s("pad_mode");
-  c.check(m == "pad" || m == "same" || m == "valid", ErrorCode::invalid_argument,
-          "pad_mode must be \"pad\", \"same\" or \"valid\", got \"{}\"", m);
-  return m;
-}
+const std::string& pad_mode_of(const InferContext& c) { return c.attrs.s("pad_mode"); }  // checked by normalize
 
 // Output size of one spatial axis of a sliding window (conv or pool).
 Dim window_out(const InferContext& c, const char* axis, const Dim& in, int64_t k, int64_t s, int64_t d,
@@ -418,20 +413,21 @@ Grads global_avg_pool_grad(const GradContext& c) {
 
 void register_conv_ops(OpRegistry& r) {
   using V = std::vector<int64_t>;
-  r.def(OpId::conv2d)
+  r.def("conv2d"_op)
       .doc("2-D convolution: x [N,C,H,W], w [O,C/groups,kH,kW], bias [O]; padding is (top,left,bottom,right).")
       .inputs({"x", "w", "bias?"})
       .attr("stride", AttrKind::i64s, V{1, 1})
       .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
       .attr("dilation", AttrKind::i64s, V{1, 1})
       .attr("groups", AttrKind::i64, int64_t{1})
-      .attr("pad_mode", AttrKind::str, std::string("pad"))
+      .choice("pad_mode", {"pad", "same", "valid"})
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::out_fusable, AmpPolicy::low)
+      .weight({.input = 1, .channel_axis = 0, .bias_input = 2, .output_channel_axis = 1})
       .infer(infer_conv2d)
       .grad(conv2d_grad)
       .cost([](auto ins, auto outs, const Attrs& a) { return conv_cost(ins, outs, false, a); });
-  r.def(OpId::conv_transpose2d)
+  r.def("conv_transpose2d"_op)
       .doc("2-D transposed convolution: x [N,C,H,W], w [C,O/groups,kH,kW], bias [O].")
       .inputs({"x", "w", "bias?"})
       .attr("stride", AttrKind::i64s, V{1, 1})
@@ -441,10 +437,11 @@ void register_conv_ops(OpRegistry& r) {
       .attr("groups", AttrKind::i64, int64_t{1})
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::out_fusable, AmpPolicy::low)
+      .weight({.input = 1, .channel_axis = 1, .bias_input = 2, .output_channel_axis = 1})
       .infer(infer_conv_transpose2d)
       .grad(conv_transpose2d_grad)
       .cost([](auto ins, auto outs, const Attrs& a) { return conv_cost(ins, outs, true, a); });
-  r.def(OpId::max_pool2d)
+  r.def("max_pool2d"_op)
       .doc("2-D max pooling over NCHW; padded positions never win; stride empty = kernel.")
       .inputs({"x"})
       .attr("kernel", AttrKind::i64s, V{2, 2})
@@ -452,12 +449,12 @@ void register_conv_ops(OpRegistry& r) {
       .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
       .attr("dilation", AttrKind::i64s, V{1, 1})
       .attr("ceil_mode", AttrKind::boolean, false)
-      .attr("pad_mode", AttrKind::str, std::string("pad"))
+      .choice("pad_mode", {"pad", "same", "valid"})
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer([](const InferContext& c) { return infer_pool(c, true); })
       .grad(max_pool2d_grad);
-  r.def(OpId::conv2d_weight_grad)
+  r.def("conv2d_weight_grad"_op)
       .doc("Weight gradient of conv2d: x [N,C,H,W], dy [N,O,Ho,Wo] -> dW [O,C/groups,kH,kW]; padding is resolved "
            "(top,left,bottom,right; an end pad may be negative).")
       .inputs({"x", "dy"})
@@ -478,7 +475,7 @@ void register_conv_ops(OpRegistry& r) {
         c.flops = 2.0 * static_numel(ins[1]) * static_cast<double>(w[1].size * w[2].size * w[3].size);
         return c;
       });
-  r.def(OpId::max_pool2d_grad)
+  r.def("max_pool2d_grad"_op)
       .doc("Input gradient of max_pool2d (same attributes): dy [N,C,Ho,Wo] goes to the element each window "
            "selected (NaN wins, else the first maximum in row-major window order).")
       .inputs({"x", "dy"})
@@ -487,11 +484,11 @@ void register_conv_ops(OpRegistry& r) {
       .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
       .attr("dilation", AttrKind::i64s, V{1, 1})
       .attr("ceil_mode", AttrKind::boolean, false)
-      .attr("pad_mode", AttrKind::str, std::string("pad"))
+      .choice("pad_mode", {"pad", "same", "valid"})
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_max_pool2d_grad);
-  r.def(OpId::avg_pool2d)
+  r.def("avg_pool2d"_op)
       .doc(
           "2-D average pooling over NCHW; count_include_pad counts padding (not the ceil_mode overhang) in the "
           "divisor.")
@@ -501,12 +498,12 @@ void register_conv_ops(OpRegistry& r) {
       .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
       .attr("ceil_mode", AttrKind::boolean, false)
       .attr("count_include_pad", AttrKind::boolean, false)
-      .attr("pad_mode", AttrKind::str, std::string("pad"))
+      .choice("pad_mode", {"pad", "same", "valid"})
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer([](const InferContext& c) { return infer_pool(c, false); })
       .grad(avg_pool2d_grad);
-  r.def(OpId::global_avg_pool)
+  r.def("global_avg_pool"_op)
       .doc("Mean over all spatial dims: [N,C,spatial...] -> [N,C,1,...].")
       .inputs({"x"})
       .dtypes(dtypes::floating)

@@ -12,14 +12,6 @@ namespace spore {
 
 namespace {
 
-// gelu's "approximate" must name a known form; checked at inference so graphs fail early.
-std::vector<TensorType> infer_gelu(const InferContext& c) {
-  const std::string& a = c.attrs.s("approximate");
-  c.check(a == "none" || a == "tanh", ErrorCode::invalid_argument,
-          fmt::format("attribute 'approximate' must be \"none\" or \"tanh\", got \"{}\"", a));
-  return {c.in(0)};
-}
-
 std::vector<TensorType> infer_cast(const InferContext& c) { return {TensorType(c.attrs.dtype("dtype"), c.in(0).dims)}; }
 
 
@@ -36,50 +28,50 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 GradFn grad_rule_for(OpId id) {
   using ops::mul, ops::add, ops::sub, ops::div;
   switch (id) {
-    case OpId::neg: return [](const GradContext& g) { return Grads{ops::neg(g.output_grads[0])}; };
-    case OpId::abs:
+    case "neg"_op: return [](const GradContext& g) { return Grads{ops::neg(g.output_grads[0])}; };
+    case "abs"_op:
       return [](const GradContext& g) { return Grads{mul(g.output_grads[0], ops::sign(g.inputs[0]))}; };
-    case OpId::exp: return [](const GradContext& g) { return Grads{mul(g.output_grads[0], g.outputs[0])}; };
-    case OpId::log: return [](const GradContext& g) { return Grads{div(g.output_grads[0], g.inputs[0])}; };
-    case OpId::sqrt:  // d sqrt(x) = 1 / (2 sqrt(x))
+    case "exp"_op: return [](const GradContext& g) { return Grads{mul(g.output_grads[0], g.outputs[0])}; };
+    case "log"_op: return [](const GradContext& g) { return Grads{div(g.output_grads[0], g.inputs[0])}; };
+    case "sqrt"_op:  // d sqrt(x) = 1 / (2 sqrt(x))
       return [](const GradContext& g) { return Grads{div(g.output_grads[0], mul(g.outputs[0], 2.0))}; };
-    case OpId::rsqrt:  // d x^-1/2 = -x^-1/2 / (2x)
+    case "rsqrt"_op:  // d x^-1/2 = -x^-1/2 / (2x)
       return [](const GradContext& g) {
         return Grads{mul(g.output_grads[0], mul(div(g.outputs[0], g.inputs[0]), -0.5))};
       };
-    case OpId::reciprocal:
+    case "reciprocal"_op:
       return [](const GradContext& g) {
         return Grads{ops::neg(mul(g.output_grads[0], mul(g.outputs[0], g.outputs[0])))};
       };
-    case OpId::tanh:
+    case "tanh"_op:
       return [](const GradContext& g) {
         const Tensor& y = g.outputs[0];
         return Grads{mul(g.output_grads[0], ops::sub(sc(1.0, y), mul(y, y)))};
       };
-    case OpId::sigmoid:
+    case "sigmoid"_op:
       return [](const GradContext& g) {
         const Tensor& y = g.outputs[0];
         return Grads{mul(g.output_grads[0], mul(y, ops::sub(sc(1.0, y), y)))};
       };
-    case OpId::relu:
+    case "relu"_op:
       return [](const GradContext& g) {
         const Tensor& x = g.inputs[0];
         return Grads{ops::where(ops::gt(x, zero_of(x)), g.output_grads[0], zero_of(x))};
       };
-    case OpId::silu:  // s (1 + x (1 - s))
+    case "silu"_op:  // s (1 + x (1 - s))
       return [](const GradContext& g) {
         const Tensor& x = g.inputs[0];
         const Tensor s = ops::sigmoid(x);
         return Grads{mul(g.output_grads[0], mul(s, add(mul(x, ops::sub(sc(1.0, s), s)), 1.0)))};
       };
-    case OpId::erf:  // 2/sqrt(pi) e^(-x^2)
+    case "erf"_op:  // 2/sqrt(pi) e^(-x^2)
       return [](const GradContext& g) {
         const Tensor& x = g.inputs[0];
         return Grads{mul(g.output_grads[0], mul(ops::exp(ops::neg(mul(x, x))), kTwoOverSqrtPi))};
       };
-    case OpId::sin:
+    case "sin"_op:
       return [](const GradContext& g) { return Grads{mul(g.output_grads[0], ops::cos(g.inputs[0]))}; };
-    case OpId::cos:
+    case "cos"_op:
       return [](const GradContext& g) { return Grads{ops::neg(mul(g.output_grads[0], ops::sin(g.inputs[0])))}; };
     default: return nullptr;
   }
@@ -112,7 +104,7 @@ Tensor hardswish_decomposed(const Tensor& x) { return ops::mul(x, ops::div(ops::
 
 void register_activation_ops(OpRegistry& r, TraitSet ew, FusionKind fk) {
   using ops::mul, ops::add, ops::sub;
-  r.def(OpId::hardsigmoid)
+  r.def("hardsigmoid"_op)
       .doc("max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid; PyTorch's Hardsigmoid is alpha = 1/6)")
       .inputs({"x"}).attr("alpha", AttrKind::f64, 0.2).attr("beta", AttrKind::f64, 0.5)
       .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
@@ -127,7 +119,7 @@ void register_activation_ops(OpRegistry& r, TraitSet ew, FusionKind fk) {
         const Tensor inside = ops::logical_and(ops::gt(t, zero_of(t)), ops::lt(t, sc(1.0, t)));
         return Grads{ops::where(inside, mul(d, alpha), zero_of(d))};
       });
-  r.def(OpId::hardswish)
+  r.def("hardswish"_op)
       .doc("x * max(0, min(6, x + 3)) / 6 (ONNX HardSwish, PyTorch Hardswish)")
       .inputs({"x"}).dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
       .scalar(hardswish_scalar)
@@ -138,13 +130,13 @@ void register_activation_ops(OpRegistry& r, TraitSet ew, FusionKind fk) {
         const Tensor mid = mul(d, add(ops::div(x, 3.0), 0.5));
         return Grads{ops::where(ops::lt(x, sc(-3.0, x)), zero_of(d), ops::where(ops::le(x, sc(3.0, x)), mid, d))};
       });
-  r.def(OpId::softplus)
+  r.def("softplus"_op)
       .doc("log(1 + e^x), computed as relu(x) + log1p(e^-|x|) so that it does not overflow (ONNX Softplus)")
       .inputs({"x"}).dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
       .scalar(softplus_scalar)
       .decompose([](std::span<const Tensor> in, const Attrs&) { return Grads{softplus_decomposed(in[0])}; })
       .grad([](const GradContext& g) { return Grads{mul(g.output_grads[0], ops::sigmoid(g.inputs[0]))}; });
-  r.def(OpId::mish)
+  r.def("mish"_op)
       .doc("x * tanh(softplus(x)) (ONNX Mish, PyTorch Mish)")
       .inputs({"x"}).dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
       .scalar(mish_scalar)
@@ -163,11 +155,11 @@ void register_activation_ops(OpRegistry& r, TraitSet ew, FusionKind fk) {
 
 namespace ops {
 Tensor hardsigmoid(const Tensor& x, double alpha, double beta) {
-  return call1(OpId::hardsigmoid, std::vector<Tensor>{x}, Attrs{{"alpha", alpha}, {"beta", beta}});
+  return call1("hardsigmoid"_op, std::vector<Tensor>{x}, Attrs{{"alpha", alpha}, {"beta", beta}});
 }
-Tensor hardswish(const Tensor& x) { return call1(OpId::hardswish, std::vector<Tensor>{x}, Attrs{}); }
-Tensor softplus(const Tensor& x) { return call1(OpId::softplus, std::vector<Tensor>{x}, Attrs{}); }
-Tensor mish(const Tensor& x) { return call1(OpId::mish, std::vector<Tensor>{x}, Attrs{}); }
+Tensor hardswish(const Tensor& x) { return call1("hardswish"_op, std::vector<Tensor>{x}, Attrs{}); }
+Tensor softplus(const Tensor& x) { return call1("softplus"_op, std::vector<Tensor>{x}, Attrs{}); }
+Tensor mish(const Tensor& x) { return call1("mish"_op, std::vector<Tensor>{x}, Attrs{}); }
 }  // namespace ops
 
 void register_elementwise_ops(OpRegistry& r) {
@@ -183,25 +175,25 @@ void register_elementwise_ops(OpRegistry& r) {
     AmpPolicy amp;
   };
   const Simple simple[] = {
-      {OpId::neg, "-x (integers wrap like two's complement)", dtypes::signed_numeric, ew, AmpPolicy::follow},
-      {OpId::abs, "|x| (abs of the most negative integer wraps to itself)", dtypes::signed_numeric, ew, AmpPolicy::follow},
-      {OpId::exp, "e^x", dtypes::floating, ew, AmpPolicy::keep_f32},
-      {OpId::log, "natural logarithm (log 0 = -inf, log of a negative = nan)", dtypes::floating, ew, AmpPolicy::keep_f32},
-      {OpId::sqrt, "square root", dtypes::floating, ew, AmpPolicy::follow},
-      {OpId::rsqrt, "1 / sqrt(x)", dtypes::floating, ew, AmpPolicy::keep_f32},
-      {OpId::reciprocal, "1 / x", dtypes::floating, ew, AmpPolicy::keep_f32},
-      {OpId::tanh, "hyperbolic tangent", dtypes::floating, ew, AmpPolicy::follow},
-      {OpId::sigmoid, "1 / (1 + e^-x)", dtypes::floating, ew, AmpPolicy::follow},
-      {OpId::relu, "max(x, 0)", dtypes::signed_numeric, ew, AmpPolicy::follow},
-      {OpId::silu, "x * sigmoid(x)", dtypes::floating, ew, AmpPolicy::follow},
-      {OpId::erf, "Gauss error function", dtypes::floating, ew, AmpPolicy::keep_f32},
-      {OpId::sin, "sine (radians)", dtypes::floating, ew, AmpPolicy::follow},
-      {OpId::cos, "cosine (radians)", dtypes::floating, ew, AmpPolicy::follow},
-      {OpId::floor, "largest integer <= x", dtypes::floating, ew_no_grad, AmpPolicy::follow},
-      {OpId::ceil, "smallest integer >= x", dtypes::floating, ew_no_grad, AmpPolicy::follow},
-      {OpId::round, "nearest integer, ties to even", dtypes::floating, ew_no_grad, AmpPolicy::follow},
-      {OpId::sign, "-1, 0 or 1 by the sign of x (nan stays nan)", dtypes::signed_numeric, ew_no_grad, AmpPolicy::follow},
-      {OpId::logical_not, "!x", dtypes::boolean, ew_no_grad, AmpPolicy::follow},
+      {"neg"_op, "-x (integers wrap like two's complement)", dtypes::signed_numeric, ew, AmpPolicy::follow},
+      {"abs"_op, "|x| (abs of the most negative integer wraps to itself)", dtypes::signed_numeric, ew, AmpPolicy::follow},
+      {"exp"_op, "e^x", dtypes::floating, ew, AmpPolicy::keep_f32},
+      {"log"_op, "natural logarithm (log 0 = -inf, log of a negative = nan)", dtypes::floating, ew, AmpPolicy::keep_f32},
+      {"sqrt"_op, "square root", dtypes::floating, ew, AmpPolicy::follow},
+      {"rsqrt"_op, "1 / sqrt(x)", dtypes::floating, ew, AmpPolicy::keep_f32},
+      {"reciprocal"_op, "1 / x", dtypes::floating, ew, AmpPolicy::keep_f32},
+      {"tanh"_op, "hyperbolic tangent", dtypes::floating, ew, AmpPolicy::follow},
+      {"sigmoid"_op, "1 / (1 + e^-x)", dtypes::floating, ew, AmpPolicy::follow},
+      {"relu"_op, "max(x, 0)", dtypes::signed_numeric, ew, AmpPolicy::follow},
+      {"silu"_op, "x * sigmoid(x)", dtypes::floating, ew, AmpPolicy::follow},
+      {"erf"_op, "Gauss error function", dtypes::floating, ew, AmpPolicy::keep_f32},
+      {"sin"_op, "sine (radians)", dtypes::floating, ew, AmpPolicy::follow},
+      {"cos"_op, "cosine (radians)", dtypes::floating, ew, AmpPolicy::follow},
+      {"floor"_op, "largest integer <= x", dtypes::floating, ew_no_grad, AmpPolicy::follow},
+      {"ceil"_op, "smallest integer >= x", dtypes::floating, ew_no_grad, AmpPolicy::follow},
+      {"round"_op, "nearest integer, ties to even", dtypes::floating, ew_no_grad, AmpPolicy::follow},
+      {"sign"_op, "-1, 0 or 1 by the sign of x (nan stays nan)", dtypes::signed_numeric, ew_no_grad, AmpPolicy::follow},
+      {"logical_not"_op, "!x", dtypes::boolean, ew_no_grad, AmpPolicy::follow},
   };
   for (const Simple& s : simple) {
     OpDefBuilder b = r.def(s.id);
@@ -209,16 +201,16 @@ void register_elementwise_ops(OpRegistry& r) {
     if (GradFn gf = grad_rule_for(s.id)) b.grad(std::move(gf));
   }
 
-  r.def(OpId::leaky_relu).doc("x if x >= 0 else alpha * x").inputs({"x"}).attr("alpha", AttrKind::f64, 0.01)
+  r.def("leaky_relu"_op).doc("x if x >= 0 else alpha * x").inputs({"x"}).attr("alpha", AttrKind::f64, 0.01)
       .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
       .grad([](const GradContext& g) {
         const Tensor &x = g.inputs[0], &d = g.output_grads[0];
         return Grads{ops::where(ops::ge(x, zero_of(x)), d, ops::mul(d, g.attrs.f("alpha")))};
       });
-  r.def(OpId::gelu)
+  r.def("gelu"_op)
       .doc("x * Phi(x); approximate \"none\": 0.5x(1 + erf(x/sqrt2)), \"tanh\": 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))")
-      .inputs({"x"}).attr("approximate", AttrKind::str, std::string("none"))
-      .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer_gelu)
+      .inputs({"x"}).choice("approximate", {"none", "tanh"})
+      .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
       .grad([](const GradContext& g) {
         using ops::mul, ops::add;
         const Tensor &x = g.inputs[0], &d = g.output_grads[0];
@@ -236,7 +228,7 @@ void register_elementwise_ops(OpRegistry& r) {
         const Tensor pdf = mul(ops::exp(mul(mul(x, x), -0.5)), kInvSqrt2Pi);
         return Grads{mul(d, add(cdf, mul(x, pdf)))};
       });
-  r.def(OpId::clip)
+  r.def("clip"_op)
       .doc("min(max(x, min), max); the bounds are first converted to x's dtype (integers truncate); nan stays nan")
       .inputs({"x"}).attr("min", AttrKind::f64).attr("max", AttrKind::f64)
       .dtypes(dtypes::numeric).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
@@ -249,7 +241,7 @@ void register_elementwise_ops(OpRegistry& r) {
       });
   register_activation_ops(r, ew, fk);
   // Not inplace_ok: the output may have a different element size than the input.
-  r.def(OpId::cast)
+  r.def("cast"_op)
       .doc("converts to `dtype`: float->int truncates toward zero and saturates (nan -> 0), int->int wraps, "
            "x->bool is x != 0, to f16/bf16 rounds to nearest even")
       .inputs({"x"}).attr("dtype", AttrKind::dtype)

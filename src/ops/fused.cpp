@@ -17,20 +17,20 @@ struct ActEntry {
   OpId op;
 };
 constexpr ActEntry kActivations[] = {
-    {"relu", OpId::relu},       {"leaky_relu", OpId::leaky_relu}, {"clip", OpId::clip}, {"sigmoid", OpId::sigmoid},
-    {"tanh", OpId::tanh},       {"gelu", OpId::gelu},             {"silu", OpId::silu},
+    {"relu", "relu"_op},       {"leaky_relu", "leaky_relu"_op}, {"clip", "clip"_op}, {"sigmoid", "sigmoid"_op},
+    {"tanh", "tanh"_op},       {"gelu", "gelu"_op},             {"silu", "silu"_op},
 };
 }  // namespace
 
 std::optional<OpId> base_op(OpId f) {
-  if (f == OpId::conv2d_fused) return OpId::conv2d;
-  if (f == OpId::linear_fused) return OpId::linear;
+  if (f == "conv2d_fused"_op) return "conv2d"_op;
+  if (f == "linear_fused"_op) return "linear"_op;
   return std::nullopt;
 }
 
 std::optional<OpId> fused_op_of(OpId base) {
-  if (base == OpId::conv2d) return OpId::conv2d_fused;
-  if (base == OpId::linear) return OpId::linear_fused;
+  if (base == "conv2d"_op) return "conv2d_fused"_op;
+  if (base == "linear"_op) return "linear_fused"_op;
   return std::nullopt;
 }
 
@@ -50,7 +50,7 @@ std::optional<std::string_view> activation_name(OpId op) {
 
 Attrs base_attrs(OpId f, const Attrs& a) {
   Attrs r;
-  if (f == OpId::conv2d_fused)
+  if (f == "conv2d_fused"_op)
     for (const char* n : {"stride", "padding", "dilation", "groups", "pad_mode"})
       if (const AttrValue* v = a.find(n)) r.set(n, *v);
   return r;
@@ -63,9 +63,9 @@ Attrs activation_attrs(const Attrs& a) {
   const auto copy = [&](const char* n) {
     if (const AttrValue* v = a.find(n)) r.set(n, *v);
   };
-  if (*op == OpId::leaky_relu) copy("alpha");
-  if (*op == OpId::clip) copy("min"), copy("max");
-  if (*op == OpId::gelu) copy("approximate");
+  if (*op == "leaky_relu"_op) copy("alpha");
+  if (*op == "clip"_op) copy("min"), copy("max");
+  if (*op == "gelu"_op) copy("approximate");
   return r;
 }
 
@@ -112,15 +112,10 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
   } catch (const Error& e) {
     c.fail(ErrorCode::invalid_argument, e.what());
   }
-  if (act == OpId::gelu) {
-    const std::string& ap = c.attrs.s("approximate");
-    c.check(ap == "none" || ap == "tanh", ErrorCode::invalid_argument,
-            "approximate must be \"none\" or \"tanh\", got \"{}\"", ap);
-  }
   std::vector<TensorType> ins{c.in(0), c.in(1)};
   if (o.bias >= 0) ins.push_back(c.in(o.bias));
   bool src_blocked = false, dst_blocked = false;
-  if (base == OpId::conv2d) {
+  if (base == "conv2d"_op) {
     for (const char* k : {"src_layout", "dst_layout"})
       c.check(c.attrs.s(k) == "nchw" || c.attrs.s(k) == "nchw8c", ErrorCode::invalid_argument,
               "{} must be \"nchw\" or \"nchw8c\", got \"{}\"", k, c.attrs.s(k));
@@ -138,7 +133,7 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
   const OpDef& def = op_registry().get(base);
   const InferContext bc{def, ins, c.attrs, c.where};
   std::vector<TensorType> out = def.infer(bc);
-  if (base == OpId::conv2d && c.attrs.s("pool") != "none") {
+  if (base == "conv2d"_op && c.attrs.s("pool") != "none") {
     c.check(c.attrs.s("pool") == "max2x2", ErrorCode::invalid_argument, "pool must be \"none\" or \"max2x2\", got \"{}\"",
             c.attrs.s("pool"));
     c.check(!dst_blocked, ErrorCode::invalid_argument, "pool max2x2 needs dst_layout nchw");
@@ -156,7 +151,7 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
     c.check(same, ErrorCode::shape_mismatch, "residual must have the output's type {}{}, got {}{}",
             dtype_name(out[0].dtype), dims_str(out[0].dims), dtype_name(r.dtype), dims_str(r.dims));
   }
-  if (base == OpId::conv2d && c.attrs.s("pool") == "max2x2") {
+  if (base == "conv2d"_op && c.attrs.s("pool") == "max2x2") {
     for (size_t d : {2u, 3u}) {
       Dim& dim = out[0].dims[d];
       c.check(dim.is_static() && dim.size >= 2, ErrorCode::shape_mismatch,
@@ -169,7 +164,7 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
 
 std::vector<Tensor> decompose_fused(OpId f, std::span<const Tensor> inputs, const Attrs& a) {
   const fused::Operands o = fused::operands(a, static_cast<int>(inputs.size()));
-  const bool conv = f == OpId::conv2d_fused;
+  const bool conv = f == "conv2d_fused"_op;
   const bool src_blocked = conv && a.s("src_layout") == "nchw8c", dst_blocked = conv && a.s("dst_layout") == "nchw8c";
   std::vector<Tensor> ins{src_blocked ? fused::from_blocked(inputs[0]) : inputs[0], inputs[1]};
   if (o.bias >= 0) ins.push_back(inputs[static_cast<size_t>(o.bias)]);
@@ -179,7 +174,7 @@ std::vector<Tensor> decompose_fused(OpId f, std::span<const Tensor> inputs, cons
     y = ops::add(y, dst_blocked ? fused::from_blocked(r) : r);
   }
   if (const auto act = fused::activation_op(a.s("activation"))) y = ops::call1(*act, {&y, 1}, fused::activation_attrs(a));
-  if (conv && a.s("pool") == "max2x2") y = ops::call1(OpId::max_pool2d, {&y, 1}, fused::pool_attrs());
+  if (conv && a.s("pool") == "max2x2") y = ops::call1("max_pool2d"_op, {&y, 1}, fused::pool_attrs());
   return {dst_blocked ? fused::to_blocked(y) : y};
 }
 
@@ -200,14 +195,14 @@ void epilogue_attrs(OpDefBuilder& b) {
       .attr("alpha", AttrKind::f64, 0.01)
       .attr("min", AttrKind::f64, -inf)
       .attr("max", AttrKind::f64, inf)
-      .attr("approximate", AttrKind::str, std::string("none"))
+      .choice("approximate", {"none", "tanh"})
       .attr("residual", AttrKind::boolean, false);
 }
 }  // namespace
 
 void register_fused_ops(OpRegistry& r) {
   using V = std::vector<int64_t>;
-  OpDefBuilder conv = r.def(OpId::conv2d_fused);
+  OpDefBuilder conv = r.def("conv2d_fused"_op);
   conv.doc("[pool](act(conv2d(x, w, bias) [+ residual])): conv2d's attributes; activation none|relu|leaky_relu(alpha)|"
            "clip(min,max)|sigmoid|tanh|gelu(approximate)|silu; residual=true: the last input is added before the "
            "activation and has the conv output's type; pool none|max2x2 (max_pool2d 2x2 windows, stride 2, no "
@@ -217,26 +212,26 @@ void register_fused_ops(OpRegistry& r) {
       .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
       .attr("dilation", AttrKind::i64s, V{1, 1})
       .attr("groups", AttrKind::i64, int64_t{1})
-      .attr("pad_mode", AttrKind::str, std::string("pad"))
+      .choice("pad_mode", {"pad", "same", "valid"})
       .attr("pool", AttrKind::str, std::string("none"))
       .attr("src_layout", AttrKind::str, std::string("nchw"))
       .attr("dst_layout", AttrKind::str, std::string("nchw"));
   epilogue_attrs(conv);
   conv.dtypes(dtypes::floating)
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)
-      .infer([](const InferContext& c) { return infer_fused(c, OpId::conv2d); })
-      .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused(OpId::conv2d_fused, in, a); })
-      .cost([](auto ins, auto outs, const Attrs& a) { return fused_cost(OpId::conv2d_fused, ins, outs, a); });
-  OpDefBuilder lin = r.def(OpId::linear_fused);
+      .infer([](const InferContext& c) { return infer_fused(c, "conv2d"_op); })
+      .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused("conv2d_fused"_op, in, a); })
+      .cost([](auto ins, auto outs, const Attrs& a) { return fused_cost("conv2d_fused"_op, ins, outs, a); });
+  OpDefBuilder lin = r.def("linear_fused"_op);
   lin.doc("act(x @ w^T + bias [+ residual]): activation and residual as conv2d_fused. Made by fuse_epilogue; "
           "inference only.")
       .inputs({"x", "w", "bias?", "residual?"});
   epilogue_attrs(lin);
   lin.dtypes(dtypes::floating)
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)
-      .infer([](const InferContext& c) { return infer_fused(c, OpId::linear); })
-      .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused(OpId::linear_fused, in, a); })
-      .cost([](auto ins, auto outs, const Attrs& a) { return fused_cost(OpId::linear_fused, ins, outs, a); });
+      .infer([](const InferContext& c) { return infer_fused(c, "linear"_op); })
+      .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused("linear_fused"_op, in, a); })
+      .cost([](auto ins, auto outs, const Attrs& a) { return fused_cost("linear_fused"_op, ins, outs, a); });
 }
 
 }  // namespace spore

@@ -24,7 +24,7 @@ std::optional<OpId> base_op(OpId fused);
 std::optional<OpId> fused_op_of(OpId base);
 // The activation's op (relu, leaky_relu, ...), nullopt for "none"; throws invalid_argument on other names.
 std::optional<OpId> activation_op(std::string_view activation);
-// The activation name for an op that can be an epilogue ("relu" for OpId::relu), nullopt otherwise.
+// The activation name for an op that can be an epilogue ("relu" for "relu"_op), nullopt otherwise.
 std::optional<std::string_view> activation_name(OpId op);
 // The attributes of the base op and of the activation op (normalized fused attrs in, only theirs out).
 Attrs base_attrs(OpId fused, const Attrs& a);

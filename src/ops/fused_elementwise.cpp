@@ -3,6 +3,8 @@
 // for a dtype get the decomposition: the program replayed with the unfused ops.
 #include "ops/fused_elementwise.h"
 
+#include <cstdint>
+
 #include "ops/families.h"
 #include "ops/infer.h"
 #include "ops/ops.h"
@@ -13,12 +15,12 @@ namespace fused {
 
 int fusable_arity(OpId op) {
   switch (op) {
-    case OpId::neg: case OpId::abs: case OpId::exp: case OpId::log: case OpId::sqrt: case OpId::rsqrt:
-    case OpId::reciprocal: case OpId::tanh: case OpId::sigmoid: case OpId::relu: case OpId::leaky_relu:
-    case OpId::gelu: case OpId::silu: case OpId::erf: case OpId::sin: case OpId::cos: case OpId::floor:
-    case OpId::ceil: case OpId::round: case OpId::sign: case OpId::clip:
+    case "neg"_op: case "abs"_op: case "exp"_op: case "log"_op: case "sqrt"_op: case "rsqrt"_op:
+    case "reciprocal"_op: case "tanh"_op: case "sigmoid"_op: case "relu"_op: case "leaky_relu"_op:
+    case "gelu"_op: case "silu"_op: case "erf"_op: case "sin"_op: case "cos"_op: case "floor"_op:
+    case "ceil"_op: case "round"_op: case "sign"_op: case "clip"_op:
       return 1;
-    case OpId::add: case OpId::sub: case OpId::mul: case OpId::div: case OpId::maximum: case OpId::minimum:
+    case "add"_op: case "sub"_op: case "mul"_op: case "div"_op: case "maximum"_op: case "minimum"_op:
       return 2;
     default:
       return 0;
@@ -27,19 +29,19 @@ int fusable_arity(OpId op) {
 
 void encode_params(OpId op, const Attrs& attrs, double& p0, double& p1) {
   p0 = p1 = 0;
-  if (op == OpId::leaky_relu) p0 = attrs.f("alpha");
-  if (op == OpId::clip) {
+  if (op == "leaky_relu"_op) p0 = attrs.f("alpha");
+  if (op == "clip"_op) {
     p0 = attrs.f("min");
     p1 = attrs.f("max");
   }
-  if (op == OpId::gelu) p0 = attrs.s("approximate") == "tanh" ? 1.0 : 0.0;
+  if (op == "gelu"_op) p0 = attrs.s("approximate") == "tanh" ? 1.0 : 0.0;
 }
 
 Attrs op_attrs(const Instr& ins) {
   switch (ins.op) {
-    case OpId::leaky_relu: return Attrs{{"alpha", ins.p0}};
-    case OpId::clip: return Attrs{{"min", ins.p0}, {"max", ins.p1}};
-    case OpId::gelu: return Attrs{{"approximate", std::string(ins.p0 != 0 ? "tanh" : "none")}};
+    case "leaky_relu"_op: return Attrs{{"alpha", ins.p0}};
+    case "clip"_op: return Attrs{{"min", ins.p0}, {"max", ins.p1}};
+    case "gelu"_op: return Attrs{{"approximate", std::string(ins.p0 != 0 ? "tanh" : "none")}};
     default: return {};
   }
 }
@@ -64,7 +66,7 @@ Program decode(const Attrs& attrs, int num_inputs, std::string_view where) {
   for (size_t j = 0; j < n; ++j) {
     Instr& ins = p.instrs[j];
     const int64_t op = prog[j * kInstrWidth];
-    if (op < 0 || op >= num_builtin_ops || fusable_arity(static_cast<OpId>(op)) == 0)
+    if (op < 0 || op > UINT32_MAX || !is_builtin_op(static_cast<OpId>(op)) || fusable_arity(static_cast<OpId>(op)) == 0)
       fail(fmt::format("instruction {}: op id {} is not an op a program may contain", j, op));
     ins.op = static_cast<OpId>(op);
     ins.arity = fusable_arity(ins.op);
@@ -130,7 +132,7 @@ std::vector<Tensor> decompose_fused(std::span<const Tensor> inputs, const Attrs&
 void register_fused_elementwise_ops(OpRegistry& r) {
   // Opaque to other passes: a fused node has many inputs and outputs, so no pass that matches single
   // elementwise ops (activation fusion, in-place reuse) should take it for one.
-  r.def(OpId::fused_elementwise)
+  r.def("fused_elementwise"_op)
       .doc("Runs a program of elementwise/broadcast ops over the broadcast output shape in one pass "
            "(attributes: program, params, results; see ops/fused_elementwise.h).")
       .variadic_inputs("x", 1)

@@ -20,7 +20,9 @@ void* KernelContext::scratch(size_t bytes) {
 
 void KernelRegistry::add(Backend b, OpId op, DTypeSet dtypes, KernelFn fn, const char* impl) {
   auto& t = table_[static_cast<int>(b)];
-  const auto i = static_cast<size_t>(op);
+  const int index = op_index(op);
+  SPORE_CHECK(index >= 0, ErrorCode::invalid_argument, "kernel for an unregistered op id {}", static_cast<uint32_t>(op));
+  const auto i = static_cast<size_t>(index);
   if (t.size() <= i) t.resize(i + 1);
   for (int d = 0; d < num_dtypes; ++d) {
     if (dtypes.has(static_cast<DType>(d))) t[i][d] = KernelInfo{fn, impl};
@@ -29,8 +31,9 @@ void KernelRegistry::add(Backend b, OpId op, DTypeSet dtypes, KernelFn fn, const
 
 const KernelInfo* KernelRegistry::find(Backend b, OpId op, DType dtype) const {
   const auto& t = table_[static_cast<int>(b)];
-  const auto i = static_cast<size_t>(op);
-  if (i >= t.size()) return nullptr;
+  const int index = op_index(op);
+  const auto i = static_cast<size_t>(index);
+  if (index < 0 || i >= t.size()) return nullptr;
   const KernelInfo& k = t[i][static_cast<int>(dtype)];
   return k.fn ? &k : nullptr;
 }

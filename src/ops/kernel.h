@@ -4,7 +4,7 @@
 // kernel says otherwise), preallocated contiguous outputs, the op's normalized attributes and scratch.
 //
 //   void relu_f32(KernelContext& k) { ... k.in(0).data<float>() ... k.out(0).data<float>() ... }
-//   void register_cpu_kernels(KernelRegistry& r) { r.add(Backend::cpu, OpId::relu, {DType::f32}, relu_f32, "hwy"); }
+//   void register_cpu_kernels(KernelRegistry& r) { r.add(Backend::cpu, "relu"_op, {DType::f32}, relu_f32, "hwy"); }
 #include <array>
 #include <span>
 #include <vector>

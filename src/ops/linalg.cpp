@@ -121,7 +121,7 @@ Grads linear_grad(const GradContext& c) {
 }  // namespace
 
 void register_linalg_ops(OpRegistry& r) {
-  r.def(OpId::matmul)
+  r.def("matmul"_op)
       .doc(
           "NumPy matmul: batch dims broadcast, 1-D operands promoted then removed; transposes apply to the last two "
           "dims.")
@@ -130,6 +130,7 @@ void register_linalg_ops(OpRegistry& r) {
       .attr("transpose_b", AttrKind::boolean, false)
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::out_fusable, AmpPolicy::low)
+      .weight({.input = 1, .channel_axis = -1, .transpose_attr = "transpose_b", .transposed_axis = -2, .output_channel_axis = -1})
       .infer(infer_matmul)
       .grad(matmul_grad)
       .cost([](std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
@@ -139,11 +140,12 @@ void register_linalg_ops(OpRegistry& r) {
         c.flops = 2.0 * static_numel(outs[0]) * (k.is_static() ? static_cast<double>(k.size) : 0.0);
         return c;
       });
-  r.def(OpId::linear)
+  r.def("linear"_op)
       .doc("y = x @ w^T (+ bias); w is [out_features, in_features], bias is [out_features].")
       .inputs({"x", "w", "bias?"})
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::out_fusable, AmpPolicy::low)
+      .weight({.input = 1, .channel_axis = 0, .bias_input = 2, .output_channel_axis = -1})
       .infer(infer_linear)
       .grad(linear_grad)
       .cost([](std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs&) {

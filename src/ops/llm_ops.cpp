@@ -195,8 +195,6 @@ std::vector<TensorType> infer_rope(const InferContext& c) {
   c.check(p.dtype == DType::i64 && p.dims.size() == 1 && dims_compatible(p.dims[0], x.dims[0]),
           ErrorCode::shape_mismatch, "positions must be i64 [{}], got {} {}", x.dims[0].str(), dtype_name(p.dtype),
           dims_str(p.dims));
-  const std::string& mode = c.attrs.s("mode");
-  c.check(mode == "normal" || mode == "neox", ErrorCode::invalid_argument, "mode '{}' is not normal or neox", mode);
   const double theta = c.attrs.f("theta");
   c.check(std::isfinite(theta) && theta > 0, ErrorCode::invalid_argument, "theta must be > 0, got {}", theta);
   const double fs = c.attrs.f("freq_scale");
@@ -284,7 +282,7 @@ OpCost attention_kv_cost(std::span<const TensorType> ins, std::span<const Tensor
 }  // namespace
 
 void register_llm_ops(OpRegistry& r) {
-  r.def(OpId::linear_blockq)
+  r.def("linear_blockq"_op)
       .doc("y = x @ w^T (+ bias) with w in a block format (f32, f16, bf16, q8_0, q4_0; ops/llm_ops.h); batch "
            "invariant: each y element is summed in one fixed order")
       .inputs({"x", "w", "bias?"})
@@ -293,7 +291,7 @@ void register_llm_ops(OpRegistry& r) {
       .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_linear_blockq)
       .cost(linear_blockq_cost);
-  r.def(OpId::linear_blockq_multi)
+  r.def("linear_blockq_multi"_op)
       .doc("y_i = x @ w_i^T (+ bias_i) for `count` weights sharing x (inputs x, w_0..w_{count-1}, then optionally "
            "bias_0..bias_{count-1}): what linear_blockq gives for each, bit for bit, in one kernel (activations "
            "prepared once, one parallel region); epilogue silu_mul (count 2): one output silu(y_0) * y_1, what "
@@ -306,25 +304,25 @@ void register_llm_ops(OpRegistry& r) {
       .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_linear_blockq_multi)
       .cost(linear_blockq_cost);
-  r.def(OpId::embed_blockq)
+  r.def("embed_blockq"_op)
       .doc("rows of a weight table in a block format, as f32: w [V, row], ids [...] -> [..., K]")
       .inputs({"w", "ids"})
       .attr("format", AttrKind::str, std::string("f32"))
       .dtypes(DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8})
       .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_embed_blockq);
-  r.def(OpId::rope)
+  r.def("rope"_op)
       .doc("rotary position embedding of x [T, H, D] at positions [T]; mode normal (pairs 2i, 2i+1) or neox "
            "(pairs i, i + dim/2)")
       .inputs({"x", "positions", "freq_factors?"})
       .attr("theta", AttrKind::f64, 10000.0)
-      .attr("mode", AttrKind::str, std::string("normal"))
+      .choice("mode", {"normal", "neox"})
       .attr("dim", AttrKind::i64, int64_t{0})
       .attr("freq_scale", AttrKind::f64, 1.0)
       .dtypes(DTypeSet{DType::f32})
       .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_rope);
-  r.def(OpId::attention_kv)
+  r.def("attention_kv"_op)
       .doc("causal GQA attention of q [T, Hq, D] over a KV cache [Hkv, C, D] (rows before positions[0]) and the "
            "new rows k_new/v_new [T, Hkv, D]; an i8 cache comes with row scales k_scale/v_scale [Hkv, C]; the cache "
            "is read, not written")
@@ -340,8 +338,8 @@ namespace ops {
 
 Tensor linear_blockq(const Tensor& x, const Tensor& w, std::string_view format, const std::optional<Tensor>& bias) {
   Attrs a{{"format", std::string(format)}};
-  if (bias) return call1(OpId::linear_blockq, std::vector<Tensor>{x, w, *bias}, a);
-  return call1(OpId::linear_blockq, std::vector<Tensor>{x, w}, a);
+  if (bias) return call1("linear_blockq"_op, std::vector<Tensor>{x, w, *bias}, a);
+  return call1("linear_blockq"_op, std::vector<Tensor>{x, w}, a);
 }
 
 std::vector<Tensor> linear_blockq_multi(const Tensor& x, const std::vector<Tensor>& ws, std::string_view format,
@@ -351,18 +349,18 @@ std::vector<Tensor> linear_blockq_multi(const Tensor& x, const std::vector<Tenso
   std::vector<Tensor> ins{x};
   ins.insert(ins.end(), ws.begin(), ws.end());
   ins.insert(ins.end(), biases.begin(), biases.end());
-  return call(OpId::linear_blockq_multi, ins, a);
+  return call("linear_blockq_multi"_op, ins, a);
 }
 
 Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format) {
-  return call1(OpId::embed_blockq, std::vector<Tensor>{w, ids}, Attrs{{"format", std::string(format)}});
+  return call1("embed_blockq"_op, std::vector<Tensor>{w, ids}, Attrs{{"format", std::string(format)}});
 }
 
 Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_view mode, int64_t dim,
             double freq_scale, const std::optional<Tensor>& freq_factors) {
   Attrs a{{"theta", theta}, {"mode", std::string(mode)}, {"dim", dim}, {"freq_scale", freq_scale}};
-  if (freq_factors) return call1(OpId::rope, std::vector<Tensor>{x, positions, *freq_factors}, a);
-  return call1(OpId::rope, std::vector<Tensor>{x, positions}, a);
+  if (freq_factors) return call1("rope"_op, std::vector<Tensor>{x, positions, *freq_factors}, a);
+  return call1("rope"_op, std::vector<Tensor>{x, positions}, a);
 }
 
 Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k_new,
@@ -375,7 +373,7 @@ Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
     in.push_back(*k_scale);
     in.push_back(*v_scale);
   }
-  return call1(OpId::attention_kv, in, Attrs{{"scale", scale}});
+  return call1("attention_kv"_op, in, Attrs{{"scale", scale}});
 }
 
 }  // namespace ops

@@ -209,7 +209,7 @@ Grads dropout_grad(const GradContext& c) {
 }  // namespace
 
 void register_norm_ops(OpRegistry& r) {
-  r.def(OpId::batch_norm)
+  r.def("batch_norm"_op)
       .doc("Inference batch norm over channel axis 1: (x - mean) / sqrt(var + epsilon) * scale + bias.")
       .inputs({"x", "scale", "bias", "mean", "var"})
       .attr("epsilon", AttrKind::f64, 1e-5)
@@ -217,7 +217,7 @@ void register_norm_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::broadcast, AmpPolicy::keep_f32)
       .infer(infer_batch_norm)
       .grad(batch_norm_grad);
-  r.def(OpId::layer_norm)
+  r.def("layer_norm"_op)
       .doc("Normalizes over the dims from `axis` to the end; weight and bias have that shape.")
       .inputs({"x", "weight?", "bias?"})
       .attr("axis", AttrKind::i64, int64_t{-1})
@@ -226,7 +226,7 @@ void register_norm_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_last_dims_norm)
       .grad(layer_norm_grad);
-  r.def(OpId::rms_norm)
+  r.def("rms_norm"_op)
       .doc("x / sqrt(mean(x^2 over dims axis..end) + epsilon) * weight.")
       .inputs({"x", "weight?"})
       .attr("axis", AttrKind::i64, int64_t{-1})
@@ -235,7 +235,7 @@ void register_norm_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_last_dims_norm)
       .grad(rms_norm_grad);
-  r.def(OpId::group_norm)
+  r.def("group_norm"_op)
       .doc(
           "Normalizes each group of C/num_groups channels (with all spatial dims) of x [N,C,...]; weight, bias are "
           "[C].")
@@ -246,7 +246,7 @@ void register_norm_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_group_norm)
       .grad(group_norm_grad);
-  r.def(OpId::dropout)
+  r.def("dropout"_op)
       .doc(
           "Inverted dropout: element i is kept iff philox_uniform(seed, offset, i) >= p, then scaled by 1/(1-p); "
           "identity unless training. offset: optional i64/i32 scalar tensor (0 when absent), e.g. the training "

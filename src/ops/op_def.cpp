@@ -34,6 +34,16 @@ Attrs OpDef::normalize(const Attrs& given, std::string_view where) const {
                    attr_kind_name(spec->kind), attr_kind_name(got));
       }
     }
+    if (!spec->choices.empty()) {
+      const std::string& s = std::get<std::string>(val);
+      bool known = false;
+      for (const std::string& c : spec->choices) known |= c == s;
+      if (!known) {
+        std::string list;
+        for (const std::string& c : spec->choices) list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", c);
+        SPORE_FAIL(ErrorCode::invalid_argument, "{} attribute '{}' must be one of {}; got \"{}\"", prefix(), k, list, s);
+      }
+    }
     out.set(k, std::move(val));
   }
   for (const auto& spec : attrs) {
@@ -118,7 +128,14 @@ OpDefBuilder& OpDefBuilder::attr(std::string name, AttrKind kind, std::optional<
     }
     else SPORE_ASSERT(false, "op {}: default of attribute '{}' has the wrong kind", d_.name, name);
   }
-  d_.attrs.push_back({std::move(name), kind, std::move(def)});
+  d_.attrs.push_back({std::move(name), kind, std::move(def), {}});
+  return *this;
+}
+
+OpDefBuilder& OpDefBuilder::choice(std::string name, std::vector<std::string> choices) {
+  SPORE_ASSERT(!choices.empty(), "op {}: attribute '{}' has no choices", d_.name, name);
+  AttrValue def = choices.front();
+  d_.attrs.push_back({std::move(name), AttrKind::str, std::move(def), std::move(choices)});
   return *this;
 }
 

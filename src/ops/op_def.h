@@ -4,7 +4,7 @@
 // eager and graph mode, traits as data, gradient rule, optional decomposition and eager view.
 //
 //   void register_unary_ops(OpRegistry& r) {
-//     r.def(OpId::relu).doc("max(x, 0)").inputs({"x"}).dtypes(dtypes::signed_numeric)
+//     r.def("relu"_op).doc("max(x, 0)").inputs({"x"}).dtypes(dtypes::signed_numeric)
 //         .traits(Trait::elementwise | Trait::inplace_ok, FusionKind::elementwise, AmpPolicy::follow)
 //         .infer(infer::same_as_input);
 //   }
@@ -34,6 +34,9 @@ enum class Trait : uint32_t {
   nondeterministic = 1u << 8,  // a kernel may give different bits run to run (deterministic mode refuses)
   no_grad = 1u << 9,         // not differentiable (comparisons, argmax, casts to int...)
   graph_structure = 1u << 10,  // input/constant: not executed as a kernel
+  // Output 0 is input 0's elements in the same order under another shape (reshape, flatten, squeeze, unsqueeze):
+  // the memory planner lets it share input 0's buffer, and chains of such ops collapse into one reshape.
+  reshape = 1u << 11,
 };
 struct TraitSet {
   uint32_t bits = 0;
@@ -50,10 +53,29 @@ enum class FusionKind : uint8_t { elementwise, broadcast, injective, reduce, out
 // their inputs' type, `keep_f32` ops stay f32 (softmax, norms, reductions, exp/log).
 enum class AmpPolicy : uint8_t { low, follow, keep_f32 };
 
+// Where an op's weight is and which of its axes index the output channels (conv2d, conv_transpose2d, linear,
+// matmul). Passes that quantize per channel or fold per-channel constants into weights read this, not op ids.
+struct WeightOperand {
+  int input = -1;             // the weight's input index; -1: the op has no weight operand
+  int64_t channel_axis = 0;   // weight axis of the output channels (negative: from the end)
+  std::string transpose_attr;  // a boolean attribute that, when set, moves the channels to `transposed_axis`
+  int64_t transposed_axis = 0;
+  int bias_input = -1;        // an optional input of one value per output channel added to the result; -1: none
+  int64_t output_channel_axis = 1;  // the output's channel axis (negative: from the end)
+
+  bool defined() const { return input >= 0; }
+  // The weight's channel axis for a node's attributes (resolved from the end by the weight's rank).
+  int64_t channel_axis_for(const Attrs& attrs, int weight_rank) const {
+    const int64_t a = !transpose_attr.empty() && attrs.has(transpose_attr) && attrs.b(transpose_attr) ? transposed_axis : channel_axis;
+    return a < 0 ? a + weight_rank : a;
+  }
+};
+
 struct AttrSpec {
   std::string name;
   AttrKind kind;
   std::optional<AttrValue> default_value;  // nullopt: required
+  std::vector<std::string> choices;        // a string attribute's allowed values (normalize rejects others); empty: any
 };
 
 struct OpDef;
@@ -126,6 +148,7 @@ struct OpDef {
   TraitSet traits;
   FusionKind fusion = FusionKind::opaque;
   AmpPolicy amp = AmpPolicy::follow;
+  WeightOperand weight;
   InferFn infer;
   GradFn grad;
   DecomposeFn decompose;
@@ -155,9 +178,13 @@ class OpDefBuilder {
   OpDefBuilder& inputs(std::vector<std::string> names);
   OpDefBuilder& variadic_inputs(std::string name, int min_count = 1);
   OpDefBuilder& attr(std::string name, AttrKind kind, std::optional<AttrValue> def = std::nullopt);
+  // A string attribute that takes one of `choices` (the first is the default); normalize rejects any other value,
+  // so inference and kernels read a known one.
+  OpDefBuilder& choice(std::string name, std::vector<std::string> choices);
   OpDefBuilder& dtypes(DTypeSet s) { d_.dtypes = s; return *this; }
   OpDefBuilder& dispatch_on(int input) { d_.dispatch_input = input; return *this; }
   OpDefBuilder& traits(TraitSet t, FusionKind f, AmpPolicy a) { d_.traits = t; d_.fusion = f; d_.amp = a; return *this; }
+  OpDefBuilder& weight(WeightOperand w) { d_.weight = std::move(w); return *this; }
   OpDefBuilder& infer(InferFn f) { d_.infer = std::move(f); return *this; }
   OpDefBuilder& grad(GradFn f) { d_.grad = std::move(f); return *this; }
   OpDefBuilder& decompose(DecomposeFn f) { d_.decompose = std::move(f); return *this; }

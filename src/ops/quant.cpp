@@ -104,7 +104,7 @@ OpCost qcompute_cost(std::span<const TensorType> ins, std::span<const TensorType
 void register_quant_ops(OpRegistry& r) {
   using V = std::vector<int64_t>;
   const TraitSet t = Trait::no_grad;
-  r.def(OpId::quantize_linear)
+  r.def("quantize_linear"_op)
       .doc("y = saturate(round_half_even(x / scale) + zero_point) (x / scale in f32); scale/zero_point are scalars "
            "or 1-D along `axis`; y has zero_point's dtype (u8 without one).")
       .inputs({"x", "scale", "zero_point?"})
@@ -112,14 +112,14 @@ void register_quant_ops(OpRegistry& r) {
       .dtypes(DTypeSet{DType::f32})
       .traits(t, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_quantize);
-  r.def(OpId::dequantize_linear)
+  r.def("dequantize_linear"_op)
       .doc("y = (x - zero_point) * scale in f32; scale/zero_point are scalars or 1-D along `axis`.")
       .inputs({"x", "scale", "zero_point?"})
       .attr("axis", AttrKind::i64, int64_t{1})
       .dtypes(DTypeSet{DType::i8, DType::u8, DType::i32})
       .traits(t, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_dequantize);
-  r.def(OpId::qconv2d)
+  r.def("qconv2d"_op)
       .doc("int8 conv2d: x_q u8/i8 with per-tensor x_scale/x_zero_point, w_q i8 [O,C/groups,kH,kW] with w_scale "
            "scalar or [O] (symmetric), bias f32 [O]; int32 accumulation, f32 output.")
       .inputs({"x", "x_scale", "x_zero_point", "w", "w_scale", "bias?"})
@@ -127,18 +127,18 @@ void register_quant_ops(OpRegistry& r) {
       .attr("padding", AttrKind::i64s, V{0, 0, 0, 0})
       .attr("dilation", AttrKind::i64s, V{1, 1})
       .attr("groups", AttrKind::i64, int64_t{1})
-      .attr("pad_mode", AttrKind::str, std::string("pad"))
+      .choice("pad_mode", {"pad", "same", "valid"})
       .dtypes(quant_dtypes)
       .traits(t, FusionKind::opaque, AmpPolicy::keep_f32)
-      .infer([](const InferContext& c) { return infer_qcompute(c, OpId::conv2d); })
+      .infer([](const InferContext& c) { return infer_qcompute(c, "conv2d"_op); })
       .cost([](auto ins, auto outs, const Attrs&) { return qcompute_cost(ins, outs); });
-  r.def(OpId::qlinear)
+  r.def("qlinear"_op)
       .doc("int8 linear: y = x @ w^T + bias with x_q u8/i8 (per-tensor x_scale/x_zero_point), w_q i8 "
            "[out,in] with w_scale scalar or [out] (symmetric), bias f32 [out]; int32 accumulation, f32 output.")
       .inputs({"x", "x_scale", "x_zero_point", "w", "w_scale", "bias?"})
       .dtypes(quant_dtypes)
       .traits(t, FusionKind::opaque, AmpPolicy::keep_f32)
-      .infer([](const InferContext& c) { return infer_qcompute(c, OpId::linear); })
+      .infer([](const InferContext& c) { return infer_qcompute(c, "linear"_op); })
       .cost([](auto ins, auto outs, const Attrs&) { return qcompute_cost(ins, outs); });
 }
 
@@ -151,20 +151,20 @@ Tensor with_opt(OpId op, std::vector<Tensor> ins, const std::optional<Tensor>& e
 }  // namespace
 
 Tensor quantize_linear(const Tensor& x, const Tensor& scale, const std::optional<Tensor>& zero_point, int64_t axis) {
-  return with_opt(OpId::quantize_linear, {x, scale}, zero_point, {{"axis", axis}});
+  return with_opt("quantize_linear"_op, {x, scale}, zero_point, {{"axis", axis}});
 }
 Tensor dequantize_linear(const Tensor& q, const Tensor& scale, const std::optional<Tensor>& zero_point, int64_t axis) {
-  return with_opt(OpId::dequantize_linear, {q, scale}, zero_point, {{"axis", axis}});
+  return with_opt("dequantize_linear"_op, {q, scale}, zero_point, {{"axis", axis}});
 }
 Tensor qconv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero_point, const Tensor& w,
                const Tensor& w_scale, const std::optional<Tensor>& bias, const Conv2dOptions& o) {
-  return with_opt(OpId::qconv2d, {x, x_scale, x_zero_point, w, w_scale}, bias,
+  return with_opt("qconv2d"_op, {x, x_scale, x_zero_point, w, w_scale}, bias,
                   {{"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups},
                    {"pad_mode", o.pad_mode}});
 }
 Tensor qlinear(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero_point, const Tensor& w,
                const Tensor& w_scale, const std::optional<Tensor>& bias) {
-  return with_opt(OpId::qlinear, {x, x_scale, x_zero_point, w, w_scale}, bias, {});
+  return with_opt("qlinear"_op, {x, x_scale, x_zero_point, w, w_scale}, bias, {});
 }
 }  // namespace ops
 

@@ -183,39 +183,39 @@ void register_reduce_ops(OpRegistry& r) {
         .dtypes(dts).traits(Trait::reduction, FusionKind::reduce, amp).infer(reduce_infer(needs_elems))
         .grad(std::move(grad)).cost(reduce_cost);
   };
-  reduction(OpId::reduce_sum, "Sum over `axes` (empty = all); integers wrap.", dtypes::numeric, AmpPolicy::keep_f32,
+  reduction("reduce_sum"_op, "Sum over `axes` (empty = all); integers wrap.", dtypes::numeric, AmpPolicy::keep_f32,
             false, sum_grad);
-  reduction(OpId::reduce_mean, "Mean over `axes` (empty = all).", dtypes::floating, AmpPolicy::keep_f32, false,
+  reduction("reduce_mean"_op, "Mean over `axes` (empty = all).", dtypes::floating, AmpPolicy::keep_f32, false,
             mean_grad);
-  reduction(OpId::reduce_max, "Max over `axes` (empty = all); NaN propagates.", dtypes::numeric, AmpPolicy::follow,
+  reduction("reduce_max"_op, "Max over `axes` (empty = all); NaN propagates.", dtypes::numeric, AmpPolicy::follow,
             true, extreme_grad);
-  reduction(OpId::reduce_min, "Min over `axes` (empty = all); NaN propagates.", dtypes::numeric, AmpPolicy::follow,
+  reduction("reduce_min"_op, "Min over `axes` (empty = all); NaN propagates.", dtypes::numeric, AmpPolicy::follow,
             true, extreme_grad);
-  reduction(OpId::reduce_prod, "Product over `axes` (empty = all); integers wrap.", dtypes::numeric,
+  reduction("reduce_prod"_op, "Product over `axes` (empty = all); integers wrap.", dtypes::numeric,
             AmpPolicy::keep_f32, false, prod_grad);
 
-  for (OpId id : {OpId::argmax, OpId::argmin}) {
+  for (OpId id : {"argmax"_op, "argmin"_op}) {
     r.def(id)
-        .doc(id == OpId::argmax ? "Index (i64) of the max along `axis`; first on ties, NaN counts as the max."
+        .doc(id == "argmax"_op ? "Index (i64) of the max along `axis`; first on ties, NaN counts as the max."
                                 : "Index (i64) of the min along `axis`; first on ties, NaN wins like NumPy.")
         .inputs({"x"}).attr("axis", AttrKind::i64, int64_t{0}).attr("keepdims", AttrKind::boolean, false)
         .dtypes(dtypes::numeric).traits(Trait::reduction | Trait::no_grad, FusionKind::reduce, AmpPolicy::follow)
         .infer(arg_infer).cost(reduce_cost);
   }
 
-  r.def(OpId::softmax).doc("exp(x - max) / sum(exp(x - max)) along `axis`.").inputs({"x"})
+  r.def("softmax"_op).doc("exp(x - max) / sum(exp(x - max)) along `axis`.").inputs({"x"})
       .attr("axis", AttrKind::i64, int64_t{-1}).dtypes(dtypes::floating)
       .traits(Trait::reduction, FusionKind::reduce, AmpPolicy::keep_f32).infer(axis_same_infer).grad(softmax_grad);
-  r.def(OpId::log_softmax).doc("x - max - log(sum(exp(x - max))) along `axis`.").inputs({"x"})
+  r.def("log_softmax"_op).doc("x - max - log(sum(exp(x - max))) along `axis`.").inputs({"x"})
       .attr("axis", AttrKind::i64, int64_t{-1}).dtypes(dtypes::floating)
       .traits(Trait::reduction, FusionKind::reduce, AmpPolicy::keep_f32).infer(axis_same_infer)
       .grad(log_softmax_grad);
   // cumsum and topk keep (or set) the axis length, so they are opaque to fusion, not reduce-like.
-  r.def(OpId::cumsum).doc("Cumulative sum along `axis` (optionally exclusive and/or reversed); integers wrap.")
+  r.def("cumsum"_op).doc("Cumulative sum along `axis` (optionally exclusive and/or reversed); integers wrap.")
       .inputs({"x"}).attr("axis", AttrKind::i64).attr("exclusive", AttrKind::boolean, false)
       .attr("reverse", AttrKind::boolean, false).dtypes(dtypes::numeric)
       .traits(Trait::reduction, FusionKind::opaque, AmpPolicy::keep_f32).infer(axis_same_infer).grad(cumsum_grad);
-  r.def(OpId::topk)
+  r.def("topk"_op)
       .doc("The k largest (or smallest) values along `axis` and their i64 indices; ties: lower index first, "
            "NaN counts as the largest. sorted=false returns the same (sorted) order.")
       .inputs({"x"}).attr("k", AttrKind::i64).attr("axis", AttrKind::i64, int64_t{-1})

@@ -7,12 +7,13 @@ namespace spore {
 
 OpDefBuilder OpRegistry::def(OpId id) {
   std::lock_guard<std::mutex> lk(mu_);
-  const auto i = static_cast<size_t>(id);
-  SPORE_ASSERT(i < max_ops && by_id_[i] == nullptr, "op {} defined twice", op_name(id));
+  const int i = op_index(id);
+  SPORE_ASSERT(is_builtin_op(id) && by_index_[static_cast<size_t>(i)] == nullptr, "op {} is not in op_list.inc or defined twice",
+               op_name(id));
   OpDef& d = defs_.emplace_back();
   d.id = id;
   d.name = std::string(op_name(id));
-  by_id_[i] = &d;
+  by_index_[static_cast<size_t>(i)] = &d;
   return OpDefBuilder(d);
 }
 
@@ -21,17 +22,17 @@ const OpDef& OpRegistry::add_custom(OpDef def) {
   SPORE_CHECK(def.infer != nullptr, ErrorCode::invalid_argument, "custom op '{}' needs an inference function", def.name);
   const OpId id = register_op_name(def.name);
   std::lock_guard<std::mutex> lk(mu_);
-  const auto i = static_cast<size_t>(id);
+  const auto i = static_cast<size_t>(op_index(id));
   SPORE_CHECK(i < max_ops, ErrorCode::invalid_argument, "too many ops");
   def.id = id;
   OpDef& d = defs_.emplace_back(std::move(def));
-  by_id_[i] = &d;
+  by_index_[i] = &d;
   return d;
 }
 
 const OpDef* OpRegistry::find(OpId id) const {
-  const auto i = static_cast<size_t>(id);
-  return i < max_ops ? by_id_[i] : nullptr;
+  const int i = op_index(id);
+  return i >= 0 && static_cast<size_t>(i) < max_ops ? by_index_[static_cast<size_t>(i)] : nullptr;
 }
 
 const OpDef& OpRegistry::get(OpId id) const {
@@ -47,7 +48,7 @@ const OpDef* OpRegistry::find(std::string_view name) const {
 
 std::vector<const OpDef*> OpRegistry::all() const {
   std::vector<const OpDef*> out;
-  for (const OpDef* d : by_id_) if (d) out.push_back(d);
+  for (const OpDef* d : by_index_) if (d) out.push_back(d);
   return out;
 }
 

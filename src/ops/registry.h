@@ -19,11 +19,11 @@ class OpRegistry {
   const OpDef& get(OpId id) const;  // throws not_found for an id without a def
   const OpDef* find(OpId id) const;
   const OpDef* find(std::string_view name) const;
-  std::vector<const OpDef*> all() const;  // in id order
+  std::vector<const OpDef*> all() const;  // in op_index() order
 
  private:
   static constexpr size_t max_ops = 4096;
-  std::array<const OpDef*, max_ops> by_id_{};
+  std::array<const OpDef*, max_ops> by_index_{};  // by op_index()
   std::deque<OpDef> defs_;
   mutable std::mutex mu_;
 };

@@ -359,9 +359,6 @@ std::vector<TensorType> infer_scatter(const InferContext& c) {
   c.check(c.in(1).dims == c.in(2).dims, ErrorCode::shape_mismatch,
           "indices {} and updates {} must have the same shape", c.in(1).str(), c.in(2).str());
   check_elementwise_indices(c, x, c.in(1), axis);
-  const std::string& red = c.attrs.s("reduction");
-  c.check(red == "none" || red == "add" || red == "mul", ErrorCode::invalid_argument,
-          "reduction must be \"none\", \"add\" or \"mul\", got \"{}\"", red);
   return {x};
 }
 
@@ -469,9 +466,7 @@ std::vector<TensorType> infer_pad(const InferContext& c) {
   const int r = t.rank();
   c.check(static_cast<int>(pads.size()) == 2 * r, ErrorCode::invalid_argument,
           "pads needs 2*rank = {} entries (begins, then ends), got {}", 2 * r, pads.size());
-  const std::string& mode = c.attrs.s("mode");
-  c.check(mode == "constant" || mode == "reflect" || mode == "edge", ErrorCode::invalid_argument,
-          "mode must be \"constant\", \"reflect\" or \"edge\", got \"{}\"", mode);
+  const std::string& mode = c.attrs.s("mode");  // one of the schema's choices (normalize)
   for (int d = 0; d < r; ++d) {
     const int64_t b = pads[d], e = pads[r + d];
     Dim& dim = t.dims[d];
@@ -624,17 +619,17 @@ std::vector<TensorType> infer_full(const InferContext& c) {
 void register_shape_ops(OpRegistry& r) {
   using K = AttrKind;
   const Ints none;
-  r.def(OpId::reshape)
+  r.def("reshape"_op)
       .doc("Reshapes x; one -1 takes the remaining size, 0 is a literal 0.")
       .inputs({"x"})
       .attr("shape", K::i64s)
       .dtypes(dtypes::all)
-      .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
+      .traits(view_traits | Trait::reshape, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_reshape)
       .view(view_reshape)
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_reshape(g)}; });
 
-  r.def(OpId::transpose)
+  r.def("transpose"_op)
       .doc("Permutes the dims of x (perm empty = reverse).")
       .inputs({"x"})
       .attr("perm", K::i64s, none)
@@ -652,7 +647,7 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{ops::transpose(grad0(g), inv)};
       });
 
-  r.def(OpId::concat)
+  r.def("concat"_op)
       .doc("Joins tensors along an existing axis.")
       .variadic_inputs("xs", 1)
       .attr("axis", K::i64)
@@ -668,7 +663,7 @@ void register_shape_ops(OpRegistry& r) {
         return ops::split(grad0(g), sizes, axis);
       });
 
-  r.def(OpId::split)
+  r.def("split"_op)
       .doc("Splits x along axis into len(sizes) pieces.")
       .inputs({"x"})
       .attr("sizes", K::i64s)
@@ -687,7 +682,7 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{any ? ops::concat(parts, g.attrs.i("axis")) : Tensor()};
       });
 
-  r.def(OpId::slice)
+  r.def("slice"_op)
       .doc("ONNX Slice: negative indices, clamping, negative steps; axes empty = 0..n-1.")
       .inputs({"x"})
       .attr("starts", K::i64s)
@@ -700,7 +695,7 @@ void register_shape_ops(OpRegistry& r) {
       .view(view_slice)
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_slice(g)}; });
 
-  r.def(OpId::gather)
+  r.def("gather"_op)
       .doc("numpy.take along axis; negative indices wrap.")
       .inputs({"x", "indices"})
       .attr("axis", K::i64, int64_t{0})
@@ -712,7 +707,7 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{scatter_rows_grad(g.inputs[0], g.inputs[1], grad0(g), g.attrs.i("axis")), Tensor()};
       });
 
-  r.def(OpId::gather_elements)
+  r.def("gather_elements"_op)
       .doc("ONNX GatherElements: out[i][j] = x[idx[i][j]][j] for axis 0.")
       .inputs({"x", "indices"})
       .attr("axis", K::i64)
@@ -726,17 +721,17 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{ops::scatter(z, g.inputs[1], grad0(g), g.attrs.i("axis"), "add"), Tensor()};
       });
 
-  r.def(OpId::scatter)
+  r.def("scatter"_op)
       .doc("ONNX ScatterElements: writes updates into a copy of x at indices along axis.")
       .inputs({"x", "indices", "updates"})
       .attr("axis", K::i64)
-      .attr("reduction", K::str, std::string("none"))
+      .choice("reduction", {"none", "add", "mul"})
       .dtypes(dtypes::all)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_scatter)
       .grad(scatter_grad);
 
-  r.def(OpId::index_select)
+  r.def("index_select"_op)
       .doc("Selects entries of x along axis with 1-D indices.")
       .inputs({"x", "indices"})
       .attr("axis", K::i64)
@@ -748,7 +743,7 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{scatter_rows_grad(g.inputs[0], g.inputs[1], grad0(g), g.attrs.i("axis")), Tensor()};
       });
 
-  r.def(OpId::embedding)
+  r.def("embedding"_op)
       .doc("Rows of table [V, D] for ids of any shape -> [..., D].")
       .inputs({"table", "ids"})
       .dtypes(dtypes::all)
@@ -759,11 +754,11 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{scatter_rows_grad(g.inputs[0], g.inputs[1], grad0(g), 0), Tensor()};
       });
 
-  r.def(OpId::pad)
+  r.def("pad"_op)
       .doc("Pads (or, with negative pads, crops) every dim; pads = begins then ends.")
       .inputs({"x"})
       .attr("pads", K::i64s)
-      .attr("mode", K::str, std::string("constant"))
+      .choice("mode", {"constant", "reflect", "edge"})
       .attr("value", K::f64, 0.0)
       .dtypes(dtypes::all)
       .traits(Trait::injective, FusionKind::injective, AmpPolicy::follow)
@@ -773,7 +768,7 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{pad_grad(g.inputs[0], grad0(g), g.attrs.ints("pads"), pad_mode(g.attrs.s("mode")))};
       });
 
-  r.def(OpId::expand)
+  r.def("expand"_op)
       .doc("Broadcasts x with shape (bidirectional, ONNX Expand).")
       .inputs({"x"})
       .attr("shape", K::i64s)
@@ -786,41 +781,41 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{reduce_to_shape(grad0(g), g.inputs[0].shape())};
       });
 
-  r.def(OpId::squeeze)
+  r.def("squeeze"_op)
       .doc("Drops size-1 dims (axes empty = all of them).")
       .inputs({"x"})
       .attr("axes", K::i64s, none)
       .dtypes(dtypes::all)
-      .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
+      .traits(view_traits | Trait::reshape, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_squeeze)
       .view([](std::span<const Tensor> in, const Attrs&, const TensorType& out) {
         return view_dropping_ones(in[0], out.shape());
       })
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_reshape(g)}; });
 
-  r.def(OpId::unsqueeze)
+  r.def("unsqueeze"_op)
       .doc("Inserts size-1 dims at axes (of the result).")
       .inputs({"x"})
       .attr("axes", K::i64s)
       .dtypes(dtypes::all)
-      .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
+      .traits(view_traits | Trait::reshape, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_unsqueeze)
       .view([](std::span<const Tensor> in, const Attrs&, const TensorType& out) {
         return view_dropping_ones(in[0], out.shape());
       })
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_reshape(g)}; });
 
-  r.def(OpId::flatten)
+  r.def("flatten"_op)
       .doc("-> [prod(dims[:axis]), prod(dims[axis:])].")
       .inputs({"x"})
       .attr("axis", K::i64, int64_t{1})
       .dtypes(dtypes::all)
-      .traits(view_traits, FusionKind::injective, AmpPolicy::follow)
+      .traits(view_traits | Trait::reshape, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_flatten)
       .view(view_flatten)
       .grad([](const GradContext& g) { return std::vector<Tensor>{grad_reshape(g)}; });
 
-  r.def(OpId::tile)
+  r.def("tile"_op)
       .doc("Repeats x repeats[d] times along every dim d.")
       .inputs({"x"})
       .attr("repeats", K::i64s)
@@ -841,7 +836,7 @@ void register_shape_ops(OpRegistry& r) {
         return std::vector<Tensor>{ops::reshape(s, x.shape())};
       });
 
-  r.def(OpId::one_hot)
+  r.def("one_hot"_op)
       .doc(
           "on_value where index == position along axis, else off_value; negative indices count "
           "from depth, out-of-range ones give all off_value.")
@@ -855,7 +850,7 @@ void register_shape_ops(OpRegistry& r) {
       .traits(Trait::no_grad, FusionKind::injective, AmpPolicy::follow)
       .infer(infer_one_hot);
 
-  r.def(OpId::arange)
+  r.def("arange"_op)
       .doc("start, start+step, ... up to (excluding) stop; length ceil((stop-start)/step).")
       .attr("start", K::f64)
       .attr("stop", K::f64)
@@ -866,7 +861,7 @@ void register_shape_ops(OpRegistry& r) {
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_arange);
 
-  r.def(OpId::full)
+  r.def("full"_op)
       .doc("A tensor of the given shape filled with value.")
       .attr("shape", K::i64s)
       .attr("value", K::f64)

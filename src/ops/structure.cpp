@@ -9,11 +9,11 @@ void register_structure_ops(OpRegistry& r) {
   const auto no_infer = [](const InferContext& c) -> std::vector<TensorType> {
     c.fail(ErrorCode::invalid_argument, "is a graph-structure op; its type is set when the graph is built");
   };
-  r.def(OpId::input).doc("A graph input (bound at run time).").dtypes(dtypes::all).dispatch_on(-1)
+  r.def("input"_op).doc("A graph input (bound at run time).").dtypes(dtypes::all).dispatch_on(-1)
       .traits(Trait::graph_structure | Trait::no_grad, FusionKind::opaque, AmpPolicy::follow).infer(no_infer);
-  r.def(OpId::constant).doc("A constant tensor stored in the graph.").dtypes(dtypes::all).dispatch_on(-1)
+  r.def("constant"_op).doc("A constant tensor stored in the graph.").dtypes(dtypes::all).dispatch_on(-1)
       .traits(Trait::graph_structure | Trait::no_grad, FusionKind::opaque, AmpPolicy::follow).infer(no_infer);
-  r.def(OpId::identity).doc("Returns its input.").inputs({"x"}).dtypes(dtypes::all)
+  r.def("identity"_op).doc("Returns its input.").inputs({"x"}).dtypes(dtypes::all)
       .traits(Trait::elementwise | Trait::view | Trait::inplace_ok, FusionKind::injective, AmpPolicy::follow)
       .infer(infer::same_as_input)
       .view([](std::span<const Tensor> in, const Attrs&, const TensorType&) { return in[0]; })

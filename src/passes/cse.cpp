@@ -16,10 +16,10 @@ class CsePass final : public Pass {
     std::unordered_map<size_t, std::vector<Node*>> seen;
     bool changed = false;
     for (Node* n : std::vector<Node*>(g.nodes())) {
-      if (n->op == OpId::input) continue;
+      if (n->is_input()) continue;
       size_t h = std::hash<int>{}(static_cast<int>(n->op)) ^ (n->attrs.hash() << 1);
       for (Value* v : n->inputs) h = h * 1000003u ^ std::hash<int64_t>{}(v->id);
-      if (n->op == OpId::constant) h ^= std::hash<std::string>{}(n->outputs[0]->type.str());
+      if (n->is_constant()) h ^= std::hash<std::string>{}(n->outputs[0]->type.str());
       Node* same = nullptr;
       for (Node* c : seen[h]) {
         if (equivalent(c, n)) { same = c; break; }
@@ -41,7 +41,7 @@ class CsePass final : public Pass {
       return false;
     for (size_t i = 0; i < a->outputs.size(); ++i)
       if (!(a->outputs[i]->type == b->outputs[i]->type)) return false;
-    if (a->op == OpId::constant) return a->payload.bit_equal(b->payload);
+    if (a->is_constant()) return a->payload.bit_equal(b->payload);
     return true;
   }
 };

@@ -23,7 +23,7 @@ class DcePass final : public Pass {
     const std::vector<Node*> order = g.nodes();
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       Node* n = *it;
-      if (live.count(n) || n->op == OpId::input) continue;
+      if (live.count(n) || n->is_input()) continue;
       g.erase_node(n);
       changed = true;
     }

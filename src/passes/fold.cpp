@@ -19,7 +19,7 @@ class FoldPass final : public Pass {
       const OpDef& def = op_registry().get(n->op);
       if (def.traits.has(Trait::graph_structure) || def.traits.has(Trait::random)) continue;
       bool all_const = true;
-      for (Value* v : n->inputs) all_const &= v->producer->op == OpId::constant;
+      for (Value* v : n->inputs) all_const &= v->producer->is_constant();
       if (!all_const) continue;
       bool small = true;
       for (Value* v : n->outputs) small &= v->type.is_static() && v->type.numel() <= fold_max_elements;

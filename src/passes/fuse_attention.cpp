@@ -27,7 +27,7 @@ Node* producer_of(const Value* v, OpId op) { return v->producer && v->producer->
 
 // The value of a one-element constant (any rank), if v is one.
 std::optional<double> scalar_constant(const Value* v) {
-  const Node* p = producer_of(v, OpId::constant);
+  const Node* p = v->producer && v->producer->is_constant() ? v->producer : nullptr;
   if (!p || !p->payload.defined() || p->payload.numel() != 1) return std::nullopt;
   const double x = p->payload.item_at(0);
   if (!std::isfinite(x)) return std::nullopt;
@@ -66,12 +66,12 @@ struct Match {
 // factor; nullopt otherwise.
 std::optional<std::pair<Value*, double>> scaled_matmul(const Value* s) {
   const Node* n = s->producer;
-  if (!n || (n->op != OpId::mul && n->op != OpId::div) || n->inputs.size() != 2) return std::nullopt;
-  for (int i = n->op == OpId::div ? 1 : 0; i < 2; ++i) {
+  if (!n || (n->op != "mul"_op && n->op != "div"_op) || n->inputs.size() != 2) return std::nullopt;
+  for (int i = n->op == "div"_op ? 1 : 0; i < 2; ++i) {
     const auto c = scalar_constant(n->input(i));
     Value* t = n->input(1 - i);
-    if (!c || t->type != s->type || !producer_of(t, OpId::matmul) || (n->op == OpId::div && *c == 0.0)) continue;
-    return std::make_pair(t, n->op == OpId::div ? 1.0 / *c : *c);
+    if (!c || t->type != s->type || !producer_of(t, "matmul"_op) || (n->op == "div"_op && *c == 0.0)) continue;
+    return std::make_pair(t, n->op == "div"_op ? 1.0 / *c : *c);
   }
   return std::nullopt;
 }
@@ -88,17 +88,17 @@ std::optional<Match> match(const Graph& g, Node* sm) {
   // softmax -> matmul(P, V)
   if (!single_use(g, p)) return std::nullopt;
   m.mm2 = p->uses[0].user;
-  if (m.mm2->op != OpId::matmul || p->uses[0].index != 0 || m.mm2->attrs.b("transpose_a") ||
+  if (m.mm2->op != "matmul"_op || p->uses[0].index != 0 || m.mm2->attrs.b("transpose_a") ||
       m.mm2->attrs.b("transpose_b"))
     return std::nullopt;
   m.v = m.mm2->input(1);
   // [add(mask)] -> softmax
   Value* s = sm->input(0);
   if (!single_use(g, s)) return std::nullopt;
-  if (Node* a = producer_of(s, OpId::add); a && a->inputs.size() == 2 && a->input(0) != a->input(1)) {
+  if (Node* a = producer_of(s, "add"_op); a && a->inputs.size() == 2 && a->input(0) != a->input(1)) {
     for (int i = 0; i < 2; ++i) {
       Value* x = a->input(i);
-      if (x->type == s->type && (producer_of(x, OpId::matmul) || scaled_matmul(x))) {
+      if (x->type == s->type && (producer_of(x, "matmul"_op) || scaled_matmul(x))) {
         m.add = a;
         m.mask = a->input(1 - i);
         s = x;
@@ -114,20 +114,20 @@ std::optional<Match> match(const Graph& g, Node* sm) {
     s = sc->first;
     if (!single_use(g, s)) return std::nullopt;
   }
-  m.mm1 = producer_of(s, OpId::matmul);
+  m.mm1 = producer_of(s, "matmul"_op);
   if (!m.mm1 || m.mm1->attrs.b("transpose_a")) return std::nullopt;
   Value* a = m.mm1->input(0);
   Value* b = m.mm1->input(1);
   // A: q, or q scaled by a scalar constant (the scaling node's output must have q's type).
   m.q = a;
-  if (single_use(g, a) && a->producer && (a->producer->op == OpId::div || a->producer->op == OpId::mul)) {
+  if (single_use(g, a) && a->producer && (a->producer->op == "div"_op || a->producer->op == "mul"_op)) {
     Node* n = a->producer;
-    for (int i = n->op == OpId::div ? 1 : 0; i < 2; ++i) {
+    for (int i = n->op == "div"_op ? 1 : 0; i < 2; ++i) {
       const auto c = scalar_constant(n->input(i));
       Value* other = n->input(1 - i);
-      if (!c || other->type != a->type || (n->op == OpId::div && *c == 0.0)) continue;
+      if (!c || other->type != a->type || (n->op == "div"_op && *c == 0.0)) continue;
       m.q = other;
-      m.scale = n->op == OpId::div ? 1.0 / *c : *c;
+      m.scale = n->op == "div"_op ? 1.0 / *c : *c;
       m.scale_node = n;
       break;
     }
@@ -136,7 +136,7 @@ std::optional<Match> match(const Graph& g, Node* sm) {
   // B: k^T.
   if (m.mm1->attrs.b("transpose_b")) {
     m.k = b;
-  } else if (Node* t = producer_of(b, OpId::transpose); t && swaps_last_two(*t)) {
+  } else if (Node* t = producer_of(b, "transpose"_op); t && swaps_last_two(*t)) {
     m.k = t->input(0);
   } else {
     m.k = b;
@@ -156,7 +156,7 @@ class FuseAttentionPass final : public Pass {
     if (!opts.inference) return false;
     bool changed = false;
     for (Node* sm : std::vector<Node*>(g.nodes())) {
-      if (sm->dead || sm->op != OpId::softmax) continue;
+      if (sm->dead || sm->op != "softmax"_op) continue;
       const std::optional<Match> m = match(g, sm);
       if (!m) continue;
       std::vector<Value*> ins{m->q, m->k, m->v};
@@ -166,7 +166,7 @@ class FuseAttentionPass final : public Pass {
       attrs.set("k_transposed", m->k_transposed);
       Value* out = m->mm2->output(0);
       // nullptr e.g. for a mask of a dtype or rank the op rejects: leave the subgraph alone.
-      Node* f = try_build_node(g, OpId::attention, std::move(ins), attrs, m->mm2->name);
+      Node* f = try_build_node(g, "attention"_op, std::move(ins), attrs, m->mm2->name);
       if (f == nullptr) continue;
       if (f->output(0)->type != out->type) {
         g.erase_node(f);

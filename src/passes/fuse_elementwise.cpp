@@ -151,7 +151,7 @@ class FuseElementwisePass final : public Pass {
     std::vector<int64_t> results;
     for (const Value* v : escaping) results.push_back(slot.at(v));
     Attrs attrs{{"program", program}, {"params", params}, {"results", results}};
-    Node* f = build_node(g, OpId::fused_elementwise, inputs, attrs, root->name);
+    Node* f = build_node(g, "fused_elementwise"_op, inputs, attrs, root->name);
     for (size_t k = 0; k < escaping.size(); ++k) g.replace_all_uses(escaping[k], f->output(static_cast<int>(k)));
     for (auto it = members.rbegin(); it != members.rend(); ++it) g.erase_node(*it);
     for (size_t k = 0; k < escaping.size(); ++k) {

@@ -24,7 +24,7 @@ bool same_type(const TensorType& a, const TensorType& b) { return a == b; }
 
 // max_pool2d that conv2d_fused's pool="max2x2" computes: 2x2 windows, stride 2, no padding or dilation, floor.
 bool is_max_pool_2x2(const Node& n) {
-  if (n.op != OpId::max_pool2d || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  if (n.op != "max_pool2d"_op || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
   using V = std::vector<int64_t>;
   const Attrs& a = n.attrs;  // absent attributes have max_pool2d's defaults
   const auto ints = [&](const char* k, const V& def) { return a.find(k) ? a.ints(k) : def; };
@@ -52,7 +52,7 @@ class FuseEpiloguePass final : public Pass {
       Value* residual = nullptr;
       if (single_use(g, cur)) {
         Node* u = cur->uses[0].user;
-        if (u->op == OpId::add && u->inputs.size() == 2 && u->inputs[0] != u->inputs[1]) {
+        if (u->op == "add"_op && u->inputs.size() == 2 && u->inputs[0] != u->inputs[1]) {
           Value* other = u->inputs[u->inputs[0] == cur ? 1 : 0];
           if (same_type(other->type, cur->type) && same_type(u->output(0)->type, cur->type)) {
             add = u;
@@ -69,7 +69,7 @@ class FuseEpiloguePass final : public Pass {
         }
       }
       Node* pool = nullptr;
-      if (n->op == OpId::conv2d && single_use(g, cur) && is_max_pool_2x2(*cur->uses[0].user)) {
+      if (n->op == "conv2d"_op && single_use(g, cur) && is_max_pool_2x2(*cur->uses[0].user)) {
         pool = cur->uses[0].user;
         cur = pool->output(0);
       }
@@ -79,7 +79,7 @@ class FuseEpiloguePass final : public Pass {
       if (act)
         for (const auto& [k, v] : act->attrs.items()) a.set(k, v);
       a.set("residual", residual != nullptr);
-      if (n->op == OpId::conv2d) a.set("pool", std::string(pool ? "max2x2" : "none"));
+      if (n->op == "conv2d"_op) a.set("pool", std::string(pool ? "max2x2" : "none"));
       std::vector<Value*> ins = n->inputs;
       if (residual) ins.push_back(residual);
       Node* f = build_node(g, *fop, std::move(ins), a, n->name);

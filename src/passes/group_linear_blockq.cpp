@@ -30,7 +30,7 @@ class GroupLinearBlockqPass final : public Pass {
   int min_opt_level() const override { return 1; }
 
   bool run(Graph& g, const PassOptions&) override {
-    const OpId lin = OpId::linear_blockq;
+    const OpId lin = "linear_blockq"_op;
     // (x, format, has bias) -> members in graph order.
     std::map<std::tuple<const Value*, std::string, bool>, std::vector<Node*>> groups;
     std::vector<std::tuple<const Value*, std::string, bool>> order;
@@ -60,7 +60,7 @@ class GroupLinearBlockqPass final : public Pass {
         std::string name;
         for (Node* m : members)
           if (!m->name.empty()) name += (name.empty() ? "" : "+") + m->name;
-        Node* f = build_node(g, OpId::linear_blockq_multi, std::move(ins), attrs, name);
+        Node* f = build_node(g, "linear_blockq_multi"_op, std::move(ins), attrs, name);
         for (size_t i = 0; i < members.size(); ++i) {
           Value* old = members[i]->output(0);
           Value* now = f->output(static_cast<int>(i));
@@ -92,15 +92,15 @@ class GroupLinearBlockqPass final : public Pass {
   static bool fuse_glu(Graph& g) {
     bool changed = false;
     for (Node* mul : std::vector<Node*>(g.nodes())) {
-      if (mul->dead || mul->op != OpId::mul || mul->inputs.size() != 2) continue;
+      if (mul->dead || mul->op != "mul"_op || mul->inputs.size() != 2) continue;
       for (int side = 0; side < 2; ++side) {
         Value* a = mul->input(side);
         Value* b = mul->input(1 - side);
         Node* silu = a->producer;
-        if (!silu || silu->op != OpId::silu || !single_use(g, a)) continue;
+        if (!silu || silu->op != "silu"_op || !single_use(g, a)) continue;
         Value* y0 = silu->input(0);
         Node* lin = y0->producer;
-        if (!lin || lin->op != OpId::linear_blockq_multi || lin->attrs.i("count") != 2 ||
+        if (!lin || lin->op != "linear_blockq_multi"_op || lin->attrs.i("count") != 2 ||
             !lin->attrs.s("epilogue").empty() || lin->outputs.size() != 2)
           continue;
         // The gate may be either output (a traced mul(silu(gate(h)), up(h)) may record up first): the fused node
@@ -115,7 +115,7 @@ class GroupLinearBlockqPass final : public Pass {
           std::swap(ins[1], ins[2]);
           if (ins.size() == 5) std::swap(ins[3], ins[4]);
         }
-        Node* f = build_node(g, OpId::linear_blockq_multi, std::move(ins), attrs, lin->name);
+        Node* f = build_node(g, "linear_blockq_multi"_op, std::move(ins), attrs, lin->name);
         Value* out = mul->output(0);
         const std::string keep = out->name;
         g.replace_all_uses(out, f->output(0));

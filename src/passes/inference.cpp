@@ -19,7 +19,7 @@ namespace spore {
 namespace {
 using namespace rewrite;
 
-bool is_const(const Value* v) { return v->producer && v->producer->op == OpId::constant && v->producer->payload.defined(); }
+bool is_const(const Value* v) { return v->producer && v->producer->is_constant() && v->producer->payload.defined(); }
 
 // Routes `from`'s uses (and graph-output slots, keeping the output's value name) to `to`, a fresh value.
 void forward_fresh(Graph& g, Value* from, Value* to) {
@@ -27,7 +27,7 @@ void forward_fresh(Graph& g, Value* from, Value* to) {
     const std::string name = from->name;
     for (int k = 0;; ++k) {  // a free name (erased values keep theirs)
       const std::string fresh = name + ".folded" + (k ? std::to_string(k) : "");
-      if (g.fresh_name(fresh) == fresh) {
+      if (!g.name_taken(fresh)) {
         g.rename_value(from, fresh);
         break;
       }
@@ -39,12 +39,24 @@ void forward_fresh(Graph& g, Value* from, Value* to) {
   g.replace_all_uses(from, to);
 }
 
+// y = p(x, w, bias?) where output channel c is row c of a weight laid out [channels, ...] plus bias[c], and the
+// channels are axis 1 of y (the axis batch_norm and a per-channel add broadcast over): conv2d, and linear with a
+// [N, features] output. A per-channel affine map of y then folds into w's rows and the bias (OpDef::weight).
+bool per_channel_affine(const Node* p, const Value* y) {
+  if (!p) return false;
+  const WeightOperand& wo = op_registry().get(p->op).weight;
+  if (!wo.defined() || wo.input != 1 || wo.bias_input != 2 || wo.channel_axis != 0 || !wo.transpose_attr.empty())
+    return false;
+  const int64_t out_axis = wo.output_channel_axis < 0 ? wo.output_channel_axis + y->type.rank() : wo.output_channel_axis;
+  return out_axis == 1;
+}
+
 bool fold_bn(Match& mt, Rewriter& rw) {
   Graph& g = rw.graph();
   Node* bn = mt.root;
   Value* y = bn->inputs[0];
   Node* p = y->producer;
-  if (!p || (p->op != OpId::conv2d && p->op != OpId::linear)) return false;
+  if (!per_channel_affine(p, y)) return false;
   if (y->uses.size() != 1 || g.is_output(y)) return false;
   for (int i = 1; i < 5; ++i)
     if (!is_const(bn->inputs[i])) return false;
@@ -52,13 +64,11 @@ bool fold_bn(Match& mt, Rewriter& rw) {
   Value* b = p->inputs.size() > 2 ? p->inputs[2] : nullptr;
   if (!is_const(w) || (b && !is_const(b))) return false;
   if (!w->type.is_static() || !is_floating(w->type.dtype)) return false;
-  // batch_norm normalizes axis 1: for linear that is the feature axis only when the output is [N, features].
-  if (p->op == OpId::linear && y->type.rank() != 2) return false;
   const int64_t channels = w->type.dims[0].size;
   for (int i = 1; i < 5; ++i)
     if (bn->inputs[i]->type.numel() != channels) return false;
 
-  const double eps = op_registry().get(OpId::batch_norm).normalize(bn->attrs, bn->label()).f("epsilon");
+  const double eps = op_registry().get("batch_norm"_op).normalize(bn->attrs, bn->label()).f("epsilon");
   const std::vector<double> scale = bn->inputs[1]->producer->payload.to_doubles();
   const std::vector<double> shift = bn->inputs[2]->producer->payload.to_doubles();
   const std::vector<double> mean = bn->inputs[3]->producer->payload.to_doubles();
@@ -100,9 +110,8 @@ bool fold_bias_add(Match& mt, Rewriter& rw) {
     Value* y = add->inputs[i];
     Value* c = add->inputs[1 - i];
     Node* p = y->producer;
-    if (!p || (p->op != OpId::conv2d && p->op != OpId::linear) || !is_const(c)) continue;
+    if (!per_channel_affine(p, y) || !is_const(c)) continue;
     if (y->uses.size() != 1 || g.is_output(y) || add->output(0)->type != y->type) continue;
-    if (p->op == OpId::linear && y->type.rank() != 2) continue;
     Value* w = p->inputs.at(1);
     Value* b = p->inputs.size() > 2 ? p->inputs[2] : nullptr;
     if (!is_const(w) || (b && !is_const(b)) || !w->type.is_static() || !is_floating(w->type.dtype)) continue;
@@ -124,8 +133,8 @@ bool fold_bias_add(Match& mt, Rewriter& rw) {
 RewriteSet make_bn_rules() {
   RewriteSet rules("fold_batch_norm");
   rules.add({"batch_norm_into_producer",
-             m::op(OpId::batch_norm, {m::any(), m::constant(), m::constant(), m::constant(), m::constant()}), fold_bn});
-  rules.add({"bias_add_into_producer", m::op(OpId::add, {m::any(), m::any()}), fold_bias_add});
+             m::op("batch_norm"_op, {m::any(), m::constant(), m::constant(), m::constant(), m::constant()}), fold_bn});
+  rules.add({"bias_add_into_producer", m::op("add"_op, {m::any(), m::any()}), fold_bias_add});
   return rules;
 }
 
@@ -133,15 +142,15 @@ bool drop(Match& mt, Rewriter& rw) {
   Graph& g = rw.graph();
   Value* out = mt.root->output(0);
   Value* x = mt["x"];
-  if (g.is_output(out) && (g.is_output(x) || (x->producer && x->producer->op == OpId::input))) return false;
+  if (g.is_output(out) && (g.is_output(x) || (x->producer && x->producer->is_input()))) return false;
   forward_fresh(g, out, x);
   return true;
 }
 
 RewriteSet make_dropout_rules() {
   RewriteSet rules("remove_dropout");
-  rules.add({"dropout", m::op(OpId::dropout, {m::any("x")}), drop});
-  rules.add({"dropout_with_offset", m::op(OpId::dropout, {m::any("x"), m::any()}), drop});
+  rules.add({"dropout", m::op("dropout"_op, {m::any("x")}), drop});
+  rules.add({"dropout_with_offset", m::op("dropout"_op, {m::any("x"), m::any()}), drop});
   return rules;
 }
 

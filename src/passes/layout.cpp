@@ -43,10 +43,10 @@ bool static_dims(const TensorType& t, int rank) {
 
 // conv2d (taken as a conv2d_fused without epilogue) or conv2d_fused.
 bool is_candidate(const Node& n) {
-  if ((n.op != OpId::conv2d_fused && n.op != OpId::conv2d) || n.outputs.size() != 1) return false;
+  if ((n.op != "conv2d_fused"_op && n.op != "conv2d"_op) || n.outputs.size() != 1) return false;
   const Attrs& a = n.attrs;
   if (a.i("groups") != 1) return false;
-  if (n.op == OpId::conv2d_fused && (a.s("pool") != "none" || a.s("src_layout") != "nchw" || a.s("dst_layout") != "nchw"))
+  if (n.op == "conv2d_fused"_op && (a.s("pool") != "none" || a.s("src_layout") != "nchw" || a.s("dst_layout") != "nchw"))
     return false;
   const TensorType& y = n.output(0)->type;
   return y.dtype == DType::f32 && static_dims(y, 4) && y.dims[1].size % fused::kChannelBlock == 0 &&
@@ -81,15 +81,15 @@ class LayoutPass final : public Pass {
       if (auto it = blocked.find(v); it != blocked.end()) return it->second;
       const TensorType& t = v->type;
       const int64_t n = t.dims[0].size, c = t.dims[1].size, h = t.dims[2].size, w = t.dims[3].size;
-      Node* r = build_node(g, OpId::reshape, {v}, Attrs{{"shape", V{n, c / fused::kChannelBlock, fused::kChannelBlock, h, w}}});
-      Node* tr = build_node(g, OpId::transpose, {r->output(0)}, Attrs{{"perm", V{0, 1, 3, 4, 2}}});
+      Node* r = build_node(g, "reshape"_op, {v}, Attrs{{"shape", V{n, c / fused::kChannelBlock, fused::kChannelBlock, h, w}}});
+      Node* tr = build_node(g, "transpose"_op, {r->output(0)}, Attrs{{"perm", V{0, 1, 3, 4, 2}}});
       blocked[v] = tr->output(0);
       return tr->output(0);
     };
     for (size_t i = 0; i < cands.size(); ++i) {
       if (!keep[i]) continue;
       Node* n = cands[i];
-      const fused::Operands o = n->op == OpId::conv2d_fused
+      const fused::Operands o = n->op == "conv2d_fused"_op
                                     ? fused::operands(n->attrs, static_cast<int>(n->inputs.size()))
                                     : fused::Operands{n->inputs.size() > 2 ? 2 : -1, -1};
       std::vector<Value*> ins = n->inputs;
@@ -101,11 +101,11 @@ class LayoutPass final : public Pass {
       }
       if (o.residual >= 0) ins[static_cast<size_t>(o.residual)] = to_blocked(ins[static_cast<size_t>(o.residual)]);
       a.set("dst_layout", std::string("nchw8c"));
-      Node* b = build_node(g, OpId::conv2d_fused, std::move(ins), a, n->name);  // a plain conv2d gets no epilogue
+      Node* b = build_node(g, "conv2d_fused"_op, std::move(ins), a, n->name);  // a plain conv2d gets no epilogue
       Value* y = n->output(0);
       const TensorType& t = y->type;
-      Node* tr = build_node(g, OpId::transpose, {b->output(0)}, Attrs{{"perm", V{0, 1, 4, 2, 3}}});
-      Node* r = build_node(g, OpId::reshape, {tr->output(0)},
+      Node* tr = build_node(g, "transpose"_op, {b->output(0)}, Attrs{{"perm", V{0, 1, 4, 2, 3}}});
+      Node* r = build_node(g, "reshape"_op, {tr->output(0)},
                           Attrs{{"shape", V{t.dims[0].size, t.dims[1].size, t.dims[2].size, t.dims[3].size}}});
       const std::string keep_name = y->name;
       g.replace_all_uses(y, r->output(0));
@@ -122,9 +122,11 @@ class LayoutPass final : public Pass {
     // back to NCHW is left without users (dce removes it).
     for (Node* n : std::vector<Node*>(g.nodes())) {
       if (n->dead || n->inputs.size() != 1 || !blocked.count(n->input(0))) continue;
-      const bool gap = n->op == OpId::global_avg_pool;
-      const bool reduce = n->op == OpId::reduce_mean || n->op == OpId::reduce_sum || n->op == OpId::reduce_max ||
-                          n->op == OpId::reduce_min;
+      const bool gap = n->op == "global_avg_pool"_op;
+      // A reduction over `axes` (reduce_sum, reduce_mean, ...): the same op reduces the blocked tensor's H, W.
+      const OpDef& def = op_registry().get(n->op);
+      const bool reduce = def.fusion == FusionKind::reduce && def.traits.has(Trait::reduction) && def.find_attr("axes") &&
+                          def.find_attr("keepdims");
       if (!gap && !reduce) continue;
       if (reduce) {
         std::vector<int64_t> axes = n->attrs.ints("axes");
@@ -134,11 +136,11 @@ class LayoutPass final : public Pass {
       }
       Value* y = n->output(0);
       if (!static_dims(y->type, y->type.rank())) continue;
-      Node* red = build_node(g, gap ? OpId::reduce_mean : n->op, {blocked[n->input(0)]},
+      Node* red = build_node(g, gap ? "reduce_mean"_op : n->op, {blocked[n->input(0)]},
                              Attrs{{"axes", V{2, 3}}, {"keepdims", false}}, n->name);
       V shape;
       for (const Dim& d : y->type.dims) shape.push_back(d.size);
-      Node* r = build_node(g, OpId::reshape, {red->output(0)}, Attrs{{"shape", shape}});
+      Node* r = build_node(g, "reshape"_op, {red->output(0)}, Attrs{{"shape", shape}});
       const std::string keep_name = y->name;
       g.replace_all_uses(y, r->output(0));
       g.erase_node(n);

@@ -41,9 +41,7 @@ int64_t aligned_bytes(const TensorType& t) {
   return (b + 63) / 64 * 64;
 }
 
-bool is_reshape_like(OpId op) {
-  return op == OpId::reshape || op == OpId::flatten || op == OpId::squeeze || op == OpId::unsqueeze;
-}
+bool is_reshape_like(OpId op) { return op_registry().get(op).traits.has(Trait::reshape); }
 
 // The buffers of a graph at a level, before placement.
 struct Buffers {
@@ -74,7 +72,7 @@ Buffers collect_buffers(Graph& g, int level) {
       const bool same_bytes = !n->inputs.empty() && n->inputs[0]->type.dtype == v->type.dtype &&
                               n->inputs[0]->type.numel() == v->type.numel();
       if (level >= 1 && oi == 0 && same_bytes && is_reshape_like(n->op) && n->inputs.size() == 1 &&
-          (n->inputs[0]->producer->op == OpId::input || input_views.count(n->inputs[0]))) {
+          (n->inputs[0]->producer->is_input() || input_views.count(n->inputs[0]))) {
         input_views.insert(v);  // no buffer: the plan reads the graph input's bytes with this shape
         continue;
       }
@@ -199,7 +197,7 @@ bool is_input_view(const Graph& g, const Node& n) {
   const Value* in = n.inputs[0];
   const Value* out = n.outputs[0];
   if (out->arena_offset >= 0 || g.is_output(out) || in->type.dtype != out->type.dtype || !out->type.is_static()) return false;
-  return in->producer->op == OpId::input || is_input_view(g, *in->producer);
+  return in->producer->is_input() || is_input_view(g, *in->producer);
 }
 
 bool is_arena_alias(const Node& n) {

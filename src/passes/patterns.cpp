@@ -41,7 +41,7 @@ Node* producer_if(const Value* v, OpId op) {
 
 const Tensor* constant_payload(const Value* v) {
   const Node* p = v->producer;
-  if (!p || p->op != OpId::constant || !p->payload.defined()) return nullptr;
+  if (!p || !p->is_constant() || !p->payload.defined()) return nullptr;
   return &p->payload;
 }
 
@@ -107,7 +107,7 @@ bool uses_only(const Graph& g, const Value* v, std::initializer_list<const Node*
 // The factors of a product tree rooted at `v`: mul nodes are opened while their output is single-use (the
 // root's own output is opened whatever its uses); their nodes go to `nodes`.
 void factors(const Graph& g, Value* v, bool root, std::vector<Value*>& out, std::vector<Node*>& nodes) {
-  Node* p = producer_if(v, OpId::mul);
+  Node* p = producer_if(v, "mul"_op);
   if (p && p->inputs.size() == 2 && (root || single_use(g, v)) && p->inputs[0]->type.dtype == v->type.dtype &&
       p->inputs[1]->type.dtype == v->type.dtype) {
     nodes.push_back(p);
@@ -186,19 +186,19 @@ struct NormCore {
 
 // v + eps with v = mean(t*t | pow(t,2)) over trailing axes; `s` is the sum's value.
 bool match_variance(const Graph& g, Value* s, Value* t, NormCore& c) {
-  Node* add = producer_if(s, OpId::add);
+  Node* add = producer_if(s, "add"_op);
   if (!add || !single_use(g, s) || add->inputs.size() != 2) return false;
   for (int i = 0; i < 2; ++i) {
     Value* v = add->inputs[i];
     const auto eps = scalar_constant(add->inputs[1 - i]);
     Node* mean = v->producer;
-    const auto axis = trailing_reduce(mean, OpId::reduce_mean);
+    const auto axis = trailing_reduce(mean, "reduce_mean"_op);
     if (!eps || *eps < 0 || !axis || !single_use(g, v) || s->type != v->type) continue;
     Value* q = mean->inputs[0];
     Node* sq = q->producer;
     if (!sq || !single_use(g, q) || q->type != t->type) continue;
-    const bool is_sq = (sq->op == OpId::mul && sq->inputs.size() == 2 && sq->inputs[0] == t && sq->inputs[1] == t) ||
-                       (sq->op == OpId::pow && sq->inputs.size() == 2 && sq->inputs[0] == t &&
+    const bool is_sq = (sq->op == "mul"_op && sq->inputs.size() == 2 && sq->inputs[0] == t && sq->inputs[1] == t) ||
+                       (sq->op == "pow"_op && sq->inputs.size() == 2 && sq->inputs[0] == t &&
                         scalar_is(sq->inputs[1], 2.0, DType::f64));
     if (!is_sq) continue;
     c.t = t;
@@ -215,28 +215,28 @@ bool match_variance(const Graph& g, Value* s, Value* t, NormCore& c) {
 std::optional<NormCore> match_norm_core(const Graph& g, Node* n) {
   if (n->inputs.size() != 2 || n->outputs.size() != 1) return std::nullopt;
   NormCore c;
-  if (n->op == OpId::div) {  // t / sqrt(v + eps)
+  if (n->op == "div"_op) {  // t / sqrt(v + eps)
     Value* den = n->inputs[1];
-    Node* sq = producer_if(den, OpId::sqrt);
+    Node* sq = producer_if(den, "sqrt"_op);
     if (!sq || !single_use(g, den)) return std::nullopt;
     if (!match_variance(g, sq->inputs[0], n->inputs[0], c)) return std::nullopt;
     c.nodes.push_back(sq);
     return c;
   }
-  if (n->op != OpId::mul) return std::nullopt;
+  if (n->op != "mul"_op) return std::nullopt;
   for (int i = 0; i < 2; ++i) {  // t * rsqrt(v + eps) | t * reciprocal(sqrt(v + eps)), either order
     Value* r = n->inputs[1 - i];
     Value* t = n->inputs[i];
     if (!single_use(g, r) || r == t) continue;
     NormCore cc;
-    if (Node* rs = producer_if(r, OpId::rsqrt)) {
+    if (Node* rs = producer_if(r, "rsqrt"_op)) {
       if (!match_variance(g, rs->inputs[0], t, cc)) continue;
       cc.nodes.push_back(rs);
       return cc;
     }
-    if (Node* rec = producer_if(r, OpId::reciprocal)) {
+    if (Node* rec = producer_if(r, "reciprocal"_op)) {
       Value* s = rec->inputs[0];
-      Node* sq = producer_if(s, OpId::sqrt);
+      Node* sq = producer_if(s, "sqrt"_op);
       if (!sq || !single_use(g, s) || !match_variance(g, sq->inputs[0], t, cc)) continue;
       cc.nodes.push_back(sq);
       cc.nodes.push_back(rec);
@@ -278,16 +278,16 @@ bool try_norm(Graph& g, Node* n) {
 
   // Layer norm: t = x - mean(x) over the same axes.
   Value* x = t;
-  OpId op = OpId::rms_norm;
+  OpId op = "rms_norm"_op;
   std::vector<Node*> matched;
-  if (Node* sub = producer_if(t, OpId::sub); sub && t_inner_only && sub->inputs.size() == 2) {
+  if (Node* sub = producer_if(t, "sub"_op); sub && t_inner_only && sub->inputs.size() == 2) {
     Value* m = sub->inputs[1];
     Node* mean = m->producer;
-    const auto axis = trailing_reduce(mean, OpId::reduce_mean);
+    const auto axis = trailing_reduce(mean, "reduce_mean"_op);
     if (axis && *axis == core->axis && mean->inputs[0] == sub->inputs[0] && single_use(g, m) &&
         sub->inputs[0]->type == type) {
       x = sub->inputs[0];
-      op = OpId::layer_norm;
+      op = "layer_norm"_op;
       matched = {sub, mean};
     }
   }
@@ -295,11 +295,11 @@ bool try_norm(Graph& g, Node* n) {
   Value* out = y;
   std::vector<Node*> tail;
   std::optional<Scale> gamma, beta;
-  if ((gamma = scale_after(g, out, OpId::mul, feat))) {
+  if ((gamma = scale_after(g, out, "mul"_op, feat))) {
     tail.push_back(gamma->node);
     out = gamma->node->output(0);
   }
-  if (op == OpId::layer_norm && (beta = scale_after(g, out, OpId::add, feat))) {
+  if (op == "layer_norm"_op && (beta = scale_after(g, out, "add"_op, feat))) {
     tail.push_back(beta->node);
     out = beta->node->output(0);
   }
@@ -354,21 +354,21 @@ std::optional<int64_t> single_axis_reduce(const Node* n, OpId op) {
 }
 
 bool try_softmax(Graph& g, Node* n) {
-  if (n->op != OpId::div || n->inputs.size() != 2) return false;
+  if (n->op != "div"_op || n->inputs.size() != 2) return false;
   Value* e = n->inputs[0];
   Value* s = n->inputs[1];
-  Node* ex = producer_if(e, OpId::exp);
+  Node* ex = producer_if(e, "exp"_op);
   Node* sum = s->producer;
-  const auto axis = single_axis_reduce(sum, OpId::reduce_sum);
+  const auto axis = single_axis_reduce(sum, "reduce_sum"_op);
   if (!ex || !axis || sum->inputs[0] != e || !single_use(g, s)) return false;
   if (!uses_only(g, e, {sum, n}) || e->uses.size() != 2) return false;
   const TensorType& type = n->output(0)->type;
   if (!float_dtype(type.dtype) || e->type != type) return false;
   Value* x = ex->inputs[0];
   std::vector<Node*> matched = {n, sum, ex};
-  if (Node* sub = producer_if(x, OpId::sub); sub && single_use(g, x) && sub->inputs.size() == 2) {
+  if (Node* sub = producer_if(x, "sub"_op); sub && single_use(g, x) && sub->inputs.size() == 2) {
     Value* m = sub->inputs[1];
-    const auto max_axis = single_axis_reduce(m->producer, OpId::reduce_max);
+    const auto max_axis = single_axis_reduce(m->producer, "reduce_max"_op);
     if (max_axis && *max_axis == *axis && m->producer->inputs[0] == sub->inputs[0] && single_use(g, m) &&
         sub->inputs[0]->type == type) {
       x = sub->inputs[0];
@@ -377,7 +377,7 @@ bool try_softmax(Graph& g, Node* n) {
     }
   }
   if (x->type != type) return false;
-  Node* r = build_checked(g, OpId::softmax, {x}, Attrs{{"axis", *axis}}, type, n->name);
+  Node* r = build_checked(g, "softmax"_op, {x}, Attrs{{"axis", *axis}}, type, n->name);
   if (!r) return false;
   commit(g, n->output(0), r, matched);
   return true;
@@ -393,11 +393,11 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 bool is_scaled_for_erf(const Graph& g, Value* a, Value* x, DType dt, std::vector<Node*>& nodes) {
   Node* p = a->producer;
   if (!p || !single_use(g, a) || p->inputs.size() != 2 || a->type != x->type) return false;
-  if (p->op == OpId::div && p->inputs[0] == x && scalar_is(p->inputs[1], kSqrt2, dt)) {
+  if (p->op == "div"_op && p->inputs[0] == x && scalar_is(p->inputs[1], kSqrt2, dt)) {
     nodes.push_back(p);
     return true;
   }
-  if (p->op == OpId::mul) {
+  if (p->op == "mul"_op) {
     Value* c = other_input(p, x);
     if (c && scalar_is(c, kInvSqrt2, dt)) {
       nodes.push_back(p);
@@ -417,7 +417,7 @@ bool is_tanh_arg(const Graph& g, Value* u, Value* x, DType dt, std::vector<Node*
   for (int i = 0; i < 2; ++i) {
     if (!scalar_is(f[1 - i], kSqrt2OverPi, dt)) continue;
     Value* s = f[i];
-    Node* add = producer_if(s, OpId::add);
+    Node* add = producer_if(s, "add"_op);
     if (!add || !single_use(g, s)) continue;
     Value* cube = other_input(add, x);
     if (!cube || !single_use(g, cube) || cube->type != x->type) continue;
@@ -431,7 +431,7 @@ bool is_tanh_arg(const Graph& g, Value* u, Value* x, DType dt, std::vector<Node*
         ++xs;
       } else if (scalar_is(v, 0.044715, dt)) {
         ++coef;
-      } else if (Node* p = producer_if(v, OpId::pow); p && p->inputs[0] == x && single_use(g, v) &&
+      } else if (Node* p = producer_if(v, "pow"_op); p && p->inputs[0] == x && single_use(g, v) &&
                                                        scalar_is(p->inputs[1], 3.0, DType::f64)) {
         ++pows;
         cn.push_back(p);
@@ -450,20 +450,20 @@ bool is_tanh_arg(const Graph& g, Value* u, Value* x, DType dt, std::vector<Node*
 
 // 1 + erf(x/sqrt2) or 1 + tanh(...): returns "none" / "tanh".
 std::optional<std::string> gelu_bracket(const Graph& g, Value* a, Value* x, DType dt, std::vector<Node*>& nodes) {
-  Node* add = producer_if(a, OpId::add);
+  Node* add = producer_if(a, "add"_op);
   if (!add || !single_use(g, a) || add->inputs.size() != 2 || a->type != x->type) return std::nullopt;
   for (int i = 0; i < 2; ++i) {
     if (!scalar_is(add->inputs[1 - i], 1.0, dt)) continue;
     Value* f = add->inputs[i];
     if (!single_use(g, f)) continue;
     std::vector<Node*> sub;
-    if (Node* erf = producer_if(f, OpId::erf); erf && is_scaled_for_erf(g, erf->inputs[0], x, dt, sub)) {
+    if (Node* erf = producer_if(f, "erf"_op); erf && is_scaled_for_erf(g, erf->inputs[0], x, dt, sub)) {
       nodes.push_back(add);
       nodes.push_back(erf);
       nodes.insert(nodes.end(), sub.begin(), sub.end());
       return std::string("none");
     }
-    if (Node* th = producer_if(f, OpId::tanh); th && is_tanh_arg(g, th->inputs[0], x, dt, sub)) {
+    if (Node* th = producer_if(f, "tanh"_op); th && is_tanh_arg(g, th->inputs[0], x, dt, sub)) {
       nodes.push_back(add);
       nodes.push_back(th);
       nodes.insert(nodes.end(), sub.begin(), sub.end());
@@ -474,7 +474,7 @@ std::optional<std::string> gelu_bracket(const Graph& g, Value* a, Value* x, DTyp
 }
 
 bool try_gelu_silu(Graph& g, Node* n) {
-  if (n->op != OpId::mul || n->inputs.size() != 2) return false;
+  if (n->op != "mul"_op || n->inputs.size() != 2) return false;
   Value* y = n->output(0);
   const TensorType& type = y->type;
   if (!float_dtype(type.dtype)) return false;
@@ -482,9 +482,9 @@ bool try_gelu_silu(Graph& g, Node* n) {
   for (int i = 0; i < 2; ++i) {
     Value* x = n->inputs[i];
     Value* s = n->inputs[1 - i];
-    Node* sg = producer_if(s, OpId::sigmoid);
+    Node* sg = producer_if(s, "sigmoid"_op);
     if (sg && sg->inputs[0] == x && single_use(g, s) && x->type == type) {
-      Node* r = build_checked(g, OpId::silu, {x}, {}, type, n->name);
+      Node* r = build_checked(g, "silu"_op, {x}, {}, type, n->name);
       if (!r) return false;
       commit(g, y, r, {n, sg});
       return true;
@@ -503,7 +503,7 @@ bool try_gelu_silu(Graph& g, Node* n) {
       std::vector<Node*> nodes = fn;
       const auto form = gelu_bracket(g, f[k], x, type.dtype, nodes);
       if (!form) continue;
-      Node* r = build_checked(g, OpId::gelu, {x}, Attrs{{"approximate", *form}}, type, n->name);
+      Node* r = build_checked(g, "gelu"_op, {x}, Attrs{{"approximate", *form}}, type, n->name);
       if (!r) return false;
       commit(g, y, r, nodes);
       return true;
@@ -515,7 +515,7 @@ bool try_gelu_silu(Graph& g, Node* n) {
 // ---- linear: matmul(x, W const) [+ bias const]
 
 bool try_linear(Graph& g, Node* n, std::unordered_map<const Value*, Value*>& transposed) {
-  if (n->op != OpId::matmul || n->inputs.size() != 2) return false;
+  if (n->op != "matmul"_op || n->inputs.size() != 2) return false;
   const Attrs a = normalized(n);
   if (a.b("transpose_a")) return false;
   Value* x = n->inputs[0];
@@ -550,7 +550,7 @@ bool try_linear(Graph& g, Node* n, std::unordered_map<const Value*, Value*>& tra
   Node* bias_node = nullptr;
   if (single_use(g, y)) {
     Node* u = y->uses[0].user;
-    Value* b = u->op == OpId::add ? other_input(u, y) : nullptr;
+    Value* b = u->op == "add"_op ? other_input(u, y) : nullptr;
     const std::vector<Dim> feat = {Dim(out_features)};
     if (b && u->output(0)->type == type) {
       if (auto bt = feature_constant(b, feat, type.dtype)) {
@@ -566,7 +566,7 @@ bool try_linear(Graph& g, Node* n, std::unordered_map<const Value*, Value*>& tra
     }
   }
   matched.push_back(n);
-  Node* r = build_checked(g, OpId::linear, ins, {}, out->type, n->name);
+  Node* r = build_checked(g, "linear"_op, ins, {}, out->type, n->name);
   if (!r) {
     if (bias_node) g.erase_node(bias_node);
     return false;
@@ -589,13 +589,13 @@ class RecognizePatternsPass final : public Pass {
       if (n->dead || n->outputs.size() != 1) continue;
       bool hit = false;
       switch (n->op) {
-        case OpId::matmul:
+        case "matmul"_op:
           hit = try_linear(g, n, transposed);
           break;
-        case OpId::div:
+        case "div"_op:
           hit = try_softmax(g, n) || try_norm(g, n);
           break;
-        case OpId::mul:
+        case "mul"_op:
           hit = try_norm(g, n) || try_gelu_silu(g, n);
           break;
         default:

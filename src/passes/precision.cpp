@@ -70,7 +70,7 @@ DType compute_dtype(const OpDef& def, const Node* n) {
 }
 
 bool is_float_cast(const Node* n) {
-  return n->op == OpId::cast && is_convertible(n->inputs[0]->type.dtype) && is_convertible(n->outputs[0]->type.dtype);
+  return n->op == "cast"_op && is_convertible(n->inputs[0]->type.dtype) && is_convertible(n->outputs[0]->type.dtype);
 }
 
 bool has_cpu_kernel(OpId op, DType t) { return kernel_registry().find(Backend::cpu, op, t) != nullptr; }
@@ -131,9 +131,9 @@ class Converter {
     // Outputs keep their names too (spore run writes <name>.npy, ONNX binds outputs by name): the value that
     // now holds an output's name (the f16 value feeding the output cast) gives it up.
     for (size_t i = 0; i < outs.size(); ++i) {
-      if (outs[i]->name == out_names[i] || outs[i]->producer->op == OpId::input) continue;
+      if (outs[i]->name == out_names[i] || outs[i]->producer->is_input()) continue;
       Value* holder = g_.find_value(out_names[i]);
-      if (holder != nullptr && holder->producer->op == OpId::input) continue;
+      if (holder != nullptr && holder->producer->is_input()) continue;
       if (holder != nullptr) rename_fresh(holder, out_names[i] + "_" + std::string(dtype_name(holder->type.dtype)));
       rename_fresh(outs[i], out_names[i]);
     }
@@ -162,7 +162,7 @@ class Converter {
           std::optional<DType> seen;
           for (size_t i = 0; i < n->inputs.size(); ++i) {
             const Value* v = n->inputs[i];
-            if (s.operands[i] != s.compute || v->producer->op == OpId::constant) continue;
+            if (s.operands[i] != s.compute || v->producer->is_constant()) continue;
             if (seen && *seen != v->type.dtype) return DType::f32;
             seen = v->type.dtype;
           }
@@ -184,13 +184,13 @@ class Converter {
     const auto key = std::make_pair(v, t);
     if (auto it = casts_.find(key); it != casts_.end()) return it->second;
     Value* c = nullptr;
-    if (v->producer->op == OpId::constant) {  // (3) converted now, no node
+    if (v->producer->is_constant()) {  // (3) converted now, no node
       c = g_.add_constant(ops::cast(v->producer->payload, t), v->name + "_" + std::string(dtype_name(t)));
       converted_.push_back({v, c});
     } else {
       Attrs a;
       a.set("dtype", t);
-      c = build_node(g_, OpId::cast, {v}, a)->outputs[0];
+      c = build_node(g_, "cast"_op, {v}, a)->outputs[0];
       rename_fresh(c, v->name + "_" + std::string(dtype_name(t)));
       ++r_.casts_inserted;
     }
@@ -203,7 +203,7 @@ class Converter {
     for (int k = 0;; ++k) {
       const std::string name = k == 0 ? base : fmt::format("{}_{}", base, k);
       if (name == v->name) return;
-      if (g_.fresh_name(name) == name) return g_.rename_value(v, name);  // free (erased values keep theirs)
+      if (!g_.name_taken(name)) return g_.rename_value(v, name);  // free (erased values keep theirs)
     }
   }
 
@@ -217,7 +217,7 @@ class Converter {
       g_.erase_node(conv->producer);
     }
     for (Node* n : std::vector<Node*>(g_.nodes()))
-      if (n->op == OpId::constant && n->outputs[0]->uses.empty() && !g_.is_output(n->outputs[0])) {
+      if (n->is_constant() && n->outputs[0]->uses.empty() && !g_.is_output(n->outputs[0])) {
         bool ours = std::any_of(converted_.begin(), converted_.end(),
                                 [&](const auto& p) { return p.first == n->outputs[0] || p.second == n->outputs[0]; });
         if (ours) g_.erase_node(n);
@@ -261,7 +261,7 @@ PrecisionReport apply_precision_mode(Graph& g, PrecisionMode mode, DType low) {
   if (mode == PrecisionMode::allow_fp32_to_fp16) low = DType::f16;
   if (mode == PrecisionMode::allow_fp32_to_bf16) low = DType::bf16;
   // Kernel availability decides f32 fallbacks; an empty registry would silently keep everything f32.
-  SPORE_CHECK(has_cpu_kernel(OpId::cast, DType::f32), ErrorCode::internal,
+  SPORE_CHECK(has_cpu_kernel("cast"_op, DType::f32), ErrorCode::internal,
               "precision mode {}: no cpu kernels are registered (call spore::init() first)", precision_mode_name(mode));
   PrecisionReport r;
   r.ops_per_dtype_before = ops_per_dtype(g);

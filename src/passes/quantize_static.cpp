@@ -26,11 +26,11 @@ constexpr int act_levels = 127;  // u8 codes [0, 127]
 int64_t constant_bytes(const Graph& g) {
   int64_t b = 0;
   for (const Node* n : g.nodes())
-    if (n->op == OpId::constant) b += n->payload.numel() * static_cast<int64_t>(dtype_size(n->payload.dtype()));
+    if (n->is_constant()) b += n->payload.numel() * static_cast<int64_t>(dtype_size(n->payload.dtype()));
   return b;
 }
 
-bool is_f32_constant(const Value* v) { return v->producer->op == OpId::constant && v->type.dtype == DType::f32; }
+bool is_f32_constant(const Value* v) { return v->producer->is_constant() && v->type.dtype == DType::f32; }
 
 // Per-row symmetric int8 of a 2-D view [rows, cols] of `w` (contiguous f32).
 struct QuantizedWeight {
@@ -67,13 +67,13 @@ class StaticQuantizer {
   void run() {
     for (Node* n : std::vector<Node*>(g_.nodes())) {
       if (n->dead) continue;
-      const bool matmul = n->op == OpId::matmul;
-      if (n->op != OpId::conv2d && n->op != OpId::linear && !matmul) continue;
+      const bool matmul = n->op == "matmul"_op;
+      if (n->op != "conv2d"_op && n->op != "linear"_op && !matmul) continue;
       if (const std::string why = rewrite(n, matmul); !why.empty()) report_.skipped.push_back(n->label() + ": " + why);
     }
     // Weights the rewritten nodes no longer use.
     for (Node* n : std::vector<Node*>(g_.nodes()))
-      if (n->op == OpId::constant && n->output(0)->uses.empty() && !g_.is_output(n->output(0))) g_.erase_node(n);
+      if (n->is_constant() && n->output(0)->uses.empty() && !g_.is_output(n->output(0))) g_.erase_node(n);
     g_.topo_sort();
   }
 
@@ -104,8 +104,8 @@ class StaticQuantizer {
     const ActQuant a = quantize_activation(x, lo, hi);
     std::vector<Value*> ins{a.q, a.scale, a.zero_point, wq, ws};
     if (n->inputs.size() > 2 && !matmul) ins.push_back(n->input(2));
-    Node* q = n->op == OpId::conv2d ? build_node(g_, OpId::qconv2d, ins, n->attrs, n->name)
-                                    : build_node(g_, OpId::qlinear, ins, {}, n->name);
+    Node* q = n->op == "conv2d"_op ? build_node(g_, "qconv2d"_op, ins, n->attrs, n->name)
+                                    : build_node(g_, "qlinear"_op, ins, {}, n->name);
     SPORE_CHECK(q->output(0)->type == n->output(0)->type, ErrorCode::internal,
                 "[quantize_static_int8] {} became {} instead of {}", n->label(), q->output(0)->type.str(),
                 n->output(0)->type.str());
@@ -123,10 +123,10 @@ class StaticQuantizer {
     Value* s = g_.add_constant(Tensor::scalar(scale, DType::f32), x->name + "/scale");
     Value* z = g_.add_constant(Tensor::scalar(zp, DType::u8), x->name + "/zero_point");
     // Codes of the clip bounds are exactly 0 and 127 (x / scale lands within rounding of an integer).
-    Node* clip = build_node(g_, OpId::clip, {x}, {{"min", static_cast<double>(-zp * scale)},
+    Node* clip = build_node(g_, "clip"_op, {x}, {{"min", static_cast<double>(-zp * scale)},
                                                   {"max", static_cast<double>((act_levels - zp) * scale)}},
                             x->name + "/clip");
-    Node* q = build_node(g_, OpId::quantize_linear, {clip->output(0), s, z}, {}, x->name + "/quantize");
+    Node* q = build_node(g_, "quantize_linear"_op, {clip->output(0), s, z}, {}, x->name + "/quantize");
     const ActQuant a{q->output(0), s, z};
     acts_.emplace(x, a);
     return a;

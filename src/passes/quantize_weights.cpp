@@ -18,27 +18,10 @@
 namespace spore {
 namespace {
 
-// Which operand of an op is its weight and which weight axis indexes the output channels. This is part of each
-// op's operand layout (not something a trait describes), so it is listed here, next to the one pass that needs it.
-struct WeightLayout {
-  int input;
-  int64_t axis;  // negative: from the end
-};
-std::optional<WeightLayout> weight_layout(const Node& n) {
-  switch (n.op) {
-    case OpId::conv2d: return WeightLayout{1, 0};            // [O, C/groups, kH, kW]
-    case OpId::conv_transpose2d: return WeightLayout{1, 1};  // [C, O/groups, kH, kW]
-    case OpId::linear: return WeightLayout{1, 0};            // [out, in]
-    case OpId::matmul:                                       // B [..., K, N] (or [..., N, K] transposed)
-      return WeightLayout{1, n.attrs.has("transpose_b") && n.attrs.b("transpose_b") ? -2 : -1};
-    default: return std::nullopt;
-  }
-}
-
 int64_t constant_bytes(const Graph& g) {
   int64_t b = 0;
   for (const Node* n : g.nodes())
-    if (n->op == OpId::constant) b += n->payload.numel() * static_cast<int64_t>(dtype_size(n->payload.dtype()));
+    if (n->is_constant()) b += n->payload.numel() * static_cast<int64_t>(dtype_size(n->payload.dtype()));
   return b;
 }
 
@@ -90,11 +73,11 @@ QuantReport quantize_weights_int8(Graph& g) {
   std::map<std::pair<Value*, int64_t>, Value*> done;  // (weight, axis) -> its dequantized value (shared weights)
   std::vector<Value*> replaced;
   for (Node* n : std::vector<Node*>(g.nodes())) {
-    const std::optional<WeightLayout> layout = weight_layout(*n);
-    if (!layout || layout->input >= static_cast<int>(n->inputs.size())) continue;
-    Value* w = n->inputs[layout->input];
+    const WeightOperand& wo = op_registry().get(n->op).weight;  // which input is the weight, its channel axis
+    if (!wo.defined() || wo.input >= static_cast<int>(n->inputs.size())) continue;
+    Value* w = n->inputs[static_cast<size_t>(wo.input)];
     auto skip = [&](const std::string& why) { r.skipped.push_back(fmt::format("{}: {}", n->label(), why)); };
-    if (w->producer->op != OpId::constant) {
+    if (!w->producer->is_constant()) {
       skip(fmt::format("weight %{} is not a constant", w->name));
       continue;
     }
@@ -107,7 +90,7 @@ QuantReport quantize_weights_int8(Graph& g) {
       skip(fmt::format("weight %{} is {}: no output-channel axis", w->name, w->type.str()));
       continue;
     }
-    const int64_t axis = layout->axis < 0 ? rank + layout->axis : layout->axis;
+    const int64_t axis = wo.channel_axis_for(n->attrs, rank);
     auto it = done.find({w, axis});
     if (it == done.end()) {
       const std::optional<Quantized> qw = quantize_per_channel(w->producer->payload, static_cast<int>(axis));
@@ -117,12 +100,12 @@ QuantReport quantize_weights_int8(Graph& g) {
       }
       Value* q = g.add_constant(qw->q, w->name + "_quantized");
       Value* scale = g.add_constant(qw->scale, w->name + "_scale");
-      Node* dq = build_node(g, OpId::dequantize_linear, {q, scale}, Attrs{{"axis", axis}}, w->name + "_dequantized");
+      Node* dq = build_node(g, "dequantize_linear"_op, {q, scale}, Attrs{{"axis", axis}}, w->name + "_dequantized");
       it = done.emplace(std::make_pair(w, axis), dq->outputs[0]).first;
       replaced.push_back(w);
       ++r.weights_quantized;
     }
-    g.set_input(n, layout->input, it->second);
+    g.set_input(n, wo.input, it->second);
   }
   for (Value* w : replaced)
     if (w->uses.empty() && !g.is_output(w)) g.erase_node(w->producer);

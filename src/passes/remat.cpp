@@ -34,7 +34,7 @@ constexpr int64_t kMinBytes = 1024;  // smaller values are not worth an extra ke
 
 bool cheap(const Node* n) {
   if (n->outputs.size() != 1 || n->inputs.empty()) return false;
-  if (n->op == OpId::fused_elementwise) return true;
+  if (n->op == "fused_elementwise"_op) return true;
   const OpDef* d = op_registry().find(n->op);
   if (d == nullptr) return false;
   if (d->traits.has(Trait::random) || d->traits.has(Trait::nondeterministic) || d->traits.has(Trait::graph_structure))

@@ -26,7 +26,7 @@ Attrs normalized(const Node* n) { return op_registry().get(n->op).normalize(n->a
 
 // Every element of the constant equals v (zero_sign, for v == 0: -1 = any sign, 0 = +0 only, 1 = -0 only).
 bool constant_all(const Value* c, double v, int zero_sign = -1) {
-  if (!c->producer || c->producer->op != OpId::constant) return false;
+  if (!c->producer || !c->producer->is_constant()) return false;
   const Tensor& t = c->producer->payload;
   if (!t.defined()) return false;
   const int64_t n = t.numel();
@@ -42,7 +42,7 @@ bool constant_all(const Value* c, double v, int zero_sign = -1) {
 void park_name(Graph& g, Value* v, const std::string& base) {
   for (int k = 0;; ++k) {
     const std::string name = k ? base + std::to_string(k) : base;
-    if (g.fresh_name(name) == name) return g.rename_value(v, name);
+    if (!g.name_taken(name)) return g.rename_value(v, name);
   }
 }
 
@@ -51,7 +51,7 @@ void park_name(Graph& g, Value* v, const std::string& base) {
 bool forward(Rewriter& rw, Value* from, Value* to) {
   Graph& g = rw.graph();
   if (g.is_output(from)) {
-    if (to->producer && to->producer->op == OpId::input) return false;
+    if (to->producer && to->producer->is_input()) return false;
     if (g.is_output(to)) return false;
     const std::string name = from->name;
     park_name(g, from, name + ".simplified");
@@ -123,7 +123,7 @@ RewriteRule reshape_chain(OpId outer, OpId inner) {
             if (out->type == x->type) return forward(rw, out, x);
             auto target = reshape_target(out->type);
             if (!target) return false;
-            Node* r = add_checked(rw, OpId::reshape, x, Attrs{{"shape", *target}}, out->type, mt.root->name);
+            Node* r = add_checked(rw, "reshape"_op, x, Attrs{{"shape", *target}}, out->type, mt.root->name);
             if (!r) return false;
             if (forward(rw, out, r->output(0))) return true;
             rw.graph().erase_node(r);
@@ -170,15 +170,15 @@ bool is_identity_perm(const std::vector<int64_t>& p) {
 RewriteSet make_rules() {
   RewriteSet rules("simplify");
   // zero_sign_float (for a zero constant and float x): 0 = only +0 counts, 1 = only -0 counts.
-  rules.add(binary_identity("mul_by_one", OpId::mul, false, 1.0, -1));
-  rules.add(binary_identity("one_mul", OpId::mul, true, 1.0, -1));
-  rules.add(binary_identity("div_by_one", OpId::div, false, 1.0, -1));
-  rules.add(binary_identity("sub_zero", OpId::sub, false, 0.0, 0));   // x - (+0) == x, also for x = -0
-  rules.add(binary_identity("add_zero", OpId::add, false, 0.0, 1));   // x + (-0) == x; x + (+0) turns -0 into +0
-  rules.add(binary_identity("zero_add", OpId::add, true, 0.0, 1));
-  rules.add({"neg_neg", m::op(OpId::neg, {m::op(OpId::neg, {m::any("x")})}),
+  rules.add(binary_identity("mul_by_one", "mul"_op, false, 1.0, -1));
+  rules.add(binary_identity("one_mul", "mul"_op, true, 1.0, -1));
+  rules.add(binary_identity("div_by_one", "div"_op, false, 1.0, -1));
+  rules.add(binary_identity("sub_zero", "sub"_op, false, 0.0, 0));   // x - (+0) == x, also for x = -0
+  rules.add(binary_identity("add_zero", "add"_op, false, 0.0, 1));   // x + (-0) == x; x + (+0) turns -0 into +0
+  rules.add(binary_identity("zero_add", "add"_op, true, 0.0, 1));
+  rules.add({"neg_neg", m::op("neg"_op, {m::op("neg"_op, {m::any("x")})}),
              [](Match& mt, Rewriter& rw) { return forward(rw, mt.root->output(0), mt["x"]); }});
-  rules.add({"transpose_transpose", m::op(OpId::transpose, {m::op(OpId::transpose, {m::any("x")}, "t")}),
+  rules.add({"transpose_transpose", m::op("transpose"_op, {m::op("transpose"_op, {m::any("x")}, "t")}),
              [](Match& mt, Rewriter& rw) {
                Value* x = mt["x"];
                Value* out = mt.root->output(0);
@@ -186,39 +186,43 @@ RewriteSet make_rules() {
                std::vector<int64_t> composed(outer.size());
                for (size_t i = 0; i < outer.size(); ++i) composed[i] = inner.at(outer[i]);
                if (is_identity_perm(composed)) return forward(rw, out, x);
-               Node* t = add_checked(rw, OpId::transpose, x, Attrs{{"perm", composed}}, out->type, mt.root->name);
+               Node* t = add_checked(rw, "transpose"_op, x, Attrs{{"perm", composed}}, out->type, mt.root->name);
                if (!t) return false;
                if (forward(rw, out, t->output(0))) return true;
                rw.graph().erase_node(t);
                return false;
              }});
-  for (OpId outer : {OpId::reshape, OpId::flatten, OpId::squeeze, OpId::unsqueeze})
-    for (OpId inner : {OpId::reshape, OpId::flatten, OpId::squeeze, OpId::unsqueeze})
-      rules.add(reshape_chain(outer, inner));
-  for (OpId op : {OpId::reshape, OpId::flatten, OpId::squeeze, OpId::unsqueeze, OpId::expand})
-    rules.add(same_type_noop(fmt::format("noop_{}", op_name(op)), op));
-  rules.add(same_type_noop("noop_transpose", OpId::transpose, [](const Node* n) { return is_identity_perm(perm(n)); }));
+  // Every op that only relabels its input's shape (Trait::reshape): chains collapse, and one that keeps the type
+  // is a no-op. expand is not a reshape (it repeats elements) but is a no-op when the type is kept.
+  std::vector<OpId> reshapes;
+  for (const OpDef* d : op_registry().all())
+    if (d->traits.has(Trait::reshape)) reshapes.push_back(d->id);
+  for (OpId outer : reshapes)
+    for (OpId inner : reshapes) rules.add(reshape_chain(outer, inner));
+  reshapes.push_back("expand"_op);
+  for (OpId op : reshapes) rules.add(same_type_noop(fmt::format("noop_{}", op_name(op)), op));
+  rules.add(same_type_noop("noop_transpose", "transpose"_op, [](const Node* n) { return is_identity_perm(perm(n)); }));
   // With step 1 everywhere, a slice as long as its input on every axis is the full range.
-  rules.add(same_type_noop("noop_slice", OpId::slice, [](const Node* n) {
+  rules.add(same_type_noop("noop_slice", "slice"_op, [](const Node* n) {
     const Attrs a = normalized(n);  // kept alive: ints() returns a reference into it
     for (int64_t s : a.ints("steps"))
       if (s != 1) return false;
     return true;
   }));
-  rules.add(same_type_noop("noop_cast", OpId::cast));
-  rules.add({"cast_round_trip", m::op(OpId::cast, {m::op(OpId::cast, {m::any("x")}, "mid")}),
+  rules.add(same_type_noop("noop_cast", "cast"_op));
+  rules.add({"cast_round_trip", m::op("cast"_op, {m::op("cast"_op, {m::any("x")}, "mid")}),
              [](Match& mt, Rewriter& rw) {
                Value* x = mt["x"];
                Value* out = mt.root->output(0);
                if (!(out->type == x->type) || !lossless(x->type.dtype, mt["mid"]->type.dtype)) return false;
                return forward(rw, out, x);
              }});
-  rules.add(same_type_noop("identity", OpId::identity));
-  rules.add(same_type_noop("dropout_off", OpId::dropout, [](const Node* n) {
+  rules.add(same_type_noop("identity", "identity"_op));
+  rules.add(same_type_noop("dropout_off", "dropout"_op, [](const Node* n) {
     const Attrs a = normalized(n);
     return !a.b("training") || a.f("p") == 0.0;
   }));
-  rules.add({"dropout_off_offset", m::op(OpId::dropout, {m::any("x"), m::any()}), [](Match& mt, Rewriter& rw) {
+  rules.add({"dropout_off_offset", m::op("dropout"_op, {m::any("x"), m::any()}), [](Match& mt, Rewriter& rw) {
                const Attrs a = normalized(mt.root);
                if (a.b("training") && a.f("p") != 0.0) return false;
                return forward(rw, mt.root->output(0), mt["x"]);

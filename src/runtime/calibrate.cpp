@@ -24,10 +24,10 @@ namespace {
 
 // Whether quantize_static_int8 could rewrite `n` (its activation input then needs a range).
 bool is_candidate(const Node* n) {
-  if (n->op == OpId::conv2d || n->op == OpId::linear) return true;
-  if (n->op != OpId::matmul) return false;
+  if (n->op == "conv2d"_op || n->op == "linear"_op) return true;
+  if (n->op != "matmul"_op) return false;
   const Value* b = n->input(1);
-  return b->producer->op == OpId::constant && b->type.rank() == 2;
+  return b->producer->op == "constant"_op && b->type.rank() == 2;
 }
 
 struct Observed {
@@ -173,7 +173,7 @@ CalibrationTable calibrate(const Graph& g, const std::vector<std::vector<Tensor>
   for (Node* n : probe->nodes()) {
     if (!is_candidate(n)) continue;
     Value* v = n->input(0);
-    if (v->type.dtype != DType::f32 || v->producer->op == OpId::constant) continue;
+    if (v->type.dtype != DType::f32 || v->producer->op == "constant"_op) continue;
     if (seen.size() <= static_cast<size_t>(v->id)) seen.resize(static_cast<size_t>(v->id) + 1, false);
     if (seen[v->id]) continue;
     seen[v->id] = true;

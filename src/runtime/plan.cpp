@@ -101,7 +101,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   p.pass_records_ = pm.records();
   p.memory_plan_ = std::move(memory_info);
   for (const Node* n : g->nodes())
-    if (n->op == OpId::constant && !n->dead && (!n->outputs[0]->uses.empty() || g->is_output(n->outputs[0])))
+    if (n->op == "constant"_op && !n->dead && (!n->outputs[0]->uses.empty() || g->is_output(n->outputs[0])))
       p.weights_bytes_ += n->outputs[0]->type.numel() * static_cast<int64_t>(dtype_size(n->outputs[0]->type.dtype));
   p.input_types_ = types_of(g->inputs());
   p.output_types_ = types_of(g->outputs());
@@ -125,7 +125,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   for (size_t i = 0; i < g->outputs().size(); ++i) output_index.emplace(g->outputs()[i], static_cast<int>(i));
 
   auto tensor_for = [&](const Value* v) -> Tensor {
-    if (v->producer->op == OpId::constant) return v->producer->payload;
+    if (v->producer->op == "constant"_op) return v->producer->payload;
     if (v->arena_offset >= 0) {
       const Shape s = v->type.shape();
       return Tensor::from_storage(p.arena_, s, contiguous_strides(s), v->arena_offset / static_cast<int64_t>(dtype_size(v->type.dtype)),
@@ -152,7 +152,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
     const int step_index = static_cast<int>(p.steps_.size());
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Value* v = n->inputs[i];
-      if (v->producer->op == OpId::constant && i < 64) st.constant_inputs |= uint64_t{1} << i;
+      if (v->producer->op == "constant"_op && i < 64) st.constant_inputs |= uint64_t{1} << i;
       st.ins.push_back(tensor_for(v));
       if (!st.ins.back().defined()) {
         if (input_index.count(v)) p.patches_.push_back({step_index, false, static_cast<int>(i), input_index[v]});
@@ -178,7 +178,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   for (size_t i = 0; i < g->outputs().size(); ++i) {
     const Value* v = g->outputs()[i];
     if (input_index.count(v)) p.output_from_input_[i] = input_index[v];
-    else if (v->producer->op == OpId::constant) {
+    else if (v->producer->op == "constant"_op) {
       p.output_from_input_[i] = -1;
       p.output_constants_[i] = v->producer->payload;
     } else if (output_index.at(v) != static_cast<int>(i)) {

@@ -76,14 +76,17 @@ std::deque<PluginOp>& plugin_ops() {
   static auto* d = new std::deque<PluginOp>();
   return *d;
 }
-// Op id -> plugin op, read lock-free by kernels; written once per op under load_mutex.
-constexpr size_t max_op_ids = 65536;  // OpId is 16 bits
+// op_index() -> plugin op, read lock-free by kernels; written once per op under load_mutex.
+constexpr size_t max_op_ids = 65536 + 1024;  // custom ops (at most 65535) after the built-ins
 std::atomic<const PluginOp*>* by_id() {
   static auto* t = new std::atomic<const PluginOp*>[max_op_ids]();
   return t;
 }
 
-const PluginOp* find_plugin_op(OpId id) { return by_id()[static_cast<size_t>(id)].load(std::memory_order_acquire); }
+const PluginOp* find_plugin_op(OpId id) {
+  const int i = op_index(id);
+  return i < 0 || static_cast<size_t>(i) >= max_op_ids ? nullptr : by_id()[static_cast<size_t>(i)].load(std::memory_order_acquire);
+}
 
 std::string c_message(const char* err) {
   std::string m(err, strnlen(err, err_capacity - 1));
@@ -253,7 +256,7 @@ bool valid_op_name(const char* s) {
 
 // Who already owns an op name: "a built-in op", "op 'x' of plugin 'p' (lib)", "a custom op registered in this process".
 std::string owner_of(OpId id) {
-  if (static_cast<int>(id) < num_builtin_ops) return "a built-in op";
+  if (is_builtin_op(id)) return "a built-in op";
   if (const PluginOp* p = find_plugin_op(id))
     return fmt::format("an op of custom-op plugin '{}' ({})", p->plugin, p->path);
   return "a custom op already registered in this process";
@@ -372,7 +375,9 @@ void register_op(const spore_custom_op& op, const spore_plugin& pl, const Loaded
   d.plugin = lib.info.name;
   d.onnx_domain = pl.domain ? pl.domain : "spore.custom";
   const OpId id = op_registry().add_custom(std::move(d)).id;
-  by_id()[static_cast<size_t>(id)].store(pp, std::memory_order_release);
+  const auto index = static_cast<size_t>(op_index(id));
+  SPORE_CHECK(index < max_op_ids, ErrorCode::invalid_argument, "too many custom ops");
+  by_id()[index].store(pp, std::memory_order_release);
   KernelRegistry& kr = kernel_registry();
   for (int32_t k = 0; k < op.num_kernels; ++k) {
     const spore_kernel_def& kd = op.kernels[k];
@@ -382,7 +387,7 @@ void register_op(const spore_custom_op& op, const spore_plugin& pl, const Loaded
     kr.add(Backend::reference, id, one, plugin_kernel, impl);
   }
   // The null backend counts every op with one shared counting kernel; reuse it.
-  if (const KernelInfo* counter = kr.find(Backend::null, OpId::relu, DType::f32))
+  if (const KernelInfo* counter = kr.find(Backend::null, "relu"_op, DType::f32))
     kr.add(Backend::null, id, dtypes, counter->fn, counter->impl);
 }
 

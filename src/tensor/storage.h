@@ -46,8 +46,8 @@ void trim_memory_cache();                 // returns every cached block to the s
 void set_memory_cache_limit(size_t bytes);  // default 1 GiB
 
 // Makes the pages under [p, p + bytes) resident and writable without changing a byte (Linux
-// MADV_POPULATE_WRITE, one call for the range). On the VMs we measure, each first-touch fault costs ~11 us per
-// 4 KiB page against ~0.45 us per page this way, so memory that will be written piece by piece on a hot path (a
+// MADV_POPULATE_WRITE, one call for the range). A first-touch fault per 4 KiB page costs far more than populating
+// the range in one call (docs/PERFORMANCE.md), so memory that will be written piece by piece on a hot path (a
 // KV cache filling one row per token) is populated ahead in larger steps. Best effort: where the kernel lacks it,
 // or part of the range is not mapped, the pages simply fault in later as before.
 void populate_pages(void* p, size_t bytes);

@@ -9,7 +9,7 @@
 namespace spore::conformance {
 
 void add_attention_cases(CaseList& c, ErrorList& e) {
-  const OpId at = OpId::attention;
+  const OpId at = "attention"_op;
   const DType f = DType::f32;
   c.push_back(OpCase("attention/basic", at, {{2, 5, 8}, {2, 7, 8}, {2, 7, 6}}).attr("scale", 0.35).tol(4));
   c.push_back(OpCase("attention/k_transposed", at, {{3, 9, 16}, {3, 16, 11}, {3, 11, 5}})

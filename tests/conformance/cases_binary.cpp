@@ -36,23 +36,23 @@ void add_binary_cases(CaseList& c, ErrorList& e) {
       {"rank_up", {{6}, {2, 3, 6}}},
       {"empty", {{0, 3}, {3}}},
   };
-  for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::maximum, OpId::minimum}) {
+  for (OpId op : {"add"_op, "sub"_op, "mul"_op, "maximum"_op, "minimum"_op}) {
     const std::string n(op_name(op));
     for (const auto& p : patterns) c.push_back(OpCase(n + "/" + p.name, op, p.shapes));
     c.push_back(OpCase(n + "/large", op, {{1 << 18}, {1 << 18}}).only(f32_f16_i32));
     // 513-wide rows: chunk boundaries (fixed element counts) fall mid-row.
     c.push_back(OpCase(n + "/large_row_bias", op, {{300, 513}, {513}}).only(f32_f16_i32));
   }
-  c.push_back(OpCase("add/large_chan_bias", OpId::add, {{4, 64, 33, 35}, {64, 1, 1}}).only({DType::f32, DType::bf16}));
-  c.push_back(OpCase("add/large_scalar", OpId::add, {{}, {1 << 18}}).only({DType::f32, DType::f64}));
-  c.push_back(OpCase("mul/col_bias", OpId::mul, {{130, 1}, {130, 77}}));
-  c.push_back(OpCase("maximum/ties", OpId::maximum, {{9, 31}, {31}}).gen(0, Gen::integers(0, 3)).gen(1, Gen::integers(0, 3)));
+  c.push_back(OpCase("add/large_chan_bias", "add"_op, {{4, 64, 33, 35}, {64, 1, 1}}).only({DType::f32, DType::bf16}));
+  c.push_back(OpCase("add/large_scalar", "add"_op, {{}, {1 << 18}}).only({DType::f32, DType::f64}));
+  c.push_back(OpCase("mul/col_bias", "mul"_op, {{130, 1}, {130, 77}}));
+  c.push_back(OpCase("maximum/ties", "maximum"_op, {{9, 31}, {31}}).gen(0, Gen::integers(0, 3)).gen(1, Gen::integers(0, 3)));
 
   // div / mod: integer divisors never zero; negative operands exercise truncation and sign rules.
-  for (OpId op : {OpId::div, OpId::mod}) {
+  for (OpId op : {"div"_op, "mod"_op}) {
     const std::string n(op_name(op));
     std::vector<Attrs> variants{{}};
-    if (op == OpId::mod) variants = {Attrs{{"fmod", false}}, Attrs{{"fmod", true}}};
+    if (op == "mod"_op) variants = {Attrs{{"fmod", false}}, Attrs{{"fmod", true}}};
     for (const Attrs& a : variants) {
       const std::string m = n + (a.has("fmod") && a.b("fmod") ? "_fmod" : "");
       auto with = [&](OpCase oc) {
@@ -73,13 +73,13 @@ void add_binary_cases(CaseList& c, ErrorList& e) {
     }
   }
 
-  c.push_back(OpCase("pow/same", OpId::pow, {{7, 33}, {7, 33}}).gen(0, Gen::positive(0.5, 2)));
-  c.push_back(OpCase("pow/scalar_exp", OpId::pow, {{1001}, {}}).gen(0, Gen::positive(0.5, 2)));
-  c.push_back(OpCase("pow/int_exp_neg_base", OpId::pow, {{5, 19}, {19}}).gen(1, Gen::integers(-3, 4)));
-  c.push_back(OpCase("pow/chan", OpId::pow, {{2, 3, 5, 7}, {3, 1, 1}}).gen(0, Gen::positive(0.5, 2)));
+  c.push_back(OpCase("pow/same", "pow"_op, {{7, 33}, {7, 33}}).gen(0, Gen::positive(0.5, 2)));
+  c.push_back(OpCase("pow/scalar_exp", "pow"_op, {{1001}, {}}).gen(0, Gen::positive(0.5, 2)));
+  c.push_back(OpCase("pow/int_exp_neg_base", "pow"_op, {{5, 19}, {19}}).gen(1, Gen::integers(-3, 4)));
+  c.push_back(OpCase("pow/chan", "pow"_op, {{2, 3, 5, 7}, {3, 1, 1}}).gen(0, Gen::positive(0.5, 2)));
 
   // Comparisons on small integers so ties (and eq == true) actually happen.
-  for (OpId op : {OpId::eq, OpId::ne, OpId::lt, OpId::le, OpId::gt, OpId::ge}) {
+  for (OpId op : {"eq"_op, "ne"_op, "lt"_op, "le"_op, "gt"_op, "ge"_op}) {
     const std::string n(op_name(op));
     for (const auto& p : patterns)
       c.push_back(OpCase(n + "/" + p.name, op, p.shapes).gen(0, Gen::integers(0, 4)).gen(1, Gen::integers(0, 4)));
@@ -88,14 +88,14 @@ void add_binary_cases(CaseList& c, ErrorList& e) {
     c.push_back(OpCase(n + "/uniform", op, {{7, 33}, {33}}).only(fl));
   }
 
-  for (OpId op : {OpId::logical_and, OpId::logical_or}) {
+  for (OpId op : {"logical_and"_op, "logical_or"_op}) {
     const std::string n(op_name(op));
     for (const auto& p : patterns) c.push_back(OpCase(n + "/" + p.name, op, p.shapes).gen(0, Gen::boolean()).gen(1, Gen::boolean()));
     c.push_back(OpCase(n + "/large", op, {{1 << 18}, {1 << 18}}).gen(0, Gen::boolean()).gen(1, Gen::boolean()));
   }
 
   const auto where_case = [&](const std::string& n, std::vector<Shape> s) {
-    return OpCase("where/" + n, OpId::where, std::move(s)).input_dtype(0, DType::boolean).gen(0, Gen::boolean());
+    return OpCase("where/" + n, "where"_op, std::move(s)).input_dtype(0, DType::boolean).gen(0, Gen::boolean());
   };
   c.push_back(where_case("same", {{7, 33}, {7, 33}, {7, 33}}));
   c.push_back(where_case("three_way", {{4, 1, 6}, {1, 5, 6}, {4, 5, 1}}));
@@ -109,22 +109,22 @@ void add_binary_cases(CaseList& c, ErrorList& e) {
     e.push_back(ErrorCase{std::move(n), op, std::move(s), std::move(t), std::move(a), code});
   };
   const DType f32 = DType::f32, i32 = DType::i32, b = DType::boolean;
-  err("add/not_broadcastable", OpId::add, {{2, 3}, {4}}, {f32, f32}, ErrorCode::shape_mismatch);
-  err("mul/not_broadcastable", OpId::mul, {{2, 3, 4}, {3, 3, 4}}, {i32, i32}, ErrorCode::shape_mismatch);
-  err("sub/mixed_dtypes", OpId::sub, {{3}, {3}}, {f32, i32}, ErrorCode::dtype_mismatch);
-  err("div/mixed_dtypes", OpId::div, {{3}, {}}, {DType::f16, DType::bf16}, ErrorCode::dtype_mismatch);
-  err("eq/mixed_dtypes", OpId::eq, {{3}, {3}}, {b, DType::u8}, ErrorCode::dtype_mismatch);
-  err("lt/not_broadcastable", OpId::lt, {{5}, {6}}, {f32, f32}, ErrorCode::shape_mismatch);
-  err("lt/bool", OpId::lt, {{5}, {5}}, {b, b}, ErrorCode::dtype_mismatch);
-  err("pow/integer", OpId::pow, {{3}, {3}}, {i32, i32}, ErrorCode::dtype_mismatch);
-  err("add/bool", OpId::add, {{3}, {3}}, {b, b}, ErrorCode::dtype_mismatch);
-  err("logical_and/float", OpId::logical_and, {{3}, {3}}, {f32, f32}, ErrorCode::dtype_mismatch);
-  err("logical_or/mixed", OpId::logical_or, {{3}, {3}}, {b, f32}, ErrorCode::dtype_mismatch);
-  err("mod/mixed_dtypes", OpId::mod, {{3}, {3}}, {i32, DType::i64}, ErrorCode::dtype_mismatch, {{"fmod", true}});
-  err("where/float_cond", OpId::where, {{3}, {3}, {3}}, {f32, f32, f32}, ErrorCode::dtype_mismatch);
-  err("where/mixed_dtypes", OpId::where, {{3}, {3}, {3}}, {b, f32, i32}, ErrorCode::dtype_mismatch);
-  err("where/not_broadcastable", OpId::where, {{4}, {3}, {3}}, {b, f32, f32}, ErrorCode::shape_mismatch);
-  err("where/too_few_inputs", OpId::where, {{3}, {3}}, {b, f32}, ErrorCode::invalid_argument);
+  err("add/not_broadcastable", "add"_op, {{2, 3}, {4}}, {f32, f32}, ErrorCode::shape_mismatch);
+  err("mul/not_broadcastable", "mul"_op, {{2, 3, 4}, {3, 3, 4}}, {i32, i32}, ErrorCode::shape_mismatch);
+  err("sub/mixed_dtypes", "sub"_op, {{3}, {3}}, {f32, i32}, ErrorCode::dtype_mismatch);
+  err("div/mixed_dtypes", "div"_op, {{3}, {}}, {DType::f16, DType::bf16}, ErrorCode::dtype_mismatch);
+  err("eq/mixed_dtypes", "eq"_op, {{3}, {3}}, {b, DType::u8}, ErrorCode::dtype_mismatch);
+  err("lt/not_broadcastable", "lt"_op, {{5}, {6}}, {f32, f32}, ErrorCode::shape_mismatch);
+  err("lt/bool", "lt"_op, {{5}, {5}}, {b, b}, ErrorCode::dtype_mismatch);
+  err("pow/integer", "pow"_op, {{3}, {3}}, {i32, i32}, ErrorCode::dtype_mismatch);
+  err("add/bool", "add"_op, {{3}, {3}}, {b, b}, ErrorCode::dtype_mismatch);
+  err("logical_and/float", "logical_and"_op, {{3}, {3}}, {f32, f32}, ErrorCode::dtype_mismatch);
+  err("logical_or/mixed", "logical_or"_op, {{3}, {3}}, {b, f32}, ErrorCode::dtype_mismatch);
+  err("mod/mixed_dtypes", "mod"_op, {{3}, {3}}, {i32, DType::i64}, ErrorCode::dtype_mismatch, {{"fmod", true}});
+  err("where/float_cond", "where"_op, {{3}, {3}, {3}}, {f32, f32, f32}, ErrorCode::dtype_mismatch);
+  err("where/mixed_dtypes", "where"_op, {{3}, {3}, {3}}, {b, f32, i32}, ErrorCode::dtype_mismatch);
+  err("where/not_broadcastable", "where"_op, {{4}, {3}, {3}}, {b, f32, f32}, ErrorCode::shape_mismatch);
+  err("where/too_few_inputs", "where"_op, {{3}, {3}}, {b, f32}, ErrorCode::invalid_argument);
 }
 
 namespace {

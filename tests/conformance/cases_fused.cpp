@@ -9,7 +9,7 @@ namespace spore::conformance {
 
 void add_fused_cases(CaseList& c, ErrorList& e) {
   using V = std::vector<int64_t>;
-  const OpId cf = OpId::conv2d_fused, lf = OpId::linear_fused;
+  const OpId cf = "conv2d_fused"_op, lf = "linear_fused"_op;
   const DType f = DType::f32;
   // Activations with their parameters.
   struct Act {

@@ -26,7 +26,7 @@ Attrs program(const std::vector<I>& instrs, std::vector<int64_t> results) {
 }
 
 OpCase fused_case(std::string name, std::vector<Shape> shapes, const std::vector<I>& instrs, std::vector<int64_t> results) {
-  OpCase c(std::move(name), OpId::fused_elementwise, std::move(shapes));
+  OpCase c(std::move(name), "fused_elementwise"_op, std::move(shapes));
   c.attrs = program(instrs, std::move(results));
   return c;
 }
@@ -35,44 +35,44 @@ OpCase fused_case(std::string name, std::vector<Shape> shapes, const std::vector
 
 void add_fused_elementwise_cases(CaseList& c, ErrorList& e) {
   // x*b + s, then gelu: [N,C] x [C] x scalar.
-  const std::vector<I> affine_gelu = {{OpId::mul, 0, 1}, {OpId::add, 3, 2}, {OpId::gelu, 4}};
+  const std::vector<I> affine_gelu = {{"mul"_op, 0, 1}, {"add"_op, 3, 2}, {"gelu"_op, 4}};
   c.push_back(fused_case("fused/row_bias_gelu", {{7, 33}, {33}, {}}, affine_gelu, {5}));
   c.push_back(fused_case("fused/row_bias_gelu_long", {{40, 1000}, {1000}, {}}, affine_gelu, {5}).tol(2));
   // Per-channel scale and shift ([C,1,1]) then sigmoid * x (silu by hand), across blocks and tasks.
-  const std::vector<I> chan = {{OpId::mul, 0, 1}, {OpId::add, 3, 2}, {OpId::sigmoid, 4}, {OpId::mul, 5, 0}};
+  const std::vector<I> chan = {{"mul"_op, 0, 1}, {"add"_op, 3, 2}, {"sigmoid"_op, 4}, {"mul"_op, 5, 0}};
   c.push_back(fused_case("fused/chan_affine", {{2, 3, 5, 7}, {3, 1, 1}, {3, 1, 1}}, chan, {6}));
   c.push_back(fused_case("fused/chan_affine_tasks", {{2, 6, 70, 90}, {6, 1, 1}, {6, 1, 1}}, chan, {6}).tol(2));
   // Outer broadcast: neither input is full size.
-  c.push_back(fused_case("fused/outer", {{3, 1, 5}, {1, 4, 1}}, {{OpId::sub, 0, 1}, {OpId::tanh, 2}, {OpId::maximum, 3, 1}}, {4}));
+  c.push_back(fused_case("fused/outer", {{3, 1, 5}, {1, 4, 1}}, {{"sub"_op, 0, 1}, {"tanh"_op, 2}, {"maximum"_op, 3, 1}}, {4}));
   // Intermediates of smaller shape, computed on scalars only, and results of two kinds.
   c.push_back(fused_case("fused/scalar_chain", {{}, {}, {9, 17}},
-                         {{OpId::add, 0, 1}, {OpId::exp, 3}, {OpId::div, 2, 4}, {OpId::minimum, 5, 0}}, {6, 5}));
+                         {{"add"_op, 0, 1}, {"exp"_op, 3}, {"div"_op, 2, 4}, {"minimum"_op, 5, 0}}, {6, 5}));
   // Two outputs, one an intermediate, and an input that is also an output.
   c.push_back(fused_case("fused/multi_out", {{4, 300}, {4, 300}},
-                         {{OpId::add, 0, 1}, {OpId::relu, 2}, {OpId::neg, 3}, {OpId::abs, 4}}, {5, 2, 1}));
+                         {{"add"_op, 0, 1}, {"relu"_op, 2}, {"neg"_op, 3}, {"abs"_op, 4}}, {5, 2, 1}));
   // Every unary op in one program each (positive inputs for log/sqrt/rsqrt).
-  for (OpId op : {OpId::neg, OpId::abs, OpId::exp, OpId::tanh, OpId::sigmoid, OpId::relu, OpId::silu, OpId::erf, OpId::sin, OpId::cos, OpId::floor, OpId::ceil, OpId::round, OpId::sign, OpId::reciprocal}) {
-    c.push_back(fused_case(fmt::format("fused/unary_{}", op_name(op)), {{3, 1111}, {1111}}, {{OpId::add, 0, 1}, {op, 2}}, {3}));
+  for (OpId op : {"neg"_op, "abs"_op, "exp"_op, "tanh"_op, "sigmoid"_op, "relu"_op, "silu"_op, "erf"_op, "sin"_op, "cos"_op, "floor"_op, "ceil"_op, "round"_op, "sign"_op, "reciprocal"_op}) {
+    c.push_back(fused_case(fmt::format("fused/unary_{}", op_name(op)), {{3, 1111}, {1111}}, {{"add"_op, 0, 1}, {op, 2}}, {3}));
   }
-  for (OpId op : {OpId::log, OpId::sqrt, OpId::rsqrt}) {
-    c.push_back(fused_case(fmt::format("fused/unary_{}", op_name(op)), {{3, 1111}, {1111}}, {{OpId::mul, 0, 1}, {op, 2}}, {3})
+  for (OpId op : {"log"_op, "sqrt"_op, "rsqrt"_op}) {
+    c.push_back(fused_case(fmt::format("fused/unary_{}", op_name(op)), {{3, 1111}, {1111}}, {{"mul"_op, 0, 1}, {op, 2}}, {3})
                     .gen(0, Gen::positive())
                     .gen(1, Gen::positive()));
   }
-  c.push_back(fused_case("fused/leaky_relu", {{5, 19}, {19}}, {{OpId::sub, 0, 1}, {OpId::leaky_relu, 2, -1, 0.2}}, {3}));
-  c.push_back(fused_case("fused/clip", {{5, 19}, {19}}, {{OpId::mul, 0, 1}, {OpId::clip, 2, -1, -0.3, 0.7}}, {3}));
-  c.push_back(fused_case("fused/gelu_tanh", {{5, 19}, {5, 19}}, {{OpId::add, 0, 1}, {OpId::gelu, 2, -1, 1.0}}, {3}));
-  c.push_back(fused_case("fused/empty", {{0, 3}, {3}}, {{OpId::add, 0, 1}, {OpId::relu, 2}}, {3}));
+  c.push_back(fused_case("fused/leaky_relu", {{5, 19}, {19}}, {{"sub"_op, 0, 1}, {"leaky_relu"_op, 2, -1, 0.2}}, {3}));
+  c.push_back(fused_case("fused/clip", {{5, 19}, {19}}, {{"mul"_op, 0, 1}, {"clip"_op, 2, -1, -0.3, 0.7}}, {3}));
+  c.push_back(fused_case("fused/gelu_tanh", {{5, 19}, {5, 19}}, {{"add"_op, 0, 1}, {"gelu"_op, 2, -1, 1.0}}, {3}));
+  c.push_back(fused_case("fused/empty", {{0, 3}, {3}}, {{"add"_op, 0, 1}, {"relu"_op, 2}}, {3}));
 
   const auto err = [&](std::string name, std::vector<Shape> shapes, Attrs a, ErrorCode code) {
-    e.push_back({std::move(name), OpId::fused_elementwise, shapes, std::vector<DType>(shapes.size(), DType::f32), std::move(a), code});
+    e.push_back({std::move(name), "fused_elementwise"_op, shapes, std::vector<DType>(shapes.size(), DType::f32), std::move(a), code});
   };
-  err("fused/not_fusable_op", {{3}}, program({{OpId::matmul, 0, 0}}, {1}), ErrorCode::invalid_argument);
-  err("fused/slot_ahead", {{3}}, program({{OpId::relu, 1}}, {1}), ErrorCode::invalid_argument);
-  err("fused/result_out_of_range", {{3}}, program({{OpId::relu, 0}}, {2}), ErrorCode::invalid_argument);
-  err("fused/extra_operand", {{3}}, program({{OpId::relu, 0, 0}}, {1}), ErrorCode::invalid_argument);
-  err("fused/shapes", {{3}, {4}}, program({{OpId::add, 0, 1}}, {2}), ErrorCode::shape_mismatch);
-  e.push_back({"fused/dtypes", OpId::fused_elementwise, {{3}, {3}}, {DType::f32, DType::f16}, program({{OpId::add, 0, 1}}, {2}),
+  err("fused/not_fusable_op", {{3}}, program({{"matmul"_op, 0, 0}}, {1}), ErrorCode::invalid_argument);
+  err("fused/slot_ahead", {{3}}, program({{"relu"_op, 1}}, {1}), ErrorCode::invalid_argument);
+  err("fused/result_out_of_range", {{3}}, program({{"relu"_op, 0}}, {2}), ErrorCode::invalid_argument);
+  err("fused/extra_operand", {{3}}, program({{"relu"_op, 0, 0}}, {1}), ErrorCode::invalid_argument);
+  err("fused/shapes", {{3}, {4}}, program({{"add"_op, 0, 1}}, {2}), ErrorCode::shape_mismatch);
+  e.push_back({"fused/dtypes", "fused_elementwise"_op, {{3}, {3}}, {DType::f32, DType::f16}, program({{"add"_op, 0, 1}}, {2}),
                ErrorCode::dtype_mismatch});
 }
 

@@ -26,22 +26,22 @@ void add_llm_cases(CaseList& c, ErrorList& e) {
     // typed formats hold K values a row; the quant formats K/32 blocks.
     const auto row = [&](int64_t k) { return f.wdtype == DT::u8 ? k / 32 * f.row_bytes_per_32 : k; };
     const std::string lb = "linear_blockq/" + fn;
-    c.push_back(OpCase(lb + "/1x64", OpId::linear_blockq, {{1, 64}, {5, row(64)}})
+    c.push_back(OpCase(lb + "/1x64", "linear_blockq"_op, {{1, 64}, {5, row(64)}})
                     .attr("format", fn).input_dtype(1, f.wdtype).gen(1, f.gen).only(f32));
-    c.push_back(OpCase(lb + "/prefill_bias", OpId::linear_blockq, {{2, 7, 256}, {33, row(256)}, {33}})
+    c.push_back(OpCase(lb + "/prefill_bias", "linear_blockq"_op, {{2, 7, 256}, {33, row(256)}, {33}})
                     .attr("format", fn).input_dtype(1, f.wdtype).gen(1, f.gen).only(f32).tol(4));
-    c.push_back(OpCase("linear_blockq_multi/" + fn, OpId::linear_blockq_multi, {{3, 128}, {9, row(128)}, {17, row(128)}})
+    c.push_back(OpCase("linear_blockq_multi/" + fn, "linear_blockq_multi"_op, {{3, 128}, {9, row(128)}, {17, row(128)}})
                     .attr("format", fn).attr("count", int64_t{2}).input_dtype(1, f.wdtype).input_dtype(2, f.wdtype)
                     .gen(1, f.gen).gen(2, f.gen).only(f32).tol(2));
-    c.push_back(OpCase("linear_blockq_multi/" + fn + "_silu_mul", OpId::linear_blockq_multi,
+    c.push_back(OpCase("linear_blockq_multi/" + fn + "_silu_mul", "linear_blockq_multi"_op,
                        {{4, 64}, {12, row(64)}, {12, row(64)}, {12}, {12}})
                     .attr("format", fn).attr("count", int64_t{2}).attr("epilogue", std::string("silu_mul"))
                     .input_dtype(1, f.wdtype).input_dtype(2, f.wdtype).gen(1, f.gen).gen(2, f.gen).only(f32).tol(2));
-    c.push_back(OpCase("embed_blockq/" + fn, OpId::embed_blockq, {{11, row(96)}, {2, 5}})
+    c.push_back(OpCase("embed_blockq/" + fn, "embed_blockq"_op, {{11, row(96)}, {2, 5}})
                     .attr("format", fn).input_dtype(1, DT::i64).gen(0, f.gen).gen(1, Gen::index(11))
                     .only(DTypeSet{f.wdtype}));
   }
-  c.push_back(OpCase("embed_blockq/i32_ids", OpId::embed_blockq, {{7, 34 * 2}, {9}})
+  c.push_back(OpCase("embed_blockq/i32_ids", "embed_blockq"_op, {{7, 34 * 2}, {9}})
                   .attr("format", std::string("q8_0")).input_dtype(1, DT::i32).gen(0, Gen::q8_0_blocks())
                   .gen(1, Gen::index(7)).only(DTypeSet{DT::u8}));
 
@@ -50,9 +50,9 @@ void add_llm_cases(CaseList& c, ErrorList& e) {
   // positions up to 4095 against that bound).
   for (const char* mode : {"normal", "neox"}) {
     const std::string m = mode;
-    c.push_back(OpCase("rope/" + m, OpId::rope, {{5, 3, 64}, {5}})
+    c.push_back(OpCase("rope/" + m, "rope"_op, {{5, 3, 64}, {5}})
                     .attr("mode", m).input_dtype(1, DT::i64).gen(1, Gen::integers(0, 100)).tol(4));
-    c.push_back(OpCase("rope/" + m + "_partial_factors", OpId::rope, {{4, 2, 80}, {4}, {20}})
+    c.push_back(OpCase("rope/" + m + "_partial_factors", "rope"_op, {{4, 2, 80}, {4}, {20}})
                     .attr("mode", m).attr("dim", int64_t{40}).attr("theta", 500000.0).attr("freq_scale", 0.25)
                     .input_dtype(1, DT::i64).gen(1, Gen::integers(0, 100)).gen(2, Gen::positive(0.5, 4.0)).tol(4));
   }
@@ -72,7 +72,7 @@ void add_llm_cases(CaseList& c, ErrorList& e) {
         shapes.push_back({k.hkv, k.ctx});
         shapes.push_back({k.hkv, k.ctx});
       }
-      OpCase oc(n, OpId::attention_kv, shapes);
+      OpCase oc(n, "attention_kv"_op, shapes);
       oc.attr("scale", 1.0 / 8).input_dtype(1, cache).input_dtype(2, cache).input_dtype(5, DT::i64)
           .gen(5, Gen::consecutive(k.p0)).only(f32).tol(2);
       if (cache == DT::i8) {
@@ -85,15 +85,15 @@ void add_llm_cases(CaseList& c, ErrorList& e) {
 
   // ---- errors
   using EC = ErrorCode;
-  e.push_back({"linear_blockq/bad_format", OpId::linear_blockq, {{2, 32}, {3, 32}}, {DT::f32, DT::f32},
+  e.push_back({"linear_blockq/bad_format", "linear_blockq"_op, {{2, 32}, {3, 32}}, {DT::f32, DT::f32},
                {{"format", std::string("q5_k")}}, EC::invalid_argument});
-  e.push_back({"linear_blockq/partial_block", OpId::linear_blockq, {{2, 32}, {3, 35}}, {DT::f32, DT::u8},
+  e.push_back({"linear_blockq/partial_block", "linear_blockq"_op, {{2, 32}, {3, 35}}, {DT::f32, DT::u8},
                {{"format", std::string("q8_0")}}, EC::shape_mismatch});
-  e.push_back({"linear_blockq/k_mismatch", OpId::linear_blockq, {{2, 64}, {3, 34}}, {DT::f32, DT::u8},
+  e.push_back({"linear_blockq/k_mismatch", "linear_blockq"_op, {{2, 64}, {3, 34}}, {DT::f32, DT::u8},
                {{"format", std::string("q8_0")}}, EC::shape_mismatch});
-  e.push_back({"rope/odd_dim", OpId::rope, {{2, 1, 8}, {2}}, {DT::f32, DT::i64}, {{"dim", int64_t{3}}},
+  e.push_back({"rope/odd_dim", "rope"_op, {{2, 1, 8}, {2}}, {DT::f32, DT::i64}, {{"dim", int64_t{3}}},
                EC::invalid_argument});
-  e.push_back({"attention_kv/i8_without_scales", OpId::attention_kv,
+  e.push_back({"attention_kv/i8_without_scales", "attention_kv"_op,
                {{1, 2, 8}, {2, 4, 8}, {2, 4, 8}, {1, 2, 8}, {1, 2, 8}, {1}},
                {DT::f32, DT::i8, DT::i8, DT::f32, DT::f32, DT::i64}, {}, EC::invalid_argument});
 }

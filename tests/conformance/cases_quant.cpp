@@ -14,7 +14,7 @@ void add_quant_cases(CaseList& c, ErrorList& e) {
   const auto quant = [&](const std::string& name, Shape x, Shape s, std::optional<DType> zp_dtype, Gen zp_gen) {
     std::vector<Shape> shapes{x, s};
     if (zp_dtype) shapes.push_back(s);
-    OpCase q(name, OpId::quantize_linear, shapes);
+    OpCase q(name, "quantize_linear"_op, shapes);
     q.gen(0, Gen::uniform(-3, 3)).gen(1, Gen::positive(0.008, 0.03)).input_dtype(1, f32);
     if (zp_dtype) q.input_dtype(2, *zp_dtype).gen(2, zp_gen);
     return q;
@@ -27,17 +27,17 @@ void add_quant_cases(CaseList& c, ErrorList& e) {
   c.push_back(quant("quantize_linear/no_zero_point", {17}, {}, std::nullopt, {}));
 
   // dequantize_linear: q and zero point take the case's dtype (i8, u8, i32).
-  c.push_back(OpCase("dequantize_linear/per_tensor", OpId::dequantize_linear, {{2, 3, 4}, {}, {}})
+  c.push_back(OpCase("dequantize_linear/per_tensor", "dequantize_linear"_op, {{2, 3, 4}, {}, {}})
                   .gen(0, Gen::integers(0, 100))
                   .gen(1, Gen::positive(0.001, 0.1))
                   .input_dtype(1, f32)
                   .gen(2, Gen::integers(0, 7)));
-  c.push_back(OpCase("dequantize_linear/per_axis", OpId::dequantize_linear, {{2, 3, 4}, {3}, {3}})
+  c.push_back(OpCase("dequantize_linear/per_axis", "dequantize_linear"_op, {{2, 3, 4}, {3}, {3}})
                   .gen(0, Gen::integers(0, 100))
                   .gen(1, Gen::positive(0.001, 0.1))
                   .input_dtype(1, f32)
                   .gen(2, Gen::integers(0, 7)));
-  c.push_back(OpCase("dequantize_linear/per_axis0_no_zp", OpId::dequantize_linear, {{4, 5}, {4}})
+  c.push_back(OpCase("dequantize_linear/per_axis0_no_zp", "dequantize_linear"_op, {{4, 5}, {4}})
                   .attr("axis", int64_t{0})
                   .gen(0, Gen::integers(0, 100))
                   .gen(1, Gen::positive(0.001, 0.1))
@@ -65,7 +65,7 @@ void add_quant_cases(CaseList& c, ErrorList& e) {
     if (bias) q.gen(5, Gen::uniform(-1, 1)).input_dtype(5, f32);
     return q;
   };
-  const OpId qc = OpId::qconv2d, ql = OpId::qlinear;
+  const OpId qc = "qconv2d"_op, ql = "qlinear"_op;
   for (const int form : {0, 1, 2, 3}) {  // u8 7-bit, u8 full range, i8 with 7-bit weights, i8
     const bool u = form < 2;
     x_hi = form == 0 ? 128 : 256;
@@ -98,17 +98,17 @@ void add_quant_cases(CaseList& c, ErrorList& e) {
   }
 
   const Attrs none;
-  e.push_back({"quantize_linear/x_not_f32", OpId::quantize_linear, {{3}, {}}, {DType::f64, f32}, none,
+  e.push_back({"quantize_linear/x_not_f32", "quantize_linear"_op, {{3}, {}}, {DType::f64, f32}, none,
                ErrorCode::dtype_mismatch});
-  e.push_back({"quantize_linear/zero_point_i32", OpId::quantize_linear, {{3}, {}, {}}, {f32, f32, DType::i32}, none,
+  e.push_back({"quantize_linear/zero_point_i32", "quantize_linear"_op, {{3}, {}, {}}, {f32, f32, DType::i32}, none,
                ErrorCode::dtype_mismatch});
-  e.push_back({"quantize_linear/scale_len", OpId::quantize_linear, {{2, 3}, {4}, {4}}, {f32, f32, u8}, none,
+  e.push_back({"quantize_linear/scale_len", "quantize_linear"_op, {{2, 3}, {4}, {4}}, {f32, f32, u8}, none,
                ErrorCode::shape_mismatch});
-  e.push_back({"quantize_linear/zp_shape", OpId::quantize_linear, {{2, 3}, {3}, {}}, {f32, f32, u8}, none,
+  e.push_back({"quantize_linear/zp_shape", "quantize_linear"_op, {{2, 3}, {3}, {}}, {f32, f32, u8}, none,
                ErrorCode::shape_mismatch});
-  e.push_back({"dequantize_linear/zp_dtype", OpId::dequantize_linear, {{3}, {}, {}}, {i8, f32, u8}, none,
+  e.push_back({"dequantize_linear/zp_dtype", "dequantize_linear"_op, {{3}, {}, {}}, {i8, f32, u8}, none,
                ErrorCode::dtype_mismatch});
-  e.push_back({"dequantize_linear/f32_input", OpId::dequantize_linear, {{3}, {}}, {f32, f32}, none,
+  e.push_back({"dequantize_linear/f32_input", "dequantize_linear"_op, {{3}, {}}, {f32, f32}, none,
                ErrorCode::dtype_mismatch});
   e.push_back({"qconv2d/w_not_i8", qc, {{1, 2, 5, 5}, {}, {}, {3, 2, 3, 3}, {3}}, {u8, f32, u8, u8, f32}, none,
                ErrorCode::dtype_mismatch});

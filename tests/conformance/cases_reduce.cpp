@@ -7,11 +7,11 @@ namespace spore::conformance {
 
 void add_reduce_cases(CaseList& c, ErrorList& e) {
   using Ints = std::vector<int64_t>;
-  const OpId reductions[] = {OpId::reduce_sum, OpId::reduce_mean, OpId::reduce_max, OpId::reduce_min,
-                             OpId::reduce_prod};
+  const OpId reductions[] = {"reduce_sum"_op, "reduce_mean"_op, "reduce_max"_op, "reduce_min"_op,
+                             "reduce_prod"_op};
   for (OpId op : reductions) {
     const std::string n(op_name(op));
-    const bool prod = op == OpId::reduce_prod;
+    const bool prod = op == "reduce_prod"_op;
     // Products of many values over/underflow; keep their factors near 1.
     const Gen g = prod ? Gen::uniform(0.5, 1.6) : Gen::uniform(-2, 2);
     auto add = [&](const std::string& name, Shape s, Ints axes, bool keepdims = false, double tol = 1) {
@@ -39,15 +39,15 @@ void add_reduce_cases(CaseList& c, ErrorList& e) {
     } else {
       c.push_back(OpCase(n + "/long", op, {{100000}}).attr("axes", Ints{}).gen(0, Gen::uniform(0.99, 1.01)).tol(10));
     }
-    if (op != OpId::reduce_max && op != OpId::reduce_min) add("empty_axis", {0, 3}, {0});
+    if (op != "reduce_max"_op && op != "reduce_min"_op) add("empty_axis", {0, 3}, {0});
   }
   // Integer sums and products wrap like C.
-  c.push_back(OpCase("reduce_sum/wrap", OpId::reduce_sum, {{4, 300}}).attr("axes", Ints{1}).gen(0, Gen::integers(60, 127))
+  c.push_back(OpCase("reduce_sum/wrap", "reduce_sum"_op, {{4, 300}}).attr("axes", Ints{1}).gen(0, Gen::integers(60, 127))
                   .only(dtypes::integral));
-  c.push_back(OpCase("reduce_prod/wrap", OpId::reduce_prod, {{4, 40}}).attr("axes", Ints{1}).gen(0, Gen::integers(2, 9))
+  c.push_back(OpCase("reduce_prod/wrap", "reduce_prod"_op, {{4, 40}}).attr("axes", Ints{1}).gen(0, Gen::integers(2, 9))
                   .only(dtypes::integral));
 
-  for (OpId op : {OpId::argmax, OpId::argmin}) {
+  for (OpId op : {"argmax"_op, "argmin"_op}) {
     const std::string n(op_name(op));
     auto add = [&](const std::string& name, Shape s, int64_t axis, bool keepdims = false, Gen g = Gen::uniform(-2, 2)) {
       c.push_back(OpCase(n + "/" + name, op, {std::move(s)}).attr("axis", axis).attr("keepdims", keepdims).gen(0, g));
@@ -65,7 +65,7 @@ void add_reduce_cases(CaseList& c, ErrorList& e) {
     add("wide_cols", {4, 3, 1100}, 1);
   }
 
-  for (OpId op : {OpId::softmax, OpId::log_softmax}) {
+  for (OpId op : {"softmax"_op, "log_softmax"_op}) {
     const std::string n(op_name(op));
     auto add = [&](const std::string& name, Shape s, int64_t axis, double tol = 1) {
       c.push_back(OpCase(n + "/" + name, op, {std::move(s)}).attr("axis", axis).gen(0, Gen::uniform(-5, 5)).tol(tol));
@@ -82,7 +82,7 @@ void add_reduce_cases(CaseList& c, ErrorList& e) {
   }
 
   auto cumsum = [&](const std::string& name, Shape s, int64_t axis, bool exclusive, bool reverse, double tol = 1) {
-    c.push_back(OpCase("cumsum/" + name, OpId::cumsum, {std::move(s)}).attr("axis", axis).attr("exclusive", exclusive)
+    c.push_back(OpCase("cumsum/" + name, "cumsum"_op, {std::move(s)}).attr("axis", axis).attr("exclusive", exclusive)
                     .attr("reverse", reverse).tol(tol));
   };
   cumsum("last", {7, 33}, 1, false, false);
@@ -94,12 +94,12 @@ void add_reduce_cases(CaseList& c, ErrorList& e) {
   cumsum("wide_cols", {5, 1100}, 0, true, false);
   cumsum("scalar", {}, 0, false, false);
   cumsum("long", {10000}, 0, false, false, 100);
-  c.push_back(OpCase("cumsum/wrap", OpId::cumsum, {{300}}).attr("axis", int64_t{0}).gen(0, Gen::integers(60, 127))
+  c.push_back(OpCase("cumsum/wrap", "cumsum"_op, {{300}}).attr("axis", int64_t{0}).gen(0, Gen::integers(60, 127))
                   .only(dtypes::integral));
 
   auto topk = [&](const std::string& name, Shape s, int64_t k, int64_t axis, bool largest, bool sorted = true,
                   Gen g = Gen::uniform(-2, 2)) {
-    c.push_back(OpCase("topk/" + name, OpId::topk, {std::move(s)}).attr("k", k).attr("axis", axis)
+    c.push_back(OpCase("topk/" + name, "topk"_op, {std::move(s)}).attr("k", k).attr("axis", axis)
                     .attr("largest", largest).attr("sorted", sorted).gen(0, g));
   };
   topk("last", {7, 33}, 5, -1, true);
@@ -115,31 +115,31 @@ void add_reduce_cases(CaseList& c, ErrorList& e) {
 
   // ---- bad inputs
   using T = DType;
-  e.push_back({"reduce_sum/axis_out_of_range", OpId::reduce_sum, {{2, 3}}, {T::f32}, {{"axes", Ints{2}}},
+  e.push_back({"reduce_sum/axis_out_of_range", "reduce_sum"_op, {{2, 3}}, {T::f32}, {{"axes", Ints{2}}},
                ErrorCode::invalid_argument});
-  e.push_back({"reduce_max/axis_too_negative", OpId::reduce_max, {{2, 3}}, {T::f32}, {{"axes", Ints{-3}}},
+  e.push_back({"reduce_max/axis_too_negative", "reduce_max"_op, {{2, 3}}, {T::f32}, {{"axes", Ints{-3}}},
                ErrorCode::invalid_argument});
-  e.push_back({"reduce_sum/duplicate_axes", OpId::reduce_sum, {{2, 3}}, {T::f32}, {{"axes", Ints{0, -2}}},
+  e.push_back({"reduce_sum/duplicate_axes", "reduce_sum"_op, {{2, 3}}, {T::f32}, {{"axes", Ints{0, -2}}},
                ErrorCode::invalid_argument});
-  e.push_back({"reduce_prod/duplicate_axes", OpId::reduce_prod, {{2, 3, 4}}, {T::i32}, {{"axes", Ints{1, 1}}},
+  e.push_back({"reduce_prod/duplicate_axes", "reduce_prod"_op, {{2, 3, 4}}, {T::i32}, {{"axes", Ints{1, 1}}},
                ErrorCode::invalid_argument});
-  e.push_back({"reduce_mean/int", OpId::reduce_mean, {{2, 3}}, {T::i32}, {}, ErrorCode::dtype_mismatch});
-  e.push_back({"reduce_sum/bool", OpId::reduce_sum, {{2, 3}}, {T::boolean}, {}, ErrorCode::dtype_mismatch});
-  e.push_back({"reduce_max/empty_axis", OpId::reduce_max, {{0, 3}}, {T::f32}, {{"axes", Ints{0}}},
+  e.push_back({"reduce_mean/int", "reduce_mean"_op, {{2, 3}}, {T::i32}, {}, ErrorCode::dtype_mismatch});
+  e.push_back({"reduce_sum/bool", "reduce_sum"_op, {{2, 3}}, {T::boolean}, {}, ErrorCode::dtype_mismatch});
+  e.push_back({"reduce_max/empty_axis", "reduce_max"_op, {{0, 3}}, {T::f32}, {{"axes", Ints{0}}},
                ErrorCode::invalid_argument});
-  e.push_back({"argmax/axis_out_of_range", OpId::argmax, {{2, 3}}, {T::f32}, {{"axis", int64_t{2}}},
+  e.push_back({"argmax/axis_out_of_range", "argmax"_op, {{2, 3}}, {T::f32}, {{"axis", int64_t{2}}},
                ErrorCode::invalid_argument});
-  e.push_back({"argmin/empty_axis", OpId::argmin, {{4, 0}}, {T::f32}, {{"axis", int64_t{1}}}, ErrorCode::invalid_argument});
-  e.push_back({"softmax/int", OpId::softmax, {{2, 3}}, {T::i64}, {}, ErrorCode::dtype_mismatch});
-  e.push_back({"log_softmax/axis_out_of_range", OpId::log_softmax, {{2, 3}}, {T::f32}, {{"axis", int64_t{-3}}},
+  e.push_back({"argmin/empty_axis", "argmin"_op, {{4, 0}}, {T::f32}, {{"axis", int64_t{1}}}, ErrorCode::invalid_argument});
+  e.push_back({"softmax/int", "softmax"_op, {{2, 3}}, {T::i64}, {}, ErrorCode::dtype_mismatch});
+  e.push_back({"log_softmax/axis_out_of_range", "log_softmax"_op, {{2, 3}}, {T::f32}, {{"axis", int64_t{-3}}},
                ErrorCode::invalid_argument});
-  e.push_back({"cumsum/axis_out_of_range", OpId::cumsum, {{2, 3}}, {T::f32}, {{"axis", int64_t{2}}},
+  e.push_back({"cumsum/axis_out_of_range", "cumsum"_op, {{2, 3}}, {T::f32}, {{"axis", int64_t{2}}},
                ErrorCode::invalid_argument});
-  e.push_back({"cumsum/missing_axis", OpId::cumsum, {{2, 3}}, {T::f32}, {}, ErrorCode::invalid_argument});
-  e.push_back({"topk/k_too_large", OpId::topk, {{2, 5}}, {T::f32}, {{"k", int64_t{6}}}, ErrorCode::invalid_argument});
-  e.push_back({"topk/k_negative", OpId::topk, {{2, 5}}, {T::f32}, {{"k", int64_t{-1}}}, ErrorCode::invalid_argument});
-  e.push_back({"topk/scalar", OpId::topk, {{}}, {T::f32}, {{"k", int64_t{1}}}, ErrorCode::invalid_argument});
-  e.push_back({"topk/bool", OpId::topk, {{4}}, {T::boolean}, {{"k", int64_t{1}}}, ErrorCode::dtype_mismatch});
+  e.push_back({"cumsum/missing_axis", "cumsum"_op, {{2, 3}}, {T::f32}, {}, ErrorCode::invalid_argument});
+  e.push_back({"topk/k_too_large", "topk"_op, {{2, 5}}, {T::f32}, {{"k", int64_t{6}}}, ErrorCode::invalid_argument});
+  e.push_back({"topk/k_negative", "topk"_op, {{2, 5}}, {T::f32}, {{"k", int64_t{-1}}}, ErrorCode::invalid_argument});
+  e.push_back({"topk/scalar", "topk"_op, {{}}, {T::f32}, {{"k", int64_t{1}}}, ErrorCode::invalid_argument});
+  e.push_back({"topk/bool", "topk"_op, {{4}}, {T::boolean}, {{"k", int64_t{1}}}, ErrorCode::dtype_mismatch});
 }
 
 }  // namespace spore::conformance

@@ -191,8 +191,8 @@ TEST(GradCoverage, NoGradOpsHaveNoRuleAndMissingRulesAreListed) {
   std::map<std::string, int> checked;
   for (const auto& c : grad_cases()) ++checked[op_registry().get(c.op).name];
   std::vector<std::string> missing, unchecked;
-  for (int op = 0; op < num_builtin_ops; ++op) {
-    const OpDef* def = op_registry().find(static_cast<OpId>(op));
+  for (int op = 0; op < num_builtin_ops(); ++op) {
+    const OpDef* def = op_registry().find(op_at(op));
     if (!def || def->traits.has(Trait::graph_structure)) continue;
     if (def->traits.has(Trait::no_grad)) {
       EXPECT_FALSE(static_cast<bool>(def->grad)) << def->name << " is no_grad but has a gradient rule";

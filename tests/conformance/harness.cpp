@@ -215,11 +215,11 @@ TEST(ConformanceCoverage, EveryOpAndDtypeHasACase) {
   for (const auto& c : cases()) {
     const DTypeSet s = case_dtypes(c);
     for (int d = 0; d < num_dtypes; ++d)
-      if (s.has(static_cast<DType>(d))) covered.insert({static_cast<int>(c.op), d});
+      if (s.has(static_cast<DType>(d))) covered.insert({op_index(c.op), d});
   }
-  for (int op = 0; op < num_builtin_ops; ++op) {
-    const OpDef* def = op_registry().find(static_cast<OpId>(op));
-    ASSERT_NE(def, nullptr) << "op " << op_name(static_cast<OpId>(op)) << " has no OpDef";
+  for (int op = 0; op < num_builtin_ops(); ++op) {
+    const OpDef* def = op_registry().find(op_at(op));
+    ASSERT_NE(def, nullptr) << "op " << op_name(op_at(op)) << " has no OpDef";
     if (def->traits.has(Trait::graph_structure)) continue;
     for (int d = 0; d < num_dtypes; ++d) {
       if (!def->dtypes.has(static_cast<DType>(d))) continue;

@@ -3,9 +3,9 @@
 //
 // Adding an op's test is one entry in cases_<family>.cpp:
 //
-//   c.push_back(OpCase("add/broadcast", OpId::add, {{2, 3}, {3}}));
-//   c.push_back(OpCase("log", OpId::log, {{4, 5}}).gen(0, Gen::positive()));
-//   c.push_back(OpCase("gather", OpId::gather, {{5, 3}, {4}}).attr("axis", 0).input_dtype(1, DType::i64)
+//   c.push_back(OpCase("add/broadcast", "add"_op, {{2, 3}, {3}}));
+//   c.push_back(OpCase("log", "log"_op, {{4, 5}}).gen(0, Gen::positive()));
+//   c.push_back(OpCase("gather", "gather"_op, {{5, 3}, {4}}).attr("axis", 0).input_dtype(1, DType::i64)
 //                   .gen(1, Gen::index(5)));
 //
 // From each entry the harness derives, for every dtype the case covers (default: every dtype the

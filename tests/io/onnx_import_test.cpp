@@ -238,7 +238,7 @@ TEST(OnnxImport, SymbolicDimsAndShapeFolding) {
   std::unique_ptr<Graph> g2 = io::import_onnx_bytes(s.bytes(), "fold");
   EXPECT_EQ(g2->outputs()[0]->type.str(), "f32[2,12]");
   int non_const = 0;
-  for (const Node* n : g2->nodes()) non_const += n->op != OpId::input && n->op != OpId::constant;
+  for (const Node* n : g2->nodes()) non_const += n->op != "input"_op && n->op != "constant"_op;
   EXPECT_EQ(non_const, 1);  // just the reshape
 }
 

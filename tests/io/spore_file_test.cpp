@@ -32,10 +32,10 @@ std::unique_ptr<Graph> make_graph() {
   Value* w1 = g->add_constant(testing::patterned_tensor({8, 16}, DType::f32, 1), "fc1/weight:0");
   Value* b1 = g->add_constant(testing::patterned_tensor({16}, DType::f32, 2), "fc1.bias");
   Value* w2 = g->add_constant(testing::patterned_tensor({32, 4}, DType::f32, 3).slice(0, 0, 32, 2), "fc2.weight");
-  Value* h = build_node(*g, OpId::matmul, {x, w1}, {}, "fc1")->output();
-  h = build_node(*g, OpId::add, {h, b1}, {}, "fc1/bias")->output();
-  h = build_node(*g, OpId::relu, {h}, {}, "act")->output();
-  Value* y = build_node(*g, OpId::matmul, {h, w2}, {}, "fc2")->output();
+  Value* h = build_node(*g, "matmul"_op, {x, w1}, {}, "fc1")->output();
+  h = build_node(*g, "add"_op, {h, b1}, {}, "fc1/bias")->output();
+  h = build_node(*g, "relu"_op, {h}, {}, "act")->output();
+  Value* y = build_node(*g, "matmul"_op, {h, w2}, {}, "fc2")->output();
   std::vector<Value*> outs{y};
   int salt = 10;
   for (DType dt : kAllDtypes) {
@@ -120,7 +120,7 @@ TEST(SporeFile, RoundTripIsBitExact) {
   EXPECT_EQ(info.file_bytes, static_cast<int64_t>(std::filesystem::file_size(path)));
   int64_t weight_bytes = 0;
   for (const Node* n : g->nodes())
-    if (n->op == OpId::constant) weight_bytes += static_cast<int64_t>(n->payload.nbytes());
+    if (n->op == "constant"_op) weight_bytes += static_cast<int64_t>(n->payload.nbytes());
   EXPECT_EQ(info.weight_bytes, weight_bytes);
 
   // In-memory parse of the same bytes gives the same graph; save -> load -> save is byte-identical.
@@ -187,7 +187,7 @@ TEST(SporeFile, ConstantsAliasTheMapping) {
     ASSERT_EQ(maps.size(), 1u) << "the file is mapped once";
     int checked = 0;
     for (const Node* n : g->nodes()) {
-      if (n->op != OpId::constant || n->payload.nbytes() == 0) continue;
+      if (n->op != "constant"_op || n->payload.nbytes() == 0) continue;
       const auto p = reinterpret_cast<uintptr_t>(n->payload.raw_data());
       EXPECT_EQ(p % 64, 0u) << n->label();
       EXPECT_TRUE(p >= maps[0].first && p + n->payload.nbytes() <= maps[0].second) << n->label();
@@ -211,7 +211,7 @@ TEST(SporeFile, ParsedBytesAreCopiedIntoAlignedStorage) {
   bytes += encode_spore(*g);
   auto back = parse_spore({reinterpret_cast<const uint8_t*>(bytes.data() + 1), bytes.size() - 1}, "mem");
   for (const Node* n : back->nodes()) {
-    if (n->op != OpId::constant || n->payload.nbytes() == 0) continue;
+    if (n->op != "constant"_op || n->payload.nbytes() == 0) continue;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(n->payload.raw_data()) % 64, 0u) << n->label();
     EXPECT_FALSE(n->payload.raw_data() >= bytes.data() && n->payload.raw_data() < bytes.data() + bytes.size());
   }

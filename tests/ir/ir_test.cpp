@@ -50,7 +50,7 @@ std::unique_ptr<Graph> rich_graph() {
   Value* x = g->add_input(TensorType(DType::f32, {Dim::symbol("batch"), 3}), "x");
   Value* w = g->add_input(TensorType(DType::f16, {3, Dim::symbol("seq_len")}), "conv1/weight:0");
   Value* s = g->add_input(TensorType(DType::i64, {}), "step count");
-  Node* a = g->add_node(OpId::identity, {x}, every_kind_attrs(), {x->type}, "layer 1/act");
+  Node* a = g->add_node("identity"_op, {x}, every_kind_attrs(), {x->type}, "layer 1/act");
   Node* sp = g->add_node(t.split2, {a->output(0)}, {}, {x->type, x->type}, "split");
   Node* ad = g->add_node(t.add, {sp->output(0), sp->output(1)}, {}, {x->type}, "");
   ad->output(0)->arena_offset = 128;
@@ -116,7 +116,7 @@ TEST(IrText, RoundTripRichGraph) {
     const Node* orig = g->outputs()[i]->producer;
     const Node* back = parsed->outputs()[i]->producer;
     EXPECT_EQ(orig->op, back->op);
-    if (orig->op == OpId::constant) {
+    if (orig->op == "constant"_op) {
       EXPECT_TRUE(orig->payload.bit_equal(back->payload)) << orig->label();
     }
     EXPECT_EQ(g->outputs()[i]->arena_offset, parsed->outputs()[i]->arena_offset);

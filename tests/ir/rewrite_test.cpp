@@ -14,7 +14,7 @@ using test::use_lists_valid;
 // identity(identity(x)) -> identity(x)
 RewriteSet double_identity_rules() {
   RewriteSet rules("simplify");
-  rules.add({"double_identity", m::op(OpId::identity, {m::op(OpId::identity, {m::any("x")}, "inner")}),
+  rules.add({"double_identity", m::op("identity"_op, {m::op("identity"_op, {m::any("x")}, "inner")}),
              [](Match& mt, Rewriter& rw) {
                rw.replace(mt.root->output(0), mt["inner"]);
                return true;
@@ -26,14 +26,14 @@ TEST(Rewrite, IdentityChainReachesFixedPoint) {
   Graph g;
   Value* x = g.add_input(TensorType(DType::f32, {Dim::symbol("n")}), "x");
   Value* v = x;
-  for (int i = 0; i < 6; ++i) v = g.add_node(OpId::identity, {v}, {}, {x->type})->output(0);
+  for (int i = 0; i < 6; ++i) v = g.add_node("identity"_op, {v}, {}, {x->type})->output(0);
   g.set_outputs({v});
   const RewriteStats st = apply_greedy(g, double_identity_rules());
   EXPECT_EQ(st.applied, 5);
   EXPECT_EQ(st.per_rule.at("double_identity"), 5);
   // The output is now one identity away from x; the bypassed nodes are unused.
   const Node* out = g.outputs()[0]->producer;
-  EXPECT_EQ(out->op, OpId::identity);
+  EXPECT_EQ(out->op, "identity"_op);
   EXPECT_EQ(out->input(0), x);
   verify_structure(g);
   EXPECT_TRUE(use_lists_valid(g));
@@ -46,7 +46,7 @@ TEST(Rewrite, CollapseToInputThroughNewNodes) {
   // rule that removes double negation: the driver must revisit the nodes the first rule created.
   const auto& t = test_ops();
   RewriteSet rules("lower");
-  rules.add({"identity_to_negneg", m::op(OpId::identity, {m::any("x")}), [&t](Match& mt, Rewriter& rw) {
+  rules.add({"identity_to_negneg", m::op("identity"_op, {m::any("x")}), [&t](Match& mt, Rewriter& rw) {
                Value* x = mt["x"];
                Node* a = rw.add(t.neg, {x}, {}, {x->type});
                Node* b = rw.add(t.neg, {a->output(0)}, {}, {x->type});
@@ -59,7 +59,7 @@ TEST(Rewrite, CollapseToInputThroughNewNodes) {
              }});
   Graph g;
   Value* x = g.add_input(TensorType(DType::f32, {3}), "x");
-  Node* id = g.add_node(OpId::identity, {x}, {}, {x->type});
+  Node* id = g.add_node("identity"_op, {x}, {}, {x->type});
   Node* s = g.add_node(t.scale, {id->output(0)}, Attrs{{"alpha", 2.0}}, {x->type});
   g.set_outputs({s->output(0)});
   const RewriteStats st = apply_greedy(g, rules);
@@ -154,7 +154,7 @@ TEST(Rewrite, ConstantPatternAndDecliningRules) {
   EXPECT_GE(declined, 1);
   EXPECT_EQ(n2->input(0), x);
   const Node* folded = g.outputs()[1]->producer;
-  ASSERT_EQ(folded->op, OpId::constant);
+  ASSERT_EQ(folded->op, "constant"_op);
   EXPECT_EQ(folded->payload.to_doubles(), (std::vector<double>{-1, 2}));
   EXPECT_EQ(g.outputs()[2], n4->output(0));  // t_neg of a non-constant is left alone
   verify_structure(g);  // the new constant was appended after its users: topo_sort fixed it

@@ -112,16 +112,16 @@ TEST(ShapeViews, ViewOpKernelsMatchReferenceOnAnyThreadCount) {
   };
   const int64_t kmin = std::numeric_limits<int64_t>::min();
   const std::vector<KCase> cases = {
-      {OpId::reshape, {7, 33}, {{"shape", Ints{33, -1}}}},
-      {OpId::transpose, {67, 129}, {}},
-      {OpId::transpose, {3, 65, 40}, {{"perm", Ints{2, 0, 1}}}},
-      {OpId::transpose, {2, 5, 33, 3}, {{"perm", Ints{0, 2, 1, 3}}}},
-      {OpId::slice, {40, 70}, {{"starts", Ints{3, -1}}, {"ends", Ints{39, kmin}}, {"steps", Ints{2, -3}}}},
-      {OpId::slice, {1100, 3}, {{"starts", Ints{5}}, {"ends", Ints{1099}}}},
-      {OpId::expand, {33, 1}, {{"shape", Ints{2, 33, 1001}}}},
-      {OpId::squeeze, {1, 7, 1}, {}},
-      {OpId::unsqueeze, {7, 3}, {{"axes", Ints{1}}}},
-      {OpId::flatten, {2, 3, 5}, {{"axis", int64_t{2}}}},
+      {"reshape"_op, {7, 33}, {{"shape", Ints{33, -1}}}},
+      {"transpose"_op, {67, 129}, {}},
+      {"transpose"_op, {3, 65, 40}, {{"perm", Ints{2, 0, 1}}}},
+      {"transpose"_op, {2, 5, 33, 3}, {{"perm", Ints{0, 2, 1, 3}}}},
+      {"slice"_op, {40, 70}, {{"starts", Ints{3, -1}}, {"ends", Ints{39, kmin}}, {"steps", Ints{2, -3}}}},
+      {"slice"_op, {1100, 3}, {{"starts", Ints{5}}, {"ends", Ints{1099}}}},
+      {"expand"_op, {33, 1}, {{"shape", Ints{2, 33, 1001}}}},
+      {"squeeze"_op, {1, 7, 1}, {}},
+      {"unsqueeze"_op, {7, 3}, {{"axes", Ints{1}}}},
+      {"flatten"_op, {2, 3, 5}, {{"axis", int64_t{2}}}},
   };
   for (const DType dt : {DType::f32, DType::f16, DType::i64, DType::u8, DType::boolean}) {
     for (const auto& c : cases) {
@@ -142,10 +142,10 @@ TEST(ShapeViews, ViewOpKernelsMatchReferenceOnAnyThreadCount) {
 TEST(ShapeViews, LargeCopiesAreThreadCountInvariant) {
   const Tensor x = iota({3, 300, 257});
   const std::vector<std::pair<OpId, Attrs>> cases = {
-      {OpId::transpose, {{"perm", Ints{2, 1, 0}}}},
-      {OpId::tile, {{"repeats", Ints{1, 2, 3}}}},
-      {OpId::pad, {{"pads", Ints{1, 2, 3, 1, 0, 7}}, {"mode", std::string("reflect")}}},
-      {OpId::pad, {{"pads", Ints{0, 5, -3, 1, 9, 2}}, {"value", 4.0}}},
+      {"transpose"_op, {{"perm", Ints{2, 1, 0}}}},
+      {"tile"_op, {{"repeats", Ints{1, 2, 3}}}},
+      {"pad"_op, {{"pads", Ints{1, 2, 3, 1, 0, 7}}, {"mode", std::string("reflect")}}},
+      {"pad"_op, {{"pads", Ints{0, 5, -3, 1, 9, 2}}, {"value", 4.0}}},
   };
   for (const auto& [op, attrs] : cases) {
     const auto one = run_kernel(Backend::cpu, op, {x}, attrs, 1);
@@ -153,8 +153,8 @@ TEST(ShapeViews, LargeCopiesAreThreadCountInvariant) {
     EXPECT_TRUE(one[0].bit_equal(four[0])) << op_name(op);
   }
   const Tensor big = iota({2, 100000});
-  const auto a = run_kernel(Backend::cpu, OpId::concat, {big, big}, {{"axis", int64_t{0}}}, 1);
-  const auto b = run_kernel(Backend::cpu, OpId::concat, {big, big}, {{"axis", int64_t{0}}}, 4);
+  const auto a = run_kernel(Backend::cpu, "concat"_op, {big, big}, {{"axis", int64_t{0}}}, 1);
+  const auto b = run_kernel(Backend::cpu, "concat"_op, {big, big}, {{"axis", int64_t{0}}}, 4);
   EXPECT_TRUE(a[0].bit_equal(b[0]));
 }
 
@@ -187,14 +187,14 @@ TEST(ShapeOps, SymbolicShapes) {
     const OpDef& def = op_registry().get(op);
     return def.infer_types(std::span<const TensorType>(&x, 1), def.normalize(a));
   };
-  EXPECT_EQ(infer(OpId::reshape, {{"shape", Ints{-1, 6}}})[0].str(), "f32[batch*2,6]");
-  EXPECT_EQ(infer(OpId::flatten, {})[0].str(), "f32[batch,12]");
-  EXPECT_EQ(infer(OpId::transpose, {})[0].str(), "f32[3,4,batch]");
-  EXPECT_EQ(infer(OpId::pad, {{"pads", Ints{1, 0, 0, 1, 0, 0}}})[0].str(), "f32[batch+2,4,3]");
+  EXPECT_EQ(infer("reshape"_op, {{"shape", Ints{-1, 6}}})[0].str(), "f32[batch*2,6]");
+  EXPECT_EQ(infer("flatten"_op, {})[0].str(), "f32[batch,12]");
+  EXPECT_EQ(infer("transpose"_op, {})[0].str(), "f32[3,4,batch]");
+  EXPECT_EQ(infer("pad"_op, {{"pads", Ints{1, 0, 0, 1, 0, 0}}})[0].str(), "f32[batch+2,4,3]");
   EXPECT_EQ(
-      infer(OpId::slice, {{"starts", Ints{0, 1}}, {"ends", Ints{std::numeric_limits<int64_t>::max(), 3}}})[0].str(),
+      infer("slice"_op, {{"starts", Ints{0, 1}}, {"ends", Ints{std::numeric_limits<int64_t>::max(), 3}}})[0].str(),
       "f32[batch,2,3]");
-  EXPECT_THROW(infer(OpId::reshape, {{"shape", Ints{2, 6}}}), Error);
+  EXPECT_THROW(infer("reshape"_op, {{"shape", Ints{2, 6}}}), Error);
 }
 
 TEST(ShapeOps, Semantics) {
@@ -225,11 +225,11 @@ TEST(ShapeOps, GradientRulesAreAdjoints) {
   };
   const int64_t kmin = std::numeric_limits<int64_t>::min();
   const std::vector<GCase> cases = {
-      {OpId::slice, {{"starts", Ints{1, -1}}, {"ends", Ints{6, kmin}}, {"steps", Ints{2, -3}}}},
-      {OpId::slice, {{"starts", Ints{2}}, {"ends", Ints{5}}, {"axes", Ints{1}}}},
-      {OpId::transpose, {}},
-      {OpId::pad, {{"pads", Ints{1, -2, 0, 3}}}},
-      {OpId::reshape, {{"shape", Ints{3, 14}}}},
+      {"slice"_op, {{"starts", Ints{1, -1}}, {"ends", Ints{6, kmin}}, {"steps", Ints{2, -3}}}},
+      {"slice"_op, {{"starts", Ints{2}}, {"ends", Ints{5}}, {"axes", Ints{1}}}},
+      {"transpose"_op, {}},
+      {"pad"_op, {{"pads", Ints{1, -2, 0, 3}}}},
+      {"reshape"_op, {{"shape", Ints{3, 14}}}},
   };
   for (const auto& c : cases) {
     const OpDef& def = op_registry().get(c.op);

@@ -152,14 +152,14 @@ struct Act {
   Attrs attrs;
 };
 std::vector<Act> activations() {
-  return {{OpId::relu, {}},
-          {OpId::leaky_relu, {{"alpha", 0.1}}},
-          {OpId::clip, {{"min", -0.75}, {"max", 0.5}}},
-          {OpId::sigmoid, {}},
-          {OpId::tanh, {}},
-          {OpId::gelu, {}},
-          {OpId::gelu, {{"approximate", std::string("tanh")}}},
-          {OpId::silu, {}}};
+  return {{"relu"_op, {}},
+          {"leaky_relu"_op, {{"alpha", 0.1}}},
+          {"clip"_op, {{"min", -0.75}, {"max", 0.5}}},
+          {"sigmoid"_op, {}},
+          {"tanh"_op, {}},
+          {"gelu"_op, {}},
+          {"gelu"_op, {{"approximate", std::string("tanh")}}},
+          {"silu"_op, {}}};
 }
 
 // conv(x) + r -> act -> conv2 (+ bias) -> act -> linear -> act, with graph inputs x, r.
@@ -174,13 +174,13 @@ std::unique_ptr<Graph> net(const Act& act, DType t, uint32_t seed, int64_t c_in)
   Value* b2 = g->add_constant(random_tensor(rng, {6}, t), "b2");
   Value* w3 = g->add_constant(random_tensor(rng, {7, 6 * 5 * 6}, t, -0.1, 0.1), "w3");
   const Attrs pad{{"padding", std::vector<int64_t>{1, 1, 1, 1}}};
-  Node* c1 = build_node(*g, OpId::conv2d, {x, w1, b1}, pad, "conv1");
-  Node* s1 = build_node(*g, OpId::add, {c1->output(0), r}, {});
+  Node* c1 = build_node(*g, "conv2d"_op, {x, w1, b1}, pad, "conv1");
+  Node* s1 = build_node(*g, "add"_op, {c1->output(0), r}, {});
   Node* a1 = build_node(*g, act.op, {s1->output(0)}, act.attrs);
-  Node* c2 = build_node(*g, OpId::conv2d, {a1->output(0), w2, b2}, {{"stride", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{1, 1, 1, 1}}}, "conv2");
+  Node* c2 = build_node(*g, "conv2d"_op, {a1->output(0), w2, b2}, {{"stride", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{1, 1, 1, 1}}}, "conv2");
   Node* a2 = build_node(*g, act.op, {c2->output(0)}, act.attrs);
-  Node* fl = build_node(*g, OpId::flatten, {a2->output(0)}, {});
-  Node* l = build_node(*g, OpId::linear, {fl->output(0), w3}, {}, "fc");
+  Node* fl = build_node(*g, "flatten"_op, {a2->output(0)}, {});
+  Node* l = build_node(*g, "linear"_op, {fl->output(0), w3}, {}, "fc");
   Node* a3 = build_node(*g, act.op, {l->output(0)}, act.attrs);
   g->set_outputs({a3->output(0), a1->output(0)});
   verify_graph(*g);
@@ -207,7 +207,7 @@ TEST(FuseEpilogue, FusedPlanGivesTheUnfusedBitsForEveryActivationAndDtype) {
         auto fused = g->clone();
         ASSERT_TRUE(fuse(*fused));
         int fused_nodes = 0;
-        for (const Node* n : fused->nodes()) fused_nodes += n->op == OpId::conv2d_fused || n->op == OpId::linear_fused;
+        for (const Node* n : fused->nodes()) fused_nodes += n->op == "conv2d_fused"_op || n->op == "linear_fused"_op;
         EXPECT_EQ(fused_nodes, 3);
         Plan base = compile_plan(std::move(g), options());
         Plan opt = compile_plan(std::move(fused), options());
@@ -244,9 +244,9 @@ TEST(FuseEpilogue, ConvReluMaxPoolGivesTheUnfusedBits) {
       Value* w = g->add_constant(random_tensor(rng, {8, geo.c_in, 3, 3}, t, -0.5, 0.5), "w");
       Value* b = g->add_constant(random_tensor(rng, {8}, t), "b");
       using V = std::vector<int64_t>;
-      Node* c = build_node(*g, OpId::conv2d, {x, w, b}, {{"padding", V{1, 1, 1, 1}}, {"stride", V{geo.stride, geo.stride}}});
-      Node* r = build_node(*g, OpId::relu, {c->output(0)}, {});
-      Node* p = build_node(*g, OpId::max_pool2d, {r->output(0)}, {{"kernel", V{2, 2}}, {"stride", V{2, 2}}});
+      Node* c = build_node(*g, "conv2d"_op, {x, w, b}, {{"padding", V{1, 1, 1, 1}}, {"stride", V{geo.stride, geo.stride}}});
+      Node* r = build_node(*g, "relu"_op, {c->output(0)}, {});
+      Node* p = build_node(*g, "max_pool2d"_op, {r->output(0)}, {{"kernel", V{2, 2}}, {"stride", V{2, 2}}});
       g->set_outputs({p->output(0)});
       auto fused = g->clone();
       ASSERT_TRUE(fuse(*fused));

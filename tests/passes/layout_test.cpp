@@ -42,17 +42,17 @@ std::unique_ptr<Graph> resnet_like(DType t, int64_t batch, uint32_t seed) {
   const Attrs pad{{"padding", V{1, 1, 1, 1}}};
   const Attrs pad_s2{{"padding", V{1, 1, 1, 1}}, {"stride", V{2, 2}}};
   const auto conv = [&](Value* in, Value* wt, Value* b, const Attrs& a, const char* name) {
-    return build_node(*g, OpId::conv2d, {in, wt, b}, a, name)->output(0);
+    return build_node(*g, "conv2d"_op, {in, wt, b}, a, name)->output(0);
   };
-  const auto relu = [&](Value* v) { return build_node(*g, OpId::relu, {v}, {})->output(0); };
-  const auto add = [&](Value* a, Value* b) { return build_node(*g, OpId::add, {a, b}, {})->output(0); };
+  const auto relu = [&](Value* v) { return build_node(*g, "relu"_op, {v}, {})->output(0); };
+  const auto add = [&](Value* a, Value* b) { return build_node(*g, "add"_op, {a, b}, {})->output(0); };
   Value* s = relu(conv(x, w({16, 3, 3, 3}, "ws"), w({16}, "bs"), pad, "stem"));
   Value* a = relu(conv(s, w({16, 16, 3, 3}, "w1"), w({16}, "b1"), pad, "c1"));
   Value* b = relu(add(conv(a, w({16, 16, 3, 3}, "w2"), w({16}, "b2"), pad, "c2"), s));
   Value* skip = conv(b, w({24, 16, 1, 1}, "wk"), w({24}, "bk"), Attrs{{"stride", V{2, 2}}}, "skip");
   Value* c = relu(add(conv(b, w({24, 16, 3, 3}, "w3"), w({24}, "b3"), pad_s2, "c3"), skip));
-  Value* m = build_node(*g, OpId::reduce_mean, {c}, Attrs{{"axes", V{2, 3}}, {"keepdims", false}})->output(0);
-  Value* y = build_node(*g, OpId::linear, {m, w({5, 24}, "wf"), w({5}, "bf")}, {}, "fc")->output(0);
+  Value* m = build_node(*g, "reduce_mean"_op, {c}, Attrs{{"axes", V{2, 3}}, {"keepdims", false}})->output(0);
+  Value* y = build_node(*g, "linear"_op, {m, w({5, 24}, "wf"), w({5}, "bf")}, {}, "fc")->output(0);
   Value* lone = relu(conv(z, w({8, 8, 3, 3}, "wl"), w({8}, "bl"), pad, "lone"));
   g->set_outputs({y, c, lone});
   verify_graph(*g);
@@ -93,16 +93,16 @@ TEST(Layout, ConvChainRunsBlockedWithReordersOnlyAtItsEdges) {
   const Graph& g = plan.graph();
   // Five convs of the chain take the blocked layout (the 1x1 skip conv2d becomes a conv2d_fused); the lone conv
   // keeps NCHW.
-  EXPECT_EQ(count_op(g, OpId::conv2d_fused, "dst_layout", "nchw8c"), 5);
-  EXPECT_EQ(count_op(g, OpId::conv2d_fused, "src_layout", "nchw8c"), 4);  // all but the 3-channel stem
-  EXPECT_EQ(count_op(g, OpId::conv2d), 0);
+  EXPECT_EQ(count_op(g, "conv2d_fused"_op, "dst_layout", "nchw8c"), 5);
+  EXPECT_EQ(count_op(g, "conv2d_fused"_op, "src_layout", "nchw8c"), 4);  // all but the 3-channel stem
+  EXPECT_EQ(count_op(g, "conv2d"_op), 0);
   int lone_plain = 0;
   for (const Node* n : g.nodes())
-    if (n->op == OpId::conv2d_fused && n->name == "lone") lone_plain += n->attrs.s("dst_layout") == "nchw";
+    if (n->op == "conv2d_fused"_op && n->name == "lone") lone_plain += n->attrs.s("dst_layout") == "nchw";
   EXPECT_EQ(lone_plain, 1);
   // One reorder back to NCHW for the chain's exits (the output c, which the reduce_mean also reads); no reorder
   // into the blocked layout (the residual and the skip branch are produced blocked).
-  EXPECT_EQ(count_op(g, OpId::transpose), 1);
+  EXPECT_EQ(count_op(g, "transpose"_op), 1);
   // Kernels: that transpose, plus the reshape that writes graph output c (a reshape of an intermediate is an arena
   // alias, but a graph output gets its own buffer).
   Plan plain = compile_plan(resnet_like(DType::f32, 2, 1), inference(false));
@@ -115,7 +115,7 @@ TEST(Layout, BlockedPlanMatchesThePlainPlanTheReferenceAndItselfOnAnyThreadCount
     Plan blocked = compile_plan(resnet_like(DType::f32, batch, 5), inference(true));
     Plan plain = compile_plan(resnet_like(DType::f32, batch, 5), inference(false));
     Plan ref = compile_plan(resnet_like(DType::f32, batch, 5), inference(true, Backend::reference));
-    ASSERT_GT(count_op(ref.graph(), OpId::conv2d_fused, "dst_layout", "nchw8c"), 0);
+    ASSERT_GT(count_op(ref.graph(), "conv2d_fused"_op, "dst_layout", "nchw8c"), 0);
     std::mt19937 rng(9);
     const Tensor in[] = {random_tensor(rng, {batch, 3, 12, 12}, DType::f32), random_tensor(rng, {batch, 8, 6, 6}, DType::f32)};
     set_threads(1);
@@ -154,7 +154,7 @@ TEST(Layout, ConvsOfAPlanKeepWhatTheyDeriveFromTheirWeights) {
   const cpu::ConstantCacheStats s2 = cpu::constant_cache_stats();
   // At least c1 and c2 (16 -> 16, 3x3, stride 1: Winograd); the oneDNN convs add theirs where oneDNN reorders.
   EXPECT_GE(s1.misses - s0.misses, 2);
-  EXPECT_LE(s1.misses - s0.misses, count_op(plan.graph(), OpId::conv2d_fused));
+  EXPECT_LE(s1.misses - s0.misses, count_op(plan.graph(), "conv2d_fused"_op));
   EXPECT_EQ(s1.hits, s0.hits);
   EXPECT_EQ(s2.misses, s1.misses);
   EXPECT_EQ(s2.hits - s1.hits, s1.misses - s0.misses);
@@ -177,7 +177,7 @@ TEST(Layout, BlockedConvKernelWithResidualAndActivationMatchesTheReference) {
   Value* b = g->add_constant(random_tensor(rng, {24}, DType::f32), "b");
   Attrs a{{"padding", V{1, 1, 1, 1}}, {"activation", std::string("leaky_relu")}, {"alpha", 0.2}, {"residual", true},
           {"src_layout", std::string("nchw8c")}, {"dst_layout", std::string("nchw8c")}};
-  Node* n = build_node(*g, OpId::conv2d_fused, {x, w, b, r}, a, "conv");
+  Node* n = build_node(*g, "conv2d_fused"_op, {x, w, b, r}, a, "conv");
   EXPECT_EQ(n->output(0)->type, TensorType::of(DType::f32, {2, 3, 7, 9, 8}));
   g->set_outputs({n->output(0)});
   auto g2 = g->clone();
@@ -189,7 +189,7 @@ TEST(Layout, BlockedConvKernelWithResidualAndActivationMatchesTheReference) {
   EXPECT_LT(max_rel_diff(cpu.run(in)[0], ref.run(in)[0]), 1e-5);
   // Through the decomposition (ops:: in eager mode: relayouts around the plain conv) as well.
   const Tensor eager_in[] = {in[0], w->producer->payload, b->producer->payload, in[1]};
-  const Tensor eager = ops::call1(OpId::conv2d_fused, eager_in, a);
+  const Tensor eager = ops::call1("conv2d_fused"_op, eager_in, a);
   EXPECT_LT(max_rel_diff(eager, ref.run(in)[0]), 1e-5);
 }
 
@@ -202,18 +202,18 @@ TEST(Layout, GlobalMeanOfTheChainExitReadsTheBlockedTensor) {
       Value* x = g->add_input(TensorType::of(DType::f32, {2, 3, 9, 9}), "x");
       const auto w = [&](const Shape& sh) { return g->add_constant(random_tensor(rng, sh, DType::f32, -0.3, 0.3)); };
       const Attrs pad{{"padding", V{1, 1, 1, 1}}};
-      Value* a = build_node(*g, OpId::relu, {build_node(*g, OpId::conv2d, {x, w({16, 3, 3, 3}), w({16})}, pad)->output(0)}, {})->output(0);
-      Value* b = build_node(*g, OpId::relu, {build_node(*g, OpId::conv2d, {a, w({16, 16, 3, 3}), w({16})}, pad)->output(0)}, {})->output(0);
-      Value* m = gap ? build_node(*g, OpId::flatten, {build_node(*g, OpId::global_avg_pool, {b}, {})->output(0)}, {})->output(0)
-                     : build_node(*g, OpId::reduce_mean, {b}, Attrs{{"axes", V{-1, 2}}, {"keepdims", false}})->output(0);
-      Value* y = build_node(*g, OpId::linear, {m, w({4, 16}), w({4})}, {}, "fc")->output(0);
+      Value* a = build_node(*g, "relu"_op, {build_node(*g, "conv2d"_op, {x, w({16, 3, 3, 3}), w({16})}, pad)->output(0)}, {})->output(0);
+      Value* b = build_node(*g, "relu"_op, {build_node(*g, "conv2d"_op, {a, w({16, 16, 3, 3}), w({16})}, pad)->output(0)}, {})->output(0);
+      Value* m = gap ? build_node(*g, "flatten"_op, {build_node(*g, "global_avg_pool"_op, {b}, {})->output(0)}, {})->output(0)
+                     : build_node(*g, "reduce_mean"_op, {b}, Attrs{{"axes", V{-1, 2}}, {"keepdims", false}})->output(0);
+      Value* y = build_node(*g, "linear"_op, {m, w({4, 16}), w({4})}, {}, "fc")->output(0);
       g->set_outputs({y});
       return g;
     };
     Plan blocked = compile_plan(build(), inference(true));
     Plan plain = compile_plan(build(), inference(false));
-    EXPECT_EQ(count_op(blocked.graph(), OpId::transpose), 0);
-    EXPECT_EQ(count_op(blocked.graph(), OpId::conv2d_fused, "dst_layout", "nchw8c"), 2);
+    EXPECT_EQ(count_op(blocked.graph(), "transpose"_op), 0);
+    EXPECT_EQ(count_op(blocked.graph(), "conv2d_fused"_op, "dst_layout", "nchw8c"), 2);
     EXPECT_EQ(blocked.num_kernels(), plain.num_kernels());
     std::mt19937 rng(8);
     const Tensor in[] = {random_tensor(rng, {2, 3, 9, 9}, DType::f32)};
@@ -225,11 +225,11 @@ TEST(Layout, TrainingGraphsAndLowPrecisionAreLeftAlone) {
   {
     CompileOptions o;  // not inference: a training step's convs keep NCHW (and their bits)
     Plan p = compile_plan(resnet_like(DType::f32, 2, 1), o);
-    EXPECT_EQ(count_op(p.graph(), OpId::transpose), 0);
+    EXPECT_EQ(count_op(p.graph(), "transpose"_op), 0);
   }
   for (DType t : {DType::f16, DType::bf16, DType::f64}) {
     Plan p = compile_plan(resnet_like(t, 2, 1), inference(true));
-    EXPECT_EQ(count_op(p.graph(), OpId::conv2d_fused, "dst_layout", "nchw8c"), 0) << dtype_name(t);
+    EXPECT_EQ(count_op(p.graph(), "conv2d_fused"_op, "dst_layout", "nchw8c"), 0) << dtype_name(t);
   }
 }
 
@@ -239,7 +239,7 @@ TEST(Layout, BadLayoutAttributesAreClearErrors) {
   Value* w = g->add_input(TensorType::of(DType::f32, {12, 12, 3, 3}), "w");
   const auto err = [&](const Attrs& a) {
     try {
-      build_node(*g, OpId::conv2d_fused, {x, w}, a, "conv");
+      build_node(*g, "conv2d_fused"_op, {x, w}, a, "conv");
     } catch (const Error& e) {
       return std::string(e.what());
     }

@@ -82,7 +82,7 @@ TEST(MemoryPlanLevels, Level2WritesDyingInputsInPlace) {
   EXPECT_EQ(o2.arena_bytes, 32 * 32 * 4);
   const int64_t m = g->nodes()[2]->output(0)->arena_offset;
   for (const Node* n : g->nodes())
-    if (n->op != OpId::input && n->output(0)->arena_offset >= 0) {
+    if (n->op != "input"_op && n->output(0)->arena_offset >= 0) {
       EXPECT_EQ(n->output(0)->arena_offset, m) << n->label();
     }
   auto g1 = parse(kChain);

@@ -126,7 +126,7 @@ TEST(Fold, EvaluatesConstantSubgraphs) {
   // Only t_add (which reads the input) is left; the folded value is a constant.
   int consts = 0, adds = 0;
   for (const Node* n : g->nodes()) {
-    consts += n->op == OpId::constant;
+    consts += n->op == "constant"_op;
     adds += n->op == test_ops().add;
     EXPECT_NE(n->op, test_ops().neg);
     EXPECT_NE(n->op, test_ops().scale);
@@ -134,14 +134,14 @@ TEST(Fold, EvaluatesConstantSubgraphs) {
   EXPECT_EQ(consts, 1);
   EXPECT_EQ(adds, 1);
   const Node* c = g->outputs()[1]->producer;
-  ASSERT_EQ(c->op, OpId::constant);
+  ASSERT_EQ(c->op, "constant"_op);
   EXPECT_EQ(c->payload.to_doubles(), (std::vector<double>{-3, -6}));
   EXPECT_EQ(g->outputs()[0]->producer->input(0), g->outputs()[1]);
   EXPECT_FALSE(run_pass(*make_fold_constants_pass(), *g));
 }
 
 TEST(Fold, RealOpsWhenTheFamiliesAreRegistered) {
-  if (!op_registry().find(OpId::add) || !op_registry().find(OpId::relu) || !op_registry().find(OpId::mul))
+  if (!op_registry().find("add"_op) || !op_registry().find("relu"_op) || !op_registry().find("mul"_op))
     GTEST_SKIP() << "add/relu/mul not registered yet";
   auto g = parse_graph(
       "graph @g(%x: f32[3]) {\n"

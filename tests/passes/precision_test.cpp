@@ -30,18 +30,18 @@ std::unique_ptr<Graph> make_net() {
   Value* x = g->add_input(TensorType(DType::f32, {Dim::symbol("batch"), 3, 8, 8}), "x");
   Value* w = g->add_constant(rnd({4, 3, 3, 3}, 1, 0.5), "conv.w");
   Value* b = g->add_constant(rnd({4}, 2, 0.1), "conv.b");
-  Value* h = build_node(*g, OpId::conv2d, {x, w, b}, Attrs{{"padding", std::vector<int64_t>{1, 1, 1, 1}}}, "conv")->outputs[0];
-  Value* r = build_node(*g, OpId::relu, {h}, {}, "act")->outputs[0];
-  Value* f = build_node(*g, OpId::flatten, {r}, Attrs{{"axis", int64_t{1}}}, "flat")->outputs[0];
+  Value* h = build_node(*g, "conv2d"_op, {x, w, b}, Attrs{{"padding", std::vector<int64_t>{1, 1, 1, 1}}}, "conv")->outputs[0];
+  Value* r = build_node(*g, "relu"_op, {h}, {}, "act")->outputs[0];
+  Value* f = build_node(*g, "flatten"_op, {r}, Attrs{{"axis", int64_t{1}}}, "flat")->outputs[0];
   Value* bm = g->add_constant(rnd({256, 16}, 3, 0.1), "fc.w");
-  Value* m = build_node(*g, OpId::matmul, {f, bm}, {}, "fc")->outputs[0];
+  Value* m = build_node(*g, "matmul"_op, {f, bm}, {}, "fc")->outputs[0];
   Value* bias = g->add_constant(rnd({16}, 4, 0.1), "fc.b");
-  Value* a = build_node(*g, OpId::add, {m, bias}, {}, "fc_bias")->outputs[0];
+  Value* a = build_node(*g, "add"_op, {m, bias}, {}, "fc_bias")->outputs[0];
   Value* lw = g->add_constant(rnd({16}, 5, 1.0), "ln.w");
   Value* lb = g->add_constant(rnd({16}, 6, 0.1), "ln.b");
-  Value* ln = build_node(*g, OpId::layer_norm, {a, lw, lb}, {}, "ln")->outputs[0];
-  Value* sm = build_node(*g, OpId::softmax, {ln}, Attrs{{"axis", int64_t{-1}}}, "sm")->outputs[0];
-  Value* s = build_node(*g, OpId::reduce_sum, {f}, Attrs{{"axes", std::vector<int64_t>{1}}}, "sum")->outputs[0];
+  Value* ln = build_node(*g, "layer_norm"_op, {a, lw, lb}, {}, "ln")->outputs[0];
+  Value* sm = build_node(*g, "softmax"_op, {ln}, Attrs{{"axis", int64_t{-1}}}, "sm")->outputs[0];
+  Value* s = build_node(*g, "reduce_sum"_op, {f}, Attrs{{"axes", std::vector<int64_t>{1}}}, "sum")->outputs[0];
   g->set_outputs({sm, s});
   verify_graph(*g);
   return g;
@@ -77,8 +77,8 @@ DType expected_dtype(const Graph& source, const std::string& name, PrecisionMode
     if (def.amp == AmpPolicy::low) want = low;
     if (def.amp == AmpPolicy::follow)
       for (const Value* v : n->inputs)
-        if (v->producer->op != OpId::constant) {
-          want = v->producer->op == OpId::input ? DType::f32 : expected_dtype(source, v->producer->name, mode, low, memo);
+        if (v->producer->op != "constant"_op) {
+          want = v->producer->op == "input"_op ? DType::f32 : expected_dtype(source, v->producer->name, mode, low, memo);
           break;
         }
   }
@@ -150,15 +150,15 @@ TEST_P(PrecisionModes, DtypesFromTraitsAndOutputsClose) {
   // Weights are stored (not cast at run time) in the dtype their consumer computes in, under their own names.
   for (const Node* n : g->nodes())
     for (const Value* v : n->inputs)
-      if (n->op == OpId::cast) {
-        EXPECT_NE(v->producer->op, OpId::constant) << "a cast of constant %" << v->name << " was left";
+      if (n->op == "cast"_op) {
+        EXPECT_NE(v->producer->op, "constant"_op) << "a cast of constant %" << v->name << " was left";
       }
   for (const char* w : {"conv.w", "fc.w"}) {
     const Value* v = g->find_value(w);
     ASSERT_NE(v, nullptr) << w;
     EXPECT_EQ(v->producer->payload.dtype(), compute_dtype_of(v->uses.at(0).user)) << w;
   }
-  EXPECT_EQ(rep.casts_inserted, count_op(*g, OpId::cast));
+  EXPECT_EQ(rep.casts_inserted, count_op(*g, "cast"_op));
   int64_t before = 0, after = 0;
   for (const auto& [dt, n] : rep.ops_per_dtype_before) before += n;
   for (const auto& [dt, n] : rep.ops_per_dtype_after) after += n;
@@ -201,18 +201,18 @@ TEST(PrecisionMode, ForceFp32TurnsAnF16ModelBackIntoF32) {
   auto source = make_net();
   auto g = source->clone();
   apply_precision_mode(*g, PrecisionMode::allow_fp32_to_fp16);
-  ASSERT_GT(count_op(*g, OpId::cast), 0);
+  ASSERT_GT(count_op(*g, "cast"_op), 0);
   const PrecisionReport rep = apply_precision_mode(*g, PrecisionMode::force_fp32);
   verify_graph(*g);
   EXPECT_EQ(rep.ops_per_dtype_after, (std::map<std::string, int64_t>{{"f32", 8}}));
   EXPECT_GT(rep.ops_per_dtype_before.at("f16"), 0);
-  EXPECT_EQ(count_op(*g, OpId::cast), 0);  // the boundary casts are gone, none added
+  EXPECT_EQ(count_op(*g, "cast"_op), 0);  // the boundary casts are gone, none added
   EXPECT_EQ(rep.casts_inserted, 0);
   EXPECT_EQ(g->outputs()[0]->name, "sm");
   EXPECT_EQ(g->outputs()[1]->name, "sum");
   EXPECT_EQ(g->inputs()[0]->name, "x");
   for (const Node* n : g->nodes())
-    if (n->op == OpId::constant) {
+    if (n->op == "constant"_op) {
       EXPECT_EQ(n->payload.dtype(), DType::f32) << n->outputs[0]->name;
     }
   // The weights went through f16 once: close to the source, not equal.
@@ -239,9 +239,9 @@ TEST(PrecisionMode, OpsWithoutALowKernelStayF32) {
   auto g = std::make_unique<Graph>("g");
   Value* x = g->add_input(TensorType(DType::f32, {4, 8}), "x");
   Value* w = g->add_constant(rnd({8, 8}, 11), "w");
-  Value* m = build_node(*g, OpId::matmul, {x, w}, {}, "mm")->outputs[0];
+  Value* m = build_node(*g, "matmul"_op, {x, w}, {}, "mm")->outputs[0];
   Value* n = build_node(*g, t.neg, {m}, {}, "negate")->outputs[0];
-  Value* y = build_node(*g, OpId::relu, {n}, {}, "act")->outputs[0];
+  Value* y = build_node(*g, "relu"_op, {n}, {}, "act")->outputs[0];
   g->set_outputs({y});
   for (PrecisionMode mode : {PrecisionMode::allow_fp32_to_fp16, PrecisionMode::allow_mix_precision}) {
     auto c = g->clone();
@@ -265,10 +265,10 @@ TEST(PrecisionMode, SharedWeightConvertedOnceAndNonFloatOperandsUntouched) {
   auto g = std::make_unique<Graph>("g");
   Value* x = g->add_input(TensorType(DType::f32, {4, 8}), "x");
   Value* w = g->add_constant(rnd({8, 8}, 13), "w");
-  Value* m1 = build_node(*g, OpId::matmul, {x, w}, {}, "mm1")->outputs[0];
-  Value* m2 = build_node(*g, OpId::matmul, {m1, w}, {}, "mm2")->outputs[0];
-  Value* cond = build_node(*g, OpId::gt, {x, g->add_constant(Tensor::scalar(0.0, DType::f32), "zero")}, {}, "pos")->outputs[0];
-  Value* y = build_node(*g, OpId::where, {cond, m1, m2}, {}, "pick")->outputs[0];
+  Value* m1 = build_node(*g, "matmul"_op, {x, w}, {}, "mm1")->outputs[0];
+  Value* m2 = build_node(*g, "matmul"_op, {m1, w}, {}, "mm2")->outputs[0];
+  Value* cond = build_node(*g, "gt"_op, {x, g->add_constant(Tensor::scalar(0.0, DType::f32), "zero")}, {}, "pos")->outputs[0];
+  Value* y = build_node(*g, "where"_op, {cond, m1, m2}, {}, "pick")->outputs[0];
   g->set_outputs({y, cond});
   auto c = g->clone();
   apply_precision_mode(*c, PrecisionMode::allow_fp32_to_fp16);
@@ -276,7 +276,7 @@ TEST(PrecisionMode, SharedWeightConvertedOnceAndNonFloatOperandsUntouched) {
   EXPECT_EQ(c->find_value("w")->type.dtype, DType::f16);
   EXPECT_EQ(c->find_value("w")->uses.size(), 2u);
   int64_t constants = 0;
-  for (const Node* n : c->nodes()) constants += n->op == OpId::constant;
+  for (const Node* n : c->nodes()) constants += n->op == "constant"_op;
   EXPECT_EQ(constants, 2);  // w and zero: no orphaned f32 copy
   EXPECT_EQ(find_node(*c, "pick")->inputs[0]->type.dtype, DType::boolean);
   EXPECT_EQ(c->outputs()[1]->type.dtype, DType::boolean);
@@ -296,9 +296,9 @@ TEST(PrecisionMode, FloatOperandsOfInt8OpsKeepTheirDtype) {
   for (size_t i = 0; i < qv.size(); ++i) qv[i] = static_cast<double>(static_cast<int>(i * 37 % 255) - 127);
   Value* q = g->add_constant(Tensor::from_doubles(qv, {8, 8}, DType::i8), "w_q");
   Value* s16 = g->add_constant(Tensor::from_doubles(std::vector<double>(8, 0.01), {8}, DType::f16), "w_scale16");
-  Value* s32 = build_node(*g, OpId::cast, {s16}, Attrs{{"dtype", DType::f32}}, "scale")->outputs[0];
-  Value* w = build_node(*g, OpId::dequantize_linear, {q, s32}, Attrs{{"axis", int64_t{1}}}, "dq")->outputs[0];
-  Value* y = build_node(*g, OpId::matmul, {x, w}, {}, "mm")->outputs[0];
+  Value* s32 = build_node(*g, "cast"_op, {s16}, Attrs{{"dtype", DType::f32}}, "scale")->outputs[0];
+  Value* w = build_node(*g, "dequantize_linear"_op, {q, s32}, Attrs{{"axis", int64_t{1}}}, "dq")->outputs[0];
+  Value* y = build_node(*g, "matmul"_op, {x, w}, {}, "mm")->outputs[0];
   g->set_outputs({y});
   verify_graph(*g);
   for (PrecisionMode mode : {PrecisionMode::force_fp32, PrecisionMode::allow_fp32_to_fp16}) {
@@ -307,7 +307,7 @@ TEST(PrecisionMode, FloatOperandsOfInt8OpsKeepTheirDtype) {
     verify_graph(*c);
     const Node* dq = find_node(*c, "dq");
     EXPECT_EQ(dq->inputs[1]->type.dtype, DType::f32);
-    EXPECT_EQ(dq->inputs[1]->producer->op, OpId::constant);  // the cast of the constant was folded
+    EXPECT_EQ(dq->inputs[1]->producer->op, "constant"_op);  // the cast of the constant was folded
     EXPECT_EQ(compute_dtype_of(find_node(*c, "mm")),
               mode == PrecisionMode::force_fp32 ? DType::f32 : DType::f16);
     const Tensor xin = rnd({4, 8}, 15);

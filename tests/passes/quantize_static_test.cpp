@@ -33,11 +33,11 @@ std::unique_ptr<Graph> small_net(uint32_t seed) {
   Value* b1 = g->add_constant(random_tensor(rng, {8}, -0.1f, 0.1f), "conv1.bias");
   Value* w2 = g->add_constant(random_tensor(rng, {10, 288}, -0.15f, 0.15f), "fc.weight");
   Value* b2 = g->add_constant(random_tensor(rng, {10}, -0.1f, 0.1f), "fc.bias");
-  Node* conv = build_node(*g, OpId::conv2d, {x, w1, b1}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}}, "conv1");
-  Node* relu = build_node(*g, OpId::relu, {conv->output(0)}, {}, "relu1");
-  Node* pool = build_node(*g, OpId::max_pool2d, {relu->output(0)}, {}, "pool1");
-  Node* flat = build_node(*g, OpId::flatten, {pool->output(0)}, {}, "flatten");
-  Node* fc = build_node(*g, OpId::linear, {flat->output(0), w2, b2}, {}, "fc");
+  Node* conv = build_node(*g, "conv2d"_op, {x, w1, b1}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}}, "conv1");
+  Node* relu = build_node(*g, "relu"_op, {conv->output(0)}, {}, "relu1");
+  Node* pool = build_node(*g, "max_pool2d"_op, {relu->output(0)}, {}, "pool1");
+  Node* flat = build_node(*g, "flatten"_op, {pool->output(0)}, {}, "flatten");
+  Node* fc = build_node(*g, "linear"_op, {flat->output(0), w2, b2}, {}, "fc");
   g->set_outputs({fc->output(0)});
   verify_graph(*g);
   return g;
@@ -111,20 +111,20 @@ TEST(QuantizeStatic, RewritesConvAndLinearAndReports) {
   EXPECT_EQ(r.bytes_before, (72 + 8 + 2880 + 10) * 4);
   EXPECT_EQ(r.bytes_after, 72 + 2880 + (8 + 10) * 4 + (8 + 10) * 4 + 2 * (4 + 1));
   auto ops = op_counts(*g);
-  EXPECT_EQ(ops[OpId::conv2d], 0);
-  EXPECT_EQ(ops[OpId::linear], 0);
-  EXPECT_EQ(ops[OpId::qconv2d], 1);
-  EXPECT_EQ(ops[OpId::qlinear], 1);
-  EXPECT_EQ(ops[OpId::quantize_linear], 2);
+  EXPECT_EQ(ops["conv2d"_op], 0);
+  EXPECT_EQ(ops["linear"_op], 0);
+  EXPECT_EQ(ops["qconv2d"_op], 1);
+  EXPECT_EQ(ops["qlinear"_op], 1);
+  EXPECT_EQ(ops["quantize_linear"_op], 2);
   // Node names survive (qconv2d 'conv1'); activations are u8 with 7-bit codes.
   for (const Node* n : g->nodes()) {
-    if (n->op == OpId::qconv2d) {
+    if (n->op == "qconv2d"_op) {
       EXPECT_EQ(n->name, "conv1");
     }
-    if (n->op == OpId::qlinear) {
+    if (n->op == "qlinear"_op) {
       EXPECT_EQ(n->name, "fc");
     }
-    if (n->op == OpId::quantize_linear) {
+    if (n->op == "quantize_linear"_op) {
       EXPECT_EQ(n->output(0)->type.dtype, DType::u8);
     }
   }
@@ -149,7 +149,7 @@ TEST(QuantizeStatic, SkipsNodesWithoutRangeOrConstantWeight) {
   Graph h("h");
   Value* x = h.add_input(TensorType(DType::f32, {Dim(2), Dim(4)}), "x");
   Value* w = h.add_input(TensorType(DType::f32, {Dim(3), Dim(4)}), "w");
-  Node* lin = build_node(h, OpId::linear, {x, w}, {}, "lin");
+  Node* lin = build_node(h, "linear"_op, {x, w}, {}, "lin");
   h.set_outputs({lin->output(0)});
   const QuantReport r2 = quantize_static_int8(h, {{"x", {-1, 1}}});
   EXPECT_EQ(r2.ops_quantized, 0);
@@ -162,7 +162,7 @@ TEST(QuantizeStatic, MatmulWithConstantBBecomesQlinear) {
   Graph g("mm");
   Value* a = g.add_input(TensorType(DType::f32, {Dim(3), Dim(2), Dim(16)}), "a");
   Value* b = g.add_constant(random_tensor(rng, {16, 5}, -1, 1), "b");
-  Node* mm = build_node(g, OpId::matmul, {a, b}, {}, "mm");
+  Node* mm = build_node(g, "matmul"_op, {a, b}, {}, "mm");
   g.set_outputs({mm->output(0)});
   auto f = g.clone();
   const Tensor x = random_tensor(rng, {3, 2, 16}, -1, 1);

@@ -36,14 +36,14 @@ std::unique_ptr<Graph> make_net() {
   Value* x = g->add_input(TensorType(DType::f32, {2, 3, 8, 8}), "x");
   Value* cw = g->add_constant(channel_scaled(rnd({8, 3, 3, 3}, 1, 0.3), 0), "conv.w");
   Value* cb = g->add_constant(rnd({8}, 2, 0.1), "conv.b");
-  Value* h = build_node(*g, OpId::conv2d, {x, cw, cb}, {}, "conv")->outputs[0];
-  Value* r = build_node(*g, OpId::relu, {h}, {}, "act")->outputs[0];
-  Value* f = build_node(*g, OpId::flatten, {r}, Attrs{{"axis", int64_t{1}}}, "flat")->outputs[0];
+  Value* h = build_node(*g, "conv2d"_op, {x, cw, cb}, {}, "conv")->outputs[0];
+  Value* r = build_node(*g, "relu"_op, {h}, {}, "act")->outputs[0];
+  Value* f = build_node(*g, "flatten"_op, {r}, Attrs{{"axis", int64_t{1}}}, "flat")->outputs[0];
   Value* lw = g->add_constant(channel_scaled(rnd({16, 288}, 3, 0.05), 0), "fc.w");
   Value* lb = g->add_constant(rnd({16}, 4, 0.1), "fc.b");
-  Value* l = build_node(*g, OpId::linear, {f, lw, lb}, {}, "fc")->outputs[0];
+  Value* l = build_node(*g, "linear"_op, {f, lw, lb}, {}, "fc")->outputs[0];
   Value* b = g->add_constant(channel_scaled(rnd({16, 10}, 5, 0.2), 1), "head.w");
-  Value* y = build_node(*g, OpId::matmul, {l, b}, {}, "head")->outputs[0];
+  Value* y = build_node(*g, "matmul"_op, {l, b}, {}, "head")->outputs[0];
   g->set_outputs({y});
   verify_graph(*g);
   return g;
@@ -52,7 +52,7 @@ std::unique_ptr<Graph> make_net() {
 int64_t constant_bytes(const Graph& g) {
   int64_t b = 0;
   for (const Node* n : g.nodes())
-    if (n->op == OpId::constant) b += n->payload.numel() * static_cast<int64_t>(dtype_size(n->payload.dtype()));
+    if (n->op == "constant"_op) b += n->payload.numel() * static_cast<int64_t>(dtype_size(n->payload.dtype()));
   return b;
 }
 
@@ -87,12 +87,12 @@ TEST(QuantizeWeightsInt8, PerChannelScalesAndInt8Bytes) {
     SCOPED_TRACE(c.node);
     const Node* dq = consumer_weight_producer(*g, c.node, 1);
     ASSERT_NE(dq, nullptr);
-    ASSERT_EQ(dq->op, OpId::dequantize_linear);
+    ASSERT_EQ(dq->op, "dequantize_linear"_op);
     EXPECT_EQ(dq->attrs.i("axis"), c.axis);
     const Node* qn = dq->inputs[0]->producer;
     const Node* sn = dq->inputs[1]->producer;
-    ASSERT_EQ(qn->op, OpId::constant);
-    ASSERT_EQ(sn->op, OpId::constant);
+    ASSERT_EQ(qn->op, "constant"_op);
+    ASSERT_EQ(sn->op, "constant"_op);
     EXPECT_EQ(dq->inputs.size(), 2u);  // symmetric: no zero point
     const Tensor q = qn->payload, scale = sn->payload;
     EXPECT_EQ(q.dtype(), DType::i8);
@@ -155,7 +155,7 @@ TEST(QuantizeWeightsInt8, FoldKeepsDequantizeWhenPreparingAFile) {
   auto h = g->clone();
   EXPECT_TRUE(fold->run(*h, PassOptions{}));
   verify_graph(*h);
-  for (const Node* n : h->nodes()) EXPECT_NE(n->op, OpId::dequantize_linear);
+  for (const Node* n : h->nodes()) EXPECT_NE(n->op, "dequantize_linear"_op);
   EXPECT_GT(constant_bytes(*h), 3 * bytes);
 }
 
@@ -163,19 +163,19 @@ TEST(QuantizeWeightsInt8, SkipsWhatItCannotQuantize) {
   auto g = std::make_unique<Graph>("g");
   Value* x = g->add_input(TensorType(DType::f32, {4, 8}), "x");
   Value* w_in = g->add_input(TensorType(DType::f32, {8, 8}), "w_in");
-  Value* m = build_node(*g, OpId::matmul, {x, w_in}, {}, "dynamic")->outputs[0];  // B is not a constant
+  Value* m = build_node(*g, "matmul"_op, {x, w_in}, {}, "dynamic")->outputs[0];  // B is not a constant
   std::vector<double> bad(64, 0.5);
   bad[3] = std::nan("");
   Value* wb = g->add_constant(Tensor::from_doubles(bad, {8, 8}, DType::f32), "bad.w");
-  Value* m2 = build_node(*g, OpId::matmul, {m, wb}, {}, "nan_weight")->outputs[0];
+  Value* m2 = build_node(*g, "matmul"_op, {m, wb}, {}, "nan_weight")->outputs[0];
   Value* v = g->add_constant(rnd({8}, 8), "vec");
-  Value* m3 = build_node(*g, OpId::matmul, {m2, v}, {}, "vector")->outputs[0];
+  Value* m3 = build_node(*g, "matmul"_op, {m2, v}, {}, "vector")->outputs[0];
   // A shared weight is quantized once; an all-zero channel gets a harmless scale.
   std::vector<double> zw(64, 0.25);
   for (int i = 0; i < 8; ++i) zw[i * 8 + 2] = 0.0;  // column 2 all zero
   Value* shared = g->add_constant(Tensor::from_doubles(zw, {8, 8}, DType::f32), "shared.w");
-  Value* a = build_node(*g, OpId::matmul, {m2, shared}, {}, "s1")->outputs[0];
-  Value* b = build_node(*g, OpId::matmul, {a, shared}, {}, "s2")->outputs[0];
+  Value* a = build_node(*g, "matmul"_op, {m2, shared}, {}, "s1")->outputs[0];
+  Value* b = build_node(*g, "matmul"_op, {a, shared}, {}, "s2")->outputs[0];
   g->set_outputs({m3, b});
   const QuantReport rep = quantize_weights_int8(*g);
   verify_graph(*g);
@@ -185,7 +185,7 @@ TEST(QuantizeWeightsInt8, SkipsWhatItCannotQuantize) {
   EXPECT_NE(rep.skipped[1].find("non-finite"), std::string::npos) << rep.skipped[1];
   EXPECT_NE(rep.skipped[2].find("no output-channel axis"), std::string::npos) << rep.skipped[2];
   int dq = 0;
-  for (const Node* n : g->nodes()) dq += n->op == OpId::dequantize_linear;
+  for (const Node* n : g->nodes()) dq += n->op == "dequantize_linear"_op;
   EXPECT_EQ(dq, 1);
   EXPECT_EQ(g->find_value("shared.w"), nullptr);  // the f32 original is gone
   const Tensor scale = g->find_value("shared.w_scale")->producer->payload;

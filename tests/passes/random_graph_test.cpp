@@ -31,7 +31,7 @@ class Gen {
     std::vector<Value*> outs = {pick()};
     for (int i = 0; i < 4; ++i) {
       Value* v = pick();
-      if (v->producer->op != OpId::input) outs.push_back(v);
+      if (v->producer->op != "input"_op) outs.push_back(v);
     }
     g_->set_outputs(outs);
     return std::move(g_);
@@ -85,88 +85,88 @@ class Gen {
     const Shape s = x->type.shape();
     const int rank = static_cast<int>(s.size());
     // reciprocal turns a wrong zero sign into a wrong infinity, which survives later ops.
-    static const OpId unary[] = {OpId::neg, OpId::abs, OpId::relu, OpId::tanh, OpId::sigmoid, OpId::reciprocal};
-    static const OpId binary[] = {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum};
+    static const OpId unary[] = {"neg"_op, "abs"_op, "relu"_op, "tanh"_op, "sigmoid"_op, "reciprocal"_op};
+    static const OpId binary[] = {"add"_op, "sub"_op, "mul"_op, "div"_op, "maximum"_op};
     switch (below(18)) {
       case 0: node(unary[below(6)], {x}); break;
-      case 15: node(OpId::reciprocal, {x}); break;
-      case 1: node(OpId::neg, {node(OpId::relu, {x})}); break;  // -0 wherever x <= 0: signed zeros reach ops
+      case 15: node("reciprocal"_op, {x}); break;
+      case 1: node("neg"_op, {node("relu"_op, {x})}); break;  // -0 wherever x <= 0: signed zeros reach ops
       case 2: case 3: {  // identity-valued constants in either position
         const OpId op = binary[below(5)];
         Value* c = constant(broadcast_partner(s), static_cast<int>(below(4)));
-        node(op, below(2) || op == OpId::div || op == OpId::sub ? std::vector<Value*>{x, c} : std::vector<Value*>{c, x});
+        node(op, below(2) || op == "div"_op || op == "sub"_op ? std::vector<Value*>{x, c} : std::vector<Value*>{c, x});
         break;
       }
       case 4: case 5: {  // two computed values that broadcast
         Value* y = pick();
         const Shape t = y->type.shape();
         if (!infer_ok(s, t)) {
-          node(OpId::neg, {x});
+          node("neg"_op, {x});
           break;
         }
         node(binary[below(5)], {x, y});
         break;
       }
       case 6:
-        if (rank > 0) node(OpId::reduce_sum, {x}, {{"axes", Ints{below(rank)}}, {"keepdims", below(2) == 1}});
-        else node(OpId::neg, {x});
+        if (rank > 0) node("reduce_sum"_op, {x}, {{"axes", Ints{below(rank)}}, {"keepdims", below(2) == 1}});
+        else node("neg"_op, {x});
         break;
       case 7: {  // reshape chains (flatten then split back, or a no-op reshape)
-        Value* f = node(OpId::reshape, {x}, {{"shape", Ints{-1}}});
-        if (below(2)) node(OpId::reshape, {f}, {{"shape", Ints(s.begin(), s.end())}});
-        else node(OpId::unsqueeze, {f}, {{"axes", Ints{0}}});
+        Value* f = node("reshape"_op, {x}, {{"shape", Ints{-1}}});
+        if (below(2)) node("reshape"_op, {f}, {{"shape", Ints(s.begin(), s.end())}});
+        else node("unsqueeze"_op, {f}, {{"axes", Ints{0}}});
         break;
       }
       case 8:
         if (rank >= 2) {
           Ints p = iota(rank);
           for (int i = rank - 1; i > 0; --i) std::swap(p[i], p[below(i + 1)]);
-          Value* t = node(OpId::transpose, {x}, {{"perm", p}});
-          if (below(2)) node(OpId::transpose, {t}, {{"perm", below(2) ? p : Ints{}}});
+          Value* t = node("transpose"_op, {x}, {{"perm", p}});
+          if (below(2)) node("transpose"_op, {t}, {{"perm", below(2) ? p : Ints{}}});
         } else {
-          node(OpId::unsqueeze, {x}, {{"axes", Ints{0}}});
+          node("unsqueeze"_op, {x}, {{"axes", Ints{0}}});
         }
         break;
       case 9:
         if (rank > 0) {
           const int64_t axis = below(rank);
           const bool full = below(2);
-          node(OpId::slice, {x}, {{"starts", Ints{full ? 0 : below(s[axis])}}, {"ends", Ints{full ? 1000 : s[axis]}},
+          node("slice"_op, {x}, {{"starts", Ints{full ? 0 : below(s[axis])}}, {"ends", Ints{full ? 1000 : s[axis]}},
                                   {"axes", Ints{axis}}});
         } else {
-          node(OpId::neg, {x});
+          node("neg"_op, {x});
         }
         break;
       case 10:
-        if (rank > 0) node(OpId::concat, {x, pick_same(x)}, {{"axis", below(rank)}});
-        else node(OpId::neg, {x});
+        if (rank > 0) node("concat"_op, {x, pick_same(x)}, {{"axis", below(rank)}});
+        else node("neg"_op, {x});
         break;
       case 11:
-        if (rank == 2) node(OpId::matmul, {x, constant({s[1], dim()}, 3)});
-        else node(OpId::relu, {x});
+        if (rank == 2) node("matmul"_op, {x, constant({s[1], dim()}, 3)});
+        else node("relu"_op, {x});
         break;
       case 12: {
-        Value* d = node(OpId::cast, {x}, {{"dtype", DType::f64}});
-        node(OpId::cast, {below(2) ? node(OpId::neg, {d}) : d}, {{"dtype", DType::f32}});
+        Value* d = node("cast"_op, {x}, {{"dtype", DType::f64}});
+        node("cast"_op, {below(2) ? node("neg"_op, {d}) : d}, {{"dtype", DType::f32}});
         break;
       }
       case 13: {
-        Value* u = node(OpId::unsqueeze, {x}, {{"axes", Ints{0}}});
-        node(OpId::squeeze, {u}, {{"axes", Ints{0}}});
+        Value* u = node("unsqueeze"_op, {x}, {{"axes", Ints{0}}});
+        node("squeeze"_op, {u}, {{"axes", Ints{0}}});
         break;
       }
       case 14:
-        node(below(2) ? OpId::identity : OpId::neg, {x});
-        if (below(2)) node(OpId::expand, {pool_.back()}, {{"shape", Ints(s.begin(), s.end())}});
+        node(below(2) ? "identity"_op : "neg"_op, {x});
+        if (below(2)) node("expand"_op, {pool_.back()}, {{"shape", Ints(s.begin(), s.end())}});
         break;
       case 17: {  // a signed-zero trap: -0 + (+-0 or 1 constant), then a sign-sensitive op
-        Value* z = node(OpId::neg, {node(OpId::relu, {x})});
+        Value* z = node("neg"_op, {node("relu"_op, {x})});
         Value* c = constant(broadcast_partner(s), static_cast<int>(below(3)));
-        node(OpId::reciprocal, {node(below(2) ? OpId::add : OpId::sub, {z, c})});
+        node("reciprocal"_op, {node(below(2) ? "add"_op : "sub"_op, {z, c})});
         break;
       }
       case 16:
-        node(OpId::dropout, {x}, {{"p", 0.5}, {"training", false}});
+        node("dropout"_op, {x}, {{"p", 0.5}, {"training", false}});
         break;
     }
   }

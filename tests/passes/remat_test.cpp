@@ -139,8 +139,8 @@ TEST(Rematerialize, MlpTrainingStepPlansASmallerArenaWithTheSameBits) {
   pm.run(*remat);
   ASSERT_TRUE(pm.records()[0].changed);
   int relus_before = 0, relus_after = 0;
-  for (const Node* n : base->nodes()) relus_before += n->op == OpId::relu;
-  for (const Node* n : remat->nodes()) relus_after += n->op == OpId::relu;
+  for (const Node* n : base->nodes()) relus_before += n->op == "relu"_op;
+  for (const Node* n : remat->nodes()) relus_after += n->op == "relu"_op;
   EXPECT_GT(relus_after, relus_before);           // forward activations recomputed in the backward
   EXPECT_LE(relus_after, relus_before * 2);       // at most once each
 

@@ -265,16 +265,16 @@ TEST(Simplify, OptimizedEqualsUnoptimizedBitExact) {
   Value* one = g.add_constant(Tensor::from_doubles(std::vector<double>(5, 1.0), {5}, DType::f32), "one");
   Value* nz = g.add_constant(Tensor::from_doubles({-0.0}, {}, DType::f32), "nz");
   auto b = [&](OpId op, std::vector<Value*> in, Attrs a = {}) { return build_node(g, op, std::move(in), a)->output(0); };
-  Value* h = b(OpId::matmul, {b(OpId::mul, {x, b(OpId::div, {b(OpId::identity, {x}), b(OpId::identity, {x})})}), w});
-  h = b(OpId::mul, {h, one});
-  h = b(OpId::add, {b(OpId::neg, {b(OpId::neg, {h})}), nz});
-  h = b(OpId::transpose, {b(OpId::transpose, {h}, {{"perm", std::vector<int64_t>{1, 0}}})},
+  Value* h = b("matmul"_op, {b("mul"_op, {x, b("div"_op, {b("identity"_op, {x}), b("identity"_op, {x})})}), w});
+  h = b("mul"_op, {h, one});
+  h = b("add"_op, {b("neg"_op, {b("neg"_op, {h})}), nz});
+  h = b("transpose"_op, {b("transpose"_op, {h}, {{"perm", std::vector<int64_t>{1, 0}}})},
         {{"perm", std::vector<int64_t>{1, 0}}});
-  h = b(OpId::reshape, {b(OpId::reshape, {h}, {{"shape", std::vector<int64_t>{40}}})},
+  h = b("reshape"_op, {b("reshape"_op, {h}, {{"shape", std::vector<int64_t>{40}}})},
         {{"shape", std::vector<int64_t>{5, 8}}});
-  h = b(OpId::cast, {b(OpId::cast, {h}, {{"dtype", DType::f64}})}, {{"dtype", DType::f32}});
-  Value* y = b(OpId::tanh, {h});
-  g.set_outputs({y, b(OpId::sigmoid, {b(OpId::mul, {one, b(OpId::reduce_sum, {y}, {{"axes", std::vector<int64_t>{1}}})})})});
+  h = b("cast"_op, {b("cast"_op, {h}, {{"dtype", DType::f64}})}, {{"dtype", DType::f32}});
+  Value* y = b("tanh"_op, {h});
+  g.set_outputs({y, b("sigmoid"_op, {b("mul"_op, {one, b("reduce_sum"_op, {y}, {{"axes", std::vector<int64_t>{1}}})})})});
   verify_graph(g);
 
   const std::vector<Tensor> in = {random_tensor({8, 6}, 1), random_tensor({6, 5}, 2)};

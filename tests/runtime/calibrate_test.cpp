@@ -22,10 +22,10 @@ std::unique_ptr<Graph> mlp() {
   };
   auto g = std::make_unique<Graph>("mlp");
   Value* x = g->add_input(TensorType(DType::f32, {Dim::symbol("batch"), Dim(16)}), "x");
-  Node* l1 = build_node(*g, OpId::linear, {x, g->add_constant(rand({8, 16}), "w1")}, {}, "l1");
-  Node* r = build_node(*g, OpId::relu, {l1->output(0)}, {}, "act");
-  Node* l2 = build_node(*g, OpId::linear, {r->output(0), g->add_constant(rand({4, 8}), "w2")}, {}, "l2");
-  Node* mm = build_node(*g, OpId::matmul, {x, g->add_constant(rand({16, 3}), "b")}, {}, "mm");
+  Node* l1 = build_node(*g, "linear"_op, {x, g->add_constant(rand({8, 16}), "w1")}, {}, "l1");
+  Node* r = build_node(*g, "relu"_op, {l1->output(0)}, {}, "act");
+  Node* l2 = build_node(*g, "linear"_op, {r->output(0), g->add_constant(rand({4, 8}), "w2")}, {}, "l2");
+  Node* mm = build_node(*g, "matmul"_op, {x, g->add_constant(rand({16, 3}), "b")}, {}, "mm");
   g->set_outputs({l2->output(0), mm->output(0)});
   g->rename_value(r->output(0), "hidden");
   return g;

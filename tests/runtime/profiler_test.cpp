@@ -105,12 +105,12 @@ TEST(ProfilerTrace, ChromeTraceHasCompleteEventsAndNamesEveryThread) {
 
 TEST(ProfilerSummary, GroupsByOpWithImplsAndByNode) {
   Profiler prof;
-  prof.record(event(OpId::relu, "r1", {{64}}, {{64}}, 1.0));
-  prof.record(event(OpId::relu, "r2", {{64}}, {{64}}, 2.0));
-  KernelEvent v2 = event(OpId::relu, "r2", {{64}}, {{64}}, 1.0);
+  prof.record(event("relu"_op, "r1", {{64}}, {{64}}, 1.0));
+  prof.record(event("relu"_op, "r2", {{64}}, {{64}}, 2.0));
+  KernelEvent v2 = event("relu"_op, "r2", {{64}}, {{64}}, 1.0);
   v2.impl = "other";
   prof.record(v2);
-  prof.record(event(OpId::neg, "n", {{64}}, {{64}}, 4.0));
+  prof.record(event("neg"_op, "n", {{64}}, {{64}}, 4.0));
   const auto ops = prof.summarize();
   ASSERT_EQ(ops.size(), 2u);
   EXPECT_EQ(ops[0].op, "neg");
@@ -137,13 +137,13 @@ TEST(ProfilerSummary, GroupsByOpWithImplsAndByNode) {
 
 TEST(ProfilerHints, SimdRemainderNamesTheNodeOnlyForPartlyEmptyVectors) {
   Profiler prof;
-  prof.record(event(OpId::matmul, "fc_odd", {{32, 100}, {100, 10}}, {{32, 10}}, 5.0));  // N = 10: 10 of 16 lanes
-  prof.record(event(OpId::matmul, "fc_even", {{32, 64}, {64, 32}}, {{32, 32}}, 5.0));
-  prof.record(event(OpId::conv2d, "conv_rgb", {{1, 3, 16, 16}, {16, 3, 3, 3}}, {{1, 16, 14, 14}}, 5.0));
-  prof.record(event(OpId::relu, "act", {{32, 10}}, {{32, 10}}, 5.0));
-  prof.record(event(OpId::matmul, "bmm", {{2, 16, 24}, {2, 24, 10}}, {{2, 16, 10}}, 5.0));  // batched: K, N, not channels
+  prof.record(event("matmul"_op, "fc_odd", {{32, 100}, {100, 10}}, {{32, 10}}, 5.0));  // N = 10: 10 of 16 lanes
+  prof.record(event("matmul"_op, "fc_even", {{32, 64}, {64, 32}}, {{32, 32}}, 5.0));
+  prof.record(event("conv2d"_op, "conv_rgb", {{1, 3, 16, 16}, {16, 3, 3, 3}}, {{1, 16, 14, 14}}, 5.0));
+  prof.record(event("relu"_op, "act", {{32, 10}}, {{32, 10}}, 5.0));
+  prof.record(event("matmul"_op, "bmm", {{2, 16, 24}, {2, 24, 10}}, {{2, 16, 10}}, 5.0));  // batched: K, N, not channels
   // Blocked conv activations [N, C/8, H, W, 8] have 32 channels, not 4 (the layout pass's tensors).
-  prof.record(event(OpId::conv2d, "conv_blocked", {{1, 4, 16, 16, 8}, {32, 32, 3, 3}}, {{1, 4, 14, 14, 8}}, 5.0));
+  prof.record(event("conv2d"_op, "conv_blocked", {{1, 4, 16, 16, 8}, {32, 32, 3, 3}}, {{1, 4, 14, 14, 8}}, 5.0));
   const auto hints = profile_hints(prof);
   EXPECT_EQ(find_hint(hints, "simd_remainder", "conv_blocked"), nullptr);
   const ProfileHint* bmm = find_hint(hints, "simd_remainder", "bmm");
@@ -165,8 +165,8 @@ TEST(ProfilerHints, SimdRemainderNamesTheNodeOnlyForPartlyEmptyVectors) {
 
 TEST(ProfilerHints, F32MatmulIsFlaggedOnlyWhenThePrecisionModeAllowedLower) {
   Profiler prof;
-  prof.record(event(OpId::matmul, "fc_f32", {{32, 64}, {64, 32}}, {{32, 32}}, 5.0));
-  prof.record(event(OpId::matmul, "fc_f16", {{32, 64}, {64, 32}}, {{32, 32}}, 5.0, DType::f16));
+  prof.record(event("matmul"_op, "fc_f32", {{32, 64}, {64, 32}}, {{32, 32}}, 5.0));
+  prof.record(event("matmul"_op, "fc_f16", {{32, 64}, {64, 32}}, {{32, 32}}, 5.0, DType::f16));
   for (const char* mode : {"allow_fp32_to_fp16", "allow_fp32_to_bf16", "allow_mix_precision"}) {
     const auto hints = profile_hints(prof, {.precision_mode = mode});
     const ProfileHint* h = find_hint(hints, "precision", "fc_f32 (matmul)");
@@ -180,10 +180,10 @@ TEST(ProfilerHints, F32MatmulIsFlaggedOnlyWhenThePrecisionModeAllowedLower) {
 
 TEST(ProfilerHints, RepeatedAndCostlyLayoutKernels) {
   Profiler prof;
-  prof.record(event(OpId::matmul, "mm", {{64, 64}, {64, 64}}, {{64, 64}}, 10.0));
+  prof.record(event("matmul"_op, "mm", {{64, 64}, {64, 64}}, {{64, 64}}, 10.0));
   for (const char* n : {"block0/transpose", "block1/transpose", "block2/transpose"})
-    prof.record(event(OpId::transpose, n, {{64, 32}}, {{32, 64}}, 1.0));
-  prof.record(event(OpId::transpose, "odd_one", {{16, 8}}, {{8, 16}}, 0.5));
+    prof.record(event("transpose"_op, n, {{64, 32}}, {{32, 64}}, 1.0));
+  prof.record(event("transpose"_op, "odd_one", {{16, 8}}, {{8, 16}}, 0.5));
   const auto hints = profile_hints(prof);
   const ProfileHint* rep = find_hint(hints, "layout_repeated", "block1/transpose");
   ASSERT_NE(rep, nullptr);
@@ -198,9 +198,9 @@ TEST(ProfilerHints, RepeatedAndCostlyLayoutKernels) {
 TEST(ProfilerHints, LowBandwidthNeedsAMeasuredBandwidthAndAMemoryBoundNode) {
   Profiler prof;
   // relu of 1 Mi floats: 8 MiB moved in 10 ms = 0.84 GB/s.
-  prof.record(event(OpId::relu, "slow_relu", {{1 << 20}}, {{1 << 20}}, 10.0));
+  prof.record(event("relu"_op, "slow_relu", {{1 << 20}}, {{1 << 20}}, 10.0));
   // a matmul at the same speed is compute-bound: not this hint.
-  prof.record(event(OpId::matmul, "mm", {{256, 256}, {256, 256}}, {{256, 256}}, 10.0));
+  prof.record(event("matmul"_op, "mm", {{256, 256}, {256, 256}}, {{256, 256}}, 10.0));
   EXPECT_FALSE(has_kind(profile_hints(prof), "low_bandwidth"));
   const auto hints = profile_hints(prof, {.bandwidth_gbps = 20.0});
   const ProfileHint* h = find_hint(hints, "low_bandwidth", "slow_relu");

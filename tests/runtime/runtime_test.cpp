@@ -60,7 +60,7 @@ TEST(Trace, CapturedTensorsBecomeDeduplicatedConstants) {
       },
       {TensorType(DType::f32, {3})});
   int consts = 0;
-  for (const Node* n : g->nodes()) consts += n->op == OpId::constant;
+  for (const Node* n : g->nodes()) consts += n->op == "constant"_op;
   EXPECT_EQ(consts, 1);
 }
 

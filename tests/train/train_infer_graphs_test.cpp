@@ -62,9 +62,9 @@ int count_ops(const Graph& g, OpId op) {
 
 // BatchNorm in training mode: batch_norm, or (as the cpu lowering writes it) a reduce_mean of the conv's output.
 int batch_statistics(const Graph& g) {
-  int n = count_ops(g, OpId::batch_norm);
+  int n = count_ops(g, "batch_norm"_op);
   for (const Node* node : g.nodes())
-    n += node->op == OpId::reduce_mean && node->inputs[0]->producer->op == OpId::conv2d;
+    n += node->op == "reduce_mean"_op && node->inputs[0]->producer->op == "conv2d"_op;
   return n;
 }
 
@@ -99,11 +99,11 @@ TEST(TrainInferGraphs, TrainStepKeepsBatchNormAndEvalPlanIsFoldedAndFused) {
   ASSERT_NE(eval, nullptr);
   // The training graph: batch statistics and a dropout mask, as in PyNative.
   EXPECT_GE(batch_statistics(step->graph()), 1) << print_graph(step->graph());
-  EXPECT_GE(count_ops(step->graph(), OpId::dropout), 1) << print_graph(step->graph());
+  EXPECT_GE(count_ops(step->graph(), "dropout"_op), 1) << print_graph(step->graph());
   // The inference graph: no batch_norm (folded into the conv's weights), no dropout.
   EXPECT_EQ(batch_statistics(eval->graph()), 0) << print_graph(eval->graph());
-  EXPECT_EQ(count_ops(eval->graph(), OpId::batch_norm), 0) << print_graph(eval->graph());
-  EXPECT_EQ(count_ops(eval->graph(), OpId::dropout), 0) << print_graph(eval->graph());
+  EXPECT_EQ(count_ops(eval->graph(), "batch_norm"_op), 0) << print_graph(eval->graph());
+  EXPECT_EQ(count_ops(eval->graph(), "dropout"_op), 0) << print_graph(eval->graph());
 
   // Fewer kernels than the same eval forward compiled as a plain (non-inference) graph.
   s.net->set_train(false);
@@ -111,7 +111,7 @@ TEST(TrainInferGraphs, TrainStepKeepsBatchNormAndEvalPlanIsFoldedAndFused) {
                          CompileOptions{});
   const Tensor plain_pred = plain({x_test})[0];
   s.net->set_train(true);
-  EXPECT_GE(count_ops(plain.last_plan()->graph(), OpId::batch_norm), 1);
+  EXPECT_GE(count_ops(plain.last_plan()->graph(), "batch_norm"_op), 1);
   std::printf("eval forward (conv+bn+relu+dropout+dense): %lld kernels as an inference graph, %lld plain\n",
               static_cast<long long>(eval->num_kernels()), static_cast<long long>(plain.last_plan()->num_kernels()));
   EXPECT_LT(eval->num_kernels(), plain.last_plan()->num_kernels())

@@ -65,7 +65,7 @@ int check_spore(const std::string& path, bool json) {
   std::map<std::string, SporeOpRow> rows;
   auto rank = [](const std::string& s) { return s == "unsupported" ? 2 : s == "decomposition" ? 1 : 0; };
   for (const Node* n : g->nodes()) {
-    if (n->op == OpId::input || n->op == OpId::constant) continue;
+    if (n->op == "input"_op || n->op == "constant"_op) continue;
     const OpDef* d = op_registry().find(n->op);
     const std::string name(op_name(n->op));
     SporeOpRow& r = rows[name];

@@ -48,7 +48,7 @@ void name_parameter_constants(Graph& g, nn::Cell& net) {
   for (auto& [name, t] : net.parameters_and_names())
     if (t->defined() && t->is_contiguous()) by_data.emplace(t->raw_data(), std::make_pair(name, t->shape()));
   for (Node* n : g.nodes()) {
-    if (n->op != OpId::constant || !n->payload.defined()) continue;
+    if (n->op != "constant"_op || !n->payload.defined()) continue;
     auto it = by_data.find(n->payload.raw_data());
     if (it == by_data.end() || it->second.second != n->payload.shape()) continue;
     if (g.find_value(it->second.first)) continue;  // already used (the same parameter captured twice)
@@ -129,8 +129,8 @@ int cmd_export(int argc, char** argv) {
 
   int64_t ops = 0, params = 0, weight_bytes = 0;
   for (const Node* n : g->nodes()) {
-    if (n->op == OpId::input) continue;
-    if (n->op == OpId::constant) {
+    if (n->op == "input"_op) continue;
+    if (n->op == "constant"_op) {
       params += n->payload.numel();
       weight_bytes += static_cast<int64_t>(n->payload.nbytes());
     } else {

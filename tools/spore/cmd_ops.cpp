@@ -13,7 +13,7 @@ constexpr std::pair<Trait, const char*> trait_names[] = {
     {Trait::elementwise, "elementwise"}, {Trait::broadcast, "broadcast"},   {Trait::injective, "injective"},
     {Trait::reduction, "reduction"},     {Trait::commutative, "commutative"}, {Trait::inplace_ok, "inplace_ok"},
     {Trait::view, "view"},               {Trait::random, "random"},         {Trait::nondeterministic, "nondeterministic"},
-    {Trait::no_grad, "no_grad"},         {Trait::graph_structure, "graph_structure"},
+    {Trait::no_grad, "no_grad"},         {Trait::graph_structure, "graph_structure"}, {Trait::reshape, "reshape"},
 };
 
 const char* fusion_name(FusionKind f) {
@@ -63,6 +63,11 @@ std::vector<std::string> input_list(const OpDef& d) {
 
 std::string attr_text(const AttrSpec& a) {
   std::string s = a.name + ":" + std::string(attr_kind_name(a.kind));
+  if (!a.choices.empty()) {  // pad_mode:str{pad|same|valid}=pad
+    s += "{";
+    for (size_t i = 0; i < a.choices.size(); ++i) s += (i ? "|" : "") + a.choices[i];
+    s += "}";
+  }
   return s + (a.default_value ? "=" + format_attr_value(*a.default_value) : " (required)");
 }
 
@@ -71,6 +76,7 @@ nlohmann::json op_json(const OpDef& d) {
   for (const auto& a : d.attrs) {
     nlohmann::json j = {{"name", a.name}, {"kind", attr_kind_name(a.kind)}, {"required", !a.default_value}};
     if (a.default_value) j["default"] = format_attr_value(*a.default_value);
+    if (!a.choices.empty()) j["choices"] = a.choices;
     attrs.push_back(j);
   }
   nlohmann::json kernels = nlohmann::json::object();
@@ -79,7 +85,13 @@ nlohmann::json op_json(const OpDef& d) {
   std::vector<std::string> traits;
   for (const auto& [t, name] : trait_names)
     if (d.traits.has(t)) traits.emplace_back(name);
-  return {{"name", d.name},       {"id", static_cast<int>(d.id)},   {"doc", d.doc},
+  nlohmann::json weight = nullptr;
+  if (d.weight.defined()) {
+    weight = {{"input", d.weight.input}, {"channel_axis", d.weight.channel_axis},
+              {"bias_input", d.weight.bias_input}, {"output_channel_axis", d.weight.output_channel_axis}};
+    if (!d.weight.transpose_attr.empty()) weight[d.weight.transpose_attr] = {{"channel_axis", d.weight.transposed_axis}};
+  }
+  return {{"name", d.name},       {"id", static_cast<uint32_t>(d.id)}, {"doc", d.doc}, {"weight", weight},
           {"inputs", input_list(d)}, {"attrs", attrs},              {"dtypes", dtype_list(d.dtypes)},
           {"kernels", kernels},   {"traits", traits},               {"fusion", fusion_name(d.fusion)},
           {"amp", amp_name(d.amp)}, {"decomposition", static_cast<bool>(d.decompose)},
@@ -123,6 +135,13 @@ int cmd_ops(int argc, char** argv) {
                 d->doc.c_str());
     if (!attrs.empty()) std::printf("  attrs     %s\n", join(attrs, ", ").c_str());
     std::printf("  dtypes    %s\n", join(dtype_list(d->dtypes)).c_str());
+    if (d->weight.defined())
+      std::printf("  weight    input %d, output channels on its axis %lld%s; bias input %d; output channel axis %lld\n",
+                  d->weight.input, static_cast<long long>(d->weight.channel_axis),
+                  d->weight.transpose_attr.empty()
+                      ? ""
+                      : fmt::format(" ({} if {})", d->weight.transposed_axis, d->weight.transpose_attr).c_str(),
+                  d->weight.bias_input, static_cast<long long>(d->weight.output_channel_axis));
     std::printf("  kernels   %s\n", kernels.empty() ? "(none)" : kernels.c_str());
     std::printf("  traits    %s; fusion %s; amp %s; decomposition %s; gradient %s\n",
                 j["traits"].empty() ? "-" : join(j["traits"].get<std::vector<std::string>>()).c_str(), fusion_name(d->fusion),

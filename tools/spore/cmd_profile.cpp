@@ -110,7 +110,7 @@ TrainStep build_train_step(const Graph& model, const std::vector<Shape>& shapes,
     }
   }
   for (const Node* n : g->nodes())
-    if (n->op == OpId::constant && !n->dead && is_floating(n->payload.dtype()) && n->payload.numel() > 1 &&
+    if (n->op == "constant"_op && !n->dead && is_floating(n->payload.dtype()) && n->payload.numel() > 1 &&
         !n->outputs[0]->uses.empty()) {
       params.push_back(n->outputs[0]);
       param_values.push_back(n->payload.contiguous());
@@ -148,11 +148,11 @@ TrainStep build_train_step(const Graph& model, const std::vector<Shape>& shapes,
           for (size_t i = 0; i < params.size(); ++i) env[params[i]] = p[i];
           for (const Node* n : fwd.nodes()) {
             if (n->dead) continue;
-            if (n->op == OpId::constant) {
+            if (n->op == "constant"_op) {
               env.emplace(n->outputs[0], n->payload);  // parameters are bound already
               continue;
             }
-            if (n->op == OpId::input) continue;
+            if (n->op == "input"_op) continue;
             std::vector<Tensor> ins;
             for (const Value* v : n->inputs) ins.push_back(env.at(v));
             std::vector<Tensor> outs = ops::call(n->op, ins, n->attrs);

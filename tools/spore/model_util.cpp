@@ -185,10 +185,10 @@ PlannedMemory planned_memory(const Plan& plan) {
   m.arena = plan.arena_bytes();
   const Graph& g = plan.graph();
   for (const Node* n : g.nodes())
-    if (n->op == OpId::constant && !n->dead) m.weights += tensor_bytes(n->outputs[0]->type);
+    if (n->op == "constant"_op && !n->dead) m.weights += tensor_bytes(n->outputs[0]->type);
   for (const Value* v : g.inputs()) m.io += tensor_bytes(v->type);
   for (const Value* v : g.outputs())
-    if (v->producer->op != OpId::input && v->producer->op != OpId::constant) m.io += tensor_bytes(v->type);
+    if (v->producer->op != "input"_op && v->producer->op != "constant"_op) m.io += tensor_bytes(v->type);
   return m;
 }
 

@@ -221,7 +221,7 @@ void attention_kernel(KernelContext& kc) {
 }  // namespace
 
 void register_attention(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::attention, dtypes::floating, attention_kernel, "avx2");
+  r.add(Backend::cpu, "attention"_op, dtypes::floating, attention_kernel, "avx2");
 }
 
 }  // namespace spore::cpu

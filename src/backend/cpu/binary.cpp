@@ -15,12 +15,12 @@ namespace spore::cpu {
 
 int simd_binary_code(OpId op) {
   switch (op) {
-    case OpId::add: return 0;
-    case OpId::sub: return 1;
-    case OpId::mul: return 2;
-    case OpId::div: return 3;
-    case OpId::maximum: return 4;
-    case OpId::minimum: return 5;
+    case "add"_op: return 0;
+    case "sub"_op: return 1;
+    case "mul"_op: return 2;
+    case "div"_op: return 3;
+    case "maximum"_op: return 4;
+    case "minimum"_op: return 5;
     default: return -1;
   }
 }
@@ -319,13 +319,13 @@ void check_divisor(const KernelContext& k) {
 
 Choice integer_arith(OpId op, DType t, bool fmod) {
   switch (op) {
-    case OpId::add: return integer_loop<IAdd>(t);
-    case OpId::sub: return integer_loop<ISub>(t);
-    case OpId::mul: return integer_loop<IMul>(t);
-    case OpId::div: return integer_loop<IDiv>(t);
-    case OpId::maximum: return integer_loop<Max>(t);
-    case OpId::minimum: return integer_loop<Min>(t);
-    case OpId::mod: return fmod ? integer_loop<IModC>(t) : integer_loop<IModPy>(t);
+    case "add"_op: return integer_loop<IAdd>(t);
+    case "sub"_op: return integer_loop<ISub>(t);
+    case "mul"_op: return integer_loop<IMul>(t);
+    case "div"_op: return integer_loop<IDiv>(t);
+    case "maximum"_op: return integer_loop<Max>(t);
+    case "minimum"_op: return integer_loop<Min>(t);
+    case "mod"_op: return fmod ? integer_loop<IModC>(t) : integer_loop<IModPy>(t);
     default: return {};
   }
 }
@@ -333,24 +333,24 @@ Choice integer_arith(OpId op, DType t, bool fmod) {
 Choice pick(const KernelContext& k) {
   const DType t = k.in(0).dtype();
   switch (k.op) {
-    case OpId::pow: return floating_loop<FPow>(t);
-    case OpId::mod:
+    case "pow"_op: return floating_loop<FPow>(t);
+    case "mod"_op:
       if (is_floating(t)) return k.attrs.b("fmod") ? floating_loop<FModC>(t) : floating_loop<FModPy>(t);
       return integer_arith(k.op, t, k.attrs.b("fmod"));
-    case OpId::eq: return compare_loop<Eq>(t);
-    case OpId::ne: return compare_loop<Ne>(t);
-    case OpId::lt: return compare_loop<Lt>(t);
-    case OpId::le: return compare_loop<Le>(t);
-    case OpId::gt: return compare_loop<Gt>(t);
-    case OpId::ge: return compare_loop<Ge>(t);
-    case OpId::logical_and: return {loop_same<bool, And>()};
-    case OpId::logical_or: return {loop_same<bool, Or>()};
+    case "eq"_op: return compare_loop<Eq>(t);
+    case "ne"_op: return compare_loop<Ne>(t);
+    case "lt"_op: return compare_loop<Lt>(t);
+    case "le"_op: return compare_loop<Le>(t);
+    case "gt"_op: return compare_loop<Gt>(t);
+    case "ge"_op: return compare_loop<Ge>(t);
+    case "logical_and"_op: return {loop_same<bool, And>()};
+    case "logical_or"_op: return {loop_same<bool, Or>()};
     default: return is_floating(t) ? simd_choice(t) : integer_arith(k.op, t, false);
   }
 }
 
 void binary_kernel(KernelContext& k) {
-  if (k.op == OpId::div || k.op == OpId::mod) check_divisor(k);
+  if (k.op == "div"_op || k.op == "mod"_op) check_divisor(k);
   const Choice c = pick(k);
   SPORE_ASSERT(c.fn != nullptr, "no cpu loop for {} on {}", op_name(k.op), dtype_name(k.in(0).dtype()));
   const int code = simd_binary_code(k.op);
@@ -402,15 +402,15 @@ void where_kernel(KernelContext& k) {
 
 void register_binary(KernelRegistry& r) {
   const DTypeSet num = dtypes::numeric;
-  for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum})
+  for (OpId op : {"add"_op, "sub"_op, "mul"_op, "div"_op, "maximum"_op, "minimum"_op})
     r.add(Backend::cpu, op, num, binary_kernel, "hwy");
-  for (OpId op : {OpId::mod, OpId::lt, OpId::le, OpId::gt, OpId::ge}) r.add(Backend::cpu, op, num, binary_kernel, "scalar");
-  r.add(Backend::cpu, OpId::pow, dtypes::floating, binary_kernel, "scalar");
-  r.add(Backend::cpu, OpId::eq, num | dtypes::boolean, binary_kernel, "scalar");
-  r.add(Backend::cpu, OpId::ne, num | dtypes::boolean, binary_kernel, "scalar");
-  r.add(Backend::cpu, OpId::logical_and, dtypes::boolean, binary_kernel, "scalar");
-  r.add(Backend::cpu, OpId::logical_or, dtypes::boolean, binary_kernel, "scalar");
-  r.add(Backend::cpu, OpId::where, dtypes::all, where_kernel, "scalar");
+  for (OpId op : {"mod"_op, "lt"_op, "le"_op, "gt"_op, "ge"_op}) r.add(Backend::cpu, op, num, binary_kernel, "scalar");
+  r.add(Backend::cpu, "pow"_op, dtypes::floating, binary_kernel, "scalar");
+  r.add(Backend::cpu, "eq"_op, num | dtypes::boolean, binary_kernel, "scalar");
+  r.add(Backend::cpu, "ne"_op, num | dtypes::boolean, binary_kernel, "scalar");
+  r.add(Backend::cpu, "logical_and"_op, dtypes::boolean, binary_kernel, "scalar");
+  r.add(Backend::cpu, "logical_or"_op, dtypes::boolean, binary_kernel, "scalar");
+  r.add(Backend::cpu, "where"_op, dtypes::all, where_kernel, "scalar");
 }
 
 }  // namespace spore::cpu

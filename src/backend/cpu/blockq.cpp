@@ -266,9 +266,9 @@ bool blockq_use_avx512() {
 }
 
 void register_blockq(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::linear_blockq, DTypeSet{DType::f32}, linear_blockq_kernel, "avx2");
-  r.add(Backend::cpu, OpId::linear_blockq_multi, DTypeSet{DType::f32}, linear_blockq_multi_kernel, "avx2");
-  r.add(Backend::cpu, OpId::embed_blockq, DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8},
+  r.add(Backend::cpu, "linear_blockq"_op, DTypeSet{DType::f32}, linear_blockq_kernel, "avx2");
+  r.add(Backend::cpu, "linear_blockq_multi"_op, DTypeSet{DType::f32}, linear_blockq_multi_kernel, "avx2");
+  r.add(Backend::cpu, "embed_blockq"_op, DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8},
         embed_blockq_kernel, "avx2");
 }
 

@@ -1271,20 +1271,20 @@ ConvEpilogue*& pending_conv_epilogue() {
 }
 
 void register_conv(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::conv2d, {DType::f32, DType::f64}, conv_kernel<false>, "onednn");
-  r.add(Backend::cpu, OpId::conv2d, {DType::f16, DType::bf16}, conv_low<false>, "onednn");
-  r.add(Backend::cpu, OpId::conv_transpose2d, {DType::f32, DType::f64}, conv_kernel<true>, "onednn");
-  r.add(Backend::cpu, OpId::conv_transpose2d, {DType::f16, DType::bf16}, conv_low<true>, "onednn");
-  r.add(Backend::cpu, OpId::max_pool2d, {DType::f32, DType::f64}, pool_kernel<true>, "onednn");
-  r.add(Backend::cpu, OpId::max_pool2d, {DType::f16, DType::bf16}, pool_low<true>, "onednn");
-  r.add(Backend::cpu, OpId::avg_pool2d, {DType::f32, DType::f64}, pool_kernel<false>, "onednn");
-  r.add(Backend::cpu, OpId::max_pool2d_grad, {DType::f32, DType::f64}, max_pool2d_grad_kernel, "loops");
-  r.add(Backend::cpu, OpId::max_pool2d_grad, {DType::f16, DType::bf16}, max_pool2d_grad_low, "loops");
-  r.add(Backend::cpu, OpId::conv2d_weight_grad, {DType::f32, DType::f64}, conv2d_weight_grad_kernel, "onednn");
-  r.add(Backend::cpu, OpId::conv2d_weight_grad, {DType::f16, DType::bf16}, conv2d_weight_grad_low, "onednn");
-  r.add(Backend::cpu, OpId::avg_pool2d, {DType::f16, DType::bf16}, pool_low<false>, "onednn");
-  r.add(Backend::cpu, OpId::global_avg_pool, {DType::f32, DType::f64}, global_avg_pool_kernel, "loops");
-  r.add(Backend::cpu, OpId::global_avg_pool, {DType::f16, DType::bf16}, global_avg_pool_low, "loops");
+  r.add(Backend::cpu, "conv2d"_op, {DType::f32, DType::f64}, conv_kernel<false>, "onednn");
+  r.add(Backend::cpu, "conv2d"_op, {DType::f16, DType::bf16}, conv_low<false>, "onednn");
+  r.add(Backend::cpu, "conv_transpose2d"_op, {DType::f32, DType::f64}, conv_kernel<true>, "onednn");
+  r.add(Backend::cpu, "conv_transpose2d"_op, {DType::f16, DType::bf16}, conv_low<true>, "onednn");
+  r.add(Backend::cpu, "max_pool2d"_op, {DType::f32, DType::f64}, pool_kernel<true>, "onednn");
+  r.add(Backend::cpu, "max_pool2d"_op, {DType::f16, DType::bf16}, pool_low<true>, "onednn");
+  r.add(Backend::cpu, "avg_pool2d"_op, {DType::f32, DType::f64}, pool_kernel<false>, "onednn");
+  r.add(Backend::cpu, "max_pool2d_grad"_op, {DType::f32, DType::f64}, max_pool2d_grad_kernel, "loops");
+  r.add(Backend::cpu, "max_pool2d_grad"_op, {DType::f16, DType::bf16}, max_pool2d_grad_low, "loops");
+  r.add(Backend::cpu, "conv2d_weight_grad"_op, {DType::f32, DType::f64}, conv2d_weight_grad_kernel, "onednn");
+  r.add(Backend::cpu, "conv2d_weight_grad"_op, {DType::f16, DType::bf16}, conv2d_weight_grad_low, "onednn");
+  r.add(Backend::cpu, "avg_pool2d"_op, {DType::f16, DType::bf16}, pool_low<false>, "onednn");
+  r.add(Backend::cpu, "global_avg_pool"_op, {DType::f32, DType::f64}, global_avg_pool_kernel, "loops");
+  r.add(Backend::cpu, "global_avg_pool"_op, {DType::f16, DType::bf16}, global_avg_pool_low, "loops");
 }
 
 }  // namespace spore::cpu

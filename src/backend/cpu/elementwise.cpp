@@ -16,27 +16,27 @@ namespace spore::cpu {
 
 std::optional<UnaryOp> unary_op_for(OpId op, bool gelu_tanh) {
   switch (op) {
-    case OpId::neg: return UnaryOp::neg;
-    case OpId::abs: return UnaryOp::abs;
-    case OpId::exp: return UnaryOp::exp;
-    case OpId::log: return UnaryOp::log;
-    case OpId::sqrt: return UnaryOp::sqrt;
-    case OpId::rsqrt: return UnaryOp::rsqrt;
-    case OpId::reciprocal: return UnaryOp::reciprocal;
-    case OpId::tanh: return UnaryOp::tanh;
-    case OpId::sigmoid: return UnaryOp::sigmoid;
-    case OpId::relu: return UnaryOp::relu;
-    case OpId::leaky_relu: return UnaryOp::leaky_relu;
-    case OpId::gelu: return gelu_tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu_erf;
-    case OpId::silu: return UnaryOp::silu;
-    case OpId::erf: return UnaryOp::erf;
-    case OpId::sin: return UnaryOp::sin;
-    case OpId::cos: return UnaryOp::cos;
-    case OpId::floor: return UnaryOp::floor;
-    case OpId::ceil: return UnaryOp::ceil;
-    case OpId::round: return UnaryOp::round;
-    case OpId::sign: return UnaryOp::sign;
-    case OpId::clip: return UnaryOp::clip;
+    case "neg"_op: return UnaryOp::neg;
+    case "abs"_op: return UnaryOp::abs;
+    case "exp"_op: return UnaryOp::exp;
+    case "log"_op: return UnaryOp::log;
+    case "sqrt"_op: return UnaryOp::sqrt;
+    case "rsqrt"_op: return UnaryOp::rsqrt;
+    case "reciprocal"_op: return UnaryOp::reciprocal;
+    case "tanh"_op: return UnaryOp::tanh;
+    case "sigmoid"_op: return UnaryOp::sigmoid;
+    case "relu"_op: return UnaryOp::relu;
+    case "leaky_relu"_op: return UnaryOp::leaky_relu;
+    case "gelu"_op: return gelu_tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu_erf;
+    case "silu"_op: return UnaryOp::silu;
+    case "erf"_op: return UnaryOp::erf;
+    case "sin"_op: return UnaryOp::sin;
+    case "cos"_op: return UnaryOp::cos;
+    case "floor"_op: return UnaryOp::floor;
+    case "ceil"_op: return UnaryOp::ceil;
+    case "round"_op: return UnaryOp::round;
+    case "sign"_op: return UnaryOp::sign;
+    case "clip"_op: return UnaryOp::clip;
     default: return std::nullopt;
   }
 }
@@ -54,8 +54,8 @@ void for_chunks(int64_t n, const Fn& fn) {
 }
 
 UnaryOp unary_op_of(const KernelContext& k) {
-  const auto op = unary_op_for(k.op, k.op == OpId::gelu && k.attrs.s("approximate") == "tanh");
-  SPORE_CHECK(op.has_value(), ErrorCode::internal, "elementwise cpu kernel called for op {}", static_cast<int>(k.op));
+  const auto op = unary_op_for(k.op, k.op == "gelu"_op && k.attrs.s("approximate") == "tanh");
+  SPORE_CHECK(op.has_value(), ErrorCode::internal, "elementwise cpu kernel called for op {}", op_name(k.op));
   return *op;
 }
 
@@ -159,7 +159,7 @@ void unary_int_kernel(KernelContext& k) {
     case UnaryOp::abs: return map_int<T>(k, [&](T v) { return v < 0 ? wrap_neg(v) : v; });
     case UnaryOp::relu: return map_int<T>(k, [](T v) { return v < 0 ? T(0) : v; });
     case UnaryOp::sign: return map_int<T>(k, [](T v) { return static_cast<T>((v > 0) - (v < 0)); });
-    default: SPORE_FAIL(ErrorCode::internal, "no integer cpu kernel for op {}", static_cast<int>(k.op));
+    default: SPORE_FAIL(ErrorCode::internal, "no integer cpu kernel for op {}", op_name(k.op));
   }
 }
 
@@ -282,25 +282,25 @@ void cast_kernel(KernelContext& k) {
 }  // namespace
 
 void register_elementwise(KernelRegistry& r) {
-  for (OpId op : {OpId::neg, OpId::abs, OpId::exp, OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::tanh,
-                  OpId::sigmoid, OpId::relu, OpId::leaky_relu, OpId::gelu, OpId::silu, OpId::erf, OpId::sin, OpId::cos,
-                  OpId::floor, OpId::ceil, OpId::round, OpId::sign, OpId::clip}) {
+  for (OpId op : {"neg"_op, "abs"_op, "exp"_op, "log"_op, "sqrt"_op, "rsqrt"_op, "reciprocal"_op, "tanh"_op,
+                  "sigmoid"_op, "relu"_op, "leaky_relu"_op, "gelu"_op, "silu"_op, "erf"_op, "sin"_op, "cos"_op,
+                  "floor"_op, "ceil"_op, "round"_op, "sign"_op, "clip"_op}) {
     r.add(Backend::cpu, op, {DType::f32}, unary_lowp_kernel<float>, "hwy");
     r.add(Backend::cpu, op, {DType::f16}, unary_lowp_kernel<f16>, "hwy");
     r.add(Backend::cpu, op, {DType::bf16}, unary_lowp_kernel<bf16>, "hwy");
     r.add(Backend::cpu, op, {DType::f64}, unary_f64_kernel, "scalar");
   }
-  for (OpId op : {OpId::neg, OpId::abs, OpId::relu, OpId::sign}) {
+  for (OpId op : {"neg"_op, "abs"_op, "relu"_op, "sign"_op}) {
     r.add(Backend::cpu, op, {DType::i64}, unary_int_kernel<int64_t>, "scalar");
     r.add(Backend::cpu, op, {DType::i32}, unary_int_kernel<int32_t>, "scalar");
     r.add(Backend::cpu, op, {DType::i8}, unary_int_kernel<int8_t>, "scalar");
   }
-  r.add(Backend::cpu, OpId::clip, {DType::i64}, clip_int_kernel<int64_t>, "scalar");
-  r.add(Backend::cpu, OpId::clip, {DType::i32}, clip_int_kernel<int32_t>, "scalar");
-  r.add(Backend::cpu, OpId::clip, {DType::i8}, clip_int_kernel<int8_t>, "scalar");
-  r.add(Backend::cpu, OpId::clip, {DType::u8}, clip_int_kernel<uint8_t>, "scalar");
-  r.add(Backend::cpu, OpId::logical_not, dtypes::boolean, logical_not_kernel, "scalar");
-  r.add(Backend::cpu, OpId::cast, dtypes::all, cast_kernel, "scalar");
+  r.add(Backend::cpu, "clip"_op, {DType::i64}, clip_int_kernel<int64_t>, "scalar");
+  r.add(Backend::cpu, "clip"_op, {DType::i32}, clip_int_kernel<int32_t>, "scalar");
+  r.add(Backend::cpu, "clip"_op, {DType::i8}, clip_int_kernel<int8_t>, "scalar");
+  r.add(Backend::cpu, "clip"_op, {DType::u8}, clip_int_kernel<uint8_t>, "scalar");
+  r.add(Backend::cpu, "logical_not"_op, dtypes::boolean, logical_not_kernel, "scalar");
+  r.add(Backend::cpu, "cast"_op, dtypes::all, cast_kernel, "scalar");
 }
 
 }  // namespace spore::cpu

@@ -34,7 +34,7 @@ void run_kernel(OpId op, DType t, std::span<const Tensor> inputs, Tensor& out, c
 
 // The UnaryOp (and its parameters) of the activation, as unary_lowp_kernel derives them for f32.
 UnaryOp unary_of(OpId act, const Attrs& a, UnaryParams& p) {
-  const auto op = unary_op_for(act, act == OpId::gelu && a.s("approximate") == "tanh");
+  const auto op = unary_op_for(act, act == "gelu"_op && a.s("approximate") == "tanh");
   SPORE_CHECK(op.has_value(), ErrorCode::internal, "fused epilogue: {} is not an activation", op_name(act));
   if (*op == UnaryOp::leaky_relu) p.a = static_cast<float>(a.f("alpha"));
   if (*op == UnaryOp::clip) {
@@ -91,7 +91,7 @@ Tensor conv_scratch(const Shape& shape, DType t) {
 Shape conv_output_shape(const KernelContext& k, std::span<const Tensor> ins) {
   const Shape& y = k.out(0).shape();
   // The pooled output is floor(conv / 2): recover the conv's own size from its geometry (conv2d's shape rule).
-  const OpDef& def = op_registry().get(OpId::conv2d);
+  const OpDef& def = op_registry().get("conv2d"_op);
   std::vector<TensorType> types;
   for (const Tensor& t : ins) types.push_back(TensorType::of(t.dtype(), t.shape()));
   const InferContext c{def, types, k.attrs, "conv2d_fused"};
@@ -102,7 +102,7 @@ Shape conv_output_shape(const KernelContext& k, std::span<const Tensor> ins) {
 void fused_kernel(KernelContext& k) {
   const OpId base = *fused::base_op(k.op);
   const fused::Operands o = fused::operands(k.attrs, k.num_inputs());
-  const bool pool = base == OpId::conv2d && k.attrs.s("pool") == "max2x2";
+  const bool pool = base == "conv2d"_op && k.attrs.s("pool") == "max2x2";
   Tensor& out = k.out(0);
   const DType t = out.dtype();
   std::vector<Tensor> ins{k.in(0), k.in(1)};
@@ -110,8 +110,8 @@ void fused_kernel(KernelContext& k) {
   Tensor y = pool ? conv_scratch(conv_output_shape(k, ins), t) : out;
   const std::optional<OpId> act = fused::activation_op(k.attrs.s("activation"));
   const Tensor* res = o.residual >= 0 ? &k.in(o.residual) : nullptr;
-  const bool src_blocked = base == OpId::conv2d && k.attrs.s("src_layout") == "nchw8c";
-  const bool dst_blocked = base == OpId::conv2d && k.attrs.s("dst_layout") == "nchw8c";
+  const bool src_blocked = base == "conv2d"_op && k.attrs.s("src_layout") == "nchw8c";
+  const bool dst_blocked = base == "conv2d"_op && k.attrs.s("dst_layout") == "nchw8c";
   if (src_blocked || dst_blocked) {
     // Blocked layouts (passes/layout.cpp): the epilogue is elementwise, so it runs on the blocked output (the
     // residual has the same layout). spore's blocked kernels (Winograd, direct) apply it to each task's output
@@ -143,12 +143,12 @@ void fused_kernel(KernelContext& k) {
                           max_pool_2x2_planes(y.data<float>() + b, out.data<float>() + b / image * pooled, m / (h * w), h, w);
                       },
                       false};
-    if (pool && !res && (!act || *act == OpId::relu)) {
+    if (pool && !res && (!act || *act == "relu"_op)) {
       hook.pooled = out.data<float>();
       hook.pooled_relu = act.has_value();
     }
     {
-      PendingEpilogue guard(base == OpId::conv2d ? &hook : nullptr);
+      PendingEpilogue guard(base == "conv2d"_op ? &hook : nullptr);
       run_kernel(base, t, ins, y, k.attrs, k.constant_inputs & 3);  // the base kernels read only their own attributes
     }
     if (hook.applied) return;
@@ -158,21 +158,21 @@ void fused_kernel(KernelContext& k) {
     if (y.numel() == 0) return;
     if (res) {
       const Tensor sum_in[2] = {y, *res};
-      run_kernel(OpId::add, t, sum_in, y, Attrs{});
+      run_kernel("add"_op, t, sum_in, y, Attrs{});
     }
     if (act) {
       const Tensor act_in[1] = {y};
       run_kernel(*act, t, act_in, y, k.attrs);
     }
   }
-  if (pool) run_kernel(OpId::max_pool2d, t, std::span<const Tensor>(&y, 1), out, fused::pool_attrs());
+  if (pool) run_kernel("max_pool2d"_op, t, std::span<const Tensor>(&y, 1), out, fused::pool_attrs());
 }
 
 }  // namespace
 
 void register_fused(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::conv2d_fused, dtypes::floating, fused_kernel, "onednn+hwy");
-  r.add(Backend::cpu, OpId::linear_fused, dtypes::floating, fused_kernel, "onednn+hwy");
+  r.add(Backend::cpu, "conv2d_fused"_op, dtypes::floating, fused_kernel, "onednn+hwy");
+  r.add(Backend::cpu, "linear_fused"_op, dtypes::floating, fused_kernel, "onednn+hwy");
 }
 
 }  // namespace spore::cpu

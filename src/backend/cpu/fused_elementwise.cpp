@@ -132,8 +132,8 @@ void fused_f32_kernel(KernelContext& k) {
       s.b = ins.args[1];
     } else {
       s.unary = unary_code(ins);
-      if (ins.op == OpId::leaky_relu) s.params.a = static_cast<float>(ins.p0);
-      if (ins.op == OpId::clip) {
+      if (ins.op == "leaky_relu"_op) s.params.a = static_cast<float>(ins.p0);
+      if (ins.op == "clip"_op) {
         s.params.a = f32_bound(ins.p0);
         s.params.b = f32_bound(ins.p1);
       }
@@ -198,7 +198,7 @@ void fused_f32_kernel(KernelContext& k) {
 }  // namespace
 
 void register_fused_elementwise(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::fused_elementwise, {DType::f32}, fused_f32_kernel, "hwy");
+  r.add(Backend::cpu, "fused_elementwise"_op, {DType::f32}, fused_f32_kernel, "hwy");
 }
 
 }  // namespace spore::cpu

@@ -431,10 +431,10 @@ void low_precision(KernelContext& k) {
 }  // namespace
 
 void register_linalg(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::matmul, {DType::f32, DType::f64}, matmul_kernel, "onednn");
-  r.add(Backend::cpu, OpId::matmul, {DType::f16, DType::bf16}, low_precision<matmul_kernel>, "onednn");
-  r.add(Backend::cpu, OpId::linear, {DType::f32, DType::f64}, linear_kernel, "gemm+dot");  // own f32 kernels
-  r.add(Backend::cpu, OpId::linear, {DType::f16, DType::bf16}, low_precision<linear_kernel>, "onednn");
+  r.add(Backend::cpu, "matmul"_op, {DType::f32, DType::f64}, matmul_kernel, "onednn");
+  r.add(Backend::cpu, "matmul"_op, {DType::f16, DType::bf16}, low_precision<matmul_kernel>, "onednn");
+  r.add(Backend::cpu, "linear"_op, {DType::f32, DType::f64}, linear_kernel, "gemm+dot");  // own f32 kernels
+  r.add(Backend::cpu, "linear"_op, {DType::f16, DType::bf16}, low_precision<linear_kernel>, "onednn");
 }
 
 }  // namespace spore::cpu

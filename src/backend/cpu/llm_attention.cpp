@@ -433,8 +433,8 @@ void attention_kv_kernel(KernelContext& k) {
 }  // namespace
 
 void register_llm_attention(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::rope, DTypeSet{DType::f32}, rope_kernel, "avx2");
-  r.add(Backend::cpu, OpId::attention_kv, DTypeSet{DType::f32}, attention_kv_kernel, "avx2");
+  r.add(Backend::cpu, "rope"_op, DTypeSet{DType::f32}, rope_kernel, "avx2");
+  r.add(Backend::cpu, "attention_kv"_op, DTypeSet{DType::f32}, attention_kv_kernel, "avx2");
 }
 
 }  // namespace spore::cpu

@@ -286,16 +286,16 @@ void low(KernelContext& k) {
 
 void register_norm(KernelRegistry& r) {
   const DTypeSet full{DType::f32, DType::f64}, half{DType::f16, DType::bf16};
-  r.add(Backend::cpu, OpId::batch_norm, full, batch_norm_kernel, "onednn");
-  r.add(Backend::cpu, OpId::batch_norm, half, low<batch_norm_kernel>, "onednn");
-  r.add(Backend::cpu, OpId::layer_norm, full, layer_norm_kernel, "onednn");
-  r.add(Backend::cpu, OpId::layer_norm, half, low<layer_norm_kernel>, "onednn");
-  r.add(Backend::cpu, OpId::rms_norm, full, rms_norm_kernel, "loops");
-  r.add(Backend::cpu, OpId::rms_norm, half, low<rms_norm_kernel>, "loops");
-  r.add(Backend::cpu, OpId::group_norm, full, group_norm_kernel, "loops");
-  r.add(Backend::cpu, OpId::group_norm, half, low<group_norm_kernel>, "loops");
-  r.add(Backend::cpu, OpId::dropout, full, dropout_kernel, "loops");
-  r.add(Backend::cpu, OpId::dropout, half, low<dropout_kernel>, "loops");
+  r.add(Backend::cpu, "batch_norm"_op, full, batch_norm_kernel, "onednn");
+  r.add(Backend::cpu, "batch_norm"_op, half, low<batch_norm_kernel>, "onednn");
+  r.add(Backend::cpu, "layer_norm"_op, full, layer_norm_kernel, "onednn");
+  r.add(Backend::cpu, "layer_norm"_op, half, low<layer_norm_kernel>, "onednn");
+  r.add(Backend::cpu, "rms_norm"_op, full, rms_norm_kernel, "loops");
+  r.add(Backend::cpu, "rms_norm"_op, half, low<rms_norm_kernel>, "loops");
+  r.add(Backend::cpu, "group_norm"_op, full, group_norm_kernel, "loops");
+  r.add(Backend::cpu, "group_norm"_op, half, low<group_norm_kernel>, "loops");
+  r.add(Backend::cpu, "dropout"_op, full, dropout_kernel, "loops");
+  r.add(Backend::cpu, "dropout"_op, half, low<dropout_kernel>, "loops");
 }
 
 }  // namespace spore::cpu

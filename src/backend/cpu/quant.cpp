@@ -285,7 +285,7 @@ bool use_exact_f32(const QConvGeom& g) {
 
 template <typename Q>
 void qconv_via_f32(KernelContext& k, const Q* x, int32_t zp) {
-  const KernelInfo* conv = kernel_registry().find(Backend::cpu, OpId::conv2d, DType::f32);
+  const KernelInfo* conv = kernel_registry().find(Backend::cpu, "conv2d"_op, DType::f32);
   SPORE_CHECK(conv != nullptr, ErrorCode::internal, "[qconv2d] no f32 conv2d kernel on cpu");
   Tensor xf = Tensor::empty(k.in(0).shape(), DType::f32), wf = Tensor::empty(k.in(3).shape(), DType::f32);
   float* xp = xf.data<float>();
@@ -298,7 +298,7 @@ void qconv_via_f32(KernelContext& k, const Q* x, int32_t zp) {
   float* wp = wf.data<float>();
   for (int64_t i = 0, nw = wf.numel(); i < nw; ++i) wp[i] = static_cast<float>(w[i]);
   const Tensor ins[] = {xf, wf};
-  KernelContext sub{ins, k.outputs, k.attrs, OpId::conv2d, {}};
+  KernelContext sub{ins, k.outputs, k.attrs, "conv2d"_op, {}};
   conv->fn(sub);
 }
 
@@ -428,10 +428,10 @@ void qlinear_kernel(KernelContext& k) {
 }  // namespace
 
 void register_quant(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::quantize_linear, {DType::f32}, quantize_kernel, "loops");
-  r.add(Backend::cpu, OpId::dequantize_linear, {DType::i8, DType::u8, DType::i32}, dequantize_kernel, "loops");
-  r.add(Backend::cpu, OpId::qconv2d, {DType::i8, DType::u8}, qconv2d_kernel, "onednn");
-  r.add(Backend::cpu, OpId::qlinear, {DType::i8, DType::u8}, qlinear_kernel, "onednn");
+  r.add(Backend::cpu, "quantize_linear"_op, {DType::f32}, quantize_kernel, "loops");
+  r.add(Backend::cpu, "dequantize_linear"_op, {DType::i8, DType::u8, DType::i32}, dequantize_kernel, "loops");
+  r.add(Backend::cpu, "qconv2d"_op, {DType::i8, DType::u8}, qconv2d_kernel, "onednn");
+  r.add(Backend::cpu, "qlinear"_op, {DType::i8, DType::u8}, qlinear_kernel, "onednn");
 }
 
 }  // namespace spore::cpu

@@ -245,9 +245,9 @@ void reduce_pass(const A* x, A* y, int64_t outer, int64_t r, int64_t inner) {
 
 int red_op(OpId op) {
   switch (op) {
-    case OpId::reduce_prod: return op_prod;
-    case OpId::reduce_max: return op_max;
-    case OpId::reduce_min: return op_min;
+    case "reduce_prod"_op: return op_prod;
+    case "reduce_max"_op: return op_max;
+    case "reduce_min"_op: return op_min;
     default: return op_sum;
   }
 }
@@ -258,7 +258,7 @@ void reduce_typed(KernelContext& k) {
   const Tensor& y = k.out(0);
   const int64_t n_in = x.numel(), n_out = y.numel();
   if (n_out == 0) return;
-  const bool mean = k.op == OpId::reduce_mean;
+  const bool mean = k.op == "reduce_mean"_op;
   const A count = static_cast<A>(n_out ? n_in / n_out : 0);
   if (n_in == 0) {  // reducing an empty axis: the identity (mean: 0/0)
     std::vector<A> v(n_out, identity<A, kOp>());
@@ -363,7 +363,7 @@ void arg_typed(KernelContext& k) {
   if (k.out(0).numel() == 0) return;
   const A* x = as_compute<A>(k, xt);
   const Split3 p = split_at(xt.shape(), xt.rank() ? k.attrs.i("axis") : 0);
-  const bool max = k.op == OpId::argmax;
+  const bool max = k.op == "argmax"_op;
   int64_t* out = k.out(0).data<int64_t>();
   if (p.inner == 1) {
     parallel_ranges(p.outer, task_elems / std::max<int64_t>(p.n, 1), [&](int64_t b, int64_t e) {
@@ -419,7 +419,7 @@ void softmax_kernel(KernelContext& k) {
   const Tensor& yt = k.out(0);
   if (xt.numel() == 0) return;
   const Split3 p = split_at(xt.shape(), k.attrs.i("axis"));
-  const bool log = k.op == OpId::log_softmax;
+  const bool log = k.op == "log_softmax"_op;
   if (xt.dtype() == DType::f64) return softmax_f64(xt.data<double>(), yt.data<double>(), p, log);
   const float* x = as_compute<float>(k, xt);
   float* y = yt.dtype() == DType::f32 ? yt.data<float>() : static_cast<float*>(k.scratch(yt.numel() * sizeof(float)));
@@ -553,15 +553,15 @@ void topk_kernel(KernelContext& k) {
 }  // namespace
 
 void register_reduce(KernelRegistry& r) {
-  for (OpId op : {OpId::reduce_sum, OpId::reduce_max, OpId::reduce_min, OpId::reduce_prod})
+  for (OpId op : {"reduce_sum"_op, "reduce_max"_op, "reduce_min"_op, "reduce_prod"_op})
     r.add(Backend::cpu, op, dtypes::numeric, reduce_kernel, "hwy");
-  r.add(Backend::cpu, OpId::reduce_mean, dtypes::floating, reduce_kernel, "hwy");
-  r.add(Backend::cpu, OpId::argmax, dtypes::numeric, arg_kernel, "hwy");
-  r.add(Backend::cpu, OpId::argmin, dtypes::numeric, arg_kernel, "hwy");
-  r.add(Backend::cpu, OpId::softmax, dtypes::floating, softmax_kernel, "hwy");
-  r.add(Backend::cpu, OpId::log_softmax, dtypes::floating, softmax_kernel, "hwy");
-  r.add(Backend::cpu, OpId::cumsum, dtypes::numeric, cumsum_kernel, "scalar");
-  r.add(Backend::cpu, OpId::topk, dtypes::numeric, topk_kernel, "scalar");
+  r.add(Backend::cpu, "reduce_mean"_op, dtypes::floating, reduce_kernel, "hwy");
+  r.add(Backend::cpu, "argmax"_op, dtypes::numeric, arg_kernel, "hwy");
+  r.add(Backend::cpu, "argmin"_op, dtypes::numeric, arg_kernel, "hwy");
+  r.add(Backend::cpu, "softmax"_op, dtypes::floating, softmax_kernel, "hwy");
+  r.add(Backend::cpu, "log_softmax"_op, dtypes::floating, softmax_kernel, "hwy");
+  r.add(Backend::cpu, "cumsum"_op, dtypes::numeric, cumsum_kernel, "scalar");
+  r.add(Backend::cpu, "topk"_op, dtypes::numeric, topk_kernel, "scalar");
 }
 
 }  // namespace spore::cpu

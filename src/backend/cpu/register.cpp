@@ -38,7 +38,7 @@ void register_cpu_kernels(KernelRegistry& r) {
     omp_set_num_threads(num_threads());
     set_parallel_runner(omp_runner);
   }
-  r.add(Backend::cpu, OpId::identity, dtypes::all, identity_kernel, "copy");
+  r.add(Backend::cpu, "identity"_op, dtypes::all, identity_kernel, "copy");
   cpu::register_elementwise(r);
   cpu::register_binary(r);
   cpu::register_reduce(r);

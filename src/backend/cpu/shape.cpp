@@ -400,15 +400,15 @@ void pad(KernelContext& k) {
 }  // namespace
 
 void register_shape(KernelRegistry& r) {
-  for (OpId op : {OpId::reshape, OpId::squeeze, OpId::unsqueeze, OpId::flatten})
+  for (OpId op : {"reshape"_op, "squeeze"_op, "unsqueeze"_op, "flatten"_op})
     r.add(Backend::cpu, op, dtypes::all, copy_kernel, "memcpy");
-  r.add(Backend::cpu, OpId::transpose, dtypes::all, transpose, "tiled");
-  r.add(Backend::cpu, OpId::slice, dtypes::all, slice, "copy");
-  r.add(Backend::cpu, OpId::expand, dtypes::all, expand, "copy");
-  r.add(Backend::cpu, OpId::tile, dtypes::all, tile, "copy");
-  r.add(Backend::cpu, OpId::concat, dtypes::all, concat, "copy");
-  r.add(Backend::cpu, OpId::split, dtypes::all, split, "copy");
-  r.add(Backend::cpu, OpId::pad, dtypes::all, pad, "copy");
+  r.add(Backend::cpu, "transpose"_op, dtypes::all, transpose, "tiled");
+  r.add(Backend::cpu, "slice"_op, dtypes::all, slice, "copy");
+  r.add(Backend::cpu, "expand"_op, dtypes::all, expand, "copy");
+  r.add(Backend::cpu, "tile"_op, dtypes::all, tile, "copy");
+  r.add(Backend::cpu, "concat"_op, dtypes::all, concat, "copy");
+  r.add(Backend::cpu, "split"_op, dtypes::all, split, "copy");
+  r.add(Backend::cpu, "pad"_op, dtypes::all, pad, "copy");
   register_shape_index(r);
 }
 

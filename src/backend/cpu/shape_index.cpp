@@ -286,14 +286,14 @@ void full(KernelContext& k) {
 }  // namespace
 
 void register_shape_index(KernelRegistry& r) {
-  r.add(Backend::cpu, OpId::gather, dtypes::all, gather, "memcpy");
-  r.add(Backend::cpu, OpId::index_select, dtypes::all, gather, "memcpy");
-  r.add(Backend::cpu, OpId::embedding, dtypes::all, embedding, "memcpy");
-  r.add(Backend::cpu, OpId::gather_elements, dtypes::all, gather_elements, "copy");
-  r.add(Backend::cpu, OpId::scatter, dtypes::all, scatter, "copy");
-  r.add(Backend::cpu, OpId::one_hot, dtypes::index, one_hot, "fill");
-  r.add(Backend::cpu, OpId::arange, dtypes::numeric, arange, "fill");
-  r.add(Backend::cpu, OpId::full, dtypes::numeric, full, "fill");
+  r.add(Backend::cpu, "gather"_op, dtypes::all, gather, "memcpy");
+  r.add(Backend::cpu, "index_select"_op, dtypes::all, gather, "memcpy");
+  r.add(Backend::cpu, "embedding"_op, dtypes::all, embedding, "memcpy");
+  r.add(Backend::cpu, "gather_elements"_op, dtypes::all, gather_elements, "copy");
+  r.add(Backend::cpu, "scatter"_op, dtypes::all, scatter, "copy");
+  r.add(Backend::cpu, "one_hot"_op, dtypes::index, one_hot, "fill");
+  r.add(Backend::cpu, "arange"_op, dtypes::numeric, arange, "fill");
+  r.add(Backend::cpu, "full"_op, dtypes::numeric, full, "fill");
 }
 
 }  // namespace spore::cpu

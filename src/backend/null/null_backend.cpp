@@ -20,18 +20,10 @@ void count_kernel(KernelContext& k) {
 }  // namespace
 
 void register_null_kernels(KernelRegistry& r) {
-  for (int op = 0; op < num_builtin_ops; ++op) r.add(Backend::null, static_cast<OpId>(op), dtypes::all, count_kernel, "null");
+  for (int op = 0; op < num_builtin_ops(); ++op) r.add(Backend::null, op_at(op), dtypes::all, count_kernel, "null");
 }
 
-namespace {
-class NullBackend final : public BackendImpl {
- public:
-  Backend id() const override { return Backend::null; }
-  void register_kernels(KernelRegistry& r) override { register_null_kernels(r); }
-};
-}  // namespace
-
-void register_null_backend() { register_backend(std::make_unique<NullBackend>()); }
+void register_null_backend() { register_backend(make_kernel_table_backend(Backend::null, register_null_kernels)); }
 
 NullBackendStats null_backend_stats() { return {g_kernels.load(), g_read.load(), g_written.load()}; }
 void reset_null_backend_stats() {

@@ -55,7 +55,7 @@ void attention_kernel(KernelContext& k) {
 }  // namespace
 
 void register_attention(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::attention, dtypes::floating, attention_kernel);
+  r.add(Backend::reference, "attention"_op, dtypes::floating, attention_kernel);
 }
 
 }  // namespace spore::reference

@@ -25,22 +25,22 @@ double python_mod(double a, double b) {
 double apply(OpId op, double a, double b, bool fmod, DType t) {
   const bool integral = is_integral(t);
   switch (op) {
-    case OpId::add: return a + b;
-    case OpId::sub: return a - b;
-    case OpId::mul: return a * b;
-    case OpId::div: return integral ? std::trunc(a / b) : a / b;
-    case OpId::pow: return std::pow(a, b);
-    case OpId::maximum: return std::isnan(a) ? a : std::isnan(b) ? b : std::max(a, b);
-    case OpId::minimum: return std::isnan(a) ? a : std::isnan(b) ? b : std::min(a, b);
-    case OpId::mod: return fmod ? std::fmod(a, b) : python_mod(a, b);
-    case OpId::eq: return a == b;
-    case OpId::ne: return a != b;
-    case OpId::lt: return a < b;
-    case OpId::le: return a <= b;
-    case OpId::gt: return a > b;
-    case OpId::ge: return a >= b;
-    case OpId::logical_and: return a != 0 && b != 0;
-    case OpId::logical_or: return a != 0 || b != 0;
+    case "add"_op: return a + b;
+    case "sub"_op: return a - b;
+    case "mul"_op: return a * b;
+    case "div"_op: return integral ? std::trunc(a / b) : a / b;
+    case "pow"_op: return std::pow(a, b);
+    case "maximum"_op: return std::isnan(a) ? a : std::isnan(b) ? b : std::max(a, b);
+    case "minimum"_op: return std::isnan(a) ? a : std::isnan(b) ? b : std::min(a, b);
+    case "mod"_op: return fmod ? std::fmod(a, b) : python_mod(a, b);
+    case "eq"_op: return a == b;
+    case "ne"_op: return a != b;
+    case "lt"_op: return a < b;
+    case "le"_op: return a <= b;
+    case "gt"_op: return a > b;
+    case "ge"_op: return a >= b;
+    case "logical_and"_op: return a != 0 && b != 0;
+    case "logical_or"_op: return a != 0 || b != 0;
     default: SPORE_ASSERT(false, "op {} is not a binary op", op_name(op));
   }
   return 0;
@@ -49,12 +49,12 @@ double apply(OpId op, double a, double b, bool fmod, DType t) {
 void binary_kernel(KernelContext& k) {
   const Tensor &a = k.in(0), &b = k.in(1), &out = k.out();
   const DType t = a.dtype();
-  if ((k.op == OpId::div || k.op == OpId::mod) && is_integral(t)) {
+  if ((k.op == "div"_op || k.op == "mod"_op) && is_integral(t)) {
     for (int64_t i = 0; i < b.numel(); ++i)
       SPORE_CHECK(get(b, i) != 0, ErrorCode::invalid_argument, "[{}] integer division by zero (divisor element {})",
                   op_name(k.op), i);
   }
-  const bool fmod = k.op == OpId::mod && k.attrs.b("fmod");
+  const bool fmod = k.op == "mod"_op && k.attrs.b("fmod");
   for (int64_t i = 0; i < out.numel(); ++i) {
     const auto idx = unravel(i, out.shape());
     const double v = apply(k.op, get(a, broadcast_index(idx, a.shape())), get(b, broadcast_index(idx, b.shape())), fmod, t);
@@ -75,15 +75,15 @@ void where_kernel(KernelContext& k) {
 
 void register_binary(KernelRegistry& r) {
   const DTypeSet num = dtypes::numeric;
-  for (OpId op : {OpId::add, OpId::sub, OpId::mul, OpId::div, OpId::maximum, OpId::minimum, OpId::mod, OpId::lt,
-                  OpId::le, OpId::gt, OpId::ge})
+  for (OpId op : {"add"_op, "sub"_op, "mul"_op, "div"_op, "maximum"_op, "minimum"_op, "mod"_op, "lt"_op,
+                  "le"_op, "gt"_op, "ge"_op})
     r.add(Backend::reference, op, num, binary_kernel);
-  r.add(Backend::reference, OpId::pow, dtypes::floating, binary_kernel);
-  r.add(Backend::reference, OpId::eq, num | dtypes::boolean, binary_kernel);
-  r.add(Backend::reference, OpId::ne, num | dtypes::boolean, binary_kernel);
-  r.add(Backend::reference, OpId::logical_and, dtypes::boolean, binary_kernel);
-  r.add(Backend::reference, OpId::logical_or, dtypes::boolean, binary_kernel);
-  r.add(Backend::reference, OpId::where, dtypes::all, where_kernel);
+  r.add(Backend::reference, "pow"_op, dtypes::floating, binary_kernel);
+  r.add(Backend::reference, "eq"_op, num | dtypes::boolean, binary_kernel);
+  r.add(Backend::reference, "ne"_op, num | dtypes::boolean, binary_kernel);
+  r.add(Backend::reference, "logical_and"_op, dtypes::boolean, binary_kernel);
+  r.add(Backend::reference, "logical_or"_op, dtypes::boolean, binary_kernel);
+  r.add(Backend::reference, "where"_op, dtypes::all, where_kernel);
 }
 
 }  // namespace spore::reference

@@ -169,9 +169,9 @@ void embed_blockq_kernel(KernelContext& k) {
 }  // namespace
 
 void register_blockq(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::linear_blockq, DTypeSet{DType::f32}, linear_blockq_kernel);
-  r.add(Backend::reference, OpId::linear_blockq_multi, DTypeSet{DType::f32}, linear_blockq_multi_kernel);
-  r.add(Backend::reference, OpId::embed_blockq, DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8},
+  r.add(Backend::reference, "linear_blockq"_op, DTypeSet{DType::f32}, linear_blockq_kernel);
+  r.add(Backend::reference, "linear_blockq_multi"_op, DTypeSet{DType::f32}, linear_blockq_multi_kernel);
+  r.add(Backend::reference, "embed_blockq"_op, DTypeSet{DType::f32, DType::f16, DType::bf16, DType::u8},
         embed_blockq_kernel);
 }
 

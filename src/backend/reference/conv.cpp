@@ -203,13 +203,13 @@ void global_avg_pool_kernel(KernelContext& k) {
 }  // namespace
 
 void register_conv(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::conv2d, dtypes::floating, conv2d_kernel);
-  r.add(Backend::reference, OpId::conv_transpose2d, dtypes::floating, conv_transpose2d_kernel);
-  r.add(Backend::reference, OpId::max_pool2d, dtypes::floating, pool_kernel<true>);
-  r.add(Backend::reference, OpId::avg_pool2d, dtypes::floating, pool_kernel<false>);
-  r.add(Backend::reference, OpId::global_avg_pool, dtypes::floating, global_avg_pool_kernel);
-  r.add(Backend::reference, OpId::conv2d_weight_grad, dtypes::floating, conv2d_weight_grad_kernel);
-  r.add(Backend::reference, OpId::max_pool2d_grad, dtypes::floating, max_pool2d_grad_kernel);
+  r.add(Backend::reference, "conv2d"_op, dtypes::floating, conv2d_kernel);
+  r.add(Backend::reference, "conv_transpose2d"_op, dtypes::floating, conv_transpose2d_kernel);
+  r.add(Backend::reference, "max_pool2d"_op, dtypes::floating, pool_kernel<true>);
+  r.add(Backend::reference, "avg_pool2d"_op, dtypes::floating, pool_kernel<false>);
+  r.add(Backend::reference, "global_avg_pool"_op, dtypes::floating, global_avg_pool_kernel);
+  r.add(Backend::reference, "conv2d_weight_grad"_op, dtypes::floating, conv2d_weight_grad_kernel);
+  r.add(Backend::reference, "max_pool2d_grad"_op, dtypes::floating, max_pool2d_grad_kernel);
 }
 
 }  // namespace spore::reference

@@ -75,37 +75,37 @@ double gelu(double x, bool tanh_form) {
 
 double apply_float(OpId op, double x, const Attrs& a) {
   switch (op) {
-    case OpId::neg: return -x;
-    case OpId::abs: return std::fabs(x);
-    case OpId::exp: return std::exp(x);
-    case OpId::log: return std::log(x);
-    case OpId::sqrt: return std::sqrt(x);
-    case OpId::rsqrt: return 1.0 / std::sqrt(x);
-    case OpId::reciprocal: return 1.0 / x;
-    case OpId::tanh: return std::tanh(x);
-    case OpId::sigmoid: return 1.0 / (1.0 + std::exp(-x));
-    case OpId::relu: return x < 0 ? 0.0 : x;  // nan stays nan
-    case OpId::leaky_relu: return x < 0 ? a.f("alpha") * x : x;
-    case OpId::gelu: return gelu(x, a.s("approximate") == "tanh");
-    case OpId::silu: return x / (1.0 + std::exp(-x));
-    case OpId::erf: return std::erf(x);
-    case OpId::sin: return std::sin(x);
-    case OpId::cos: return std::cos(x);
-    case OpId::floor: return std::floor(x);
-    case OpId::ceil: return std::ceil(x);
-    case OpId::round: return std::nearbyint(x);  // default rounding mode: to nearest, ties to even
-    case OpId::sign: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;  // keeps 0, -0 and nan
-    default: SPORE_FAIL(ErrorCode::internal, "no float form for op {}", static_cast<int>(op));
+    case "neg"_op: return -x;
+    case "abs"_op: return std::fabs(x);
+    case "exp"_op: return std::exp(x);
+    case "log"_op: return std::log(x);
+    case "sqrt"_op: return std::sqrt(x);
+    case "rsqrt"_op: return 1.0 / std::sqrt(x);
+    case "reciprocal"_op: return 1.0 / x;
+    case "tanh"_op: return std::tanh(x);
+    case "sigmoid"_op: return 1.0 / (1.0 + std::exp(-x));
+    case "relu"_op: return x < 0 ? 0.0 : x;  // nan stays nan
+    case "leaky_relu"_op: return x < 0 ? a.f("alpha") * x : x;
+    case "gelu"_op: return gelu(x, a.s("approximate") == "tanh");
+    case "silu"_op: return x / (1.0 + std::exp(-x));
+    case "erf"_op: return std::erf(x);
+    case "sin"_op: return std::sin(x);
+    case "cos"_op: return std::cos(x);
+    case "floor"_op: return std::floor(x);
+    case "ceil"_op: return std::ceil(x);
+    case "round"_op: return std::nearbyint(x);  // default rounding mode: to nearest, ties to even
+    case "sign"_op: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;  // keeps 0, -0 and nan
+    default: SPORE_FAIL(ErrorCode::internal, "no float form for op {}", op_name(op));
   }
 }
 
 int64_t apply_int(OpId op, int64_t x) {
   switch (op) {
-    case OpId::neg: return wrap_neg(x);
-    case OpId::abs: return x < 0 ? wrap_neg(x) : x;
-    case OpId::relu: return x < 0 ? 0 : x;
-    case OpId::sign: return x > 0 ? 1 : x < 0 ? -1 : 0;
-    default: SPORE_FAIL(ErrorCode::internal, "no integer form for op {}", static_cast<int>(op));
+    case "neg"_op: return wrap_neg(x);
+    case "abs"_op: return x < 0 ? wrap_neg(x) : x;
+    case "relu"_op: return x < 0 ? 0 : x;
+    case "sign"_op: return x > 0 ? 1 : x < 0 ? -1 : 0;
+    default: SPORE_FAIL(ErrorCode::internal, "no integer form for op {}", op_name(op));
   }
 }
 
@@ -176,15 +176,15 @@ void scalar_formula_kernel(KernelContext& k) {
 void register_elementwise(KernelRegistry& r) {
   for (const OpDef* def : op_registry().all())
     if (def->scalar != nullptr) r.add(Backend::reference, def->id, def->dtypes, scalar_formula_kernel);
-  for (OpId op : {OpId::exp, OpId::log, OpId::sqrt, OpId::rsqrt, OpId::reciprocal, OpId::tanh, OpId::sigmoid,
-                  OpId::leaky_relu, OpId::gelu, OpId::silu, OpId::erf, OpId::sin, OpId::cos, OpId::floor, OpId::ceil,
-                  OpId::round}) {
+  for (OpId op : {"exp"_op, "log"_op, "sqrt"_op, "rsqrt"_op, "reciprocal"_op, "tanh"_op, "sigmoid"_op,
+                  "leaky_relu"_op, "gelu"_op, "silu"_op, "erf"_op, "sin"_op, "cos"_op, "floor"_op, "ceil"_op,
+                  "round"_op}) {
     r.add(Backend::reference, op, dtypes::floating, unary_kernel);
   }
-  for (OpId op : {OpId::neg, OpId::abs, OpId::relu, OpId::sign}) r.add(Backend::reference, op, dtypes::signed_numeric, unary_kernel);
-  r.add(Backend::reference, OpId::clip, dtypes::numeric, clip_kernel);
-  r.add(Backend::reference, OpId::logical_not, dtypes::boolean, logical_not_kernel);
-  r.add(Backend::reference, OpId::cast, dtypes::all, cast_kernel);
+  for (OpId op : {"neg"_op, "abs"_op, "relu"_op, "sign"_op}) r.add(Backend::reference, op, dtypes::signed_numeric, unary_kernel);
+  r.add(Backend::reference, "clip"_op, dtypes::numeric, clip_kernel);
+  r.add(Backend::reference, "logical_not"_op, dtypes::boolean, logical_not_kernel);
+  r.add(Backend::reference, "cast"_op, dtypes::all, cast_kernel);
 }
 
 }  // namespace spore::reference

@@ -40,8 +40,8 @@ Tensor relayout(const Tensor& x, bool to_blocked) {
 }
 
 void fused_kernel(KernelContext& k) {
-  const bool src_blocked = k.op == OpId::conv2d_fused && k.attrs.s("src_layout") == "nchw8c";
-  const bool dst_blocked = k.op == OpId::conv2d_fused && k.attrs.s("dst_layout") == "nchw8c";
+  const bool src_blocked = k.op == "conv2d_fused"_op && k.attrs.s("src_layout") == "nchw8c";
+  const bool dst_blocked = k.op == "conv2d_fused"_op && k.attrs.s("dst_layout") == "nchw8c";
   if (src_blocked || dst_blocked) {  // the plain-layout kernel between element-by-element relayouts
     std::vector<Tensor> ins(k.inputs.begin(), k.inputs.end());
     const fused::Operands o = fused::operands(k.attrs, k.num_inputs());
@@ -60,13 +60,13 @@ void fused_kernel(KernelContext& k) {
     return;
   }
   const fused::Operands o = fused::operands(k.attrs, k.num_inputs());
-  const bool pool = k.op == OpId::conv2d_fused && k.attrs.s("pool") == "max2x2";
+  const bool pool = k.op == "conv2d_fused"_op && k.attrs.s("pool") == "max2x2";
   const DType t = k.out(0).dtype();
   std::vector<Tensor> ins{k.in(0), k.in(1)};
   if (o.bias >= 0) ins.push_back(k.in(o.bias));
   Tensor y = k.out(0);
   if (pool) {  // the conv output before pooling: conv2d's own shape rule
-    const OpDef& def = op_registry().get(OpId::conv2d);
+    const OpDef& def = op_registry().get("conv2d"_op);
     std::vector<TensorType> types;
     for (const Tensor& in : ins) types.push_back(TensorType::of(in.dtype(), in.shape()));
     const Attrs ca = fused::base_attrs(k.op, k.attrs);
@@ -75,20 +75,20 @@ void fused_kernel(KernelContext& k) {
   run_kernel(*fused::base_op(k.op), t, ins, y, fused::base_attrs(k.op, k.attrs));
   if (o.residual >= 0) {
     const Tensor sum_in[2] = {y, k.in(o.residual)};
-    run_kernel(OpId::add, t, sum_in, y, Attrs{});
+    run_kernel("add"_op, t, sum_in, y, Attrs{});
   }
   if (const auto act = fused::activation_op(k.attrs.s("activation"))) {
     const Tensor act_in[1] = {y};
     run_kernel(*act, t, act_in, y, fused::activation_attrs(k.attrs));
   }
-  if (pool) run_kernel(OpId::max_pool2d, t, std::span<const Tensor>(&y, 1), k.out(0), fused::pool_attrs());
+  if (pool) run_kernel("max_pool2d"_op, t, std::span<const Tensor>(&y, 1), k.out(0), fused::pool_attrs());
 }
 
 }  // namespace
 
 void register_fused(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::conv2d_fused, dtypes::floating, fused_kernel);
-  r.add(Backend::reference, OpId::linear_fused, dtypes::floating, fused_kernel);
+  r.add(Backend::reference, "conv2d_fused"_op, dtypes::floating, fused_kernel);
+  r.add(Backend::reference, "linear_fused"_op, dtypes::floating, fused_kernel);
 }
 
 }  // namespace spore::reference

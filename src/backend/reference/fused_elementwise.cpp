@@ -49,7 +49,7 @@ void fused_kernel(KernelContext& k) {
 }  // namespace
 
 void register_fused_elementwise(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::fused_elementwise, dtypes::floating, fused_kernel);
+  r.add(Backend::reference, "fused_elementwise"_op, dtypes::floating, fused_kernel);
 }
 
 }  // namespace spore::reference

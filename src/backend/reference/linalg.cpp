@@ -63,8 +63,8 @@ void linear_kernel(KernelContext& k) {
 }  // namespace
 
 void register_linalg(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::matmul, dtypes::floating, matmul_kernel);
-  r.add(Backend::reference, OpId::linear, dtypes::floating, linear_kernel);
+  r.add(Backend::reference, "matmul"_op, dtypes::floating, matmul_kernel);
+  r.add(Backend::reference, "linear"_op, dtypes::floating, linear_kernel);
 }
 
 }  // namespace spore::reference

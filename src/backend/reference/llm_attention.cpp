@@ -138,8 +138,8 @@ void attention_kv_kernel(KernelContext& k) {
 }  // namespace
 
 void register_llm_attention(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::rope, DTypeSet{DType::f32}, rope_kernel);
-  r.add(Backend::reference, OpId::attention_kv, DTypeSet{DType::f32}, attention_kv_kernel);
+  r.add(Backend::reference, "rope"_op, DTypeSet{DType::f32}, rope_kernel);
+  r.add(Backend::reference, "attention_kv"_op, DTypeSet{DType::f32}, attention_kv_kernel);
 }
 
 }  // namespace spore::reference

@@ -116,11 +116,11 @@ void dropout_kernel(KernelContext& k) {
 }  // namespace
 
 void register_norm(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::batch_norm, dtypes::floating, batch_norm_kernel);
-  r.add(Backend::reference, OpId::layer_norm, dtypes::floating, layer_norm_kernel);
-  r.add(Backend::reference, OpId::rms_norm, dtypes::floating, rms_norm_kernel);
-  r.add(Backend::reference, OpId::group_norm, dtypes::floating, group_norm_kernel);
-  r.add(Backend::reference, OpId::dropout, dtypes::floating, dropout_kernel);
+  r.add(Backend::reference, "batch_norm"_op, dtypes::floating, batch_norm_kernel);
+  r.add(Backend::reference, "layer_norm"_op, dtypes::floating, layer_norm_kernel);
+  r.add(Backend::reference, "rms_norm"_op, dtypes::floating, rms_norm_kernel);
+  r.add(Backend::reference, "group_norm"_op, dtypes::floating, group_norm_kernel);
+  r.add(Backend::reference, "dropout"_op, dtypes::floating, dropout_kernel);
 }
 
 }  // namespace spore::reference

@@ -123,10 +123,10 @@ void qlinear_kernel(KernelContext& k) {
 }  // namespace
 
 void register_quant(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::quantize_linear, {DType::f32}, quantize_kernel);
-  r.add(Backend::reference, OpId::dequantize_linear, {DType::i8, DType::u8, DType::i32}, dequantize_kernel);
-  r.add(Backend::reference, OpId::qconv2d, {DType::i8, DType::u8}, qconv2d_kernel);
-  r.add(Backend::reference, OpId::qlinear, {DType::i8, DType::u8}, qlinear_kernel);
+  r.add(Backend::reference, "quantize_linear"_op, {DType::f32}, quantize_kernel);
+  r.add(Backend::reference, "dequantize_linear"_op, {DType::i8, DType::u8, DType::i32}, dequantize_kernel);
+  r.add(Backend::reference, "qconv2d"_op, {DType::i8, DType::u8}, qconv2d_kernel);
+  r.add(Backend::reference, "qlinear"_op, {DType::i8, DType::u8}, qlinear_kernel);
 }
 
 }  // namespace spore::reference

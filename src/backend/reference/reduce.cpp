@@ -83,28 +83,28 @@ void reduce_kernel(KernelContext& k) {
     dst[i] = ravel(idx, keep);
   }
   if (is_floating(x.dtype())) {
-    const double init = op == OpId::reduce_prod ? 1.0 : 0.0;
+    const double init = op == "reduce_prod"_op ? 1.0 : 0.0;
     std::vector<double> acc(n_out, init);
     std::vector<bool> seen(n_out, false);
     for (int64_t i = 0; i < x.numel(); ++i) {
       const double v = ld(x, i);
       double& a = acc[dst[i]];
-      if (op == OpId::reduce_sum || op == OpId::reduce_mean) a += v;
-      else if (op == OpId::reduce_prod) a *= v;
+      if (op == "reduce_sum"_op || op == "reduce_mean"_op) a += v;
+      else if (op == "reduce_prod"_op) a *= v;
       else if (!seen[dst[i]] || std::isnan(v)) a = v;
-      else if (!std::isnan(a) && (op == OpId::reduce_max ? v > a : v < a)) a = v;
+      else if (!std::isnan(a) && (op == "reduce_max"_op ? v > a : v < a)) a = v;
       seen[dst[i]] = true;
     }
-    for (int64_t o = 0; o < n_out; ++o) put(y, o, op == OpId::reduce_mean ? acc[o] / static_cast<double>(count) : acc[o]);
+    for (int64_t o = 0; o < n_out; ++o) put(y, o, op == "reduce_mean"_op ? acc[o] / static_cast<double>(count) : acc[o]);
   } else {
-    std::vector<uint64_t> acc(n_out, op == OpId::reduce_prod ? 1 : 0);
+    std::vector<uint64_t> acc(n_out, op == "reduce_prod"_op ? 1 : 0);
     std::vector<bool> seen(n_out, false);
     for (int64_t i = 0; i < x.numel(); ++i) {
       const int64_t v = ldi(x, i);
       uint64_t& a = acc[dst[i]];
-      if (op == OpId::reduce_sum) a += static_cast<uint64_t>(v);
-      else if (op == OpId::reduce_prod) a *= static_cast<uint64_t>(v);
-      else if (!seen[dst[i]] || (op == OpId::reduce_max ? v > static_cast<int64_t>(a) : v < static_cast<int64_t>(a)))
+      if (op == "reduce_sum"_op) a += static_cast<uint64_t>(v);
+      else if (op == "reduce_prod"_op) a *= static_cast<uint64_t>(v);
+      else if (!seen[dst[i]] || (op == "reduce_max"_op ? v > static_cast<int64_t>(a) : v < static_cast<int64_t>(a)))
         a = static_cast<uint64_t>(v);
       seen[dst[i]] = true;
     }
@@ -126,7 +126,7 @@ template <typename K, typename Load>
 void arg_rows(KernelContext& k, Load load) {
   const Tensor& x = k.in(0);
   const Split3 p = split_at(x.shape(), x.rank() ? k.attrs.i("axis") : 0);
-  const bool max = k.op == OpId::argmax;
+  const bool max = k.op == "argmax"_op;
   int64_t* out = k.out(0).data<int64_t>();
   for (int64_t o = 0; o < p.outer; ++o)
     for (int64_t i = 0; i < p.inner; ++i) {
@@ -148,7 +148,7 @@ void arg_kernel(KernelContext& k) {
 void softmax_kernel(KernelContext& k) {
   const Tensor& x = k.in(0);
   const Split3 p = split_at(x.shape(), k.attrs.i("axis"));
-  const bool log = k.op == OpId::log_softmax;
+  const bool log = k.op == "log_softmax"_op;
   for (int64_t o = 0; o < p.outer; ++o)
     for (int64_t i = 0; i < p.inner; ++i) {
       auto at = [&](int64_t j) { return (o * p.n + j) * p.inner + i; };
@@ -236,15 +236,15 @@ void topk_kernel(KernelContext& k) {
 }  // namespace
 
 void register_reduce(KernelRegistry& r) {
-  for (OpId op : {OpId::reduce_sum, OpId::reduce_max, OpId::reduce_min, OpId::reduce_prod})
+  for (OpId op : {"reduce_sum"_op, "reduce_max"_op, "reduce_min"_op, "reduce_prod"_op})
     r.add(Backend::reference, op, dtypes::numeric, reduce_kernel);
-  r.add(Backend::reference, OpId::reduce_mean, dtypes::floating, reduce_kernel);
-  r.add(Backend::reference, OpId::argmax, dtypes::numeric, arg_kernel);
-  r.add(Backend::reference, OpId::argmin, dtypes::numeric, arg_kernel);
-  r.add(Backend::reference, OpId::softmax, dtypes::floating, softmax_kernel);
-  r.add(Backend::reference, OpId::log_softmax, dtypes::floating, softmax_kernel);
-  r.add(Backend::reference, OpId::cumsum, dtypes::numeric, cumsum_kernel);
-  r.add(Backend::reference, OpId::topk, dtypes::numeric, topk_kernel);
+  r.add(Backend::reference, "reduce_mean"_op, dtypes::floating, reduce_kernel);
+  r.add(Backend::reference, "argmax"_op, dtypes::numeric, arg_kernel);
+  r.add(Backend::reference, "argmin"_op, dtypes::numeric, arg_kernel);
+  r.add(Backend::reference, "softmax"_op, dtypes::floating, softmax_kernel);
+  r.add(Backend::reference, "log_softmax"_op, dtypes::floating, softmax_kernel);
+  r.add(Backend::reference, "cumsum"_op, dtypes::numeric, cumsum_kernel);
+  r.add(Backend::reference, "topk"_op, dtypes::numeric, topk_kernel);
 }
 
 }  // namespace spore::reference

@@ -9,7 +9,7 @@ void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
 }  // namespace
 
 void register_reference_kernels(KernelRegistry& r) {
-  r.add(Backend::reference, OpId::identity, dtypes::all, identity_kernel, "copy");
+  r.add(Backend::reference, "identity"_op, dtypes::all, identity_kernel, "copy");
   reference::register_elementwise(r);
   reference::register_binary(r);
   reference::register_reduce(r);
@@ -25,13 +25,7 @@ void register_reference_kernels(KernelRegistry& r) {
   reference::register_llm_attention(r);
 }
 
-namespace {
-class ReferenceBackend final : public BackendImpl {
- public:
-  Backend id() const override { return Backend::reference; }
-  void register_kernels(KernelRegistry& r) override { register_reference_kernels(r); }
-};
-}  // namespace
-
-void register_reference_backend() { register_backend(std::make_unique<ReferenceBackend>()); }
+void register_reference_backend() {
+  register_backend(make_kernel_table_backend(Backend::reference, register_reference_kernels));
+}
 }  // namespace spore

@@ -206,22 +206,22 @@ void full(KernelContext& k) {
 
 void register_shape(KernelRegistry& r) {
   const auto add = [&](OpId op, DTypeSet s, KernelFn fn) { r.add(Backend::reference, op, s, fn, "scalar"); };
-  for (OpId op : {OpId::reshape, OpId::squeeze, OpId::unsqueeze, OpId::flatten}) add(op, dtypes::all, same_order);
-  add(OpId::transpose, dtypes::all, transpose);
-  add(OpId::concat, dtypes::all, concat);
-  add(OpId::split, dtypes::all, split);
-  add(OpId::slice, dtypes::all, slice);
-  add(OpId::gather, dtypes::all, gather);
-  add(OpId::index_select, dtypes::all, gather);
-  add(OpId::embedding, dtypes::all, embedding);
-  add(OpId::gather_elements, dtypes::all, gather_elements);
-  add(OpId::scatter, dtypes::all, scatter);
-  add(OpId::pad, dtypes::all, pad);
-  add(OpId::expand, dtypes::all, expand);
-  add(OpId::tile, dtypes::all, tile);
-  add(OpId::one_hot, dtypes::index, one_hot);
-  add(OpId::arange, dtypes::numeric, arange);
-  add(OpId::full, dtypes::numeric, full);
+  for (OpId op : {"reshape"_op, "squeeze"_op, "unsqueeze"_op, "flatten"_op}) add(op, dtypes::all, same_order);
+  add("transpose"_op, dtypes::all, transpose);
+  add("concat"_op, dtypes::all, concat);
+  add("split"_op, dtypes::all, split);
+  add("slice"_op, dtypes::all, slice);
+  add("gather"_op, dtypes::all, gather);
+  add("index_select"_op, dtypes::all, gather);
+  add("embedding"_op, dtypes::all, embedding);
+  add("gather_elements"_op, dtypes::all, gather_elements);
+  add("scatter"_op, dtypes::all, scatter);
+  add("pad"_op, dtypes::all, pad);
+  add("expand"_op, dtypes::all, expand);
+  add("tile"_op, dtypes::all, tile);
+  add("one_hot"_op, dtypes::index, one_hot);
+  add("arange"_op, dtypes::numeric, arange);
+  add("full"_op, dtypes::numeric, full);
 }
 
 }  // namespace spore::reference

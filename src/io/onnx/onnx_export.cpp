@@ -86,7 +86,7 @@ class Exporter {
       set_type(vi, v->type);
     }
     for (const Node* n : g_.nodes()) {
-      if (n->op == OpId::input) continue;
+      if (n->op == "input"_op) continue;
       export_node(*n);
     }
     export_outputs();
@@ -187,9 +187,9 @@ class Exporter {
   }
 
   void export_node(const Node& n) {
-    if (n.op == OpId::constant) return export_constant(n);
+    if (n.op == "constant"_op) return export_constant(n);
     const OpDef* def = op_registry().find(n.op);
-    if (!def || static_cast<int>(n.op) >= num_builtin_ops) unsupported(n, "a custom op");
+    if (!def || !is_builtin_op(n.op)) unsupported(n, "a custom op");
     const Attrs a = def->normalize(n.attrs, n.label());
     std::vector<std::string> in;
     for (const Value* v : n.inputs) in.push_back(name_of(v));
@@ -203,106 +203,106 @@ class Exporter {
     auto simple = [&](const char* op_type) { return emit(op_type, in, out, nm); };
 
     switch (n.op) {
-      case OpId::identity: simple("Identity"); return;
-      case OpId::neg: simple("Neg"); return;
-      case OpId::abs: simple("Abs"); return;
-      case OpId::exp: simple("Exp"); return;
-      case OpId::log: simple("Log"); return;
-      case OpId::sqrt: simple("Sqrt"); return;
-      case OpId::rsqrt: {
+      case "identity"_op: simple("Identity"); return;
+      case "neg"_op: simple("Neg"); return;
+      case "abs"_op: simple("Abs"); return;
+      case "exp"_op: simple("Exp"); return;
+      case "log"_op: simple("Log"); return;
+      case "sqrt"_op: simple("Sqrt"); return;
+      case "rsqrt"_op: {
         const std::string s = tmp(y, "sqrt");
         emit("Sqrt", in, {s}, sub("sqrt"));
         emit("Reciprocal", {s}, out, nm);
         return;
       }
-      case OpId::reciprocal: simple("Reciprocal"); return;
-      case OpId::tanh: simple("Tanh"); return;
-      case OpId::sigmoid: simple("Sigmoid"); return;
-      case OpId::relu: simple("Relu"); return;
-      case OpId::leaky_relu: attr_f(simple("LeakyRelu"), "alpha", a.f("alpha")); return;
-      case OpId::gelu: return export_gelu(n, a, in[0], y);
-      case OpId::silu: {
+      case "reciprocal"_op: simple("Reciprocal"); return;
+      case "tanh"_op: simple("Tanh"); return;
+      case "sigmoid"_op: simple("Sigmoid"); return;
+      case "relu"_op: simple("Relu"); return;
+      case "leaky_relu"_op: attr_f(simple("LeakyRelu"), "alpha", a.f("alpha")); return;
+      case "gelu"_op: return export_gelu(n, a, in[0], y);
+      case "silu"_op: {
         const std::string s = tmp(y, "sigmoid");
         emit("Sigmoid", in, {s}, sub("sigmoid"));
         emit("Mul", {in[0], s}, out, nm);
         return;
       }
-      case OpId::hardsigmoid: {
+      case "hardsigmoid"_op: {
         onnx::NodeProto* node = simple("HardSigmoid");
         attr_f(node, "alpha", a.f("alpha"));
         attr_f(node, "beta", a.f("beta"));
         return;
       }
-      case OpId::hardswish: simple("HardSwish"); return;
-      case OpId::softplus: simple("Softplus"); return;
-      case OpId::mish: {  // ONNX Mish is opset 18; the export is opset 17
+      case "hardswish"_op: simple("HardSwish"); return;
+      case "softplus"_op: simple("Softplus"); return;
+      case "mish"_op: {  // ONNX Mish is opset 18; the export is opset 17
         const std::string sp = tmp(y, "softplus"), t = tmp(y, "tanh");
         emit("Softplus", in, {sp}, sub("softplus"));
         emit("Tanh", {sp}, {t}, sub("tanh"));
         emit("Mul", {in[0], t}, out, nm);
         return;
       }
-      case OpId::erf: simple("Erf"); return;
-      case OpId::sin: simple("Sin"); return;
-      case OpId::cos: simple("Cos"); return;
-      case OpId::floor: simple("Floor"); return;
-      case OpId::ceil: simple("Ceil"); return;
-      case OpId::round: simple("Round"); return;  // both round half to even
-      case OpId::sign: simple("Sign"); return;
-      case OpId::clip: {
+      case "erf"_op: simple("Erf"); return;
+      case "sin"_op: simple("Sin"); return;
+      case "cos"_op: simple("Cos"); return;
+      case "floor"_op: simple("Floor"); return;
+      case "ceil"_op: simple("Ceil"); return;
+      case "round"_op: simple("Round"); return;  // both round half to even
+      case "sign"_op: simple("Sign"); return;
+      case "clip"_op: {
         const std::string lo = scalar_init(a.f("min"), xt, y, "min"), hi = scalar_init(a.f("max"), xt, y, "max");
         emit("Clip", {in[0], lo, hi}, out, nm);
         return;
       }
-      case OpId::logical_not: simple("Not"); return;
-      case OpId::cast: attr_i(simple("Cast"), "to", onnx_dtype(a.dtype("dtype"))); return;
+      case "logical_not"_op: simple("Not"); return;
+      case "cast"_op: attr_i(simple("Cast"), "to", onnx_dtype(a.dtype("dtype"))); return;
 
-      case OpId::add: simple("Add"); return;
-      case OpId::sub: simple("Sub"); return;
-      case OpId::mul: simple("Mul"); return;
-      case OpId::div: simple("Div"); return;
-      case OpId::pow: simple("Pow"); return;
-      case OpId::maximum: simple("Max"); return;
-      case OpId::minimum: simple("Min"); return;
-      case OpId::mod: return export_mod(n, a, in, y);
-      case OpId::eq: simple("Equal"); return;
-      case OpId::ne: {
+      case "add"_op: simple("Add"); return;
+      case "sub"_op: simple("Sub"); return;
+      case "mul"_op: simple("Mul"); return;
+      case "div"_op: simple("Div"); return;
+      case "pow"_op: simple("Pow"); return;
+      case "maximum"_op: simple("Max"); return;
+      case "minimum"_op: simple("Min"); return;
+      case "mod"_op: return export_mod(n, a, in, y);
+      case "eq"_op: simple("Equal"); return;
+      case "ne"_op: {
         const std::string e = tmp(y, "eq");
         emit("Equal", in, {e}, sub("eq"));
         emit("Not", {e}, out, nm);
         return;
       }
-      case OpId::lt: simple("Less"); return;
-      case OpId::le: simple("LessOrEqual"); return;
-      case OpId::gt: simple("Greater"); return;
-      case OpId::ge: simple("GreaterOrEqual"); return;
-      case OpId::logical_and: simple("And"); return;
-      case OpId::logical_or: simple("Or"); return;
-      case OpId::where: simple("Where"); return;
+      case "lt"_op: simple("Less"); return;
+      case "le"_op: simple("LessOrEqual"); return;
+      case "gt"_op: simple("Greater"); return;
+      case "ge"_op: simple("GreaterOrEqual"); return;
+      case "logical_and"_op: simple("And"); return;
+      case "logical_or"_op: simple("Or"); return;
+      case "where"_op: simple("Where"); return;
 
-      case OpId::reduce_sum:
-      case OpId::reduce_mean:
-      case OpId::reduce_max:
-      case OpId::reduce_min:
-      case OpId::reduce_prod: {
-        static const std::unordered_map<OpId, const char*> types{{OpId::reduce_sum, "ReduceSum"},
-                                                                 {OpId::reduce_mean, "ReduceMean"},
-                                                                 {OpId::reduce_max, "ReduceMax"},
-                                                                 {OpId::reduce_min, "ReduceMin"},
-                                                                 {OpId::reduce_prod, "ReduceProd"}};
+      case "reduce_sum"_op:
+      case "reduce_mean"_op:
+      case "reduce_max"_op:
+      case "reduce_min"_op:
+      case "reduce_prod"_op: {
+        static const std::unordered_map<OpId, const char*> types{{"reduce_sum"_op, "ReduceSum"},
+                                                                 {"reduce_mean"_op, "ReduceMean"},
+                                                                 {"reduce_max"_op, "ReduceMax"},
+                                                                 {"reduce_min"_op, "ReduceMin"},
+                                                                 {"reduce_prod"_op, "ReduceProd"}};
         reduce(types.at(n.op), in[0], a.ints("axes"), a.b("keepdims"), y, nm);
         return;
       }
-      case OpId::argmax:
-      case OpId::argmin: {
-        onnx::NodeProto* p = simple(n.op == OpId::argmax ? "ArgMax" : "ArgMin");
+      case "argmax"_op:
+      case "argmin"_op: {
+        onnx::NodeProto* p = simple(n.op == "argmax"_op ? "ArgMax" : "ArgMin");
         attr_i(p, "axis", a.i("axis"));
         attr_i(p, "keepdims", a.b("keepdims"));
         return;  // select_last_index=0: the first index on ties, like spore
       }
-      case OpId::softmax: attr_i(simple("Softmax"), "axis", a.i("axis")); return;
-      case OpId::log_softmax: attr_i(simple("LogSoftmax"), "axis", a.i("axis")); return;
-      case OpId::cumsum: {
+      case "softmax"_op: attr_i(simple("Softmax"), "axis", a.i("axis")); return;
+      case "log_softmax"_op: attr_i(simple("LogSoftmax"), "axis", a.i("axis")); return;
+      case "cumsum"_op: {
         Tensor ax = Tensor::empty({}, DType::i64);
         *ax.data<int64_t>() = a.i("axis");
         const std::string axis = add_initializer(ax, fresh(y + "/axis"));
@@ -311,7 +311,7 @@ class Exporter {
         attr_i(p, "reverse", a.b("reverse"));
         return;
       }
-      case OpId::topk: {
+      case "topk"_op: {
         const std::string k = ints_init({a.i("k")}, y, "k");
         onnx::NodeProto* p = emit("TopK", {in[0], k}, out, nm);
         attr_i(p, "axis", a.i("axis"));
@@ -321,15 +321,15 @@ class Exporter {
         return;
       }
 
-      case OpId::matmul: {
+      case "matmul"_op: {
         std::string lhs = in[0], rhs = in[1];
         if (a.b("transpose_a") && n.input(0)->type.rank() >= 2) lhs = transpose_last2(lhs, n.input(0)->type.rank(), y, "a_t", sub("a_t"));
         if (a.b("transpose_b") && n.input(1)->type.rank() >= 2) rhs = transpose_last2(rhs, n.input(1)->type.rank(), y, "b_t", sub("b_t"));
         emit("MatMul", {lhs, rhs}, out, nm);
         return;
       }
-      case OpId::linear: return emit_linear(in, rank, y, nm);
-      case OpId::conv2d: {
+      case "linear"_op: return emit_linear(in, rank, y, nm);
+      case "conv2d"_op: {
         onnx::NodeProto* p = simple("Conv");
         const auto& wd = n.input(1)->type.dims;
         attr_ints(p, "kernel_shape", {wd[2].size, wd[3].size});
@@ -339,7 +339,7 @@ class Exporter {
         pad_attrs(p, a);
         return;
       }
-      case OpId::conv_transpose2d: {
+      case "conv_transpose2d"_op: {
         onnx::NodeProto* p = simple("ConvTranspose");
         const auto& wd = n.input(1)->type.dims;
         attr_ints(p, "kernel_shape", {wd[2].size, wd[3].size});
@@ -350,9 +350,9 @@ class Exporter {
         attr_ints(p, "output_padding", a.ints("output_padding"));
         return;
       }
-      case OpId::max_pool2d:
-      case OpId::avg_pool2d: {
-        const bool is_max = n.op == OpId::max_pool2d;
+      case "max_pool2d"_op:
+      case "avg_pool2d"_op: {
+        const bool is_max = n.op == "max_pool2d"_op;
         onnx::NodeProto* p = simple(is_max ? "MaxPool" : "AveragePool");
         const Ints& kernel = a.ints("kernel");
         attr_ints(p, "kernel_shape", kernel);
@@ -363,25 +363,25 @@ class Exporter {
         pad_attrs(p, a);
         return;
       }
-      case OpId::global_avg_pool: simple("GlobalAveragePool"); return;
-      case OpId::batch_norm: attr_f(simple("BatchNormalization"), "epsilon", a.f("epsilon")); return;
-      case OpId::layer_norm: return export_layer_norm(n, a, in, y);
-      case OpId::rms_norm: return export_rms_norm(n, a, in, y);
-      case OpId::group_norm: return export_group_norm(n, a, in, y);
-      case OpId::dropout:
+      case "global_avg_pool"_op: simple("GlobalAveragePool"); return;
+      case "batch_norm"_op: attr_f(simple("BatchNormalization"), "epsilon", a.f("epsilon")); return;
+      case "layer_norm"_op: return export_layer_norm(n, a, in, y);
+      case "rms_norm"_op: return export_rms_norm(n, a, in, y);
+      case "group_norm"_op: return export_group_norm(n, a, in, y);
+      case "dropout"_op:
         if (a.b("training") && a.f("p") > 0)
           unsupported(n, "dropout in training mode; export the model in eval mode (set_train(false))");
         emit("Identity", {in[0]}, out, nm);  // the offset input only keys the mask
         return;
 
-      case OpId::reshape: {
+      case "reshape"_op: {
         const Ints& shape = a.ints("shape");
         onnx::NodeProto* p = emit("Reshape", {in[0], ints_init(shape, y, "shape")}, out, nm);
         // spore's 0 is a literal size 0; ONNX's default reads 0 as "copy the input dim".
         if (std::find(shape.begin(), shape.end(), 0) != shape.end()) attr_i(p, "allowzero", 1);
         return;
       }
-      case OpId::transpose: {
+      case "transpose"_op: {
         Ints perm = a.ints("perm");
         if (perm.empty())
           for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
@@ -390,13 +390,13 @@ class Exporter {
         attr_ints(simple("Transpose"), "perm", perm);
         return;
       }
-      case OpId::concat: attr_i(simple("Concat"), "axis", a.i("axis")); return;
-      case OpId::split: {
+      case "concat"_op: attr_i(simple("Concat"), "axis", a.i("axis")); return;
+      case "split"_op: {
         const std::string sizes = ints_init(a.ints("sizes"), y, "split");
         attr_i(emit("Split", {in[0], sizes}, out, nm), "axis", a.i("axis"));
         return;
       }
-      case OpId::slice: {
+      case "slice"_op: {
         const Ints& starts = a.ints("starts");
         std::vector<std::string> si = {in[0], ints_init(starts, y, "starts"), ints_init(a.ints("ends"), y, "ends")};
         Ints axes = a.ints("axes");
@@ -408,25 +408,25 @@ class Exporter {
         emit("Slice", si, out, nm);
         return;
       }
-      case OpId::gather: attr_i(simple("Gather"), "axis", a.i("axis")); return;
-      case OpId::gather_elements: attr_i(simple("GatherElements"), "axis", a.i("axis")); return;
-      case OpId::scatter: {
+      case "gather"_op: attr_i(simple("Gather"), "axis", a.i("axis")); return;
+      case "gather_elements"_op: attr_i(simple("GatherElements"), "axis", a.i("axis")); return;
+      case "scatter"_op: {
         onnx::NodeProto* p = simple("ScatterElements");
         attr_i(p, "axis", a.i("axis"));
         if (a.s("reduction") != "none") attr_s(p, "reduction", a.s("reduction"));
         return;
       }
-      case OpId::index_select: attr_i(simple("Gather"), "axis", a.i("axis")); return;  // 1-D indices
-      case OpId::embedding: attr_i(simple("Gather"), "axis", 0); return;
-      case OpId::pad: {
+      case "index_select"_op: attr_i(simple("Gather"), "axis", a.i("axis")); return;  // 1-D indices
+      case "embedding"_op: attr_i(simple("Gather"), "axis", 0); return;
+      case "pad"_op: {
         std::vector<std::string> pi = {in[0], ints_init(a.ints("pads"), y, "pads")};
         const std::string& mode = a.s("mode");
         if (mode == "constant") pi.push_back(scalar_init(a.f("value"), xt, y, "value"));
         attr_s(emit("Pad", pi, out, nm), "mode", mode);
         return;
       }
-      case OpId::expand: emit("Expand", {in[0], ints_init(a.ints("shape"), y, "shape")}, out, nm); return;
-      case OpId::squeeze: {
+      case "expand"_op: emit("Expand", {in[0], ints_init(a.ints("shape"), y, "shape")}, out, nm); return;
+      case "squeeze"_op: {
         // spore's empty axes squeeze the static size-1 dims only; ONNX's would also drop run-time ones.
         Ints axes = a.ints("axes");
         if (axes.empty()) {
@@ -437,10 +437,10 @@ class Exporter {
         emit("Squeeze", {in[0], ints_init(axes, y, "axes")}, out, nm);
         return;
       }
-      case OpId::unsqueeze: emit("Unsqueeze", {in[0], ints_init(a.ints("axes"), y, "axes")}, out, nm); return;
-      case OpId::flatten: attr_i(simple("Flatten"), "axis", a.i("axis")); return;
-      case OpId::tile: emit("Tile", {in[0], ints_init(a.ints("repeats"), y, "repeats")}, out, nm); return;
-      case OpId::one_hot: {
+      case "unsqueeze"_op: emit("Unsqueeze", {in[0], ints_init(a.ints("axes"), y, "axes")}, out, nm); return;
+      case "flatten"_op: attr_i(simple("Flatten"), "axis", a.i("axis")); return;
+      case "tile"_op: emit("Tile", {in[0], ints_init(a.ints("repeats"), y, "repeats")}, out, nm); return;
+      case "one_hot"_op: {
         const DType vt = a.dtype("dtype");
         const std::string depth = ints_init({a.i("depth")}, y, "depth");
         const std::string values = add_initializer(
@@ -448,8 +448,8 @@ class Exporter {
         attr_i(emit("OneHot", {in[0], depth, values}, out, nm), "axis", a.i("axis"));
         return;
       }
-      case OpId::arange: return export_arange(n, a, y);
-      case OpId::full: {
+      case "arange"_op: return export_arange(n, a, y);
+      case "full"_op: {
         onnx::NodeProto* p = emit("ConstantOfShape", {ints_init(a.ints("shape"), y, "shape")}, out, nm);
         onnx::AttributeProto* at = p->add_attribute();
         at->set_name("value");
@@ -457,17 +457,17 @@ class Exporter {
         fill_tensor(at->mutable_t(), Tensor::from_doubles({a.f("value")}, {1}, a.dtype("dtype")), "value");
         return;
       }
-      case OpId::quantize_linear: attr_i(simple("QuantizeLinear"), "axis", a.i("axis")); return;
-      case OpId::dequantize_linear: attr_i(simple("DequantizeLinear"), "axis", a.i("axis")); return;
-      case OpId::qconv2d:
-      case OpId::qlinear: {
+      case "quantize_linear"_op: attr_i(simple("QuantizeLinear"), "axis", a.i("axis")); return;
+      case "dequantize_linear"_op: attr_i(simple("DequantizeLinear"), "axis", a.i("axis")); return;
+      case "qconv2d"_op:
+      case "qlinear"_op: {
         // ONNX's QLinear* ops requantize their output; spore's give f32, which is dequantize + the float op.
         const std::string xf = tmp(y, "x_f32"), wf = tmp(y, "w_f32");
         emit("DequantizeLinear", {in[0], in[1], in[2]}, {xf}, sub("x_f32"));
         attr_i(emit("DequantizeLinear", {in[3], in[4]}, {wf}, sub("w_f32")), "axis", 0);
         std::vector<std::string> fi = {xf, wf};
         if (in.size() > 5) fi.push_back(in[5]);
-        if (n.op == OpId::qlinear) return emit_linear(fi, rank, y, nm);
+        if (n.op == "qlinear"_op) return emit_linear(fi, rank, y, nm);
         onnx::NodeProto* p = emit("Conv", fi, out, nm);
         const auto& wd = n.input(3)->type.dims;
         attr_ints(p, "kernel_shape", {wd[2].size, wd[3].size});
@@ -477,10 +477,10 @@ class Exporter {
         pad_attrs(p, a);
         return;
       }
-      case OpId::conv2d_weight_grad:
-      case OpId::max_pool2d_grad: unsupported(n, "a training-only backward op");
-      case OpId::input:
-      case OpId::constant: return;
+      case "conv2d_weight_grad"_op:
+      case "max_pool2d_grad"_op: unsupported(n, "a training-only backward op");
+      case "input"_op:
+      case "constant"_op: return;
       default: break;
     }
     unsupported(n, "no mapping for this op");
@@ -712,7 +712,7 @@ class Exporter {
   void export_outputs() {
     std::unordered_set<const Value*> seen;
     for (const Value* v : g_.outputs()) {
-      const bool by_node = v->producer && v->producer->op != OpId::input && v->producer->op != OpId::constant;
+      const bool by_node = v->producer && v->producer->op != "input"_op && v->producer->op != "constant"_op;
       std::string name = name_of(v);
       if (!by_node || seen.count(v)) {
         const std::string out = fresh(name + "_out");
@@ -726,7 +726,7 @@ class Exporter {
     }
     // Types of the intermediate spore values help readers (Netron) and let ONNX shape inference check them.
     for (const Node* n : g_.nodes()) {
-      if (n->op == OpId::input || n->op == OpId::constant) continue;
+      if (n->op == "input"_op || n->op == "constant"_op) continue;
       for (const Value* v : n->outputs) {
         if (g_.is_output(v)) continue;
         onnx::ValueInfoProto* vi = gp_->add_value_info();

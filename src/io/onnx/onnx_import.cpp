@@ -260,7 +260,7 @@ const onnx::OpSchema* schema_for(const onnx::NodeProto& n, const OpsetMap& opset
 // domain or "spore.custom" (ops defined in process, without a domain, accept any).
 const OpDef* custom_op_for(const onnx::NodeProto& n, const std::string& dom) {
   const OpDef* d = op_registry().find(n.op_type());
-  if (d == nullptr || static_cast<int>(d->id) < num_builtin_ops) return nullptr;
+  if (d == nullptr || is_builtin_op(d->id)) return nullptr;
   return d->onnx_domain.empty() || dom == d->onnx_domain || dom == "spore.custom" ? d : nullptr;
 }
 
@@ -568,7 +568,7 @@ int NodeCtx::num_outputs() const {
 }
 bool NodeCtx::wants_output(int i) const { return i < node.output_size() && !node.output(i).empty(); }
 
-bool NodeCtx::is_const(Value* v) const { return v && v->producer && v->producer->op == OpId::constant; }
+bool NodeCtx::is_const(Value* v) const { return v && v->producer && v->producer->op == "constant"_op; }
 
 const Tensor& NodeCtx::const_in(int i) const {
   Value* v = in(i);
@@ -612,7 +612,7 @@ std::vector<Value*> NodeCtx::op_n(OpId id, std::vector<Value*> ins, const Attrs&
   for (Value* v : ins)
     SPORE_ASSERT(v != nullptr, "null input to {} in {}", op_name(id), label_);
   const OpDef& def = op_registry().get(id);
-  bool fold = current_dispatcher() != nullptr && !def.traits.has(Trait::random) && id != OpId::constant;
+  bool fold = current_dispatcher() != nullptr && !def.traits.has(Trait::random) && id != "constant"_op;
   for (Value* v : ins) fold = fold && is_const(v);
   if (fold) {
     std::vector<Tensor> ts;
@@ -633,9 +633,9 @@ Value* NodeCtx::konst(const Tensor& t) { return im_.track(im_.graph->add_constan
 
 Value* NodeCtx::scalar(double v, DType dt) { return konst(Tensor::scalar(v, dt)); }
 
-Value* NodeCtx::cast(Value* v, DType dt) { return v->type.dtype == dt ? v : op(OpId::cast, {v}, {{"dtype", dt}}); }
+Value* NodeCtx::cast(Value* v, DType dt) { return v->type.dtype == dt ? v : op("cast"_op, {v}, {{"dtype", dt}}); }
 
-Value* NodeCtx::reshape(Value* v, const std::vector<int64_t>& shape) { return op(OpId::reshape, {v}, {{"shape", shape}}); }
+Value* NodeCtx::reshape(Value* v, const std::vector<int64_t>& shape) { return op("reshape"_op, {v}, {{"shape", shape}}); }
 
 }  // namespace onnx_import
 
@@ -810,7 +810,7 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string
     // An output that is a graph input, an earlier-named value or a repeated output gets its own identity node
     // so that it carries the ONNX output name.
     if (v->name != o.name()) {
-      Node* idn = build_node(g, OpId::identity, {v}, {}, o.name());
+      Node* idn = build_node(g, "identity"_op, {v}, {}, o.name());
       im.name_value(idn->output(0), o.name());
       v = idn->output(0);
     }
@@ -824,7 +824,7 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string
     std::vector<Node*> nodes = g.nodes();
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
       Node* n = *it;
-      if (n->op == OpId::input) continue;
+      if (n->op == "input"_op) continue;
       bool used = false;
       for (Value* v : n->outputs) used = used || !v->uses.empty() || g.is_output(v);
       if (!used) {

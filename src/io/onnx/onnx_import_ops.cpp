@@ -60,8 +60,8 @@ EmitFn variadic(OpId id, bool mean) {
       ++n;
     }
     if (!acc) c.fail(ErrorCode::invalid_argument, "needs at least one input");
-    if (mean && n > 1) acc = c.op(OpId::div, {acc, c.scalar(n, c.dtype(acc))});
-    if (n == 1) acc = c.op(OpId::identity, {acc});
+    if (mean && n > 1) acc = c.op("div"_op, {acc, c.scalar(n, c.dtype(acc))});
+    if (n == 1) acc = c.op("identity"_op, {acc});
     return {acc};
   };
 }
@@ -76,10 +76,10 @@ V emit_pow(NodeCtx& c) {
   // where powf may be off by an ulp) and ~20x cheaper; it was a quarter of a transformer encoder's run time.
   if (is_floating(dt) && c.is_const(b) && b->type.numel() == 1 && b->type.rank() <= a->type.rank() &&
       c.floats_in(1).at(0) == 2.0)
-    return {c.op(OpId::mul, {a, a})};
-  if (is_floating(dt)) return {c.op(OpId::pow, {a, c.cast(b, dt)})};
+    return {c.op("mul"_op, {a, a})};
+  if (is_floating(dt)) return {c.op("pow"_op, {a, c.cast(b, dt)})};
   // Integer bases: spore's pow is floating; f64 holds every exact integer power that fits i32/i64 loosely.
-  Value* r = c.op(OpId::pow, {c.cast(a, DType::f64), c.cast(b, DType::f64)});
+  Value* r = c.op("pow"_op, {c.cast(a, DType::f64), c.cast(b, DType::f64)});
   return {c.cast(r, dt)};
 }
 
@@ -87,21 +87,21 @@ V emit_clip(NodeCtx& c) {
   Value* x = c.in(0);
   const DType dt = c.dtype(x);
   const double inf = std::numeric_limits<double>::infinity();
-  if (c.since < 11) return {c.op(OpId::clip, {x}, {{"min", c.attr_f("min", -inf)}, {"max", c.attr_f("max", inf)}})};
+  if (c.since < 11) return {c.op("clip"_op, {x}, {{"min", c.attr_f("min", -inf)}, {"max", c.attr_f("max", inf)}})};
   Value* lo = c.has_input(1) ? c.in(1) : nullptr;
   Value* hi = c.has_input(2) ? c.in(2) : nullptr;
   if (is_floating(dt) && (!lo || c.is_const(lo)) && (!hi || c.is_const(hi)))
-    return {c.op(OpId::clip, {x}, {{"min", lo ? c.floats_in(1).at(0) : -inf}, {"max", hi ? c.floats_in(2).at(0) : inf}})};
+    return {c.op("clip"_op, {x}, {{"min", lo ? c.floats_in(1).at(0) : -inf}, {"max", hi ? c.floats_in(2).at(0) : inf}})};
   Value* y = x;
-  if (lo) y = c.op(OpId::maximum, {y, lo});
-  if (hi) y = c.op(OpId::minimum, {y, hi});
-  if (y == x) y = c.op(OpId::identity, {x});
+  if (lo) y = c.op("maximum"_op, {y, lo});
+  if (hi) y = c.op("minimum"_op, {y, hi});
+  if (y == x) y = c.op("identity"_op, {x});
   return {y};
 }
 
 V emit_cast(NodeCtx& c) {
   const auto dt = dtype_from_onnx(static_cast<int32_t>(c.attr_i("to", 0)));
-  return {c.op(OpId::cast, {c.in(0)}, {{"dtype", *dt}})};
+  return {c.op("cast"_op, {c.in(0)}, {{"dtype", *dt}})};
 }
 std::string check_cast(const onnx::NodeProto& n, int, const NodeInfo&) {
   const int64_t to = node_attr_i(n, "to", 0);
@@ -110,18 +110,18 @@ std::string check_cast(const onnx::NodeProto& n, int, const NodeInfo&) {
 }
 
 // Activations composed from spore ops.
-Value* mulc(NodeCtx& c, Value* x, double k) { return k == 1.0 ? x : c.op(OpId::mul, {x, c.scalar(k, c.dtype(x))}); }
-Value* addc(NodeCtx& c, Value* x, double k) { return k == 0.0 ? x : c.op(OpId::add, {x, c.scalar(k, c.dtype(x))}); }
+Value* mulc(NodeCtx& c, Value* x, double k) { return k == 1.0 ? x : c.op("mul"_op, {x, c.scalar(k, c.dtype(x))}); }
+Value* addc(NodeCtx& c, Value* x, double k) { return k == 0.0 ? x : c.op("add"_op, {x, c.scalar(k, c.dtype(x))}); }
 
 Value* act_elu(NodeCtx& c, Value* x, double alpha) {
-  Value* neg = mulc(c, addc(c, c.op(OpId::exp, {x}), -1.0), alpha);
-  return c.op(OpId::where, {c.op(OpId::gt, {x, zero_like(c, x)}), x, neg});
+  Value* neg = mulc(c, addc(c, c.op("exp"_op, {x}), -1.0), alpha);
+  return c.op("where"_op, {c.op("gt"_op, {x, zero_like(c, x)}), x, neg});
 }
 Value* act_hard_sigmoid(NodeCtx& c, Value* x, double alpha, double beta) {
-  return c.op(OpId::hardsigmoid, {x}, {{"alpha", alpha}, {"beta", beta}});
+  return c.op("hardsigmoid"_op, {x}, {{"alpha", alpha}, {"beta", beta}});
 }
-Value* act_softplus(NodeCtx& c, Value* x) { return c.op(OpId::softplus, {x}); }
-Value* act_softsign(NodeCtx& c, Value* x) { return c.op(OpId::div, {x, addc(c, c.op(OpId::abs, {x}), 1.0)}); }
+Value* act_softplus(NodeCtx& c, Value* x) { return c.op("softplus"_op, {x}); }
+Value* act_softsign(NodeCtx& c, Value* x) { return c.op("div"_op, {x, addc(c, c.op("abs"_op, {x}), 1.0)}); }
 
 // ------------------------------------------------------------------------------------------- conv / pool
 
@@ -194,16 +194,16 @@ V emit_conv(NodeCtx& c) {
   std::string pad_mode = "pad";
   Window win = read_window(c, x, c.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end())), nsp, &pad_mode);
   if (nsp == 1) {
-    x = c.op(OpId::unsqueeze, {x}, {{"axes", Ints{2}}});
-    w = c.op(OpId::unsqueeze, {w}, {{"axes", Ints{2}}});
+    x = c.op("unsqueeze"_op, {x}, {{"axes", Ints{2}}});
+    w = c.op("unsqueeze"_op, {w}, {{"axes", Ints{2}}});
     win = to_2d(win);
   }
   V ins{x, w};
   if (b) ins.push_back(b);
-  Value* y = c.op(OpId::conv2d, ins,
+  Value* y = c.op("conv2d"_op, ins,
                   {{"stride", win.strides}, {"padding", win.pads}, {"dilation", win.dilations},
                    {"groups", c.attr_i("group", 1)}, {"pad_mode", pad_mode}});
-  if (nsp == 1) y = c.op(OpId::squeeze, {y}, {{"axes", Ints{2}}});
+  if (nsp == 1) y = c.op("squeeze"_op, {y}, {{"axes", Ints{2}}});
   return {y};
 }
 
@@ -243,8 +243,8 @@ V emit_conv_transpose(NodeCtx& c) {
     std::fill(pads.begin(), pads.end(), 0);
   }
   if (nsp == 1) {
-    x = c.op(OpId::unsqueeze, {x}, {{"axes", Ints{2}}});
-    w = c.op(OpId::unsqueeze, {w}, {{"axes", Ints{2}}});
+    x = c.op("unsqueeze"_op, {x}, {{"axes", Ints{2}}});
+    w = c.op("unsqueeze"_op, {w}, {{"axes", Ints{2}}});
     strides = {1, strides[0]};
     dil = {1, dil[0]};
     pads = {0, pads[0], 0, pads[1]};
@@ -252,10 +252,10 @@ V emit_conv_transpose(NodeCtx& c) {
   }
   V ins{x, w};
   if (b) ins.push_back(b);
-  Value* y = c.op(OpId::conv_transpose2d, ins,
+  Value* y = c.op("conv_transpose2d"_op, ins,
                   {{"stride", strides}, {"padding", pads}, {"output_padding", out_pad}, {"dilation", dil},
                    {"groups", c.attr_i("group", 1)}});
-  if (nsp == 1) y = c.op(OpId::squeeze, {y}, {{"axes", Ints{2}}});
+  if (nsp == 1) y = c.op("squeeze"_op, {y}, {{"axes", Ints{2}}});
   return {y};
 }
 
@@ -267,7 +267,7 @@ EmitFn pool(bool is_max) {
     std::string pad_mode = "pad";
     Window win = read_window(c, x, c.attr_ints("kernel_shape"), nsp, &pad_mode);
     if (nsp == 1) {
-      x = c.op(OpId::unsqueeze, {x}, {{"axes", Ints{2}}});
+      x = c.op("unsqueeze"_op, {x}, {{"axes", Ints{2}}});
       win = to_2d(win);
     }
     Attrs a{{"kernel", win.kernel}, {"stride", win.strides}, {"padding", win.pads},
@@ -278,15 +278,15 @@ EmitFn pool(bool is_max) {
       const DType dt = c.dtype(x);
       if (!is_floating(dt)) {  // spore pools floats; small integers are exact in f32, the rest in f64
         const DType ft = dt == DType::u8 || dt == DType::i8 ? DType::f32 : DType::f64;
-        y = c.cast(c.op(OpId::max_pool2d, {c.cast(x, ft)}, a), dt);
+        y = c.cast(c.op("max_pool2d"_op, {c.cast(x, ft)}, a), dt);
       } else {
-        y = c.op(OpId::max_pool2d, {x}, a);
+        y = c.op("max_pool2d"_op, {x}, a);
       }
     } else {
       a.set("count_include_pad", c.attr_i("count_include_pad", 0) != 0);
-      y = c.op(OpId::avg_pool2d, {x}, a);
+      y = c.op("avg_pool2d"_op, {x}, a);
     }
-    if (nsp == 1) y = c.op(OpId::squeeze, {y}, {{"axes", Ints{2}}});
+    if (nsp == 1) y = c.op("squeeze"_op, {y}, {{"axes", Ints{2}}});
     return {y};
   };
 }
@@ -314,10 +314,10 @@ V emit_gemm(NodeCtx& c) {
   if (!ta && tb && alpha == 1.0 && (!cc || (beta == 1.0 && c.rank(cc) == 1))) {  // the Linear layer pattern
     V ins{a, b};
     if (cc) ins.push_back(cc);
-    return {c.op(OpId::linear, ins)};
+    return {c.op("linear"_op, ins)};
   }
-  Value* y = mulc(c, c.op(OpId::matmul, {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}), alpha);
-  if (cc && beta != 0.0) y = c.op(OpId::add, {y, mulc(c, cc, beta)});
+  Value* y = mulc(c, c.op("matmul"_op, {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}), alpha);
+  if (cc && beta != 0.0) y = c.op("add"_op, {y, mulc(c, cc, beta)});
   return {y};
 }
 
@@ -326,7 +326,7 @@ V emit_gemm(NodeCtx& c) {
 V emit_batch_norm(NodeCtx& c) {
   if (c.since >= 14 && c.attr_i("training_mode", 0) != 0)
     c.fail(ErrorCode::unsupported, "training_mode=1 (spore imports inference graphs)");
-  return {c.op(OpId::batch_norm, {c.in(0), c.in(1), c.in(2), c.in(3), c.in(4)}, {{"epsilon", c.attr_f("epsilon", 1e-5)}})};
+  return {c.op("batch_norm"_op, {c.in(0), c.in(1), c.in(2), c.in(3), c.in(4)}, {{"epsilon", c.attr_f("epsilon", 1e-5)}})};
 }
 std::string check_batch_norm(const onnx::NodeProto& n, int since, const NodeInfo&) {
   for (int i = 1; i < n.output_size(); ++i)
@@ -340,7 +340,7 @@ V emit_instance_norm(NodeCtx& c) {
   Value* x = c.in(0);
   const Dim& ch = x->type.dims.at(1);
   if (!ch.is_static()) c.fail(ErrorCode::unsupported, "needs a static channel dim (input is {})", x->type.str());
-  return {c.op(OpId::group_norm, {x, c.in(1), c.in(2)}, {{"num_groups", ch.size}, {"epsilon", c.attr_f("epsilon", 1e-5)}})};
+  return {c.op("group_norm"_op, {x, c.in(1), c.in(2)}, {{"num_groups", ch.size}, {"epsilon", c.attr_f("epsilon", 1e-5)}})};
 }
 
 V emit_layer_norm(NodeCtx& c) {
@@ -356,19 +356,19 @@ V emit_layer_norm(NodeCtx& c) {
       if (!d.is_static()) c.fail(ErrorCode::unsupported, "Scale/B broadcast over a symbolic dim");
       shape.push_back(d.size);
     }
-    return c.op(OpId::expand, {p}, {{"shape", shape}});
+    return c.op("expand"_op, {p}, {{"shape", shape}});
   };
   V ins{x, fit(c.in(1))};
   if (c.has_input(2)) ins.push_back(fit(c.in(2)));
-  V outs{c.op(OpId::layer_norm, ins, {{"axis", axis}, {"epsilon", eps}})};
+  V outs{c.op("layer_norm"_op, ins, {{"axis", axis}, {"epsilon", eps}})};
   if (c.wants_output(1) || c.wants_output(2)) {
     Ints axes;
     for (int i = static_cast<int>(axis); i < r; ++i) axes.push_back(i);
-    Value* mean = c.op(OpId::reduce_mean, {x}, {{"axes", axes}, {"keepdims", true}});
-    Value* d = c.op(OpId::sub, {x, mean});
-    Value* var = c.op(OpId::reduce_mean, {c.op(OpId::mul, {d, d})}, {{"axes", axes}, {"keepdims", true}});
+    Value* mean = c.op("reduce_mean"_op, {x}, {{"axes", axes}, {"keepdims", true}});
+    Value* d = c.op("sub"_op, {x, mean});
+    Value* var = c.op("reduce_mean"_op, {c.op("mul"_op, {d, d})}, {{"axes", axes}, {"keepdims", true}});
     outs.push_back(mean);
-    outs.push_back(c.op(OpId::rsqrt, {addc(c, var, eps)}));
+    outs.push_back(c.op("rsqrt"_op, {addc(c, var, eps)}));
   }
   return outs;
 }
@@ -381,14 +381,14 @@ V emit_lrn(NodeCtx& c) {
   const double alpha = c.attr_f("alpha", 1e-4), beta = c.attr_f("beta", 0.75), bias = c.attr_f("bias", 1.0);
   int64_t rest = 1;
   for (size_t i = 2; i < s.size(); ++i) rest *= s[i];
-  Value* sq = c.reshape(c.op(OpId::mul, {x, x}), {s[0], 1, s[1], rest});
+  Value* sq = c.reshape(c.op("mul"_op, {x, x}), {s[0], 1, s[1], rest});
   const int64_t lo = (size - 1) / 2, hi = (size - 1) - lo;
-  Value* avg = c.op(OpId::avg_pool2d, {sq},
+  Value* avg = c.op("avg_pool2d"_op, {sq},
                     {{"kernel", Ints{size, 1}}, {"stride", Ints{1, 1}}, {"padding", Ints{lo, 0, hi, 0}},
                      {"count_include_pad", true}});
   Value* sum = mulc(c, c.reshape(avg, s), static_cast<double>(size));
-  Value* den = c.op(OpId::pow, {addc(c, mulc(c, sum, alpha / static_cast<double>(size)), bias), c.scalar(beta, c.dtype(x))});
-  return {c.op(OpId::div, {x, den})};
+  Value* den = c.op("pow"_op, {addc(c, mulc(c, sum, alpha / static_cast<double>(size)), bias), c.scalar(beta, c.dtype(x))});
+  return {c.op("div"_op, {x, den})};
 }
 
 // Softmax, LogSoftmax, Hardmax: before opset 13 they coerce the input to 2-D at `axis` (default 1).
@@ -402,12 +402,12 @@ EmitFn softmax_like(OpId id, bool hard) {
       if (!hard) return c.op(id, {v}, {{"axis", ax}});
       const Dim& d = v->type.dims.at(ax);
       if (!d.is_static()) c.fail(ErrorCode::unsupported, "Hardmax over a symbolic dim");
-      Value* idx = c.op(OpId::argmax, {v}, {{"axis", ax}, {"keepdims", false}});
-      return c.op(OpId::one_hot, {idx}, {{"depth", d.size}, {"dtype", c.dtype(v)}, {"axis", ax}});
+      Value* idx = c.op("argmax"_op, {v}, {{"axis", ax}, {"keepdims", false}});
+      return c.op("one_hot"_op, {idx}, {{"depth", d.size}, {"dtype", c.dtype(v)}, {"axis", ax}});
     };
     if (!legacy || axis == r - 1) return {apply(x, axis)};
     const Shape s = c.static_shape(x, "input");
-    Value* flat = c.op(OpId::flatten, {x}, {{"axis", axis}});
+    Value* flat = c.op("flatten"_op, {x}, {{"axis", axis}});
     return {c.reshape(apply(flat, 1), s)};
   };
 }
@@ -426,33 +426,33 @@ EmitFn reduce(Red kind) {
     } else {
       axes = c.attr_ints("axes", {});
     }
-    if (axes.empty() && c.attr_i("noop_with_empty_axes", 0) != 0) return {c.op(OpId::identity, {x})};
+    if (axes.empty() && c.attr_i("noop_with_empty_axes", 0) != 0) return {c.op("identity"_op, {x})};
     axes = normalize_axes(c, axes, c.rank(x));
     if (axes.empty())
       for (int i = 0; i < c.rank(x); ++i) axes.push_back(i);
     const Attrs a{{"axes", axes}, {"keepdims", keep}};
     switch (kind) {
-      case Red::sum: return {c.op(OpId::reduce_sum, {x}, a)};
-      case Red::mean: return {c.op(OpId::reduce_mean, {x}, a)};
-      case Red::max: return {c.op(OpId::reduce_max, {x}, a)};
-      case Red::min: return {c.op(OpId::reduce_min, {x}, a)};
-      case Red::prod: return {c.op(OpId::reduce_prod, {x}, a)};
-      case Red::l1: return {c.op(OpId::reduce_sum, {c.op(OpId::abs, {x})}, a)};
+      case Red::sum: return {c.op("reduce_sum"_op, {x}, a)};
+      case Red::mean: return {c.op("reduce_mean"_op, {x}, a)};
+      case Red::max: return {c.op("reduce_max"_op, {x}, a)};
+      case Red::min: return {c.op("reduce_min"_op, {x}, a)};
+      case Red::prod: return {c.op("reduce_prod"_op, {x}, a)};
+      case Red::l1: return {c.op("reduce_sum"_op, {c.op("abs"_op, {x})}, a)};
       case Red::l2: {
-        Value* s = c.op(OpId::reduce_sum, {c.op(OpId::mul, {x, x})}, a);
-        if (is_floating(c.dtype(x))) return {c.op(OpId::sqrt, {s})};
-        return {c.cast(c.op(OpId::sqrt, {c.cast(s, DType::f64)}), c.dtype(x))};
+        Value* s = c.op("reduce_sum"_op, {c.op("mul"_op, {x, x})}, a);
+        if (is_floating(c.dtype(x))) return {c.op("sqrt"_op, {s})};
+        return {c.cast(c.op("sqrt"_op, {c.cast(s, DType::f64)}), c.dtype(x))};
       }
-      case Red::log_sum: return {c.op(OpId::log, {c.op(OpId::reduce_sum, {x}, a)})};
-      case Red::sum_square: return {c.op(OpId::reduce_sum, {c.op(OpId::mul, {x, x})}, a)};
+      case Red::log_sum: return {c.op("log"_op, {c.op("reduce_sum"_op, {x}, a)})};
+      case Red::sum_square: return {c.op("reduce_sum"_op, {c.op("mul"_op, {x, x})}, a)};
       case Red::log_sum_exp: {
-        Value* m = c.op(OpId::reduce_max, {x}, {{"axes", axes}, {"keepdims", true}});
+        Value* m = c.op("reduce_max"_op, {x}, {{"axes", axes}, {"keepdims", true}});
         // Rows that are all -inf give max -inf; subtracting it would make nan, so shift by 0 there.
-        Value* finite = c.op(OpId::eq, {m, c.op(OpId::sub, {m, m})});
-        Value* shift = c.op(OpId::where, {finite, m, zero_like(c, m)});
-        Value* s = c.op(OpId::reduce_sum, {c.op(OpId::exp, {c.op(OpId::sub, {x, shift})})}, a);
-        Value* ms = keep ? shift : c.op(OpId::squeeze, {shift}, {{"axes", axes}});
-        return {c.op(OpId::add, {c.op(OpId::log, {s}), ms})};
+        Value* finite = c.op("eq"_op, {m, c.op("sub"_op, {m, m})});
+        Value* shift = c.op("where"_op, {finite, m, zero_like(c, m)});
+        Value* s = c.op("reduce_sum"_op, {c.op("exp"_op, {c.op("sub"_op, {x, shift})})}, a);
+        Value* ms = keep ? shift : c.op("squeeze"_op, {shift}, {{"axes", axes}});
+        return {c.op("add"_op, {c.op("log"_op, {s}), ms})};
       }
     }
     return {};
@@ -468,11 +468,11 @@ EmitFn arg_reduce(OpId id) {
     if (c.attr_i("select_last_index", 0) == 0) return {c.op(id, {x}, a)};
     const Dim& d = x->type.dims.at(axis);
     if (!d.is_static()) c.fail(ErrorCode::unsupported, "select_last_index over a symbolic dim");
-    Value* rev = c.op(OpId::slice, {x},
+    Value* rev = c.op("slice"_op, {x},
                       {{"starts", Ints{-1}}, {"ends", Ints{std::numeric_limits<int64_t>::min()}}, {"axes", Ints{axis}},
                        {"steps", Ints{-1}}});
     Value* i = c.op(id, {rev}, a);
-    return {c.op(OpId::sub, {c.scalar(static_cast<double>(d.size - 1), DType::i64), i})};
+    return {c.op("sub"_op, {c.scalar(static_cast<double>(d.size - 1), DType::i64), i})};
   };
 }
 
@@ -538,16 +538,16 @@ V emit_flatten(NodeCtx& c) {
   if (axis < 0) axis += r;
   if (axis < 0 || axis > r) c.fail(ErrorCode::invalid_argument, "axis {} out of range for rank {}", c.attr_i("axis", 1), r);
   if (axis == 0) {  // [1, all]
-    Value* f = c.op(OpId::flatten, {x}, {{"axis", int64_t{0}}});
+    Value* f = c.op("flatten"_op, {x}, {{"axis", int64_t{0}}});
     return {f};
   }
-  return {c.op(OpId::flatten, {x}, {{"axis", axis}})};
+  return {c.op("flatten"_op, {x}, {{"axis", axis}})};
 }
 
 V emit_squeeze(NodeCtx& c) {
   Value* x = c.in(0);
   Ints axes = normalize_axes(c, axes_input_or_attr(c, 1), c.rank(x));
-  return {c.op(OpId::squeeze, {x}, {{"axes", axes}})};
+  return {c.op("squeeze"_op, {x}, {{"axes", axes}})};
 }
 
 V emit_unsqueeze(NodeCtx& c) {
@@ -556,7 +556,7 @@ V emit_unsqueeze(NodeCtx& c) {
   const int out_rank = c.rank(x) + static_cast<int>(axes.size());
   axes = normalize_axes(c, axes, out_rank);
   std::sort(axes.begin(), axes.end());
-  return {c.op(OpId::unsqueeze, {x}, {{"axes", axes}})};
+  return {c.op("unsqueeze"_op, {x}, {{"axes", axes}})};
 }
 
 V emit_concat(NodeCtx& c) {
@@ -565,8 +565,8 @@ V emit_concat(NodeCtx& c) {
     if (v) ins.push_back(v);
   if (ins.empty()) c.fail(ErrorCode::invalid_argument, "needs inputs");
   const int64_t axis = c.norm_axis(c.attr_i("axis", 0), c.rank(ins[0]));
-  if (ins.size() == 1) return {c.op(OpId::identity, ins)};
-  return {c.op(OpId::concat, ins, {{"axis", axis}})};
+  if (ins.size() == 1) return {c.op("identity"_op, ins)};
+  return {c.op("concat"_op, ins, {{"axis", axis}})};
 }
 
 V emit_split(NodeCtx& c) {
@@ -582,7 +582,7 @@ V emit_split(NodeCtx& c) {
   }
   if (static_cast<int>(sizes.size()) != n)
     c.fail(ErrorCode::invalid_argument, "{} split sizes for {} outputs", sizes.size(), n);
-  return c.op_n(OpId::split, {x}, {{"sizes", sizes}, {"axis", axis}});
+  return c.op_n("split"_op, {x}, {{"sizes", sizes}, {"axis", axis}});
 }
 
 V emit_slice(NodeCtx& c) {
@@ -599,7 +599,7 @@ V emit_slice(NodeCtx& c) {
     if (c.has_input(4)) steps = c.ints_in(4);
   }
   if (!axes.empty()) axes = normalize_axes(c, axes, c.rank(x));
-  return {c.op(OpId::slice, {x}, {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}})};
+  return {c.op("slice"_op, {x}, {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}})};
 }
 
 V emit_transpose(NodeCtx& c) {
@@ -607,7 +607,7 @@ V emit_transpose(NodeCtx& c) {
   Ints perm = c.attr_ints("perm", {});
   if (perm.empty())
     for (int i = c.rank(x) - 1; i >= 0; --i) perm.push_back(i);
-  return {c.op(OpId::transpose, {x}, {{"perm", perm}})};
+  return {c.op("transpose"_op, {x}, {{"perm", perm}})};
 }
 
 V emit_pad(NodeCtx& c) {
@@ -623,7 +623,7 @@ V emit_pad(NodeCtx& c) {
     if (c.has_input(2)) value = c.floats_in(2).at(0);
   }
   if (mode != "constant" && mode != "reflect" && mode != "edge") c.fail(ErrorCode::unsupported, "pad mode '{}'", mode);
-  return {c.op(OpId::pad, {x}, {{"pads", pads}, {"mode", mode}, {"value", value}})};
+  return {c.op("pad"_op, {x}, {{"pads", pads}, {"mode", mode}, {"value", value}})};
 }
 std::string check_pad(const onnx::NodeProto& n, int, const NodeInfo&) {
   const std::string mode = node_attr_s(n, "mode", "constant");
@@ -634,15 +634,15 @@ std::string check_pad(const onnx::NodeProto& n, int, const NodeInfo&) {
 
 V emit_gather(NodeCtx& c) {
   Value* x = c.in(0);
-  return {c.op(OpId::gather, {x, c.in(1)}, {{"axis", c.norm_axis(c.attr_i("axis", 0), c.rank(x))}})};
+  return {c.op("gather"_op, {x, c.in(1)}, {{"axis", c.norm_axis(c.attr_i("axis", 0), c.rank(x))}})};
 }
 V emit_gather_elements(NodeCtx& c) {
   Value* x = c.in(0);
-  return {c.op(OpId::gather_elements, {x, c.in(1)}, {{"axis", c.norm_axis(c.attr_i("axis", 0), c.rank(x))}})};
+  return {c.op("gather_elements"_op, {x, c.in(1)}, {{"axis", c.norm_axis(c.attr_i("axis", 0), c.rank(x))}})};
 }
 V emit_scatter_elements(NodeCtx& c) {
   Value* x = c.in(0);
-  return {c.op(OpId::scatter, {x, c.in(1), c.in(2)},
+  return {c.op("scatter"_op, {x, c.in(1), c.in(2)},
                {{"axis", c.norm_axis(c.attr_i("axis", 0), c.rank(x))}, {"reduction", c.attr_s("reduction", "none")}})};
 }
 std::string check_scatter(const onnx::NodeProto& n, int, const NodeInfo&) {
@@ -669,17 +669,17 @@ V emit_gather_nd(NodeCtx& c) {
   }
   // Negative indices count from the end of their dim.
   Value* dimv = c.konst(Tensor::from_vector<int64_t>(dims, {k}));
-  Value* neg = c.op(OpId::lt, {idx, c.scalar(0, DType::i64)});
-  idx = c.op(OpId::where, {neg, c.op(OpId::add, {idx, dimv}), idx});
-  Value* lin = c.op(OpId::reduce_sum, {c.op(OpId::mul, {idx, c.konst(Tensor::from_vector<int64_t>(strides, {k}))})},
+  Value* neg = c.op("lt"_op, {idx, c.scalar(0, DType::i64)});
+  idx = c.op("where"_op, {neg, c.op("add"_op, {idx, dimv}), idx});
+  Value* lin = c.op("reduce_sum"_op, {c.op("mul"_op, {idx, c.konst(Tensor::from_vector<int64_t>(strides, {k}))})},
                     {{"axes", Ints{static_cast<int64_t>(is.size()) - 1}}, {"keepdims", false}});
   Ints flat{lead};
   for (size_t i = k; i < xs.size(); ++i) flat.push_back(xs[i]);
-  return {c.op(OpId::gather, {c.reshape(x, flat), lin}, {{"axis", int64_t{0}}})};
+  return {c.op("gather"_op, {c.reshape(x, flat), lin}, {{"axis", int64_t{0}}})};
 }
 
-V emit_expand(NodeCtx& c) { return {c.op(OpId::expand, {c.in(0)}, {{"shape", c.ints_in(1)}})}; }
-V emit_tile(NodeCtx& c) { return {c.op(OpId::tile, {c.in(0)}, {{"repeats", c.ints_in(1)}})}; }
+V emit_expand(NodeCtx& c) { return {c.op("expand"_op, {c.in(0)}, {{"shape", c.ints_in(1)}})}; }
+V emit_tile(NodeCtx& c) { return {c.op("tile"_op, {c.in(0)}, {{"repeats", c.ints_in(1)}})}; }
 
 V emit_constant(NodeCtx& c) {
   if (c.has_attr("value")) return {c.konst(c.attr_tensor("value"))};
@@ -704,8 +704,8 @@ std::string check_constant(const onnx::NodeProto& n, int, const NodeInfo&) {
 }
 
 Value* full_value(NodeCtx& c, const Ints& shape, double value, DType dt) {
-  if (dt == DType::boolean) return c.cast(c.op(OpId::full, {}, {{"shape", shape}, {"value", value}, {"dtype", DType::u8}}), dt);
-  return c.op(OpId::full, {}, {{"shape", shape}, {"value", value}, {"dtype", dt}});
+  if (dt == DType::boolean) return c.cast(c.op("full"_op, {}, {{"shape", shape}, {"value", value}, {"dtype", DType::u8}}), dt);
+  return c.op("full"_op, {}, {{"shape", shape}, {"value", value}, {"dtype", dt}});
 }
 
 V emit_constant_of_shape(NodeCtx& c) {
@@ -725,21 +725,21 @@ V emit_range(NodeCtx& c) {
   const DType dt = c.dtype(c.in(0));
   const double start = c.floats_in(0).at(0), limit = c.floats_in(1).at(0), delta = c.floats_in(2).at(0);
   if (delta == 0) c.fail(ErrorCode::invalid_argument, "delta is 0");
-  return {c.op(OpId::arange, {}, {{"start", start}, {"stop", limit}, {"step", delta}, {"dtype", dt}})};
+  return {c.op("arange"_op, {}, {{"start", start}, {"stop", limit}, {"step", delta}, {"dtype", dt}})};
 }
 
 V emit_topk(NodeCtx& c) {
   Value* x = c.in(0);
   const int64_t k = c.since < 10 ? c.attr_i("k", 1) : c.ints_in(1).at(0);
   const int64_t axis = c.norm_axis(c.attr_i("axis", -1), c.rank(x));
-  return c.op_n(OpId::topk, {x},
+  return c.op_n("topk"_op, {x},
                 {{"k", k}, {"axis", axis}, {"largest", c.attr_i("largest", 1) != 0}, {"sorted", c.attr_i("sorted", 1) != 0}});
 }
 
 V emit_cumsum(NodeCtx& c) {
   Value* x = c.in(0);
   const int64_t axis = c.norm_axis(c.ints_in(1).at(0), c.rank(x));
-  return {c.op(OpId::cumsum, {x},
+  return {c.op("cumsum"_op, {x},
                {{"axis", axis}, {"exclusive", c.attr_i("exclusive", 0) != 0}, {"reverse", c.attr_i("reverse", 0) != 0}})};
 }
 
@@ -752,12 +752,12 @@ V emit_one_hot(NodeCtx& c) {
   if (vals.numel() != 2) c.fail(ErrorCode::invalid_argument, "values must be [off_value, on_value]");
   const int64_t axis = c.attr_i("axis", -1);
   const int out_rank = c.rank(idx) + 1;
-  return {c.op(OpId::one_hot, {idx},
+  return {c.op("one_hot"_op, {idx},
                {{"depth", depth}, {"dtype", vals.dtype()}, {"axis", axis < 0 ? axis + out_rank : axis},
                 {"on_value", vals.item_at(1)}, {"off_value", vals.item_at(0)}})};
 }
 
-V emit_where(NodeCtx& c) { return {c.op(OpId::where, {c.in(0), c.in(1), c.in(2)})}; }
+V emit_where(NodeCtx& c) { return {c.op("where"_op, {c.in(0), c.in(1), c.in(2)})}; }
 
 V emit_dropout(NodeCtx& c) {
   Value* x = c.in(0);
@@ -765,7 +765,7 @@ V emit_dropout(NodeCtx& c) {
     const double ratio = c.has_input(1) ? c.floats_in(1).at(0) : 0.5;
     if (ratio != 0) c.fail(ErrorCode::unsupported, "training_mode=true with ratio {} (random masks)", ratio);
   }
-  V outs{c.op(OpId::identity, {x})};
+  V outs{c.op("identity"_op, {x})};
   if (c.wants_output(1)) {
     Ints shape;
     for (int64_t d : c.static_shape(x, "input")) shape.push_back(d);
@@ -784,7 +784,7 @@ V emit_trilu(NodeCtx& c) {
   auto* p = static_cast<uint8_t*>(mask.raw_data());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < m; ++j) p[i * m + j] = upper ? (j - i >= k) : (j - i <= k);
-  return {c.op(OpId::where, {c.konst(mask), x, zero_like(c, x)})};
+  return {c.op("where"_op, {c.konst(mask), x, zero_like(c, x)})};
 }
 
 V emit_eye_like(NodeCtx& c) {
@@ -809,7 +809,7 @@ V emit_depth_to_space(NodeCtx& c) {
   const int64_t b = c.attr_i("blocksize", 1), n = s[0], ch = s[1], h = s[2], w = s[3];
   const bool crd = c.attr_s("mode", "DCR") == "CRD";
   Value* t = crd ? c.reshape(x, {n, ch / (b * b), b, b, h, w}) : c.reshape(x, {n, b, b, ch / (b * b), h, w});
-  t = c.op(OpId::transpose, {t}, {{"perm", crd ? Ints{0, 1, 4, 2, 5, 3} : Ints{0, 3, 4, 1, 5, 2}}});
+  t = c.op("transpose"_op, {t}, {{"perm", crd ? Ints{0, 1, 4, 2, 5, 3} : Ints{0, 3, 4, 1, 5, 2}}});
   return {c.reshape(t, {n, ch / (b * b), h * b, w * b})};
 }
 
@@ -818,7 +818,7 @@ V emit_space_to_depth(NodeCtx& c) {
   const Shape s = c.static_shape(x, "input");
   const int64_t b = c.attr_i("blocksize", 1), n = s[0], ch = s[1], h = s[2], w = s[3];
   Value* t = c.reshape(x, {n, ch, h / b, b, w / b, b});
-  t = c.op(OpId::transpose, {t}, {{"perm", Ints{0, 3, 5, 1, 2, 4}}});
+  t = c.op("transpose"_op, {t}, {{"perm", Ints{0, 3, 5, 1, 2, 4}}});
   return {c.reshape(t, {n, ch * b * b, h / b, w / b})};
 }
 
@@ -835,8 +835,8 @@ V emit_dequantize(NodeCtx& c) {
     shape[axis] = -1;
     return c.reshape(v, shape);
   };
-  if (c.has_input(2)) xf = c.op(OpId::sub, {xf, per_axis(c.cast(c.in(2), ft))});
-  return {c.op(OpId::mul, {xf, per_axis(scale)})};
+  if (c.has_input(2)) xf = c.op("sub"_op, {xf, per_axis(c.cast(c.in(2), ft))});
+  return {c.op("mul"_op, {xf, per_axis(scale)})};
 }
 
 // QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) into u8 (default) or the zero point's type.
@@ -852,10 +852,10 @@ V emit_quantize(NodeCtx& c) {
     shape[axis] = -1;
     return c.reshape(v, shape);
   };
-  Value* q = c.op(OpId::round, {c.op(OpId::div, {x, per_axis(c.cast(scale, ft))})});
-  if (c.has_input(2)) q = c.op(OpId::add, {q, per_axis(c.cast(c.in(2), ft))});
+  Value* q = c.op("round"_op, {c.op("div"_op, {x, per_axis(c.cast(scale, ft))})});
+  if (c.has_input(2)) q = c.op("add"_op, {q, per_axis(c.cast(c.in(2), ft))});
   const double lo = qt == DType::u8 ? 0 : -128, hi = qt == DType::u8 ? 255 : 127;
-  q = c.op(OpId::clip, {q}, {{"min", lo}, {"max", hi}});
+  q = c.op("clip"_op, {q}, {{"min", lo}, {"max", hi}});
   return {c.cast(q, qt)};
 }
 std::string check_quantize(const onnx::NodeProto& n, int, const NodeInfo& info) {
@@ -1017,18 +1017,18 @@ V emit_resize(NodeCtx& c) {
         ids[o] = p.idx[static_cast<size_t>(o * p.taps + t)];
         ws[o] = p.outside[o] ? 0.0 : p.w[static_cast<size_t>(o * p.taps + t)];
       }
-      Value* g = c.op(OpId::index_select, {y, c.konst(Tensor::from_vector<int64_t>(ids, {out}))}, {{"axis", int64_t{ax}}});
-      if (p.taps > 1 || coord == "tf_crop_and_resize") g = c.op(OpId::mul, {g, c.konst(Tensor::from_doubles(ws, wshape, c.dtype(x)))});
-      acc = acc ? c.op(OpId::add, {acc, g}) : g;
+      Value* g = c.op("index_select"_op, {y, c.konst(Tensor::from_vector<int64_t>(ids, {out}))}, {{"axis", int64_t{ax}}});
+      if (p.taps > 1 || coord == "tf_crop_and_resize") g = c.op("mul"_op, {g, c.konst(Tensor::from_doubles(ws, wshape, c.dtype(x)))});
+      acc = acc ? c.op("add"_op, {acc, g}) : g;
     }
     if (coord == "tf_crop_and_resize") {
       std::vector<double> ex(static_cast<size_t>(out));
       for (int64_t o = 0; o < out; ++o) ex[o] = p.outside[o] ? extrapolation : 0.0;
-      acc = c.op(OpId::add, {acc, c.konst(Tensor::from_doubles(ex, wshape, c.dtype(x)))});
+      acc = c.op("add"_op, {acc, c.konst(Tensor::from_doubles(ex, wshape, c.dtype(x)))});
     }
     y = acc;
   }
-  if (y == x) y = c.op(OpId::identity, {x});
+  if (y == x) y = c.op("identity"_op, {x});
   return {y};
 }
 std::string check_resize(const onnx::NodeProto& n, int, const NodeInfo&) {
@@ -1047,17 +1047,17 @@ struct Activation {
 
 Value* apply_act(NodeCtx& c, const Activation& a, Value* x) {
   const std::string& n = a.name;
-  if (n == "Sigmoid") return c.op(OpId::sigmoid, {x});
-  if (n == "Tanh") return c.op(OpId::tanh, {x});
-  if (n == "Relu") return c.op(OpId::relu, {x});
-  if (n == "LeakyRelu") return c.op(OpId::leaky_relu, {x}, {{"alpha", a.alpha}});
+  if (n == "Sigmoid") return c.op("sigmoid"_op, {x});
+  if (n == "Tanh") return c.op("tanh"_op, {x});
+  if (n == "Relu") return c.op("relu"_op, {x});
+  if (n == "LeakyRelu") return c.op("leaky_relu"_op, {x}, {{"alpha", a.alpha}});
   if (n == "HardSigmoid") return act_hard_sigmoid(c, x, a.alpha, a.beta);
   if (n == "Affine") return addc(c, mulc(c, x, a.alpha), a.beta);
-  if (n == "ScaledTanh") return mulc(c, c.op(OpId::tanh, {mulc(c, x, a.beta)}), a.alpha);
+  if (n == "ScaledTanh") return mulc(c, c.op("tanh"_op, {mulc(c, x, a.beta)}), a.alpha);
   if (n == "Elu") return act_elu(c, x, a.alpha);
   if (n == "Softsign") return act_softsign(c, x);
   if (n == "Softplus") return act_softplus(c, x);
-  if (n == "ThresholdedRelu") return c.op(OpId::where, {c.op(OpId::gt, {x, c.scalar(a.alpha, c.dtype(x))}), x, zero_like(c, x)});
+  if (n == "ThresholdedRelu") return c.op("where"_op, {c.op("gt"_op, {x, c.scalar(a.alpha, c.dtype(x))}), x, zero_like(c, x)});
   c.fail(ErrorCode::unsupported, "RNN activation '{}'", n);
 }
 
@@ -1109,7 +1109,7 @@ EmitFn rnn(Cell cell) {
     const int G = cell == Cell::lstm ? 4 : cell == Cell::gru ? 3 : 1;
     Value* x = c.in(0);
     const int64_t layout = c.attr_i("layout", 0);
-    if (layout == 1) x = c.op(OpId::transpose, {x}, {{"perm", Ints{1, 0, 2}}});
+    if (layout == 1) x = c.op("transpose"_op, {x}, {{"perm", Ints{1, 0, 2}}});
     const Shape xs = c.static_shape(x, "input X");
     const int64_t S = xs[0], B = xs[1];
     const std::string direction = c.attr_s("direction", "forward");
@@ -1130,18 +1130,18 @@ EmitFn rnn(Cell cell) {
     const std::vector<Activation> acts = read_activations(c, defaults, dirs);
     const int na = static_cast<int>(defaults.size());
     auto take = [&](Value* v, int64_t d) {  // v[d] of a [dirs, ...] tensor
-      Value* s = c.op(OpId::slice, {v}, {{"starts", Ints{d}}, {"ends", Ints{d + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}});
-      return c.op(OpId::squeeze, {s}, {{"axes", Ints{0}}});
+      Value* s = c.op("slice"_op, {v}, {{"starts", Ints{d}}, {"ends", Ints{d + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}});
+      return c.op("squeeze"_op, {s}, {{"axes", Ints{0}}});
     };
     auto state_in = [&](int idx, int64_t d) -> Value* {
       if (!c.has_input(idx)) return full_value(c, {B, H}, 0.0, dt);
       Value* v = c.in(idx);
-      if (layout == 1) v = c.op(OpId::transpose, {v}, {{"perm", Ints{1, 0, 2}}});
+      if (layout == 1) v = c.op("transpose"_op, {v}, {{"perm", Ints{1, 0, 2}}});
       return take(v, d);
     };
-    auto clipv = [&](Value* v) { return clip > 0 ? c.op(OpId::clip, {v}, {{"min", -clip}, {"max", clip}}) : v; };
+    auto clipv = [&](Value* v) { return clip > 0 ? c.op("clip"_op, {v}, {{"min", -clip}, {"max", clip}}) : v; };
     auto chunk = [&](Value* v, int64_t k, int axis) {  // the k-th H-wide slice along `axis`
-      return c.op(OpId::slice, {v}, {{"starts", Ints{k * H}}, {"ends", Ints{(k + 1) * H}}, {"axes", Ints{axis}}, {"steps", Ints{}}});
+      return c.op("slice"_op, {v}, {{"starts", Ints{k * H}}, {"ends", Ints{(k + 1) * H}}, {"axes", Ints{axis}}, {"steps", Ints{}}});
     };
     V ys, hs, cs;
     for (int64_t d = 0; d < dirs; ++d) {
@@ -1149,16 +1149,16 @@ EmitFn rnn(Cell cell) {
       const Activation* a = &acts[static_cast<size_t>(d * na)];
       Value* W = take(c.in(1), d);  // [G*H, I]
       Value* R = take(c.in(2), d);  // [G*H, H]
-      Value* xw = c.op(OpId::matmul, {x, W}, {{"transpose_b", true}});  // [S, B, G*H]
+      Value* xw = c.op("matmul"_op, {x, W}, {{"transpose_b", true}});  // [S, B, G*H]
       Value* rb = nullptr;
       if (c.has_input(3)) {
         Value* bias = take(c.in(3), d);  // [2*G*H]: Wb then Rb
-        Value* wb = c.op(OpId::slice, {bias}, {{"starts", Ints{0}}, {"ends", Ints{G * H}}, {"axes", Ints{0}}, {"steps", Ints{}}});
-        rb = c.op(OpId::slice, {bias}, {{"starts", Ints{G * H}}, {"ends", Ints{2 * G * H}}, {"axes", Ints{0}}, {"steps", Ints{}}});
+        Value* wb = c.op("slice"_op, {bias}, {{"starts", Ints{0}}, {"ends", Ints{G * H}}, {"axes", Ints{0}}, {"steps", Ints{}}});
+        rb = c.op("slice"_op, {bias}, {{"starts", Ints{G * H}}, {"ends", Ints{2 * G * H}}, {"axes", Ints{0}}, {"steps", Ints{}}});
         if (cell == Cell::gru && lbr) {
-          xw = c.op(OpId::add, {xw, wb});
+          xw = c.op("add"_op, {xw, wb});
         } else {
-          xw = c.op(OpId::add, {xw, c.op(OpId::add, {wb, rb})});
+          xw = c.op("add"_op, {xw, c.op("add"_op, {wb, rb})});
           rb = nullptr;
         }
       }
@@ -1168,72 +1168,72 @@ EmitFn rnn(Cell cell) {
       std::vector<Value*> steps(static_cast<size_t>(S));
       for (int64_t k = 0; k < S; ++k) {
         const int64_t t = reverse ? S - 1 - k : k;
-        Value* xt = c.op(OpId::squeeze, {c.op(OpId::slice, {xw}, {{"starts", Ints{t}}, {"ends", Ints{t + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}})},
+        Value* xt = c.op("squeeze"_op, {c.op("slice"_op, {xw}, {{"starts", Ints{t}}, {"ends", Ints{t + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}})},
                          {{"axes", Ints{0}}});  // [B, G*H]
         if (cell == Cell::lstm) {
-          Value* gates = c.op(OpId::add, {xt, c.op(OpId::matmul, {h, R}, {{"transpose_b", true}})});
+          Value* gates = c.op("add"_op, {xt, c.op("matmul"_op, {h, R}, {{"transpose_b", true}})});
           Value* gi = chunk(gates, 0, 1);
           Value* go = chunk(gates, 1, 1);
           Value* gf = chunk(gates, 2, 1);
           Value* gc = chunk(gates, 3, 1);
           if (P) {
-            gi = c.op(OpId::add, {gi, c.op(OpId::mul, {chunk(P, 0, 0), cst})});
-            gf = c.op(OpId::add, {gf, c.op(OpId::mul, {chunk(P, 2, 0), cst})});
+            gi = c.op("add"_op, {gi, c.op("mul"_op, {chunk(P, 0, 0), cst})});
+            gf = c.op("add"_op, {gf, c.op("mul"_op, {chunk(P, 2, 0), cst})});
           }
           Value* i = apply_act(c, a[0], clipv(gi));
-          Value* f = input_forget ? c.op(OpId::sub, {c.scalar(1, dt), i}) : apply_act(c, a[0], clipv(gf));
+          Value* f = input_forget ? c.op("sub"_op, {c.scalar(1, dt), i}) : apply_act(c, a[0], clipv(gf));
           Value* g = apply_act(c, a[1], clipv(gc));
-          cst = c.op(OpId::add, {c.op(OpId::mul, {f, cst}), c.op(OpId::mul, {i, g})});
-          if (P) go = c.op(OpId::add, {go, c.op(OpId::mul, {chunk(P, 1, 0), cst})});
+          cst = c.op("add"_op, {c.op("mul"_op, {f, cst}), c.op("mul"_op, {i, g})});
+          if (P) go = c.op("add"_op, {go, c.op("mul"_op, {chunk(P, 1, 0), cst})});
           Value* o = apply_act(c, a[0], clipv(go));
-          h = c.op(OpId::mul, {o, apply_act(c, a[2], cst)});
+          h = c.op("mul"_op, {o, apply_act(c, a[2], cst)});
         } else if (cell == Cell::gru) {
-          Value* hr = c.op(OpId::matmul, {h, R}, {{"transpose_b", true}});  // [B, 3H]
-          if (rb) hr = c.op(OpId::add, {hr, rb});
-          Value* z = apply_act(c, a[0], clipv(c.op(OpId::add, {chunk(xt, 0, 1), chunk(hr, 0, 1)})));
-          Value* r = apply_act(c, a[0], clipv(c.op(OpId::add, {chunk(xt, 1, 1), chunk(hr, 1, 1)})));
+          Value* hr = c.op("matmul"_op, {h, R}, {{"transpose_b", true}});  // [B, 3H]
+          if (rb) hr = c.op("add"_op, {hr, rb});
+          Value* z = apply_act(c, a[0], clipv(c.op("add"_op, {chunk(xt, 0, 1), chunk(hr, 0, 1)})));
+          Value* r = apply_act(c, a[0], clipv(c.op("add"_op, {chunk(xt, 1, 1), chunk(hr, 1, 1)})));
           Value* hh;
           if (lbr) {
-            hh = c.op(OpId::add, {chunk(xt, 2, 1), c.op(OpId::mul, {r, chunk(hr, 2, 1)})});
+            hh = c.op("add"_op, {chunk(xt, 2, 1), c.op("mul"_op, {r, chunk(hr, 2, 1)})});
           } else {
             Value* Rh = chunk(R, 2, 0);  // [H, H]
-            hh = c.op(OpId::add, {chunk(xt, 2, 1), c.op(OpId::matmul, {c.op(OpId::mul, {r, h}), Rh}, {{"transpose_b", true}})});
+            hh = c.op("add"_op, {chunk(xt, 2, 1), c.op("matmul"_op, {c.op("mul"_op, {r, h}), Rh}, {{"transpose_b", true}})});
           }
           hh = apply_act(c, a[1], clipv(hh));
           // h = (1 - z) * hh + z * h = hh + z * (h - hh)
-          h = c.op(OpId::add, {hh, c.op(OpId::mul, {z, c.op(OpId::sub, {h, hh})})});
+          h = c.op("add"_op, {hh, c.op("mul"_op, {z, c.op("sub"_op, {h, hh})})});
         } else {
-          h = apply_act(c, a[0], clipv(c.op(OpId::add, {xt, c.op(OpId::matmul, {h, R}, {{"transpose_b", true}})})));
+          h = apply_act(c, a[0], clipv(c.op("add"_op, {xt, c.op("matmul"_op, {h, R}, {{"transpose_b", true}})})));
         }
         steps[static_cast<size_t>(t)] = h;
       }
       if (c.wants_output(0)) {
         V us;
-        for (Value* s : steps) us.push_back(c.op(OpId::unsqueeze, {s}, {{"axes", Ints{0}}}));
-        ys.push_back(us.size() == 1 ? us[0] : c.op(OpId::concat, us, {{"axis", int64_t{0}}}));  // [S, B, H]
+        for (Value* s : steps) us.push_back(c.op("unsqueeze"_op, {s}, {{"axes", Ints{0}}}));
+        ys.push_back(us.size() == 1 ? us[0] : c.op("concat"_op, us, {{"axis", int64_t{0}}}));  // [S, B, H]
       }
       hs.push_back(h);
       if (cst) cs.push_back(cst);
     }
     auto stack = [&](const V& parts, int64_t axis) {
       V us;
-      for (Value* p : parts) us.push_back(c.op(OpId::unsqueeze, {p}, {{"axes", Ints{axis}}}));
-      return us.size() == 1 ? us[0] : c.op(OpId::concat, us, {{"axis", axis}});
+      for (Value* p : parts) us.push_back(c.op("unsqueeze"_op, {p}, {{"axes", Ints{axis}}}));
+      return us.size() == 1 ? us[0] : c.op("concat"_op, us, {{"axis", axis}});
     };
     V outs;
     if (c.wants_output(0)) {
       Value* y = stack(ys, 1);  // [S, D, B, H]
-      if (layout == 1) y = c.op(OpId::transpose, {y}, {{"perm", Ints{2, 0, 1, 3}}});
+      if (layout == 1) y = c.op("transpose"_op, {y}, {{"perm", Ints{2, 0, 1, 3}}});
       outs.push_back(y);
     } else {
       outs.push_back(nullptr);
     }
     Value* yh = stack(hs, 0);  // [D, B, H]
-    if (layout == 1) yh = c.op(OpId::transpose, {yh}, {{"perm", Ints{1, 0, 2}}});
+    if (layout == 1) yh = c.op("transpose"_op, {yh}, {{"perm", Ints{1, 0, 2}}});
     outs.push_back(yh);
     if (cell == Cell::lstm) {
       Value* yc = stack(cs, 0);
-      if (layout == 1) yc = c.op(OpId::transpose, {yc}, {{"perm", Ints{1, 0, 2}}});
+      if (layout == 1) yc = c.op("transpose"_op, {yc}, {{"perm", Ints{1, 0, 2}}});
       outs.push_back(yc);
     }
     return outs;
@@ -1249,62 +1249,62 @@ std::map<std::string, OpMapping> build_table() {
     t[name] = OpMapping{min_since, decomposed, note, std::move(check), std::move(emit)};
   };
   // elementwise unary
-  add("Abs", 6, false, "abs", unary(OpId::abs));
-  add("Neg", 6, false, "neg", unary(OpId::neg));
-  add("Exp", 6, false, "exp", unary(OpId::exp));
-  add("Log", 6, false, "log", unary(OpId::log));
-  add("Sqrt", 6, false, "sqrt", unary(OpId::sqrt));
-  add("Reciprocal", 6, false, "reciprocal", unary(OpId::reciprocal));
-  add("Tanh", 6, false, "tanh", unary(OpId::tanh));
-  add("Sigmoid", 6, false, "sigmoid", unary(OpId::sigmoid));
-  add("Relu", 6, false, "relu", unary(OpId::relu));
-  add("Erf", 9, false, "erf", unary(OpId::erf));
-  add("Sin", 7, false, "sin", unary(OpId::sin));
-  add("Cos", 7, false, "cos", unary(OpId::cos));
-  add("Floor", 6, false, "floor", unary(OpId::floor));
-  add("Ceil", 6, false, "ceil", unary(OpId::ceil));
-  add("Round", 11, false, "round (half to even)", unary(OpId::round));
-  add("Sign", 9, false, "sign", unary(OpId::sign));
-  add("Not", 1, false, "logical_not", unary(OpId::logical_not));
-  add("Identity", 1, false, "identity", unary(OpId::identity));
+  add("Abs", 6, false, "abs", unary("abs"_op));
+  add("Neg", 6, false, "neg", unary("neg"_op));
+  add("Exp", 6, false, "exp", unary("exp"_op));
+  add("Log", 6, false, "log", unary("log"_op));
+  add("Sqrt", 6, false, "sqrt", unary("sqrt"_op));
+  add("Reciprocal", 6, false, "reciprocal", unary("reciprocal"_op));
+  add("Tanh", 6, false, "tanh", unary("tanh"_op));
+  add("Sigmoid", 6, false, "sigmoid", unary("sigmoid"_op));
+  add("Relu", 6, false, "relu", unary("relu"_op));
+  add("Erf", 9, false, "erf", unary("erf"_op));
+  add("Sin", 7, false, "sin", unary("sin"_op));
+  add("Cos", 7, false, "cos", unary("cos"_op));
+  add("Floor", 6, false, "floor", unary("floor"_op));
+  add("Ceil", 6, false, "ceil", unary("ceil"_op));
+  add("Round", 11, false, "round (half to even)", unary("round"_op));
+  add("Sign", 9, false, "sign", unary("sign"_op));
+  add("Not", 1, false, "logical_not", unary("logical_not"_op));
+  add("Identity", 1, false, "identity", unary("identity"_op));
   add("Tan", 7, true, "sin / cos", [](NodeCtx& c) -> V {
-    return {c.op(OpId::div, {c.op(OpId::sin, {c.in(0)}), c.op(OpId::cos, {c.in(0)})})};
+    return {c.op("div"_op, {c.op("sin"_op, {c.in(0)}), c.op("cos"_op, {c.in(0)})})};
   });
   add("Sinh", 9, true, "(exp(x) - exp(-x)) / 2", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
-    return {mulc(c, c.op(OpId::sub, {c.op(OpId::exp, {x}), c.op(OpId::exp, {c.op(OpId::neg, {x})})}), 0.5)};
+    return {mulc(c, c.op("sub"_op, {c.op("exp"_op, {x}), c.op("exp"_op, {c.op("neg"_op, {x})})}), 0.5)};
   });
   add("Cosh", 9, true, "(exp(x) + exp(-x)) / 2", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
-    return {mulc(c, c.op(OpId::add, {c.op(OpId::exp, {x}), c.op(OpId::exp, {c.op(OpId::neg, {x})})}), 0.5)};
+    return {mulc(c, c.op("add"_op, {c.op("exp"_op, {x}), c.op("exp"_op, {c.op("neg"_op, {x})})}), 0.5)};
   });
   add("Asinh", 9, true, "log(x + sqrt(x^2 + 1))", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
-    return {c.op(OpId::log, {c.op(OpId::add, {x, c.op(OpId::sqrt, {addc(c, c.op(OpId::mul, {x, x}), 1.0)})})})};
+    return {c.op("log"_op, {c.op("add"_op, {x, c.op("sqrt"_op, {addc(c, c.op("mul"_op, {x, x}), 1.0)})})})};
   });
   add("Acosh", 9, true, "log(x + sqrt(x^2 - 1))", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
-    return {c.op(OpId::log, {c.op(OpId::add, {x, c.op(OpId::sqrt, {addc(c, c.op(OpId::mul, {x, x}), -1.0)})})})};
+    return {c.op("log"_op, {c.op("add"_op, {x, c.op("sqrt"_op, {addc(c, c.op("mul"_op, {x, x}), -1.0)})})})};
   });
   add("Atanh", 9, true, "log((1 + x) / (1 - x)) / 2", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
     Value* one = c.scalar(1, c.dtype(x));
-    return {mulc(c, c.op(OpId::log, {c.op(OpId::div, {c.op(OpId::add, {one, x}), c.op(OpId::sub, {one, x})})}), 0.5)};
+    return {mulc(c, c.op("log"_op, {c.op("div"_op, {c.op("add"_op, {one, x}), c.op("sub"_op, {one, x})})}), 0.5)};
   });
-  add("IsNaN", 9, true, "ne(x, x)", [](NodeCtx& c) -> V { return {c.op(OpId::ne, {c.in(0), c.in(0)})}; });
+  add("IsNaN", 9, true, "ne(x, x)", [](NodeCtx& c) -> V { return {c.op("ne"_op, {c.in(0), c.in(0)})}; });
   add("IsInf", 10, true, "eq(x, +-inf)", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
     const double inf = std::numeric_limits<double>::infinity();
     const bool pos = c.attr_i("detect_positive", 1) != 0, neg = c.attr_i("detect_negative", 1) != 0;
-    Value* p = pos ? c.op(OpId::eq, {x, c.scalar(inf, c.dtype(x))}) : nullptr;
-    Value* n = neg ? c.op(OpId::eq, {x, c.scalar(-inf, c.dtype(x))}) : nullptr;
-    if (p && n) return {c.op(OpId::logical_or, {p, n})};
+    Value* p = pos ? c.op("eq"_op, {x, c.scalar(inf, c.dtype(x))}) : nullptr;
+    Value* n = neg ? c.op("eq"_op, {x, c.scalar(-inf, c.dtype(x))}) : nullptr;
+    if (p && n) return {c.op("logical_or"_op, {p, n})};
     if (p || n) return {p ? p : n};
-    return {c.op(OpId::logical_and, {c.op(OpId::ne, {x, x}), c.op(OpId::eq, {x, x})})};  // both off: all false
+    return {c.op("logical_and"_op, {c.op("ne"_op, {x, x}), c.op("eq"_op, {x, x})})};  // both off: all false
   });
   // activations
   add("LeakyRelu", 6, false, "leaky_relu", [](NodeCtx& c) -> V {
-    return {c.op(OpId::leaky_relu, {c.in(0)}, {{"alpha", c.attr_f("alpha", 0.01)}})};
+    return {c.op("leaky_relu"_op, {c.in(0)}, {{"alpha", c.attr_f("alpha", 0.01)}})};
   });
   add("Elu", 6, true, "where(x > 0, x, alpha*(exp(x)-1))", [](NodeCtx& c) -> V { return {act_elu(c, c.in(0), c.attr_f("alpha", 1.0))}; });
   add("Selu", 6, true, "gamma * elu(x, alpha)", [](NodeCtx& c) -> V {
@@ -1313,26 +1313,26 @@ std::map<std::string, OpMapping> build_table() {
   add("Celu", 12, true, "max(0,x) + min(0, alpha*(exp(x/alpha)-1))", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
     const double alpha = c.attr_f("alpha", 1.0);
-    Value* e = mulc(c, addc(c, c.op(OpId::exp, {mulc(c, x, 1.0 / alpha)}), -1.0), alpha);
-    return {c.op(OpId::add, {c.op(OpId::relu, {x}), c.op(OpId::minimum, {zero_like(c, x), e})})};
+    Value* e = mulc(c, addc(c, c.op("exp"_op, {mulc(c, x, 1.0 / alpha)}), -1.0), alpha);
+    return {c.op("add"_op, {c.op("relu"_op, {x}), c.op("minimum"_op, {zero_like(c, x), e})})};
   });
   add("HardSigmoid", 6, false, "hardsigmoid", [](NodeCtx& c) -> V {
     return {act_hard_sigmoid(c, c.in(0), c.attr_f("alpha", 0.2), c.attr_f("beta", 0.5))};
   });
-  add("HardSwish", 14, false, "hardswish", unary(OpId::hardswish));
+  add("HardSwish", 14, false, "hardswish", unary("hardswish"_op));
   add("Softplus", 1, false, "softplus", [](NodeCtx& c) -> V { return {act_softplus(c, c.in(0))}; });
-  add("Mish", 18, false, "mish", unary(OpId::mish));
+  add("Mish", 18, false, "mish", unary("mish"_op));
   add("Softsign", 1, true, "x / (1 + |x|)", [](NodeCtx& c) -> V { return {act_softsign(c, c.in(0))}; });
   add("ThresholdedRelu", 10, true, "where(x > alpha, x, 0)", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
-    return {c.op(OpId::where, {c.op(OpId::gt, {x, c.scalar(c.attr_f("alpha", 1.0), c.dtype(x))}), x, zero_like(c, x)})};
+    return {c.op("where"_op, {c.op("gt"_op, {x, c.scalar(c.attr_f("alpha", 1.0), c.dtype(x))}), x, zero_like(c, x)})};
   });
   add("Shrink", 9, true, "where(x < -l, x + b, where(x > l, x - b, 0))", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
     const double l = c.attr_f("lambd", 0.5), b = c.attr_f("bias", 0.0);
     const DType dt = c.dtype(x);
-    Value* hi = c.op(OpId::where, {c.op(OpId::gt, {x, c.scalar(l, dt)}), c.op(OpId::sub, {x, c.scalar(b, dt)}), zero_like(c, x)});
-    return {c.op(OpId::where, {c.op(OpId::lt, {x, c.scalar(-l, dt)}), c.op(OpId::add, {x, c.scalar(b, dt)}), hi})};
+    Value* hi = c.op("where"_op, {c.op("gt"_op, {x, c.scalar(l, dt)}), c.op("sub"_op, {x, c.scalar(b, dt)}), zero_like(c, x)});
+    return {c.op("where"_op, {c.op("lt"_op, {x, c.scalar(-l, dt)}), c.op("add"_op, {x, c.scalar(b, dt)}), hi})};
   });
   add("PRelu", 6, true, "where(x < 0, slope * x, x)", [](NodeCtx& c) -> V {
     Value* x = c.in(0);
@@ -1343,48 +1343,48 @@ std::map<std::string, OpMapping> build_table() {
       shape[0] = -1;
       slope = c.reshape(slope, shape);
     }
-    return {c.op(OpId::where, {c.op(OpId::lt, {x, zero_like(c, x)}), c.op(OpId::mul, {x, slope}), x})};
+    return {c.op("where"_op, {c.op("lt"_op, {x, zero_like(c, x)}), c.op("mul"_op, {x, slope}), x})};
   });
-  add("Softmax", 1, false, "softmax (opset < 13: on the input coerced to 2-D)", softmax_like(OpId::softmax, false));
-  add("LogSoftmax", 1, false, "log_softmax (opset < 13: on the input coerced to 2-D)", softmax_like(OpId::log_softmax, false));
-  add("Hardmax", 1, true, "one_hot(argmax)", softmax_like(OpId::argmax, true));
+  add("Softmax", 1, false, "softmax (opset < 13: on the input coerced to 2-D)", softmax_like("softmax"_op, false));
+  add("LogSoftmax", 1, false, "log_softmax (opset < 13: on the input coerced to 2-D)", softmax_like("log_softmax"_op, false));
+  add("Hardmax", 1, true, "one_hot(argmax)", softmax_like("argmax"_op, true));
   // binary
-  add("Add", 6, false, "add", binary(OpId::add));
-  add("Sub", 6, false, "sub", binary(OpId::sub));
-  add("Mul", 6, false, "mul", binary(OpId::mul));
-  add("Div", 6, false, "div", binary(OpId::div));
+  add("Add", 6, false, "add", binary("add"_op));
+  add("Sub", 6, false, "sub", binary("sub"_op));
+  add("Mul", 6, false, "mul", binary("mul"_op));
+  add("Div", 6, false, "div", binary("div"_op));
   add("Pow", 1, false, "pow", emit_pow);
   add("Mod", 10, false, "mod", [](NodeCtx& c) -> V {
-    return {c.op(OpId::mod, {c.in(0), c.in(1)}, {{"fmod", c.attr_i("fmod", 0) != 0}})};
+    return {c.op("mod"_op, {c.in(0), c.in(1)}, {{"fmod", c.attr_i("fmod", 0) != 0}})};
   });
-  add("Equal", 7, false, "eq", binary(OpId::eq));
-  add("Less", 7, false, "lt", binary(OpId::lt));
-  add("Greater", 7, false, "gt", binary(OpId::gt));
-  add("LessOrEqual", 12, false, "le", binary(OpId::le));
-  add("GreaterOrEqual", 12, false, "ge", binary(OpId::ge));
-  add("And", 7, false, "logical_and", binary(OpId::logical_and));
-  add("Or", 7, false, "logical_or", binary(OpId::logical_or));
-  add("Xor", 7, false, "ne on bools", binary(OpId::ne));
-  add("Max", 6, false, "maximum", variadic(OpId::maximum, false));
-  add("Min", 6, false, "minimum", variadic(OpId::minimum, false));
-  add("Sum", 6, false, "add", variadic(OpId::add, false));
-  add("Mean", 6, true, "add, div", variadic(OpId::add, true));
+  add("Equal", 7, false, "eq", binary("eq"_op));
+  add("Less", 7, false, "lt", binary("lt"_op));
+  add("Greater", 7, false, "gt", binary("gt"_op));
+  add("LessOrEqual", 12, false, "le", binary("le"_op));
+  add("GreaterOrEqual", 12, false, "ge", binary("ge"_op));
+  add("And", 7, false, "logical_and", binary("logical_and"_op));
+  add("Or", 7, false, "logical_or", binary("logical_or"_op));
+  add("Xor", 7, false, "ne on bools", binary("ne"_op));
+  add("Max", 6, false, "maximum", variadic("maximum"_op, false));
+  add("Min", 6, false, "minimum", variadic("minimum"_op, false));
+  add("Sum", 6, false, "add", variadic("add"_op, false));
+  add("Mean", 6, true, "add, div", variadic("add"_op, true));
   add("Where", 9, false, "where", emit_where);
   add("Clip", 6, false, "clip (or maximum/minimum for tensor bounds)", emit_clip);
   add("Cast", 6, false, "cast", emit_cast, check_cast);
-  add("CastLike", 15, false, "cast", [](NodeCtx& c) -> V { return {c.op(OpId::cast, {c.in(0)}, {{"dtype", c.dtype(c.in(1))}})}; });
+  add("CastLike", 15, false, "cast", [](NodeCtx& c) -> V { return {c.op("cast"_op, {c.in(0)}, {{"dtype", c.dtype(c.in(1))}})}; });
   // linear algebra and nn
-  add("MatMul", 1, false, "matmul", [](NodeCtx& c) -> V { return {c.op(OpId::matmul, {c.in(0), c.in(1)})}; });
+  add("MatMul", 1, false, "matmul", [](NodeCtx& c) -> V { return {c.op("matmul"_op, {c.in(0), c.in(1)})}; });
   add("Gemm", 6, false, "linear, or matmul + scale + add", emit_gemm);
   add("Conv", 1, false, "conv2d (1-D as 2-D with H = 1)", emit_conv, check_spatial);
   add("ConvTranspose", 1, false, "conv_transpose2d (1-D as 2-D with H = 1)", emit_conv_transpose, check_spatial);
   add("MaxPool", 1, false, "max_pool2d (1-D as 2-D with H = 1)", pool(true), check_maxpool);
   add("AveragePool", 1, false, "avg_pool2d (1-D as 2-D with H = 1)", pool(false), check_spatial);
   add("GlobalAveragePool", 1, false, "global_avg_pool", [](NodeCtx& c) -> V {
-    return {c.op(OpId::global_avg_pool, {c.in(0)})};
+    return {c.op("global_avg_pool"_op, {c.in(0)})};
   });
   add("GlobalMaxPool", 1, false, "reduce_max over spatial dims", [](NodeCtx& c) -> V {
-    return {c.op(OpId::reduce_max, {c.in(0)}, {{"axes", spatial_axes(c.rank(c.in(0)))}, {"keepdims", true}})};
+    return {c.op("reduce_max"_op, {c.in(0)}, {{"axes", spatial_axes(c.rank(c.in(0)))}, {"keepdims", true}})};
   });
   add("BatchNormalization", 6, false, "batch_norm (inference)", emit_batch_norm, check_batch_norm);
   add("InstanceNormalization", 6, false, "group_norm with one group per channel", emit_instance_norm);
@@ -1402,8 +1402,8 @@ std::map<std::string, OpMapping> build_table() {
   add("ReduceLogSum", 1, true, "log(reduce_sum)", reduce(Red::log_sum));
   add("ReduceLogSumExp", 1, true, "max-shifted log(sum(exp))", reduce(Red::log_sum_exp));
   add("ReduceSumSquare", 1, true, "reduce_sum(x*x)", reduce(Red::sum_square));
-  add("ArgMax", 1, false, "argmax", arg_reduce(OpId::argmax));
-  add("ArgMin", 1, false, "argmin", arg_reduce(OpId::argmin));
+  add("ArgMax", 1, false, "argmax", arg_reduce("argmax"_op));
+  add("ArgMin", 1, false, "argmin", arg_reduce("argmin"_op));
   add("TopK", 1, false, "topk", emit_topk);
   add("CumSum", 11, false, "cumsum", emit_cumsum);
   // shape and data movement

@@ -11,7 +11,7 @@ bool Pattern::match(Value* v, Match& m) const {
     case Kind::any:
       break;
     case Kind::constant:
-      if (!v->producer || v->producer->op != OpId::constant) return false;
+      if (!v->producer || v->producer->op != "constant"_op) return false;
       break;
     case Kind::op: {
       Node* n = v->producer;
@@ -29,23 +29,23 @@ bool Pattern::match(Value* v, Match& m) const {
 }
 
 namespace m {
-Pattern any(std::string name) { return Pattern(Pattern::Kind::any, OpId::identity, {}, std::move(name)); }
+Pattern any(std::string name) { return Pattern(Pattern::Kind::any, "identity"_op, {}, std::move(name)); }
 Pattern op(OpId op, std::vector<Pattern> args, std::string name) {
   return Pattern(Pattern::Kind::op, op, std::move(args), std::move(name));
 }
-Pattern constant(std::string name) { return Pattern(Pattern::Kind::constant, OpId::constant, {}, std::move(name)); }
+Pattern constant(std::string name) { return Pattern(Pattern::Kind::constant, "constant"_op, {}, std::move(name)); }
 }  // namespace m
 
 RewriteSet& RewriteSet::add(RewriteRule rule) {
   SPORE_ASSERT(rule.pattern.kind() == Pattern::Kind::op, "rule '{}' must be rooted at an op pattern", rule.name);
   rules_.push_back(std::make_unique<RewriteRule>(std::move(rule)));
-  by_op_[static_cast<uint16_t>(rules_.back()->pattern.op())].push_back(rules_.back().get());
+  by_op_[static_cast<uint32_t>(rules_.back()->pattern.op())].push_back(rules_.back().get());
   return *this;
 }
 
 const std::vector<const RewriteRule*>& RewriteSet::rules_for(OpId op) const {
   static const std::vector<const RewriteRule*> none;
-  auto it = by_op_.find(static_cast<uint16_t>(op));
+  auto it = by_op_.find(static_cast<uint32_t>(op));
   return it == by_op_.end() ? none : it->second;
 }
 

@@ -3,7 +3,7 @@
 //
 //   using namespace spore::rewrite;
 //   RewriteSet rules("simplify");
-//   rules.add({"mul_by_one", m::op(OpId::mul, {m::any("x"), m::constant("one")}),
+//   rules.add({"mul_by_one", m::op("mul"_op, {m::any("x"), m::constant("one")}),
 //              [](Match& mt, Rewriter& rw) {
 //                if (!is_all(mt.node("one"), 1.0)) return false;  // a predicate on the capture
 //                rw.replace(mt.root->output(0), mt["x"]);
@@ -91,7 +91,7 @@ class RewriteSet {
  private:
   std::string name_;
   std::vector<std::unique_ptr<RewriteRule>> rules_;
-  std::unordered_map<uint16_t, std::vector<const RewriteRule*>> by_op_;
+  std::unordered_map<uint32_t, std::vector<const RewriteRule*>> by_op_;
 };
 
 struct RewriteStats {

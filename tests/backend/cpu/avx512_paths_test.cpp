@@ -123,9 +123,9 @@ TEST(Avx512Paths, ConvReluPoolHasTheSeparateKernelsBits) {
                              std::to_string(cc.o) + " " + std::to_string(cc.h) + "x" + std::to_string(cc.w) + " k" +
                              std::to_string(cc.kh) + "x" + std::to_string(cc.kw) + " d" + std::to_string(cc.dil);
     // The separate kernels (on their own paths).
-    Tensor y = run(OpId::conv2d, ins, conv);
-    if (cc.relu) y = run(OpId::relu, {y}, {});
-    const Tensor want = run(OpId::max_pool2d, {y}, {{"kernel", std::vector<int64_t>{2, 2}},
+    Tensor y = run("conv2d"_op, ins, conv);
+    if (cc.relu) y = run("relu"_op, {y}, {});
+    const Tensor want = run("max_pool2d"_op, {y}, {{"kernel", std::vector<int64_t>{2, 2}},
                                                     {"stride", std::vector<int64_t>{2, 2}}});
     int64_t nan = 0, negzero = 0;
     for (int64_t i = 0; i < want.numel(); ++i) {
@@ -138,10 +138,10 @@ TEST(Avx512Paths, ConvReluPoolHasTheSeparateKernelsBits) {
     }
     for (int t : {1, 2, 3}) {
       set_threads(t);
-      expect_same_bits(run(OpId::conv2d_fused, ins, fused), want, what + " fused, threads " + std::to_string(t));
+      expect_same_bits(run("conv2d_fused"_op, ins, fused), want, what + " fused, threads " + std::to_string(t));
     }
     EnvGuard off("SPORE_CONV_AVX512", "0");
-    expect_same_bits(run(OpId::conv2d_fused, ins, fused), want, what + " fused without the AVX-512 path");
+    expect_same_bits(run("conv2d_fused"_op, ins, fused), want, what + " fused without the AVX-512 path");
   }
 }
 
@@ -187,11 +187,11 @@ TEST(Avx512Paths, OwnLinearKernelsAreAccurateAndBatchInvariant) {
       std::vector<Tensor> ins{x, w};
       if (bias) ins.push_back(b);
       set_threads(1);
-      const Tensor one = run(OpId::linear, ins, {});
+      const Tensor one = run("linear"_op, ins, {});
       expect_linear_close(x, w, bias ? &b : nullptr, one);
       for (int t : {2, 3}) {
         set_threads(t);
-        expect_same_bits(run(OpId::linear, ins, {}), one, what + " threads " + std::to_string(t));
+        expect_same_bits(run("linear"_op, ins, {}), one, what + " threads " + std::to_string(t));
       }
       // Each row alone gives the bits it has inside the batch.
       for (int64_t i : {int64_t{0}, c.m / 2, c.m - 1}) {
@@ -199,19 +199,19 @@ TEST(Avx512Paths, OwnLinearKernelsAreAccurateAndBatchInvariant) {
         std::memcpy(row.data<float>(), x.data<float>() + i * c.k, static_cast<size_t>(c.k) * sizeof(float));
         std::vector<Tensor> row_ins{row, w};
         if (bias) row_ins.push_back(b);
-        const Tensor alone = run(OpId::linear, row_ins, {});
+        const Tensor alone = run("linear"_op, row_ins, {});
         EXPECT_EQ(std::memcmp(alone.data<float>(), one.data<float>() + i * c.n, static_cast<size_t>(c.n) * 4), 0)
             << "row " << i;
       }
       {
         EnvGuard avx2(isa_env, "avx2");
-        expect_same_bits(run(OpId::linear, ins, {}), one, what + " AVX2 tiles");
+        expect_same_bits(run("linear"_op, ins, {}), one, what + " AVX2 tiles");
       }
       // w as a plan constant: the GEMM keeps its packed panels (found again on the second call), same bits.
-      expect_same_bits(run(OpId::linear, ins, {}, 2), one, what + " constant weights");
-      expect_same_bits(run(OpId::linear, ins, {}, 2), one, what + " constant weights, kept panels");
+      expect_same_bits(run("linear"_op, ins, {}, 2), one, what + " constant weights");
+      expect_same_bits(run("linear"_op, ins, {}, 2), one, what + " constant weights, kept panels");
       EnvGuard off(isa_env, "0");
-      expect_linear_close(x, w, bias ? &b : nullptr, run(OpId::linear, ins, {}));
+      expect_linear_close(x, w, bias ? &b : nullptr, run("linear"_op, ins, {}));
     }
   }
 }
@@ -233,7 +233,7 @@ TEST(Avx512Paths, LayerNormRowsAreAccurateAndBatchInvariant) {
   const Tensor w = random_tensor({size}, 6), b = random_tensor({size}, 7);
   const Attrs a{{"axis", int64_t{-1}}, {"epsilon", 1e-5}};
   set_threads(1);
-  const Tensor y = run(OpId::layer_norm, {x, w, b}, a);
+  const Tensor y = run("layer_norm"_op, {x, w, b}, a);
   double worst = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x.data<float>() + r * size;
@@ -250,12 +250,12 @@ TEST(Avx512Paths, LayerNormRowsAreAccurateAndBatchInvariant) {
   EXPECT_LT(worst, 1e-5);
   for (int t : {2, 3}) {
     set_threads(t);
-    expect_same_bits(run(OpId::layer_norm, {x, w, b}, a), y, "threads " + std::to_string(t));
+    expect_same_bits(run("layer_norm"_op, {x, w, b}, a), y, "threads " + std::to_string(t));
   }
   for (int64_t r : {int64_t{0}, int64_t{18}, rows - 1}) {
     Tensor row = Tensor::empty({1, size}, DType::f32);
     std::memcpy(row.data<float>(), x.data<float>() + r * size, static_cast<size_t>(size) * sizeof(float));
-    const Tensor alone = run(OpId::layer_norm, {row, w, b}, a);
+    const Tensor alone = run("layer_norm"_op, {row, w, b}, a);
     EXPECT_EQ(std::memcmp(alone.data<float>(), y.data<float>() + r * size, static_cast<size_t>(size) * 4), 0)
         << "row " << r;
   }
