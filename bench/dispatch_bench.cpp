@@ -48,7 +48,7 @@ void BM_eager_add(benchmark::State& state) {
 // The same work with no dispatch at all: registry lookup done once, output preallocated.
 void BM_raw_kernel_add(benchmark::State& state) {
   spore::set_threads(1);
-  const spore::KernelInfo* k = spore::kernel_registry().find(spore::Backend::cpu, spore::"add"_op, spore::DType::f32);
+  const spore::KernelInfo* k = spore::kernel_registry().find(spore::Backend::cpu, spore::op_id("add"), spore::DType::f32);
   if (!k) {
     state.SkipWithError("no cpu add kernel for f32");
     return;
@@ -57,7 +57,7 @@ void BM_raw_kernel_add(benchmark::State& state) {
   Tensor outs[1] = {small(state.range(0), 0)};
   const spore::Attrs attrs;
   for (auto _ : state) {
-    spore::KernelContext ctx{ins, outs, attrs, spore::"add"_op, {}};
+    spore::KernelContext ctx{ins, outs, attrs, spore::op_id("add"), {}};
     k->fn(ctx);
     benchmark::DoNotOptimize(outs[0].raw_data());
   }

@@ -37,7 +37,7 @@ void BM_triad_f32(benchmark::State& state) {
 void BM_add_kernel(benchmark::State& state) {
   const int64_t n = state.range(0);
   spore::set_threads(static_cast<int>(state.range(1)));
-  const spore::KernelInfo* k = spore::kernel_registry().find(spore::Backend::cpu, spore::"add"_op, spore::DType::f32);
+  const spore::KernelInfo* k = spore::kernel_registry().find(spore::Backend::cpu, spore::op_id("add"), spore::DType::f32);
   if (!k) {
     state.SkipWithError("no cpu add kernel for f32");
     return;
@@ -46,7 +46,7 @@ void BM_add_kernel(benchmark::State& state) {
   Tensor outs[1] = {random_f32(n, 0.0f)};
   const spore::Attrs attrs;
   for (auto _ : state) {
-    spore::KernelContext ctx{ins, outs, attrs, spore::"add"_op, {}};
+    spore::KernelContext ctx{ins, outs, attrs, spore::op_id("add"), {}};
     k->fn(ctx);
     benchmark::ClobberMemory();
   }

@@ -10,7 +10,8 @@ root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__)
 names = set(re.findall(r"^SPORE_OP\((\w+)\)", (root / "src/ir/op_list.inc").read_text(), re.M))
 if len(names) < 50:
     sys.exit(f"check_op_names: read only {len(names)} names from src/ir/op_list.inc")
-use = re.compile(r'"([^"\\]*)"_op\b')
+# "relu"_op, and spore::op_id("relu") where code outside namespace spore cannot use the literal.
+use = re.compile(r'"([^"\\]*)"_op\b|spore::op_id\("([^"\\]*)"\)')
 bad, uses = [], 0
 for top in ("src", "include", "tools", "tests", "bench", "examples", "fuzz"):
     for p in sorted((root / top).rglob("*")):
@@ -19,8 +20,9 @@ for top in ("src", "include", "tools", "tests", "bench", "examples", "fuzz"):
         for lineno, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
             for m in use.finditer(line):
                 uses += 1
-                if m.group(1) not in names:
-                    bad.append(f"{p.relative_to(root)}:{lineno}: \"{m.group(1)}\"_op is not an op in src/ir/op_list.inc")
+                name = m.group(1) if m.group(1) is not None else m.group(2)
+                if name not in names:
+                    bad.append(f"{p.relative_to(root)}:{lineno}: \"{name}\" is not an op in src/ir/op_list.inc")
 if bad:
     print("\n".join(bad))
     sys.exit(1)

@@ -60,7 +60,7 @@ struct NormalizedEntry {
 thread_local std::vector<NormalizedEntry> t_normalized;
 
 std::shared_ptr<const Attrs> normalized_attrs(const OpDef& def, const Attrs& attrs) {
-  const size_t i = static_cast<size_t>(def.id);
+  const size_t i = static_cast<size_t>(op_index(def.id));  // dense: ids are hashes
   if (i < t_normalized.size()) {
     const NormalizedEntry& e = t_normalized[i];
     if (e.def == &def && e.normalized && e.given == attrs) return e.normalized;

@@ -126,7 +126,7 @@ void call_builtin(const spore::KernelInfo* k, const Tensor& in, Tensor& out) {
   static const spore::Attrs attrs;
   const Tensor ins[1] = {in};
   Tensor outs[1] = {out};
-  spore::KernelContext ctx{ins, outs, attrs, spore::"tanh"_op, {}};
+  spore::KernelContext ctx{ins, outs, attrs, spore::op_id("tanh"), {}};
   k->fn(ctx);
 }
 
@@ -149,13 +149,13 @@ int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   if (opt.threads > 0) spore::set_threads(opt.threads);
   const spore_plugin* plugin = load_plugin(opt.plugin);
-  const spore::KernelInfo* bf32 = spore::kernel_registry().find(spore::Backend::cpu, spore::"tanh"_op, DType::f32);
-  const spore::KernelInfo* bf16k = spore::kernel_registry().find(spore::Backend::cpu, spore::"tanh"_op, DType::f16);
-  const spore::KernelInfo* bbf16 = spore::kernel_registry().find(spore::Backend::cpu, spore::"tanh"_op, DType::bf16);
+  const spore::KernelInfo* bf32 = spore::kernel_registry().find(spore::Backend::cpu, spore::op_id("tanh"), DType::f32);
+  const spore::KernelInfo* bf16k = spore::kernel_registry().find(spore::Backend::cpu, spore::op_id("tanh"), DType::f16);
+  const spore::KernelInfo* bbf16 = spore::kernel_registry().find(spore::Backend::cpu, spore::op_id("tanh"), DType::bf16);
   if (!bf32 || !bf16k || !bbf16) die("spore has no cpu tanh kernel for f32/f16/bf16");
 
   std::vector<Row> rows = {{"v1 scalar", "f32", "plugin"}, {"v2 hwy", "f32", "plugin"}, {"v3 hwy", "f32", "plugin"},
-                           {"builtin", "f32", spore::kernel_registry().find(spore::Backend::cpu, spore::"tanh"_op, DType::f32)->impl},
+                           {"builtin", "f32", spore::kernel_registry().find(spore::Backend::cpu, spore::op_id("tanh"), DType::f32)->impl},
                            {"builtin eager ops::tanh", "f32", "public API"},
                            {"v3 hwy", "f16", "plugin"}, {"builtin", "f16", bf16k->impl},
                            {"v3 hwy", "bf16", "plugin"}, {"builtin", "bf16", bbf16->impl}};
