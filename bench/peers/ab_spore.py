@@ -2,7 +2,7 @@
 """A/B of two spore builds on the same models: `spore bench --json` p50, runs alternating (old, new, new, old, ...),
 median of the repetitions per build, ratio new/old. For checking that a change costs no speed.
 
-usage: ab_spore.py OLD_SPORE NEW_SPORE REPS MODEL:BATCH:THREADS [...]"""
+usage: ab_spore.py OLD_SPORE NEW_SPORE REPS MODEL:BATCH:THREADS [...]   (BATCH 0: the model's own fixed shapes)"""
 import json, subprocess, statistics, sys
 if len(sys.argv) < 5:
     sys.exit(__doc__)
@@ -13,7 +13,8 @@ for model, b, t in cases:
     res = {OLD: [], NEW: []}
     for r in range(reps):
         for exe in (OLD, NEW) if r % 2 == 0 else (NEW, OLD):
-            out = subprocess.run([exe, 'bench', model, '--batch', str(b), '--threads', str(t), '--time-s', '1', '--json'],
+            out = subprocess.run([exe, 'bench', model] + (['--batch', str(b)] if b else []) +
+                                 ['--threads', str(t), '--time-s', '1', '--json'],
                                  capture_output=True, text=True, env={'PATH': '/usr/bin:/bin'})
             if out.returncode != 0:
                 sys.exit(f"ab_spore: {exe} bench {model} failed: {out.stderr.strip()}")

@@ -21,26 +21,46 @@ constexpr std::string_view builtin_names[] = {
 };
 constexpr int kBuiltins = static_cast<int>(std::size(builtin_names));
 
-// (hash, index) of every built-in, sorted by hash: op_index() of a built-in is a binary search without a lock.
-constexpr std::array<std::pair<uint32_t, int>, kBuiltins> sorted_builtins() {
-  std::array<std::pair<uint32_t, int>, kBuiltins> a{};
-  for (int i = 0; i < kBuiltins; ++i) a[i] = {static_cast<uint32_t>(op_id(builtin_names[i])), i};
-  std::sort(a.begin(), a.end());
-  return a;
-}
-constexpr auto kSorted = sorted_builtins();
-
 constexpr bool hashes_distinct() {
+  std::array<uint32_t, kBuiltins> h{};
+  for (int i = 0; i < kBuiltins; ++i) h[i] = static_cast<uint32_t>(op_id(builtin_names[i]));
+  std::sort(h.begin(), h.end());
   for (int i = 1; i < kBuiltins; ++i)
-    if (kSorted[i].first == kSorted[i - 1].first) return false;
+    if (h[i] == h[i - 1]) return false;
   return true;
 }
 static_assert(hashes_distinct(), "two built-in op names have the same FNV-1a hash: rename one");
 
+// Open-addressing table of the built-ins (hash -> index), built at compile time and at most a quarter full, so
+// op_index() of a built-in is a probe or two without a lock: kernels and the fused-elementwise decoder ask often.
+constexpr size_t kSlots = [] {
+  size_t n = 64;
+  while (n < 4 * static_cast<size_t>(kBuiltins)) n *= 2;
+  return n;
+}();
+struct Slot {
+  uint32_t hash = 0;
+  int index = -1;
+};
+constexpr std::array<Slot, kSlots> builtin_table() {
+  std::array<Slot, kSlots> t{};
+  for (int i = 0; i < kBuiltins; ++i) {
+    const auto h = static_cast<uint32_t>(op_id(builtin_names[i]));
+    size_t s = h & (kSlots - 1);
+    while (t[s].index >= 0) s = (s + 1) & (kSlots - 1);
+    t[s] = {h, i};
+  }
+  return t;
+}
+constexpr auto kTable = builtin_table();
+
 int builtin_index(OpId id) {
   const auto h = static_cast<uint32_t>(id);
-  const auto it = std::lower_bound(kSorted.begin(), kSorted.end(), std::pair<uint32_t, int>{h, -1});
-  return it != kSorted.end() && it->first == h ? it->second : -1;
+  for (size_t s = h & (kSlots - 1);; s = (s + 1) & (kSlots - 1)) {
+    const Slot& e = kTable[s];
+    if (e.index < 0) return -1;
+    if (e.hash == h) return e.index;
+  }
 }
 
 struct CustomTable {  // ops registered at run time; index = kBuiltins + position

@@ -66,7 +66,7 @@ Program decode(const Attrs& attrs, int num_inputs, std::string_view where) {
   for (size_t j = 0; j < n; ++j) {
     Instr& ins = p.instrs[j];
     const int64_t op = prog[j * kInstrWidth];
-    if (op < 0 || op > UINT32_MAX || !is_builtin_op(static_cast<OpId>(op)) || fusable_arity(static_cast<OpId>(op)) == 0)
+    if (op < 0 || op > UINT32_MAX || fusable_arity(static_cast<OpId>(op)) == 0)  // 0 for any other id
       fail(fmt::format("instruction {}: op id {} is not an op a program may contain", j, op));
     ins.op = static_cast<OpId>(op);
     ins.arity = fusable_arity(ins.op);
