@@ -3,12 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <fstream>
 
 #include "base/error.h"
-#include "base/half.h"
-#include "ops/llm_kv_quant.h"
+#include "ops/backend.h"
+#include "runtime/runtime.h"
 #include "tensor/storage.h"
 
 namespace spore::llm {
@@ -52,39 +51,11 @@ int64_t KvCache::bytes() const {
 }
 
 void KvCache::write(int64_t layer, const Tensor& k_new, const Tensor& v_new, int64_t p0, int64_t n) {
-  SPORE_CHECK(p0 >= 0 && p0 + n <= ctx_, ErrorCode::invalid_argument, "KV cache write at positions [{}, {}) beyond ctx {}",
-              p0, p0 + n, ctx_);
-  const auto& s = k_new.shape();  // [T, Hkv, D]
-  const int64_t hkv = s[1], d = s[2];
-  for (int kv = 0; kv < 2; ++kv) {
-    const Tensor& src = kv == 0 ? k_new : v_new;
-    Tensor& dst = kv == 0 ? k_[static_cast<size_t>(layer)] : v_[static_cast<size_t>(layer)];
-    const float* x = src.data<float>();
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t h = 0; h < hkv; ++h) {
-        const float* row = x + (t * hkv + h) * d;
-        const int64_t at = (h * ctx_ + p0 + t) * d;
-        switch (dtype_) {
-          case DType::f32: std::memcpy(dst.data<float>() + at, row, static_cast<size_t>(d) * 4); break;
-          case DType::i8: {
-            Tensor& sc = kv == 0 ? k_scale_[static_cast<size_t>(layer)] : v_scale_[static_cast<size_t>(layer)];
-            sc.data<float>()[h * ctx_ + p0 + t] =
-                llm_ops::kv_quantize_row(row, d, static_cast<int8_t*>(dst.raw_data()) + at);
-            break;
-          }
-          case DType::f16: {
-            uint16_t* o = static_cast<uint16_t*>(dst.raw_data()) + at;
-            for (int64_t i = 0; i < d; ++i) o[i] = float_to_half_bits(row[i]);
-            break;
-          }
-          default: {
-            uint16_t* o = static_cast<uint16_t*>(dst.raw_data()) + at;
-            for (int64_t i = 0; i < d; ++i) o[i] = float_to_bf16_bits(row[i]);
-            break;
-          }
-        }
-      }
-  }
+  // The cache lives in the plans' backend's memory; that backend stores the rows (ops/backend.h).
+  const BackendImpl& b = backend_impl(current_backend());
+  const auto l = static_cast<size_t>(layer);
+  b.write_kv_rows(k_[l], dtype_ == DType::i8 ? &k_scale_[l] : nullptr, k_new, p0, n);
+  b.write_kv_rows(v_[l], dtype_ == DType::i8 ? &v_scale_[l] : nullptr, v_new, p0, n);
 }
 
 int64_t available_memory() {

@@ -9,7 +9,8 @@
 //   - set_num_threads(): applies the process-wide thread count to the libraries it uses;
 //   - make_executor(): how a compiled plan's steps run (in order on the calling thread by default; the CPU backend
 //     groups steps into team sessions and runs small steps alone where that was measured faster);
-//   - info(): facts for `spore info`.
+//   - info(): facts for `spore info`;
+//   - write_kv_rows(): stores new attention keys/values into an LLM's KV cache, which lives in the backend's memory.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,6 +53,11 @@ class BackendImpl {
   // Default: steps in order on the calling thread.
   virtual std::unique_ptr<StepExecutor> make_executor(const ExecutorOptions& o) const;
   virtual std::vector<std::pair<std::string, std::string>> info() const { return {}; }
+  // Writes rows [0, n) of `rows` (f32 [T, H, D], contiguous) at positions p0 .. p0+n-1 of `cache` ([H, ctx, D]:
+  // f32, f16, bf16, or i8 with `scales` f32 [H, ctx] taking each row's scale), converted to the cache's dtype as
+  // attention_kv converts new rows (i8: llm_ops::kv_quantize_row), so cached and fresh keys give the same bits.
+  // Default: host loops (every backend whose memory is host memory).
+  virtual void write_kv_rows(Tensor& cache, Tensor* scales, const Tensor& rows, int64_t p0, int64_t n) const;
 };
 
 // A backend that is only a kernel table (the reference and null backends): the defaults for everything else.
