@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "base/error.h"
+#include "ops/backend.h"
 #include "ops/graph_ops.h"
 #include "ops/kernel.h"
 #include "ops/ops.h"
@@ -73,11 +74,10 @@ bool is_float_cast(const Node* n) {
   return n->op == "cast"_op && is_convertible(n->inputs[0]->type.dtype) && is_convertible(n->outputs[0]->type.dtype);
 }
 
-bool has_cpu_kernel(OpId op, DType t) { return kernel_registry().find(Backend::cpu, op, t) != nullptr; }
-
 class Converter {
  public:
-  Converter(Graph& g, PrecisionMode mode, DType low, PrecisionReport& r) : g_(g), mode_(mode), low_(low), r_(r) {}
+  Converter(Graph& g, PrecisionMode mode, DType low, const BackendImpl& backend, PrecisionReport& r)
+      : g_(g), mode_(mode), low_(low), backend_(backend), r_(r) {}
 
   void run() {
     // Source dtypes, taken before any edit: per node its compute dtype and its operands' dtypes.
@@ -171,7 +171,9 @@ class Converter {
         }
         break;
     }
-    if (!has_cpu_kernel(n->op, want)) return keep_f32(n, fmt::format("no cpu kernel for {}", dtype_name(want)));
+    // The target backend's plan-time answer for this node's attributes (ops/backend.h), as plan compilation asks it.
+    if (!backend_.supports(n->op, op_registry().get(n->op).normalize(n->attrs, n->label()), want))
+      return keep_f32(n, fmt::format("no {} kernel for {}", backend_name(backend_.id()), dtype_name(want)));
     return want;
   }
 
@@ -227,6 +229,7 @@ class Converter {
   Graph& g_;
   PrecisionMode mode_;
   DType low_;
+  const BackendImpl& backend_;
   PrecisionReport& r_;
   std::map<const Node*, Source> source_;
   std::map<std::pair<Value*, DType>, Value*> casts_;
@@ -255,17 +258,18 @@ std::map<std::string, int64_t> ops_per_dtype(const Graph& g) {
   return out;
 }
 
-PrecisionReport apply_precision_mode(Graph& g, PrecisionMode mode, DType low) {
+PrecisionReport apply_precision_mode(Graph& g, PrecisionMode mode, DType low, Backend target) {
   SPORE_CHECK(is_low_precision(low), ErrorCode::invalid_argument, "precision mode {}: the low dtype must be f16 or bf16, not {}",
               precision_mode_name(mode), dtype_name(low));
   if (mode == PrecisionMode::allow_fp32_to_fp16) low = DType::f16;
   if (mode == PrecisionMode::allow_fp32_to_bf16) low = DType::bf16;
   // Kernel availability decides f32 fallbacks; an empty registry would silently keep everything f32.
-  SPORE_CHECK(has_cpu_kernel("cast"_op, DType::f32), ErrorCode::internal,
-              "precision mode {}: no cpu kernels are registered (call spore::init() first)", precision_mode_name(mode));
+  SPORE_CHECK(kernel_registry().find(target, "cast"_op, DType::f32) != nullptr, ErrorCode::internal,
+              "precision mode {}: no {} kernels are registered (call spore::init() first)", precision_mode_name(mode),
+              backend_name(target));
   PrecisionReport r;
   r.ops_per_dtype_before = ops_per_dtype(g);
-  Converter(g, mode, low, r).run();
+  Converter(g, mode, low, backend_impl(target), r).run();
   r.ops_per_dtype_after = ops_per_dtype(g);
   return r;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/kernel.h"
 
 namespace spore {
 
@@ -32,7 +33,8 @@ struct PrecisionReport {
 // on an int8 operand, e.g. qconv2d), skipping input/constant.
 std::map<std::string, int64_t> ops_per_dtype(const Graph& g);
 
-// `low` is the dtype for allow_mix_precision (f16 or bf16).
-PrecisionReport apply_precision_mode(Graph& g, PrecisionMode mode, DType low = DType::f16);
+// `low` is the dtype for allow_mix_precision (f16 or bf16). A node goes low only where `target` supports it in that
+// dtype (BackendImpl::supports, the query plan compilation makes); elsewhere it stays f32, said in kept_f32.
+PrecisionReport apply_precision_mode(Graph& g, PrecisionMode mode, DType low = DType::f16, Backend target = Backend::cpu);
 
 }  // namespace spore
