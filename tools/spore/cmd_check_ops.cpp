@@ -16,6 +16,7 @@
 
 #include "io/model_file.h"
 #include "io/onnx/onnx.h"
+#include "ops/backend.h"
 #include "ops/kernel.h"
 #include "ops/registry.h"
 #include "tools/spore/commands.h"
@@ -65,7 +66,7 @@ int check_spore(const std::string& path, bool json) {
   std::map<std::string, SporeOpRow> rows;
   auto rank = [](const std::string& s) { return s == "unsupported" ? 2 : s == "decomposition" ? 1 : 0; };
   for (const Node* n : g->nodes()) {
-    if (n->op == "input"_op || n->op == "constant"_op) continue;
+    if (n->is_input() || n->is_constant()) continue;
     const OpDef* d = op_registry().find(n->op);
     const std::string name(op_name(n->op));
     SporeOpRow& r = rows[name];
@@ -77,7 +78,8 @@ int check_spore(const std::string& path, bool json) {
       for (const Value* v : n->outputs) outs.push_back(v->type);
       const DType dt = d->dispatch_dtype(ins, outs);
       r.dtypes.insert(std::string(dtype_name(dt)));
-      if (kernel_registry().find(Backend::cpu, n->op, dt)) status = "kernel";
+      // The CPU backend's plan-time answer for this node's attributes and dtype (what compiling a plan asks).
+      if (backend_impl(Backend::cpu).supports(n->op, d->normalize(n->attrs, n->label()), dt)) status = "kernel";
       else if (d->decompose) status = "decomposition";
     }
     if (status == "unsupported") r.nodes.push_back(n->name.empty() ? n->label() : n->name);
