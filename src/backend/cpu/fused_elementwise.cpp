@@ -6,6 +6,7 @@
 // fixed number of blocks make them independent of the thread count.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/elementwise_simd.h"
@@ -150,11 +151,14 @@ void fused_f32_kernel(KernelContext& k) {
   for (size_t o = 0; o < prog.results.size(); ++o) outs.push_back(k.out(static_cast<int>(o)).data<float>());
 
   const auto run_task = [&](int64_t task) {
-    // Per-task buffers: one block per slot (unused for slots read in place or computed into an output).
-    std::vector<float> buf(static_cast<size_t>(n_slots * kBlock));
+    const int64_t begin = task * kBlocksPerTask * kBlock, end = std::min(numel, begin + kBlocksPerTask * kBlock);
+    // Per-task buffers: one block per slot (unused for slots read in place or computed into an output), no longer
+    // than the task's elements and not zeroed: every slot is written before it is read. (Zeroing n_slots full
+    // blocks was most of a small tensor's time.)
+    const int64_t stride = std::min<int64_t>(kBlock, end - begin);
+    const std::unique_ptr<float[]> buf(new float[static_cast<size_t>(n_slots * stride)]);
     std::vector<const float*> ptr(n_slots);
     std::vector<uint8_t> is_scalar(n_slots);
-    const int64_t begin = task * kBlocksPerTask * kBlock, end = std::min(numel, begin + kBlocksPerTask * kBlock);
     for (int64_t pos = begin; pos < end; pos += kBlock) {
       const int64_t len = std::min(kBlock, end - pos);
       for (int i = 0; i < n_in; ++i) {
@@ -163,7 +167,7 @@ void fused_f32_kernel(KernelContext& k) {
         if (a.kind == InputAccess::full) ptr[i] = a.data + pos;
         else if (a.kind == InputAccess::scalar) ptr[i] = a.data;
         else {
-          float* dst = buf.data() + i * kBlock;
+          float* dst = buf.get() + i * stride;
           expand_block(a, pos, len, dst);
           ptr[i] = dst;
         }
@@ -174,7 +178,7 @@ void fused_f32_kernel(KernelContext& k) {
         const bool sa = is_scalar[s.a], sb = s.binary && is_scalar[s.b];
         // All operands scalar: one element, and the result stays a scalar (same value the unfused op gives).
         const bool scalar = sa && (!s.binary || sb);
-        float* dst = direct[slot] >= 0 && !scalar ? outs[direct[slot]] + pos : buf.data() + slot * kBlock;
+        float* dst = direct[slot] >= 0 && !scalar ? outs[direct[slot]] + pos : buf.get() + slot * stride;
         const auto n = static_cast<size_t>(scalar ? 1 : len);
         if (s.binary) simd_binary(s.code, ptr[s.a], ptr[s.b], dst, n, scalar ? 0 : sb ? 1 : sa ? 2 : 0);
         else unary_f32(s.unary, ptr[s.a], dst, n, s.params);
