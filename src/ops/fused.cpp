@@ -221,7 +221,10 @@ void register_fused_ops(OpRegistry& r) {
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)
       .infer([](const InferContext& c) { return infer_fused(c, "conv2d"_op); })
       .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused("conv2d_fused"_op, in, a); })
-      .cost([](auto ins, auto outs, const Attrs& a) { return fused_cost("conv2d_fused"_op, ins, outs, a); });
+      // Explicit parameter types: clang 14 leaves a consteval call ("x"_op) in a generic lambda unevaluated.
+      .cost([](std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
+        return fused_cost("conv2d_fused"_op, ins, outs, a);
+      });
   OpDefBuilder lin = r.def("linear_fused"_op);
   lin.doc("act(x @ w^T + bias [+ residual]): activation and residual as conv2d_fused. Made by fuse_epilogue; "
           "inference only.")
@@ -231,7 +234,10 @@ void register_fused_ops(OpRegistry& r) {
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)
       .infer([](const InferContext& c) { return infer_fused(c, "linear"_op); })
       .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused("linear_fused"_op, in, a); })
-      .cost([](auto ins, auto outs, const Attrs& a) { return fused_cost("linear_fused"_op, ins, outs, a); });
+      // Explicit parameter types: clang 14 leaves a consteval call ("x"_op) in a generic lambda unevaluated.
+      .cost([](std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
+        return fused_cost("linear_fused"_op, ins, outs, a);
+      });
 }
 
 }  // namespace spore
