@@ -221,7 +221,7 @@ void register_fused_ops(OpRegistry& r) {
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)
       .infer([](const InferContext& c) { return infer_fused(c, "conv2d"_op); })
       .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused("conv2d_fused"_op, in, a); })
-      // Explicit parameter types: clang 14 leaves a consteval call ("x"_op) in a generic lambda unevaluated.
+      // Explicit parameter types: clang 14 leaves a consteval call (the op-id literal) in a generic lambda unevaluated.
       .cost([](std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
         return fused_cost("conv2d_fused"_op, ins, outs, a);
       });
@@ -234,7 +234,7 @@ void register_fused_ops(OpRegistry& r) {
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)
       .infer([](const InferContext& c) { return infer_fused(c, "linear"_op); })
       .decompose([](std::span<const Tensor> in, const Attrs& a) { return decompose_fused("linear_fused"_op, in, a); })
-      // Explicit parameter types: clang 14 leaves a consteval call ("x"_op) in a generic lambda unevaluated.
+      // Explicit parameter types: clang 14 leaves a consteval call (the op-id literal) in a generic lambda unevaluated.
       .cost([](std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
         return fused_cost("linear_fused"_op, ins, outs, a);
       });
