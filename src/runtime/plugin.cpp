@@ -76,7 +76,8 @@ std::deque<PluginOp>& plugin_ops() {
   static auto* d = new std::deque<PluginOp>();
   return *d;
 }
-// op_index() -> plugin op, read lock-free by kernels; written once per op under load_mutex.
+// op_index() -> plugin op, read by kernels without load_mutex (op_index of a custom id takes the op-name table's
+// short lock); written once per op under load_mutex.
 constexpr size_t max_op_ids = 65536 + 1024;  // custom ops (at most 65535) after the built-ins
 std::atomic<const PluginOp*>* by_id() {
   static auto* t = new std::atomic<const PluginOp*>[max_op_ids]();
