@@ -13,26 +13,20 @@
 // The fused kernel sums in another order than matmul + softmax + matmul (and applies the scale to the scores,
 // not to q), so the pass runs only when PassOptions::inference is set: training graphs must stay bit-identical
 // to eager mode. The attention node keeps the last matmul's node name and its output's value name.
-#include <cmath>
+//
+// The match is one rule on the rewrite engine (rules.h), rooted at the last matmul; its check reads the
+// scale constants, the transposes and the shapes.
+#include <optional>
+#include <string>
 
-#include "ops/graph_ops.h"
 #include "passes/pass.h"
+#include "passes/rules.h"
 
 namespace spore {
 namespace {
 
-bool single_use(const Graph& g, const Value* v) { return v->uses.size() == 1 && !g.is_output(v); }
-
-Node* producer_of(const Value* v, OpId op) { return v->producer && v->producer->op == op ? v->producer : nullptr; }
-
-// The value of a one-element constant (any rank), if v is one.
-std::optional<double> scalar_constant(const Value* v) {
-  const Node* p = v->producer && v->producer->is_constant() ? v->producer : nullptr;
-  if (!p || !p->payload.defined() || p->payload.numel() != 1) return std::nullopt;
-  const double x = p->payload.item_at(0);
-  if (!std::isfinite(x)) return std::nullopt;
-  return x;
-}
+using rewrite::Match;
+using rewrite::Rewriter;
 
 bool same_leading_dims(const TensorType& a, const TensorType& b) {
   if (a.rank() != b.rank() || a.rank() < 2) return false;
@@ -42,7 +36,8 @@ bool same_leading_dims(const TensorType& a, const TensorType& b) {
 }
 
 bool swaps_last_two(const Node& t) {
-  const std::vector<int64_t>& perm = t.attrs.ints("perm");
+  const Attrs a = normalized(&t);
+  const std::vector<int64_t>& perm = a.ints("perm");
   const int64_t r = static_cast<int64_t>(perm.size());
   if (r < 2) return false;
   for (int64_t i = 0; i + 2 < r; ++i)
@@ -50,101 +45,60 @@ bool swaps_last_two(const Node& t) {
   return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
 }
 
-struct Match {
-  Node* mm1 = nullptr;
-  Node* add = nullptr;
-  Node* softmax = nullptr;
-  Node* mm2 = nullptr;
-  Node* scale_node = nullptr;  // div / mul of q absorbed into the scale
-  Node* score_scale = nullptr;  // div / mul of q k^T absorbed into the scale (spore's MultiHeadAttention)
-  Value *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;
-  double scale = 1.0;
-  bool k_transposed = false;
-};
-
-// s = mul(t, c) | mul(c, t) | div(t, c) with c a scalar constant, t of s's type produced by a matmul: t and the
-// factor; nullopt otherwise.
-std::optional<std::pair<Value*, double>> scaled_matmul(const Value* s) {
-  const Node* n = s->producer;
-  if (!n || (n->op != "mul"_op && n->op != "div"_op) || n->inputs.size() != 2) return std::nullopt;
-  for (int i = n->op == "div"_op ? 1 : 0; i < 2; ++i) {
-    const auto c = scalar_constant(n->input(i));
-    Value* t = n->input(1 - i);
-    if (!c || t->type != s->type || !producer_of(t, "matmul"_op) || (n->op == "div"_op && *c == 0.0)) continue;
-    return std::make_pair(t, n->op == "div"_op ? 1.0 / *c : *c);
-  }
-  return std::nullopt;
+// The factor of a scaling captured as `mul` (c) or `div` (1 / c): c must be a finite scalar, c != 0 to divide.
+// 1 when neither was captured.
+std::optional<double> factor(const Match& mt, const std::string& mul, const std::string& div) {
+  if (mt.has(mul)) return scalar_constant(mt[mul]);
+  if (!mt.has(div)) return 1.0;
+  const auto c = scalar_constant(mt[div]);
+  if (!c || *c == 0.0) return std::nullopt;
+  return 1.0 / *c;
 }
 
-// Matches from the softmax node outwards; nullopt when the subgraph is not a fusable attention.
-std::optional<Match> match(const Graph& g, Node* sm) {
-  Match m;
-  m.softmax = sm;
+// q, or q scaled by a scalar constant; q k^T (k^T: transpose(k), k under transpose_b, or any value); the scores
+// optionally scaled by a constant, then optionally masked.
+constexpr const char* kQ = "{qm=mul(q, $cq) | qd=div(q, $cq_div) | q}";
+constexpr const char* kK = "{~kt=transpose(k) | k}";
+
+std::string attention_pattern() {
+  const std::string mm = std::string("mm1=matmul(") + kQ + ", " + kK + ")";
+  const std::string scores = "{sc=mul(" + mm + ", $cs) | sd=div(" + mm + ", $cs_div) | " + mm + "}";
+  return "matmul(sm=softmax({add(s=" + scores + ", mask) | s=" + scores + "}), v)";
+}
+
+bool check_attention(Match& mt, Build& b) {
+  const Node* sm = mt.node("sm");
   const Value* p = sm->output(0);
   const int rank = p->type.rank();
-  if (rank < 2 || !is_floating(p->type.dtype)) return std::nullopt;
-  const int64_t axis = sm->attrs.i("axis");
-  if (axis != -1 && axis != rank - 1) return std::nullopt;
-  // softmax -> matmul(P, V)
-  if (!single_use(g, p)) return std::nullopt;
-  m.mm2 = p->uses[0].user;
-  if (m.mm2->op != "matmul"_op || p->uses[0].index != 0 || m.mm2->attrs.b("transpose_a") ||
-      m.mm2->attrs.b("transpose_b"))
-    return std::nullopt;
-  m.v = m.mm2->input(1);
-  // [add(mask)] -> softmax
-  Value* s = sm->input(0);
-  if (!single_use(g, s)) return std::nullopt;
-  if (Node* a = producer_of(s, "add"_op); a && a->inputs.size() == 2 && a->input(0) != a->input(1)) {
-    for (int i = 0; i < 2; ++i) {
-      Value* x = a->input(i);
-      if (x->type == s->type && (producer_of(x, "matmul"_op) || scaled_matmul(x))) {
-        m.add = a;
-        m.mask = a->input(1 - i);
-        s = x;
-        break;
-      }
-    }
-    if (!m.add || !single_use(g, s) || m.mask->type.dtype != s->type.dtype) return std::nullopt;
-  }
-  double score_scale = 1.0;
-  if (const auto sc = scaled_matmul(s)) {  // (q k^T) * c: the scale applied to the scores
-    m.score_scale = s->producer;
-    score_scale = sc->second;
-    s = sc->first;
-    if (!single_use(g, s)) return std::nullopt;
-  }
-  m.mm1 = producer_of(s, "matmul"_op);
-  if (!m.mm1 || m.mm1->attrs.b("transpose_a")) return std::nullopt;
-  Value* a = m.mm1->input(0);
-  Value* b = m.mm1->input(1);
-  // A: q, or q scaled by a scalar constant (the scaling node's output must have q's type).
-  m.q = a;
-  if (single_use(g, a) && a->producer && (a->producer->op == "div"_op || a->producer->op == "mul"_op)) {
-    Node* n = a->producer;
-    for (int i = n->op == "div"_op ? 1 : 0; i < 2; ++i) {
-      const auto c = scalar_constant(n->input(i));
-      Value* other = n->input(1 - i);
-      if (!c || other->type != a->type || (n->op == "div"_op && *c == 0.0)) continue;
-      m.q = other;
-      m.scale = n->op == "div"_op ? 1.0 / *c : *c;
-      m.scale_node = n;
-      break;
-    }
-  }
-  m.scale *= score_scale;
-  // B: k^T.
-  if (m.mm1->attrs.b("transpose_b")) {
-    m.k = b;
-  } else if (Node* t = producer_of(b, "transpose"_op); t && swaps_last_two(*t)) {
-    m.k = t->input(0);
+  if (rank < 2 || !is_floating(p->type.dtype)) return false;
+  const int64_t axis = normalized(sm).i("axis");
+  if (axis != -1 && axis != rank - 1) return false;
+  const Attrs mm2 = normalized(mt.root);
+  if (mm2.b("transpose_a") || mm2.b("transpose_b")) return false;
+  // The scores (scaled or not) have the masked scores' type, and the mask their dtype.
+  const Value* s = mt["s"];
+  if (mt.has("mask") && (s->type != sm->input(0)->type || mt["mask"]->type.dtype != s->type.dtype)) return false;
+  const Node* mm1 = mt.node("mm1");
+  if ((mt.has("sc") || mt.has("sd")) && mm1->output(0)->type != s->type) return false;
+  const auto score_scale = factor(mt, "cs", "cs_div");
+  const auto q_scale = factor(mt, "cq", "cq_div");
+  if (!score_scale || !q_scale) return false;
+  if ((mt.has("qm") || mt.has("qd")) && mt["q"]->type != mm1->input(0)->type) return false;
+  const Attrs a1 = normalized(mm1);
+  if (a1.b("transpose_a")) return false;
+  bool k_transposed = false;
+  if (a1.b("transpose_b")) {
+    if (mt.has("kt")) return false;  // B itself is k
+  } else if (mt.has("kt")) {
+    if (!swaps_last_two(*mt.node("kt"))) return false;
   } else {
-    m.k = b;
-    m.k_transposed = true;
+    k_transposed = true;
   }
-  if (!same_leading_dims(m.q->type, m.k->type) || !same_leading_dims(m.q->type, m.v->type)) return std::nullopt;
-  if (m.q->type.dtype != m.k->type.dtype || m.q->type.dtype != m.v->type.dtype) return std::nullopt;
-  return m;
+  const TensorType &q = mt["q"]->type, &k = mt["k"]->type, &v = mt["v"]->type;
+  if (!same_leading_dims(q, k) || !same_leading_dims(q, v) || q.dtype != k.dtype || q.dtype != v.dtype) return false;
+  b.attrs.set("scale", *q_scale * *score_scale);
+  b.attrs.set("k_transposed", k_transposed);
+  return true;
 }
 
 class FuseAttentionPass final : public Pass {
@@ -154,40 +108,14 @@ class FuseAttentionPass final : public Pass {
 
   bool run(Graph& g, const PassOptions& opts) override {
     if (!opts.inference) return false;
-    bool changed = false;
-    for (Node* sm : std::vector<Node*>(g.nodes())) {
-      if (sm->dead || sm->op != "softmax"_op) continue;
-      const std::optional<Match> m = match(g, sm);
-      if (!m) continue;
-      std::vector<Value*> ins{m->q, m->k, m->v};
-      if (m->mask) ins.push_back(m->mask);
-      Attrs attrs;
-      attrs.set("scale", m->scale);
-      attrs.set("k_transposed", m->k_transposed);
-      Value* out = m->mm2->output(0);
-      // nullptr e.g. for a mask of a dtype or rank the op rejects: leave the subgraph alone.
-      Node* f = try_build_node(g, "attention"_op, std::move(ins), attrs, m->mm2->name);
-      if (f == nullptr) continue;
-      if (f->output(0)->type != out->type) {
-        g.erase_node(f);
-        continue;
-      }
-      const std::string keep = out->name;
-      g.replace_all_uses(out, f->output(0));
-      g.erase_node(m->mm2);
-      g.erase_node(m->softmax);
-      if (m->add) g.erase_node(m->add);
-      if (m->score_scale) g.erase_node(m->score_scale);
-      g.erase_node(m->mm1);
-      if (m->scale_node) g.erase_node(m->scale_node);
-      if (!keep.empty()) {
-        g.rename_value(out, fmt::format("{}.unfused{}", keep, out->id));  // frees the name
-        g.rename_value(f->output(0), keep);
-      }
-      changed = true;
-    }
-    if (changed) g.topo_sort();
-    return changed;
+    static const rewrite::RewriteSet rules = [] {
+      rewrite::RewriteSet rs("fuse_attention", registry_facts());
+      // A mask of a dtype or rank the op rejects leaves the subgraph alone (the node is not built).
+      rs.add(replace_rule("attention", attention_pattern(), "attention(q, k, v, mask?)",
+                          [](Match& mt, Rewriter&, Build& b) { return check_attention(mt, b); }));
+      return rs;
+    }();
+    return rewrite::apply_greedy(g, rules).applied > 0;
   }
 };
 

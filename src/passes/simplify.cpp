@@ -17,75 +17,37 @@
 #include "ir/rewrite/rewrite.h"
 #include "ops/graph_ops.h"
 #include "passes/pass.h"
+#include "passes/rules.h"
 
 namespace spore {
 namespace {
 using namespace rewrite;
 
-Attrs normalized(const Node* n) { return op_registry().get(n->op).normalize(n->attrs, n->label()); }
-
-// Every element of the constant equals v (zero_sign, for v == 0: -1 = any sign, 0 = +0 only, 1 = -0 only).
-bool constant_all(const Value* c, double v, int zero_sign = -1) {
-  if (!c->producer || !c->producer->is_constant()) return false;
-  const Tensor& t = c->producer->payload;
-  if (!t.defined()) return false;
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = t.item_at(i);
-    if (x != v) return false;
-    if (v == 0 && zero_sign >= 0 && std::signbit(x) != (zero_sign == 1)) return false;
-  }
-  return true;
-}
-
-// Gives `v` a fresh name starting with `base` (names of dead values stay taken, find_value does not see them).
-void park_name(Graph& g, Value* v, const std::string& base) {
-  for (int k = 0;; ++k) {
-    const std::string name = k ? base + std::to_string(k) : base;
-    if (!g.name_taken(name)) return g.rename_value(v, name);
-  }
-}
-
-// Routes the uses of `from` to `to`. If `from` is a graph output, `to` takes its name; that is only possible
-// when `to` is neither a graph input nor already an output (then nothing changes and false is returned).
-bool forward(Rewriter& rw, Value* from, Value* to) {
-  Graph& g = rw.graph();
-  if (g.is_output(from)) {
-    if (to->producer && to->producer->is_input()) return false;
-    if (g.is_output(to)) return false;
-    const std::string name = from->name;
-    park_name(g, from, name + ".simplified");
-    rw.replace(from, to);
-    g.rename_value(to, name);
-    return true;
-  }
-  rw.replace(from, to);
-  return true;
-}
-
 bool is_int_like(DType t) { return !is_floating(t); }
 
-// a (op) c == a, for a constant c of the given identity value.
-RewriteRule binary_identity(std::string name, OpId op, bool const_first, double value, int zero_sign_float) {
-  Pattern p = const_first ? m::op(op, {m::constant("c"), m::any("x")}) : m::op(op, {m::any("x"), m::constant("c")});
-  return {std::move(name), std::move(p), [value, zero_sign_float](Match& mt, Rewriter& rw) {
+Pattern parse(std::string_view text) { return Pattern::parse(text, registry_facts()); }
+
+// x (op) c == x, for a constant c of the given identity value (either side when op is commutative).
+RewriteRule binary_identity(std::string name, std::string_view pattern, double value, int zero_sign_float) {
+  return {std::move(name), parse(pattern), [value, zero_sign_float](Match& mt, Rewriter& rw) {
             Value* x = mt["x"];
             Value* out = mt.root->output(0);
             if (!(out->type == x->type)) return false;
             const int zs = is_int_like(x->type.dtype) ? -1 : zero_sign_float;
             if (!constant_all(mt["c"], value, zs)) return false;
-            return forward(rw, out, x);
+            return forward_root(mt, rw, x);
           }};
 }
 
 // Output type equals input type and the op is a pure relabelling of the same elements: the node is a no-op.
-RewriteRule same_type_noop(std::string name, OpId op, std::function<bool(const Node*)> extra = nullptr) {
-  return {std::move(name), m::op(op, {m::any("x")}), [extra](Match& mt, Rewriter& rw) {
+RewriteRule same_type_noop(std::string name, std::string_view pattern,
+                           std::function<bool(const Node*)> extra = nullptr) {
+  return {std::move(name), parse(pattern), [extra](Match& mt, Rewriter& rw) {
             Value* x = mt["x"];
             Value* out = mt.root->output(0);
             if (!(out->type == x->type)) return false;
             if (extra && !extra(mt.root)) return false;
-            return forward(rw, out, x);
+            return forward_root(mt, rw, x);
           }};
 }
 
@@ -115,17 +77,17 @@ Node* add_checked(Rewriter& rw, OpId op, Value* x, Attrs attrs, const TensorType
   return rw.add(op, {x}, std::move(a), std::move(*outs), name);
 }
 
-RewriteRule reshape_chain(OpId outer, OpId inner) {
-  return {fmt::format("{}_of_{}", op_name(outer), op_name(inner)), m::op(outer, {m::op(inner, {m::any("x")})}),
-          [](Match& mt, Rewriter& rw) {
+// A chain of two reshape-like ops collapses into one reshape (or x).
+RewriteRule reshape_chain(std::string_view pattern) {
+  return {"reshape_chain", parse(pattern), [](Match& mt, Rewriter& rw) {
             Value* x = mt["x"];
             Value* out = mt.root->output(0);
-            if (out->type == x->type) return forward(rw, out, x);
+            if (out->type == x->type) return forward_root(mt, rw, x);
             auto target = reshape_target(out->type);
             if (!target) return false;
             Node* r = add_checked(rw, "reshape"_op, x, Attrs{{"shape", *target}}, out->type, mt.root->name);
             if (!r) return false;
-            if (forward(rw, out, r->output(0))) return true;
+            if (forward_root(mt, rw, r->output(0))) return true;
             rw.graph().erase_node(r);
             return false;
           }};
@@ -167,66 +129,65 @@ bool is_identity_perm(const std::vector<int64_t>& p) {
   return true;
 }
 
+// Every op with trait t applied to `args`, as alternatives: "{reshape(x) | flatten(x) | ...}".
+std::string any_op_with(Trait t, const std::string& args) {
+  std::string alts;
+  for (const OpDef* d : op_registry().all())
+    if (d->traits.has(t)) alts += (alts.empty() ? "" : " | ") + d->name + "(" + args + ")";
+  return "{" + alts + "}";
+}
+
 RewriteSet make_rules() {
-  RewriteSet rules("simplify");
+  RewriteSet rules("simplify", registry_facts());
   // zero_sign_float (for a zero constant and float x): 0 = only +0 counts, 1 = only -0 counts.
-  rules.add(binary_identity("mul_by_one", "mul"_op, false, 1.0, -1));
-  rules.add(binary_identity("one_mul", "mul"_op, true, 1.0, -1));
-  rules.add(binary_identity("div_by_one", "div"_op, false, 1.0, -1));
-  rules.add(binary_identity("sub_zero", "sub"_op, false, 0.0, 0));   // x - (+0) == x, also for x = -0
-  rules.add(binary_identity("add_zero", "add"_op, false, 0.0, 1));   // x + (-0) == x; x + (+0) turns -0 into +0
-  rules.add(binary_identity("zero_add", "add"_op, true, 0.0, 1));
-  rules.add({"neg_neg", m::op("neg"_op, {m::op("neg"_op, {m::any("x")})}),
-             [](Match& mt, Rewriter& rw) { return forward(rw, mt.root->output(0), mt["x"]); }});
-  rules.add({"transpose_transpose", m::op("transpose"_op, {m::op("transpose"_op, {m::any("x")}, "t")}),
-             [](Match& mt, Rewriter& rw) {
-               Value* x = mt["x"];
-               Value* out = mt.root->output(0);
-               const std::vector<int64_t> inner = perm(mt.node("t")), outer = perm(mt.root);
-               std::vector<int64_t> composed(outer.size());
-               for (size_t i = 0; i < outer.size(); ++i) composed[i] = inner.at(outer[i]);
-               if (is_identity_perm(composed)) return forward(rw, out, x);
-               Node* t = add_checked(rw, "transpose"_op, x, Attrs{{"perm", composed}}, out->type, mt.root->name);
-               if (!t) return false;
-               if (forward(rw, out, t->output(0))) return true;
-               rw.graph().erase_node(t);
-               return false;
-             }});
+  rules.add(binary_identity("mul_by_one", "mul(x, $c)", 1.0, -1));
+  rules.add(binary_identity("div_by_one", "div(x, $c)", 1.0, -1));
+  rules.add(binary_identity("sub_zero", "sub(x, $c)", 0.0, 0));  // x - (+0) == x, also for x = -0
+  rules.add(binary_identity("add_zero", "add(x, $c)", 0.0, 1));  // x + (-0) == x; x + (+0) turns -0 into +0
+  rules.add("neg_neg", "neg(neg(x))", [](Match& mt, Rewriter& rw) { return forward_root(mt, rw, mt["x"]); });
+  rules.add("transpose_transpose", "transpose(t=transpose(x))", [](Match& mt, Rewriter& rw) {
+    Value* x = mt["x"];
+    Value* out = mt.root->output(0);
+    const std::vector<int64_t> inner = perm(mt.node("t")), outer = perm(mt.root);
+    std::vector<int64_t> composed(outer.size());
+    for (size_t i = 0; i < outer.size(); ++i) composed[i] = inner.at(outer[i]);
+    if (is_identity_perm(composed)) return forward_root(mt, rw, x);
+    Node* t = add_checked(rw, "transpose"_op, x, Attrs{{"perm", composed}}, out->type, mt.root->name);
+    if (!t) return false;
+    if (forward_root(mt, rw, t->output(0))) return true;
+    rw.graph().erase_node(t);
+    return false;
+  });
   // Every op that only relabels its input's shape (Trait::reshape): chains collapse, and one that keeps the type
   // is a no-op. expand is not a reshape (it repeats elements) but is a no-op when the type is kept.
-  std::vector<OpId> reshapes;
-  for (const OpDef* d : op_registry().all())
-    if (d->traits.has(Trait::reshape)) reshapes.push_back(d->id);
-  for (OpId outer : reshapes)
-    for (OpId inner : reshapes) rules.add(reshape_chain(outer, inner));
-  reshapes.push_back("expand"_op);
-  for (OpId op : reshapes) rules.add(same_type_noop(fmt::format("noop_{}", op_name(op)), op));
-  rules.add(same_type_noop("noop_transpose", "transpose"_op, [](const Node* n) { return is_identity_perm(perm(n)); }));
+  rules.add(reshape_chain(any_op_with(Trait::reshape, any_op_with(Trait::reshape, "x"))));
+  rules.add(same_type_noop("noop_reshape", any_op_with(Trait::reshape, "x")));
+  rules.add(same_type_noop("noop_expand", "expand(x)"));
+  rules.add(same_type_noop("noop_transpose", "transpose(x)", [](const Node* n) { return is_identity_perm(perm(n)); }));
   // With step 1 everywhere, a slice as long as its input on every axis is the full range.
-  rules.add(same_type_noop("noop_slice", "slice"_op, [](const Node* n) {
+  rules.add(same_type_noop("noop_slice", "slice(x)", [](const Node* n) {
     const Attrs a = normalized(n);  // kept alive: ints() returns a reference into it
     for (int64_t s : a.ints("steps"))
       if (s != 1) return false;
     return true;
   }));
-  rules.add(same_type_noop("noop_cast", "cast"_op));
-  rules.add({"cast_round_trip", m::op("cast"_op, {m::op("cast"_op, {m::any("x")}, "mid")}),
-             [](Match& mt, Rewriter& rw) {
-               Value* x = mt["x"];
-               Value* out = mt.root->output(0);
-               if (!(out->type == x->type) || !lossless(x->type.dtype, mt["mid"]->type.dtype)) return false;
-               return forward(rw, out, x);
-             }});
-  rules.add(same_type_noop("identity", "identity"_op));
-  rules.add(same_type_noop("dropout_off", "dropout"_op, [](const Node* n) {
+  rules.add(same_type_noop("noop_cast", "cast(x)"));
+  rules.add("cast_round_trip", "cast(mid=cast(x))", [](Match& mt, Rewriter& rw) {
+    Value* x = mt["x"];
+    Value* out = mt.root->output(0);
+    if (!(out->type == x->type) || !lossless(x->type.dtype, mt["mid"]->type.dtype)) return false;
+    return forward_root(mt, rw, x);
+  });
+  rules.add(same_type_noop("identity", "identity(x)"));
+  rules.add(same_type_noop("dropout_off", "dropout(x)", [](const Node* n) {
     const Attrs a = normalized(n);
     return !a.b("training") || a.f("p") == 0.0;
   }));
-  rules.add({"dropout_off_offset", m::op("dropout"_op, {m::any("x"), m::any()}), [](Match& mt, Rewriter& rw) {
-               const Attrs a = normalized(mt.root);
-               if (a.b("training") && a.f("p") != 0.0) return false;
-               return forward(rw, mt.root->output(0), mt["x"]);
-             }});
+  rules.add("dropout_off_offset", "dropout(x, _)", [](Match& mt, Rewriter& rw) {
+    const Attrs a = normalized(mt.root);
+    if (a.b("training") && a.f("p") != 0.0) return false;
+    return forward_root(mt, rw, mt["x"]);
+  });
   return rules;
 }
 

@@ -1,6 +1,10 @@
 // The rewrite engine: fixed points, cycle reports that name the rule, and capture semantics.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <unordered_map>
+#include <vector>
+
 #include "ir/rewrite/rewrite.h"
 #include "ir/test_ops.h"
 
@@ -172,6 +176,171 @@ TEST(Rewrite, RulesAreIndexedByRootOp) {
   EXPECT_EQ(rules.rules_for(t.add).size(), 1u);
   EXPECT_TRUE(rules.rules_for(t.scale).empty());
   EXPECT_THROW(rules.add({"bad", m::any(), [](Match&, Rewriter&) { return false; }}), Error);
+}
+
+
+// ---- the pattern language
+
+OpFacts test_facts() {
+  return {[](OpId op) { return op == test_ops().add; }};
+}
+
+// Counts the matches a text pattern finds at the outputs' producers (the callback declines every match but the
+// last one it is asked to accept, so the count is the number of ways to match).
+struct Probe {
+  int calls = 0;
+  std::vector<std::unordered_map<std::string, Value*>> seen;
+};
+
+RewriteSet probe_rules(const std::string& pattern, Probe& p, Interior interior = Interior::shared) {
+  RewriteSet rs("probe", test_facts());
+  rs.add("probe", pattern, [&p](Match& mt, Rewriter&) {
+    ++p.calls;
+    p.seen.push_back(mt.values);
+    return false;
+  }, interior);
+  return rs;
+}
+
+TEST(RewritePattern, CommutativeOpMatchesEitherOperandOrder) {
+  const auto& t = test_ops();
+  Graph g;
+  Value* a = g.add_input(TensorType(DType::f32, {3}), "a");
+  Value* n = g.add_node(t.neg, {a}, {}, {a->type})->output(0);
+  Value* s = g.add_node(t.add, {n, a}, {}, {a->type})->output(0);  // neg(a) + a
+  g.set_outputs({s});
+  Probe p;
+  apply_greedy(g, probe_rules("t_add(x, t_neg(x))", p));
+  ASSERT_EQ(p.calls, 1);
+  EXPECT_EQ(p.seen[0].at("x"), a);
+  // t_neg is not commutative and t_scale has one input: no swapped orders there.
+  Probe q;
+  apply_greedy(g, probe_rules("t_add(t_neg(x), y)", q));
+  EXPECT_EQ(q.calls, 1);
+  EXPECT_EQ(q.seen[0].at("y"), a);
+}
+
+TEST(RewritePattern, DecliningCallbackBacktracksThroughAlternativesAndOrders) {
+  const auto& t = test_ops();
+  Graph g;
+  Value* a = g.add_input(TensorType(DType::f32, {3}), "a");
+  Value* b = g.add_input(TensorType(DType::f32, {3}), "b");
+  Value* n = g.add_node(t.neg, {a}, {}, {a->type})->output(0);
+  Value* s = g.add_node(t.add, {n, b}, {}, {a->type})->output(0);
+  g.set_outputs({s});
+  // {t_neg(x) | x} on either side of the add: (neg side: 2 alternatives) + (b side: 1) ... each way once.
+  Probe p;
+  apply_greedy(g, probe_rules("t_add({t_neg(x) | x}, y)", p));
+  ASSERT_EQ(p.calls, 3);
+  EXPECT_EQ(p.seen[0].at("x"), a);  // first: the neg alternative, operands as written
+  EXPECT_EQ(p.seen[1].at("x"), n);  // then x = the neg's output itself
+  EXPECT_EQ(p.seen[2].at("x"), b);  // then the swapped order
+  // A callback that accepts the second way: the rewrite happens with that match.
+  RewriteSet rs("pick", test_facts());
+  int calls = 0;
+  rs.add("second", "t_add({t_neg(x) | x}, y)", [&](Match& mt, Rewriter& rw) {
+    if (++calls < 2) return false;
+    rw.replace(mt.root->output(0), mt["x"]);
+    return true;
+  });
+  apply_greedy(g, rs);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(g.outputs()[0], n);
+  EXPECT_TRUE(use_lists_valid(g));
+}
+
+TEST(RewritePattern, TreeMatchesEveryAssociationAndOrder) {
+  const auto& t = test_ops();
+  for (int shape = 0; shape < 2; ++shape) {
+    Graph g;
+    Value* a = g.add_input(TensorType(DType::f32, {3}), "a");
+    Value* b = g.add_input(TensorType(DType::f32, {3}), "b");
+    Value* c = g.add_input(TensorType(DType::f32, {3}), "c");
+    Value* na = g.add_node(t.neg, {a}, {}, {a->type})->output(0);
+    // (neg(a) + b) + c  or  c + (b + neg(a))
+    Value* inner = shape == 0 ? g.add_node(t.add, {na, b}, {}, {a->type})->output(0)
+                              : g.add_node(t.add, {b, na}, {}, {a->type})->output(0);
+    Value* root = shape == 0 ? g.add_node(t.add, {inner, c}, {}, {a->type})->output(0)
+                             : g.add_node(t.add, {c, inner}, {}, {a->type})->output(0);
+    g.set_outputs({root});
+    Probe p;
+    apply_greedy(g, probe_rules("t_add+(t_neg(x), y, z)", p));
+    // At the root: neg(a) is x, and {b, c} fill y, z in both ways. The inner add (2 leaves) does not match.
+    ASSERT_EQ(p.calls, 2) << shape;
+    for (const auto& m : p.seen) {
+      EXPECT_EQ(m.at("x"), a);
+      EXPECT_TRUE((m.at("y") == b && m.at("z") == c) || (m.at("y") == c && m.at("z") == b));
+    }
+  }
+  // An inner add with another use is a leaf, not opened.
+  Graph g;
+  Value* a = g.add_input(TensorType(DType::f32, {3}), "a");
+  Value* inner = g.add_node(t.add, {a, a}, {}, {a->type})->output(0);
+  Value* root = g.add_node(t.add, {inner, a}, {}, {a->type})->output(0);
+  g.set_outputs({root, inner});
+  Probe p;
+  apply_greedy(g, probe_rules("t_add+(x, x, x)", p));
+  EXPECT_EQ(p.calls, 0);
+}
+
+TEST(RewritePattern, ExclusiveInteriorAndSharedMarker) {
+  const auto& t = test_ops();
+  Graph g;
+  Value* a = g.add_input(TensorType(DType::f32, {3}), "a");
+  Value* n = g.add_node(t.neg, {a}, {}, {a->type})->output(0);
+  Value* s = g.add_node(t.scale, {n}, Attrs{{"alpha", 2.0}}, {a->type})->output(0);
+  Value* other = g.add_node(t.neg, {n}, {}, {a->type})->output(0);  // a second use of n
+  g.set_outputs({s, other});
+  Probe shared, exclusive, marked;
+  apply_greedy(g, probe_rules("t_scale(t_neg(x))", shared, Interior::shared));
+  apply_greedy(g, probe_rules("t_scale(t_neg(x))", exclusive, Interior::exclusive));
+  apply_greedy(g, probe_rules("t_scale(~t_neg(x))", marked, Interior::exclusive));
+  EXPECT_EQ(shared.calls, 1);
+  EXPECT_EQ(exclusive.calls, 0);  // n is used outside the match
+  EXPECT_EQ(marked.calls, 1);
+}
+
+TEST(RewritePattern, NumbersMatchOneElementConstantsUpToTheirDtype) {
+  const auto& t = test_ops();
+  Graph g;
+  Value* a = g.add_input(TensorType(DType::f32, {1}), "a");
+  Value* half = g.add_constant(test::f32_tensor({0.5f + 1e-7f}, {1}), "half");  // within f32 rounding
+  Value* more = g.add_constant(test::f32_tensor({0.5001f}, {1}), "more");
+  Value* s1 = g.add_node(t.add, {a, half}, {}, {a->type})->output(0);
+  Value* s2 = g.add_node(t.add, {a, more}, {}, {a->type})->output(0);
+  g.set_outputs({s1, s2});
+  Probe p;
+  apply_greedy(g, probe_rules("t_add(x, 0.5)", p));
+  ASSERT_EQ(p.calls, 1);
+  EXPECT_EQ(p.seen[0].at("x"), a);
+  Probe c;
+  apply_greedy(g, probe_rules("t_add(x, $k)", c));
+  EXPECT_EQ(c.calls, 2);
+  EXPECT_EQ(c.seen[0].at("k"), half);
+}
+
+TEST(RewritePattern, MalformedPatternsAreParseErrorsNamingTheOffset) {
+  test_ops();  // registers the t_ ops the patterns name
+  auto error_of = [](const std::string& text) -> std::string {
+    try {
+      Pattern::parse(text, test_facts());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::parse_error) << text;
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of("t_neg(x").find("at offset 7: expected ')'"), std::string::npos) << error_of("t_neg(x");
+  EXPECT_NE(error_of("no_such_op(x)").find("unknown op 'no_such_op'"), std::string::npos);
+  EXPECT_NE(error_of("t_neg(x) y").find("expected the end"), std::string::npos);
+  EXPECT_NE(error_of("{t_neg(x)}").find("at least two alternatives"), std::string::npos);
+  EXPECT_NE(error_of("~x").find("'~' applies to an op"), std::string::npos);
+  EXPECT_NE(error_of("t_add+(x)").find("at least two operands"), std::string::npos);
+  EXPECT_NE(error_of("t_neg(,)").find("expected a"), std::string::npos);
+  EXPECT_EQ(error_of("n=t_add({t_neg(x) | $c}, ~m=t_scale(_))"), "");
+  // A rule must be rooted at ops: a bare capture or constant cannot index it.
+  RewriteSet rs("bad", test_facts());
+  EXPECT_THROW(rs.add("bad", "{t_neg(x) | x}", [](Match&, Rewriter&) { return false; }), Error);
 }
 
 }  // namespace
