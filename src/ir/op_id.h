@@ -23,7 +23,8 @@ constexpr OpId op_id(std::string_view name) {
 }
 
 // "relu"_op: the id of the op named relu. tests/check_op_names.py checks every such name is a built-in op.
-consteval OpId operator""_op(const char* s, size_t n) { return op_id(std::string_view(s, n)); }
+// constexpr, not consteval: clang 14 leaves a consteval call in a generic lambda unevaluated (a link error).
+constexpr OpId operator""_op(const char* s, size_t n) { return op_id(std::string_view(s, n)); }
 
 // Name of an op id ("add"); custom ops return their registered name, an id nobody registered "<unknown op>".
 std::string_view op_name(OpId id);

@@ -10,8 +10,8 @@
 namespace spore {
 namespace {
 
-std::array<std::unique_ptr<BackendImpl>, num_backends>& table() {
-  static std::array<std::unique_ptr<BackendImpl>, num_backends> t;
+std::array<std::unique_ptr<BackendImpl>, max_backends>& table() {
+  static std::array<std::unique_ptr<BackendImpl>, max_backends> t;
   return t;
 }
 
@@ -91,13 +91,13 @@ std::unique_ptr<StepExecutor> BackendImpl::make_executor(const ExecutorOptions&)
 void register_backend(std::unique_ptr<BackendImpl> b) {
   SPORE_CHECK(b != nullptr, ErrorCode::invalid_argument, "register_backend: no implementation given");
   const auto i = static_cast<size_t>(b->id());
-  SPORE_CHECK(i < num_backends, ErrorCode::invalid_argument, "register_backend: backend id {} out of range", i);
+  SPORE_CHECK(i < static_cast<size_t>(num_backends()), ErrorCode::invalid_argument, "register_backend: backend id {} out of range", i);
   table()[i] = std::move(b);
 }
 
 BackendImpl& backend_impl(Backend b) {
   const auto i = static_cast<size_t>(b);
-  SPORE_CHECK(i < num_backends && table()[i] != nullptr, ErrorCode::not_found, "backend '{}' is not registered",
+  SPORE_CHECK(i < static_cast<size_t>(num_backends()) && table()[i] != nullptr, ErrorCode::not_found, "backend '{}' is not registered",
               backend_name(b));
   return *table()[i];
 }

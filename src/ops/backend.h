@@ -45,6 +45,9 @@ class BackendImpl {
  public:
   virtual ~BackendImpl() = default;
   virtual Backend id() const = 0;
+  // Where its kernels read and write (tensor/device.h). A plan for a backend off the host allocates its arena
+  // there, uploads the constants once at compile time and copies inputs in and outputs out as plan steps.
+  virtual Device device() const { return host_device; }
   virtual void register_kernels(KernelRegistry& r) = 0;
   // Plan-time query: can this backend run op with these (normalized) attributes on these input/output dtypes
   // (dispatch: the OpDef's dispatch dtype)? Default: a kernel is registered for (op, dispatch dtype).
@@ -67,7 +70,8 @@ std::unique_ptr<BackendImpl> make_kernel_table_backend(Backend id, void (*regist
 void register_backend(std::unique_ptr<BackendImpl> b);
 // The implementation of a backend; throws not_found naming it when none is registered.
 BackendImpl& backend_impl(Backend b);
-// The registered backends, in Backend order.
+// The registered backends, in Backend order. A backend outside the built-in three takes an id from
+// register_backend_id, registers its implementation here and its kernels with register_kernels.
 std::vector<BackendImpl*> registered_backends();
 
 // Entry points of the built-in backends (each defined in its own library under src/backend/).

@@ -60,20 +60,20 @@ void register_binary_ops(OpRegistry& r) {
     return b;
   };
 
-  def2("add"_op, "a + b (NumPy broadcasting).", num, comm).infer(infer_arith).grad([](const GradContext& g) {
+  def2("add"_op, "a + b (NumPy broadcasting).", num, comm).fusable().infer(infer_arith).grad([](const GradContext& g) {
     return Grads{sum_to(g.output_grads[0], g.inputs[0].shape()), sum_to(g.output_grads[0], g.inputs[1].shape())};
   });
-  def2("sub"_op, "a - b (NumPy broadcasting).", num, arith).infer(infer_arith).grad([](const GradContext& g) {
+  def2("sub"_op, "a - b (NumPy broadcasting).", num, arith).fusable().infer(infer_arith).grad([](const GradContext& g) {
     return Grads{sum_to(g.output_grads[0], g.inputs[0].shape()),
                  sum_to(ops::neg(g.output_grads[0]), g.inputs[1].shape())};
   });
-  def2("mul"_op, "a * b (NumPy broadcasting).", num, comm).infer(infer_arith).grad([](const GradContext& g) {
+  def2("mul"_op, "a * b (NumPy broadcasting).", num, comm).fusable().infer(infer_arith).grad([](const GradContext& g) {
     const Tensor& d = g.output_grads[0];
     return Grads{sum_to(ops::mul(d, g.inputs[1]), g.inputs[0].shape()),
                  sum_to(ops::mul(d, g.inputs[0]), g.inputs[1].shape())};
   });
   def2("div"_op, "a / b; integer division truncates toward zero and rejects a zero divisor.", num, arith)
-      .infer(infer_arith)
+      .fusable().infer(infer_arith)
       .grad([](const GradContext& g) {
         // d(a/b)/db = -(a/b)/b: reuses the forward output.
         const Tensor& d = g.output_grads[0];
@@ -88,12 +88,12 @@ void register_binary_ops(OpRegistry& r) {
     const Tensor db = ops::mul(d, ops::mul(g.outputs[0], safe_log));
     return Grads{sum_to(da, a.shape()), sum_to(db, b.shape())};
   });
-  def2("maximum"_op, "Elementwise max; nan propagates.", num, comm).infer(infer_arith).grad([](const GradContext& g) {
+  def2("maximum"_op, "Elementwise max; nan propagates.", num, comm).fusable().infer(infer_arith).grad([](const GradContext& g) {
     const Tensor &d = g.output_grads[0], &a = g.inputs[0], &b = g.inputs[1];
     const Tensor m = ops::ge(a, b);  // ties send the gradient to a
     return Grads{sum_to(ops::where(m, d, zero_like(d)), a.shape()), sum_to(ops::where(m, zero_like(d), d), b.shape())};
   });
-  def2("minimum"_op, "Elementwise min; nan propagates.", num, comm).infer(infer_arith).grad([](const GradContext& g) {
+  def2("minimum"_op, "Elementwise min; nan propagates.", num, comm).fusable().infer(infer_arith).grad([](const GradContext& g) {
     const Tensor &d = g.output_grads[0], &a = g.inputs[0], &b = g.inputs[1];
     const Tensor m = ops::le(a, b);
     return Grads{sum_to(ops::where(m, d, zero_like(d)), a.shape()), sum_to(ops::where(m, zero_like(d), d), b.shape())};

@@ -199,9 +199,11 @@ void register_elementwise_ops(OpRegistry& r) {
     OpDefBuilder b = r.def(s.id);
     b.doc(s.doc).inputs({"x"}).dtypes(s.dtypes).traits(s.traits, fk, s.amp).infer(infer::same_as_input);
     if (GradFn gf = grad_rule_for(s.id)) b.grad(std::move(gf));
+    if (s.id != "logical_not"_op) b.fusable();
   }
 
   r.def("leaky_relu"_op).doc("x if x >= 0 else alpha * x").inputs({"x"}).attr("alpha", AttrKind::f64, 0.01)
+      .fusable({"alpha"})
       .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
       .grad([](const GradContext& g) {
         const Tensor &x = g.inputs[0], &d = g.output_grads[0];
@@ -209,7 +211,7 @@ void register_elementwise_ops(OpRegistry& r) {
       });
   r.def("gelu"_op)
       .doc("x * Phi(x); approximate \"none\": 0.5x(1 + erf(x/sqrt2)), \"tanh\": 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))")
-      .inputs({"x"}).choice("approximate", {"none", "tanh"})
+      .inputs({"x"}).choice("approximate", {"none", "tanh"}).fusable({"approximate"})
       .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
       .grad([](const GradContext& g) {
         using ops::mul, ops::add;
@@ -230,7 +232,7 @@ void register_elementwise_ops(OpRegistry& r) {
       });
   r.def("clip"_op)
       .doc("min(max(x, min), max); the bounds are first converted to x's dtype (integers truncate); nan stays nan")
-      .inputs({"x"}).attr("min", AttrKind::f64).attr("max", AttrKind::f64)
+      .inputs({"x"}).attr("min", AttrKind::f64).attr("max", AttrKind::f64).fusable({"min", "max"})
       .dtypes(dtypes::numeric).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
       .grad([](const GradContext& g) {
         // Inside [min, max] the gradient passes (ties included); outside it is zero.

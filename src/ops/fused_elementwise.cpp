@@ -3,47 +3,54 @@
 // for a dtype get the decomposition: the program replayed with the unfused ops.
 #include "ops/fused_elementwise.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ops/families.h"
 #include "ops/infer.h"
 #include "ops/ops.h"
+#include "ops/registry.h"
 
 namespace spore {
 
 namespace fused {
 
 int fusable_arity(OpId op) {
-  switch (op) {
-    case "neg"_op: case "abs"_op: case "exp"_op: case "log"_op: case "sqrt"_op: case "rsqrt"_op:
-    case "reciprocal"_op: case "tanh"_op: case "sigmoid"_op: case "relu"_op: case "leaky_relu"_op:
-    case "gelu"_op: case "silu"_op: case "erf"_op: case "sin"_op: case "cos"_op: case "floor"_op:
-    case "ceil"_op: case "round"_op: case "sign"_op: case "clip"_op:
-      return 1;
-    case "add"_op: case "sub"_op: case "mul"_op: case "div"_op: case "maximum"_op: case "minimum"_op:
-      return 2;
-    default:
-      return 0;
-  }
+  const OpDef* d = op_registry().find(op);
+  return d ? d->fused.arity : 0;
 }
 
+// The instruction parameters are the attributes the OpDef names (FusedForm::params): a number as itself, a
+// choice as its index among the choices.
 void encode_params(OpId op, const Attrs& attrs, double& p0, double& p1) {
   p0 = p1 = 0;
-  if (op == "leaky_relu"_op) p0 = attrs.f("alpha");
-  if (op == "clip"_op) {
-    p0 = attrs.f("min");
-    p1 = attrs.f("max");
+  const OpDef& d = op_registry().get(op);
+  double* out[2] = {&p0, &p1};
+  for (size_t i = 0; i < d.fused.params.size(); ++i) {
+    const AttrSpec& a = *d.find_attr(d.fused.params[i]);
+    if (a.choices.empty()) {
+      *out[i] = attrs.f(a.name);
+    } else {
+      const auto it = std::find(a.choices.begin(), a.choices.end(), attrs.s(a.name));
+      *out[i] = static_cast<double>(it - a.choices.begin());
+    }
   }
-  if (op == "gelu"_op) p0 = attrs.s("approximate") == "tanh" ? 1.0 : 0.0;
 }
 
 Attrs op_attrs(const Instr& ins) {
-  switch (ins.op) {
-    case "leaky_relu"_op: return Attrs{{"alpha", ins.p0}};
-    case "clip"_op: return Attrs{{"min", ins.p0}, {"max", ins.p1}};
-    case "gelu"_op: return Attrs{{"approximate", std::string(ins.p0 != 0 ? "tanh" : "none")}};
-    default: return {};
+  const OpDef& d = op_registry().get(ins.op);
+  Attrs out;
+  const double p[2] = {ins.p0, ins.p1};
+  for (size_t i = 0; i < d.fused.params.size(); ++i) {
+    const AttrSpec& a = *d.find_attr(d.fused.params[i]);
+    if (a.choices.empty()) {
+      out.set(a.name, p[i]);
+    } else {
+      const auto k = static_cast<size_t>(p[i]);
+      out.set(a.name, a.choices.at(k < a.choices.size() ? k : 0));
+    }
   }
+  return out;
 }
 
 Program decode(const Attrs& attrs, int num_inputs, std::string_view where) {

@@ -1,16 +1,39 @@
 #include "ops/kernel.h"
 
+#include <array>
 #include <cstring>
+#include <mutex>
+#include <string>
 
 namespace spore {
+namespace {
+struct BackendNames {
+  std::mutex mu;
+  std::array<std::string, max_backends> names{"reference", "cpu", "null"};
+  int count = 3;
+};
+BackendNames& backend_names() {
+  static BackendNames n;
+  return n;
+}
+}  // namespace
+
+int num_backends() { return backend_names().count; }
+
+Backend register_backend_id(std::string_view name) {
+  BackendNames& n = backend_names();
+  std::lock_guard<std::mutex> lk(n.mu);
+  for (int i = 0; i < n.count; ++i)
+    SPORE_CHECK(n.names[i] != name, ErrorCode::invalid_argument, "register_backend_id: backend '{}' exists", name);
+  SPORE_CHECK(n.count < max_backends, ErrorCode::invalid_argument,
+              "register_backend_id '{}': all {} backend ids are used", name, max_backends);
+  n.names[n.count] = std::string(name);
+  return static_cast<Backend>(n.count++);
+}
 
 std::string_view backend_name(Backend b) {
-  switch (b) {
-    case Backend::reference: return "reference";
-    case Backend::cpu: return "cpu";
-    case Backend::null: return "null";
-  }
-  return "?";
+  const auto i = static_cast<int>(b);
+  return i < num_backends() ? std::string_view(backend_names().names[i]) : std::string_view("?");
 }
 
 void* KernelContext::scratch(size_t bytes) {

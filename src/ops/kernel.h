@@ -15,8 +15,13 @@
 
 namespace spore {
 
+// Backend ids: the built-in three, then those registered at run time (register_backend_id), up to max_backends.
 enum class Backend : uint8_t { reference, cpu, null };
-inline constexpr int num_backends = 3;
+inline constexpr int max_backends = 16;
+int num_backends();  // built-in + registered
+// A new backend id named `name` (a backend outside the built-in three: a CUDA library, a test's). Throws
+// invalid_argument when the name is taken or every id is used.
+Backend register_backend_id(std::string_view name);
 std::string_view backend_name(Backend b);
 
 struct KernelContext {
@@ -53,7 +58,7 @@ class KernelRegistry {
 
  private:
   // [backend][op][dtype]; grows for custom ops.
-  std::vector<std::array<KernelInfo, num_dtypes>> table_[num_backends];
+  std::vector<std::array<KernelInfo, num_dtypes>> table_[max_backends];
 };
 
 KernelRegistry& kernel_registry();

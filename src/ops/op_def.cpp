@@ -132,6 +132,19 @@ OpDefBuilder& OpDefBuilder::attr(std::string name, AttrKind kind, std::optional<
   return *this;
 }
 
+OpDefBuilder& OpDefBuilder::fusable(std::vector<std::string> params) {
+  SPORE_ASSERT(d_.min_inputs == d_.max_inputs && d_.max_inputs >= 1 && d_.max_inputs <= 2,
+               "op {}: a fusable op takes one or two inputs (declare them first)", d_.name);
+  SPORE_ASSERT(params.size() <= 2, "op {}: a fused instruction carries at most two parameters", d_.name);
+  for (const std::string& p : params) {
+    const AttrSpec* a = d_.find_attr(p);
+    SPORE_ASSERT(a != nullptr && (a->kind == AttrKind::f64 || !a->choices.empty()),
+                 "op {}: fused parameter '{}' must be a declared number or choice attribute", d_.name, p);
+  }
+  d_.fused = FusedForm{d_.max_inputs, std::move(params)};
+  return *this;
+}
+
 OpDefBuilder& OpDefBuilder::choice(std::string name, std::vector<std::string> choices) {
   SPORE_ASSERT(!choices.empty(), "op {}: attribute '{}' has no choices", d_.name, name);
   AttrValue def = choices.front();

@@ -71,6 +71,14 @@ struct WeightOperand {
   }
 };
 
+// How an elementwise op appears in a fused_elementwise program (ops/fused_elementwise.h): with its inputs as
+// operands and up to two attributes as the instruction's parameters (a number as itself, a choice as its index).
+// arity 0: it is not fused.
+struct FusedForm {
+  int arity = 0;
+  std::vector<std::string> params;
+};
+
 struct AttrSpec {
   std::string name;
   AttrKind kind;
@@ -149,6 +157,7 @@ struct OpDef {
   FusionKind fusion = FusionKind::opaque;
   AmpPolicy amp = AmpPolicy::follow;
   WeightOperand weight;
+  FusedForm fused;
   InferFn infer;
   GradFn grad;
   DecomposeFn decompose;
@@ -185,6 +194,8 @@ class OpDefBuilder {
   OpDefBuilder& dispatch_on(int input) { d_.dispatch_input = input; return *this; }
   OpDefBuilder& traits(TraitSet t, FusionKind f, AmpPolicy a) { d_.traits = t; d_.fusion = f; d_.amp = a; return *this; }
   OpDefBuilder& weight(WeightOperand w) { d_.weight = std::move(w); return *this; }
+  // May join a fused_elementwise program, these attributes as its parameters (FusedForm; arity = the inputs).
+  OpDefBuilder& fusable(std::vector<std::string> params = {});
   OpDefBuilder& infer(InferFn f) { d_.infer = std::move(f); return *this; }
   OpDefBuilder& grad(GradFn f) { d_.grad = std::move(f); return *this; }
   OpDefBuilder& decompose(DecomposeFn f) { d_.decompose = std::move(f); return *this; }

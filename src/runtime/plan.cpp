@@ -21,6 +21,13 @@ std::vector<TensorType> types_of(const std::vector<Value*>& vs) {
   return t;
 }
 
+// A plan step that moves a graph input onto the plan's device or an output off it (packed tensors).
+void device_copy_kernel(KernelContext& k) {
+  const Tensor& src = k.in(0);
+  Tensor& dst = k.out(0);
+  copy_bytes(dst.raw_data(), dst.device(), src.raw_data(), src.device(), src.nbytes());
+}
+
 bool has_kernel(const Node* n, Backend b) {
   const OpDef& def = op_registry().get(n->op);
   if (def.traits.has(Trait::graph_structure)) return true;
@@ -111,7 +118,10 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
       if (v->arena_offset >= 0)
         arena = std::max<int64_t>(arena, v->arena_offset + static_cast<int64_t>(std::max<int64_t>(v->type.numel(), 1) * dtype_size(v->type.dtype)));
   p.arena_bytes_ = arena;
-  p.arena_ = Storage::allocate(static_cast<size_t>(arena), "plan arena");
+  const Device dev = backend_impl(o.backend).device();
+  const bool on_device = !dev.is_host();
+  p.device_ = dev;
+  p.arena_ = Storage::allocate(static_cast<size_t>(arena), "plan arena", dev);
 
   std::unordered_map<const Value*, int> input_index, output_index;
   for (size_t i = 0; i < g->inputs().size(); ++i) input_index[g->inputs()[i]] = static_cast<int>(i);
@@ -124,15 +134,53 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
     }
   for (size_t i = 0; i < g->outputs().size(); ++i) output_index.emplace(g->outputs()[i], static_cast<int>(i));
 
+  // Off the host, graph inputs and computed outputs get buffers on the device (filled and read by copy steps) and
+  // constants are uploaded once, here.
+  std::unordered_map<const Value*, Tensor> device_io, device_constants;
+  if (on_device) {
+    for (const Value* v : g->inputs()) device_io[v] = Tensor::empty_on(dev, v->type.shape(), v->type.dtype);
+    for (const Value* v : g->outputs())
+      if (!device_io.count(v) && v->producer->op != "constant"_op)
+        device_io[v] = Tensor::empty_on(dev, v->type.shape(), v->type.dtype);
+  }
   auto tensor_for = [&](const Value* v) -> Tensor {
-    if (v->producer->op == "constant"_op) return v->producer->payload;
+    if (v->producer->op == "constant"_op) {
+      if (!on_device) return v->producer->payload;
+      auto it = device_constants.find(v);
+      if (it == device_constants.end()) it = device_constants.emplace(v, v->producer->payload.to(dev)).first;
+      return it->second;
+    }
     if (v->arena_offset >= 0) {
       const Shape s = v->type.shape();
       return Tensor::from_storage(p.arena_, s, contiguous_strides(s), v->arena_offset / static_cast<int64_t>(dtype_size(v->type.dtype)),
                                   v->type.dtype);
     }
+    if (on_device) {
+      if (auto it = device_io.find(v); it != device_io.end()) return it->second;
+      if (auto it = view_of_input.find(v); it != view_of_input.end())
+        return device_io.at(g->inputs()[it->second]).view(v->type.shape());
+    }
     return Tensor();  // patched at run time (graph input or output)
   };
+  static const Attrs no_attrs;
+  auto copy_step = [&](const Value* v, Tensor in, Tensor out, const char* impl) {
+    Plan::Step st;
+    st.def = &op_registry().get("identity"_op);
+    st.attrs = &no_attrs;
+    st.in_types = st.out_types = {v->type};
+    st.fn = device_copy_kernel;
+    st.impl = impl;
+    st.label = v->name;
+    st.copy = true;
+    st.ins = {std::move(in)};
+    st.outs = {std::move(out)};
+    p.steps_.push_back(std::move(st));
+  };
+  if (on_device)
+    for (size_t i = 0; i < g->inputs().size(); ++i) {
+      p.patches_.push_back({static_cast<int>(p.steps_.size()), false, 0, static_cast<int>(i)});
+      copy_step(g->inputs()[i], Tensor(), device_io.at(g->inputs()[i]), "copy to device");
+    }
 
   for (Node* n : g->nodes()) {
     const OpDef& def = op_registry().get(n->op);
@@ -145,7 +193,10 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
     st.in_types = types_of(n->inputs);
     st.out_types = types_of(n->outputs);
     const KernelInfo* k = kernel_registry().find(o.backend, n->op, def.dispatch_dtype(st.in_types, st.out_types));
-    SPORE_ASSERT(k != nullptr, "no kernel for {} after decomposition", n->label());
+    // A node a pass made (fused_elementwise, conv2d_fused, ...) that this backend has no kernel for.
+    SPORE_CHECK(k != nullptr, ErrorCode::unsupported,
+                "cannot compile for backend {}: {} has no kernel there; a pass created it (compile at opt_level 0 or "
+                "disable the pass)", backend_name(o.backend), n->label());
     st.fn = k->fn;
     st.impl = k->impl;
     st.label = n->name.empty() ? n->outputs[0]->name : n->name;
@@ -168,11 +219,18 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
         // A graph output: written into a fresh tensor every run. An unused, unplanned extra output
         // (e.g. topk's indices nobody reads) gets a private buffer.
         if (output_index.count(v)) p.patches_.push_back({step_index, true, static_cast<int>(i), output_index[v]});
-        else st.outs.back() = Tensor::empty(v->type.shape(), v->type.dtype);
+        else st.outs.back() = Tensor::empty_on(dev, v->type.shape(), v->type.dtype);
       }
     }
     p.steps_.push_back(std::move(st));
   }
+  if (on_device)
+    for (size_t j = 0; j < g->outputs().size(); ++j) {
+      const Value* v = g->outputs()[j];
+      if (input_index.count(v) || v->producer->op == "constant"_op || output_index.at(v) != static_cast<int>(j)) continue;
+      p.patches_.push_back({static_cast<int>(p.steps_.size()), true, 0, static_cast<int>(j)});
+      copy_step(v, device_io.at(v), Tensor(), "copy to host");
+    }
   p.output_from_input_.assign(g->outputs().size(), -2);
   p.output_constants_.resize(g->outputs().size());
   for (size_t i = 0; i < g->outputs().size(); ++i) {
@@ -254,7 +312,8 @@ int64_t Plan::serial_steps() const { return executor_ ? executor_->serial_steps(
 
 std::string Plan::describe() const {
   std::string s = fmt::format("plan: {} kernels, arena {} bytes\n", steps_.size(), arena_bytes_);
-  for (const Step& st : steps_) s += fmt::format("  {} [{}] {}\n", st.def->name, st.impl, st.label);
+  for (const Step& st : steps_)
+    s += fmt::format("  {} [{}] {}\n", st.copy ? std::string_view("copy") : std::string_view(st.def->name), st.impl, st.label);
   return s;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // A Plan is a compiled graph: a linear schedule of kernel calls whose intermediate buffers all live
-// in one arena at offsets chosen by the memory-planning pass. Compile once per input signature,
+// in one arena at offsets chosen by the memory-planning pass. For a backend whose device is not the host the
+// arena and constants live on that device, and the schedule begins with a copy step per graph input and ends
+// with one per output (describe() lists them), so a kernel only ever sees its own device's memory. Compile once per input signature,
 // then replay: run() binds inputs, allocates outputs and calls each kernel, nothing else.
 //
 //   auto g = trace_function(fn, {TensorType::of(DType::f32, {8, 4})});
@@ -66,8 +68,10 @@ class Plan {
     std::vector<Tensor> outs;
     std::vector<TensorType> in_types, out_types;
     uint64_t constant_inputs = 0;  // KernelContext::constant_inputs: which inputs are constants of the graph
+    bool copy = false;  // a copy of a graph input onto the backend's device, or of an output off it
   };
   Backend backend_ = Backend::cpu;
+  Device device_;  // the backend's: where the arena, the constants and the steps' tensors live
   bool calibrate_threads_ = true;  // CompileOptions::calibrate_threads
   // How the steps run (ops/backend.h): made by the plan's backend on the first run, kept across runs.
   std::shared_ptr<StepExecutor> executor_;

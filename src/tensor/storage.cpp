@@ -120,8 +120,20 @@ void set_memory_cache_limit(size_t bytes) {
   if (memory_cached() > bytes) trim_memory_cache();
 }
 
-std::shared_ptr<Storage> Storage::allocate(size_t bytes, const char* what) {
+std::shared_ptr<Storage> Storage::allocate(size_t bytes, const char* what, Device device) {
   const size_t rounded = (bytes + tensor_alignment - 1) / tensor_alignment * tensor_alignment;
+  struct Made : Storage {};  // the constructor is private, hence the local type
+  if (!device.is_host()) {  // the device's own allocator; the host budget does not count it
+    void* p = rounded == 0 ? nullptr : device_memory(device).allocate(rounded);
+    SPORE_CHECK(rounded == 0 || p != nullptr, ErrorCode::out_of_memory, "out of memory on device {}: {} bytes{}{}",
+                device_name(device), bytes, what ? " for " : "", what ? what : "");
+    std::shared_ptr<Storage> s = std::make_shared<Made>();
+    s->data_ = p;
+    s->size_ = rounded;
+    s->owned_ = true;
+    s->device_ = device;
+    return s;
+  }
   const size_t limit = g_limit.load();
   if (limit != 0 && g_in_use.load() + memory_cached() + rounded > limit) trim_memory_cache();
   const size_t now = g_in_use.fetch_add(rounded) + rounded;
@@ -140,8 +152,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, const char* what) {
   }
   size_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {}
-  // One heap block for the Storage and its control block (the constructor is private, hence the local type).
-  struct Made : Storage {};
+  // One heap block for the Storage and its control block.
   std::shared_ptr<Storage> s = std::make_shared<Made>();
   s->data_ = p;
   s->size_ = rounded;
@@ -149,16 +160,19 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, const char* what) {
   return s;
 }
 
-std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, std::function<void()> release) {
+std::shared_ptr<Storage> Storage::wrap(void* data, size_t bytes, std::function<void()> release, Device device) {
   auto s = std::shared_ptr<Storage>(new Storage());
   s->data_ = data;
   s->size_ = bytes;
+  s->device_ = device;
   s->release_ = std::move(release);
   return s;
 }
 
 Storage::~Storage() {
-  if (owned_) {
+  if (owned_ && !device_.is_host()) {
+    if (data_) device_memory(device_).release(data_, size_);
+  } else if (owned_) {
     if (!cache_give(data_, size_)) std::free(data_);
     g_in_use.fetch_sub(size_);
   } else if (release_) {

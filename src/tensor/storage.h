@@ -1,11 +1,13 @@
 #pragma once
-// Host memory: 64-byte aligned blocks counted against a process-wide budget. Exceeding the budget
-// (set_memory_limit) fails with an out_of_memory error that says how much was asked and what is in use,
-// instead of letting the OS kill the process later.
+// Tensor memory: 64-byte aligned blocks on a device (tensor/device.h; the host unless asked). Host blocks are
+// counted against a process-wide budget: exceeding it (set_memory_limit) fails with an out_of_memory error that
+// says how much was asked and what is in use, instead of letting the OS kill the process later.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+
+#include "tensor/device.h"
 
 namespace spore {
 
@@ -14,9 +16,10 @@ inline constexpr size_t tensor_alignment = 64;
 class Storage {
  public:
   // Allocates `bytes` (64-byte aligned). `what` names the tensor in the error if the budget is exceeded.
-  static std::shared_ptr<Storage> allocate(size_t bytes, const char* what = nullptr);
+  static std::shared_ptr<Storage> allocate(size_t bytes, const char* what = nullptr, Device device = host_device);
   // Wraps memory owned elsewhere (an mmap'd file, an arena); `release` runs when the last user goes.
-  static std::shared_ptr<Storage> wrap(void* data, size_t bytes, std::function<void()> release = {});
+  static std::shared_ptr<Storage> wrap(void* data, size_t bytes, std::function<void()> release = {},
+                                       Device device = host_device);
 
   ~Storage();
   Storage(const Storage&) = delete;
@@ -24,12 +27,14 @@ class Storage {
 
   void* data() const { return data_; }
   size_t size() const { return size_; }
+  Device device() const { return device_; }
 
  private:
   Storage() = default;
   void* data_ = nullptr;
   size_t size_ = 0;
   bool owned_ = false;
+  Device device_;
   std::function<void()> release_;
 };
 

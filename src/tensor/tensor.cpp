@@ -41,6 +41,36 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   return t;
 }
 
+Tensor Tensor::empty_on(Device device, Shape shape, DType dtype) {
+  for (int64_t d : shape) SPORE_CHECK(d >= 0, ErrorCode::shape_mismatch, "negative dimension in shape {}", shape_str(shape));
+  Tensor t;
+  t.dtype_ = dtype;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  t.storage_ = Storage::allocate(t.nbytes(), nullptr, device);
+  t.defined_ = true;
+  return t;
+}
+
+namespace {
+// Host code reads elements only of host tensors.
+void check_host(const Tensor& t, const char* what) {
+  SPORE_CHECK(t.device().is_host(), ErrorCode::invalid_argument,
+              "{}: the tensor is on device {}; copy it to the host first (Tensor::to(host_device))", what,
+              device_name(t.device()));
+}
+}  // namespace
+
+Tensor Tensor::to(Device device) const {
+  if (this->device() == device && is_contiguous()) return *this;
+  const Tensor src = this->device().is_host() ? contiguous() : *this;
+  SPORE_CHECK(src.is_contiguous(), ErrorCode::invalid_argument, "to({}): a strided view on device {} cannot be packed",
+              device_name(device), device_name(this->device()));
+  Tensor t = empty_on(device, shape_, dtype_);
+  copy_bytes(t.raw_data(), device, src.raw_data(), src.device(), nbytes());
+  return t;
+}
+
 Tensor Tensor::zeros(Shape shape, DType dtype) {
   Tensor t = empty(std::move(shape), dtype);
   if (t.nbytes()) std::memset(t.raw_data(), 0, t.nbytes());
@@ -107,6 +137,7 @@ void* Tensor::raw_data() const {
 }
 
 double Tensor::item_at(int64_t flat) const {
+  check_host(*this, "item_at");
   SPORE_CHECK(flat >= 0 && flat < numel(), ErrorCode::invalid_argument, "index {} out of range for {} elements", flat, numel());
   int64_t off = 0;
   for (int i = rank() - 1; i >= 0; --i) {
@@ -122,6 +153,7 @@ double Tensor::item() const {
 }
 
 std::vector<double> Tensor::to_doubles() const {
+  check_host(*this, "to_doubles");
   std::vector<double> out(numel());
   Tensor c = contiguous();
   const char* p = static_cast<const char*>(c.raw_data());
@@ -211,9 +243,11 @@ void copy_strided(const Tensor& src, const Tensor& dst) {
   const char* s = static_cast<const char*>(src.raw_data());
   char* d = static_cast<char*>(dst.raw_data());
   if (src.is_contiguous() && dst.is_contiguous()) {
-    std::memcpy(d, s, n * es);
+    copy_bytes(d, dst.device(), s, src.device(), n * es);
     return;
   }
+  check_host(src, "copy of a strided tensor");
+  check_host(dst, "copy into a strided tensor");
   const int r = src.rank();
   std::vector<int64_t> idx(r, 0);
   const auto& sh = src.shape();
@@ -240,13 +274,15 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape_, dtype_);
+  Tensor t = empty_on(device(), shape_, dtype_);
   copy_strided(*this, t);
   return t;
 }
 
 bool Tensor::bit_equal(const Tensor& o) const {
   if (dtype_ != o.dtype_ || shape_ != o.shape_) return false;
+  check_host(*this, "bit_equal");
+  check_host(o, "bit_equal");
   Tensor a = contiguous(), b = o.contiguous();
   return nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), nbytes()) == 0;
 }

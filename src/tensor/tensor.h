@@ -33,6 +33,8 @@ class Tensor {
   Tensor() = default;
 
   static Tensor empty(Shape shape, DType dtype);
+  // Uninitialised memory on a device (tensor/device.h).
+  static Tensor empty_on(Device device, Shape shape, DType dtype);
   static Tensor zeros(Shape shape, DType dtype);
   // A scalar or vector from host values, converted to `dtype`.
   static Tensor from_doubles(const std::vector<double>& values, Shape shape, DType dtype);
@@ -62,6 +64,10 @@ class Tensor {
   bool is_symbolic() const { return sym_ != nullptr; }
   const SymbolicRef* symbolic_ref() const { return sym_.get(); }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
+  // Where the elements live: the storage's device (the host for an undefined or symbolic tensor).
+  Device device() const { return storage_ ? storage_->device() : host_device; }
+  // A packed copy on `device` (self when it is there and packed already).
+  Tensor to(Device device) const;
 
   // Data access (throws on symbolic or undefined tensors). data<T>() checks T against dtype().
   void* raw_data() const;

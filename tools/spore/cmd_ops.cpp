@@ -80,7 +80,7 @@ nlohmann::json op_json(const OpDef& d) {
     attrs.push_back(j);
   }
   nlohmann::json kernels = nlohmann::json::object();
-  for (int b = 0; b < num_backends; ++b)
+  for (int b = 0; b < num_backends(); ++b)
     kernels[std::string(backend_name(static_cast<Backend>(b)))] = dtype_list(kernel_registry().dtypes_of(static_cast<Backend>(b), d.id));
   std::vector<std::string> traits;
   for (const auto& [t, name] : trait_names)
