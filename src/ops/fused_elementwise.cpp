@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "ops/families.h"
 #include "ops/infer.h"
@@ -16,7 +17,18 @@ namespace spore {
 namespace fused {
 
 int fusable_arity(OpId op) {
-  const OpDef* d = op_registry().find(op);
+  // The OpDefs' FusedForm arities by op index, read once: decode asks for every instruction of every call.
+  static const std::vector<int8_t> builtin = [] {
+    std::vector<int8_t> t(static_cast<size_t>(num_builtin_ops()));
+    for (int i = 0; i < num_builtin_ops(); ++i) {
+      const OpDef* d = op_registry().find(op_at(i));
+      t[static_cast<size_t>(i)] = static_cast<int8_t>(d ? d->fused.arity : 0);
+    }
+    return t;
+  }();
+  const int i = op_index(op);
+  if (i >= 0 && i < static_cast<int>(builtin.size())) return builtin[static_cast<size_t>(i)];
+  const OpDef* d = i < 0 ? nullptr : op_registry().find(op);  // a custom op
   return d ? d->fused.arity : 0;
 }
 
@@ -73,10 +85,10 @@ Program decode(const Attrs& attrs, int num_inputs, std::string_view where) {
   for (size_t j = 0; j < n; ++j) {
     Instr& ins = p.instrs[j];
     const int64_t op = prog[j * kInstrWidth];
-    if (op < 0 || op > UINT32_MAX || fusable_arity(static_cast<OpId>(op)) == 0)  // 0 for any other id
+    ins.arity = op < 0 || op > UINT32_MAX ? 0 : fusable_arity(static_cast<OpId>(op));
+    if (ins.arity == 0)  // 0 for any other id
       fail(fmt::format("instruction {}: op id {} is not an op a program may contain", j, op));
     ins.op = static_cast<OpId>(op);
-    ins.arity = fusable_arity(ins.op);
     const int64_t slots = num_inputs + static_cast<int64_t>(j);
     for (int a = 0; a < 3; ++a) {
       const int64_t s = prog[j * kInstrWidth + 1 + a];
