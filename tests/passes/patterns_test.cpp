@@ -568,5 +568,42 @@ TEST(RecognizePatterns, TorchTransformerStillMatchesPyTorch) {
   EXPECT_LE(err, 1e-4 * scale) << "max abs error " << err << " (output scale " << scale << ")";
 }
 
+
+TEST(RecognizePatterns, NormsAndLinearsWrittenDirectlyTakeTheFollowingConstants) {
+  // The gamma/beta/bias rules extend any norm or linear node, not only those the pass made: layer_norm(x) * g + b
+  // and linear(x, W) + b written as ops become one node; a constant of the wrong shape stays an add.
+  EXPECT_EQ(recognized("graph @g(%x: f32[3,2]) {\n"
+                       "  %g = constant() : f32[2] = " + hexf({2.f, 3.f}) + "\n"
+                       "  %b = constant() : f32[2] = " + hexf({-1.f, 1.f}) + "\n"
+                       "  %n = layer_norm(%x) {axis=-1, epsilon=0.5} : f32[3,2]\n"
+                       "  %m = mul(%n, %g) : f32[3,2]\n"
+                       "  %y = add(%b, %m) : f32[3,2] !name=\"ln\"\n"
+                       "  return %y\n"
+                       "}\n"),
+            "graph @g(%x: f32[3,2]) {\n"
+            "  %g = constant() : f32[2] = " + hexf({2.f, 3.f}) + "\n"
+            "  %b = constant() : f32[2] = " + hexf({-1.f, 1.f}) + "\n"
+            "  %y = layer_norm(%x, %g, %b) {axis=-1, epsilon=0.5} : f32[3,2] !name=\"ln\"\n"
+            "  return %y\n"
+            "}\n");
+  EXPECT_EQ(recognized("graph @g(%x: f32[3,2], %w: f32[4,2]) {\n"
+                       "  %b = constant() : f32[4] = " + hexf({1.f, 2.f, 3.f, 4.f}) + "\n"
+                       "  %c = constant() : f32[3,4] = " + hexf({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) + "\n"
+                       "  %l = linear(%x, %w) : f32[3,4] !name=\"fc\"\n"
+                       "  %y = add(%l, %b) : f32[3,4]\n"
+                       "  %l2 = linear(%x, %w) : f32[3,4]\n"
+                       "  %z = add(%l2, %c) : f32[3,4]\n"
+                       "  return %y, %z\n"
+                       "}\n"),
+            "graph @g(%x: f32[3,2], %w: f32[4,2]) {\n"
+            "  %b = constant() : f32[4] = " + hexf({1.f, 2.f, 3.f, 4.f}) + "\n"
+            "  %c = constant() : f32[3,4] = " + hexf({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) + "\n"
+            "  %l2 = linear(%x, %w) : f32[3,4]\n"
+            "  %z = add(%l2, %c) : f32[3,4]\n"
+            "  %y = linear(%x, %w, %b) : f32[3,4] !name=\"fc\"\n"
+            "  return %y, %z\n"
+            "}\n");
+}
+
 }  // namespace
 }  // namespace spore
