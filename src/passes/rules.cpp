@@ -77,13 +77,9 @@ bool Replacement::apply(const Match& mt, Rewriter& rw, const Build& b) const {
   for (bool erased = true; erased;) {
     erased = false;
     for (Node* m : mt.nodes) {
-      if (m->dead) continue;
-      bool used = false;
-      for (const Value* o : m->outputs) used = used || !o->uses.empty() || g.is_output(o);
-      if (!used) {
-        g.erase_node(m);
-        erased = true;
-      }
+      if (m->dead || !rewrite::node_unused(g, m)) continue;
+      g.erase_node(m);
+      erased = true;
     }
   }
   return true;

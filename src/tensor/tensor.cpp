@@ -30,16 +30,7 @@ std::string shape_str(std::span<const int64_t> shape) {
   return s + "]";
 }
 
-Tensor Tensor::empty(Shape shape, DType dtype) {
-  for (int64_t d : shape) SPORE_CHECK(d >= 0, ErrorCode::shape_mismatch, "negative dimension in shape {}", shape_str(shape));
-  Tensor t;
-  t.dtype_ = dtype;
-  t.strides_ = contiguous_strides(shape);
-  t.shape_ = std::move(shape);
-  t.storage_ = Storage::allocate(t.nbytes());
-  t.defined_ = true;
-  return t;
-}
+Tensor Tensor::empty(Shape shape, DType dtype) { return empty_on(host_device, std::move(shape), dtype); }
 
 Tensor Tensor::empty_on(Device device, Shape shape, DType dtype) {
   for (int64_t d : shape) SPORE_CHECK(d >= 0, ErrorCode::shape_mismatch, "negative dimension in shape {}", shape_str(shape));

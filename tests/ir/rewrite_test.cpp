@@ -202,6 +202,13 @@ RewriteSet probe_rules(const std::string& pattern, Probe& p, Interior interior =
   return rs;
 }
 
+// Every way `pattern` matches in g (the rules decline them all, so g does not change).
+Probe probe(Graph& g, const std::string& pattern, Interior interior = Interior::shared) {
+  Probe p;
+  apply_greedy(g, probe_rules(pattern, p, interior));
+  return p;
+}
+
 TEST(RewritePattern, CommutativeOpMatchesEitherOperandOrder) {
   const auto& t = test_ops();
   Graph g;
@@ -209,13 +216,11 @@ TEST(RewritePattern, CommutativeOpMatchesEitherOperandOrder) {
   Value* n = g.add_node(t.neg, {a}, {}, {a->type})->output(0);
   Value* s = g.add_node(t.add, {n, a}, {}, {a->type})->output(0);  // neg(a) + a
   g.set_outputs({s});
-  Probe p;
-  apply_greedy(g, probe_rules("t_add(x, t_neg(x))", p));
+  const Probe p = probe(g, "t_add(x, t_neg(x))");
   ASSERT_EQ(p.calls, 1);
   EXPECT_EQ(p.seen[0].at("x"), a);
   // t_neg is not commutative and t_scale has one input: no swapped orders there.
-  Probe q;
-  apply_greedy(g, probe_rules("t_add(t_neg(x), y)", q));
+  const Probe q = probe(g, "t_add(t_neg(x), y)");
   EXPECT_EQ(q.calls, 1);
   EXPECT_EQ(q.seen[0].at("y"), a);
 }
@@ -229,8 +234,7 @@ TEST(RewritePattern, DecliningCallbackBacktracksThroughAlternativesAndOrders) {
   Value* s = g.add_node(t.add, {n, b}, {}, {a->type})->output(0);
   g.set_outputs({s});
   // {t_neg(x) | x} on either side of the add: (neg side: 2 alternatives) + (b side: 1) ... each way once.
-  Probe p;
-  apply_greedy(g, probe_rules("t_add({t_neg(x) | x}, y)", p));
+  const Probe p = probe(g, "t_add({t_neg(x) | x}, y)");
   ASSERT_EQ(p.calls, 3);
   EXPECT_EQ(p.seen[0].at("x"), a);  // first: the neg alternative, operands as written
   EXPECT_EQ(p.seen[1].at("x"), n);  // then x = the neg's output itself
@@ -263,8 +267,7 @@ TEST(RewritePattern, TreeMatchesEveryAssociationAndOrder) {
     Value* root = shape == 0 ? g.add_node(t.add, {inner, c}, {}, {a->type})->output(0)
                              : g.add_node(t.add, {c, inner}, {}, {a->type})->output(0);
     g.set_outputs({root});
-    Probe p;
-    apply_greedy(g, probe_rules("t_add+(t_neg(x), y, z)", p));
+    const Probe p = probe(g, "t_add+(t_neg(x), y, z)");
     // At the root: neg(a) is x, and {b, c} fill y, z in both ways. The inner add (2 leaves) does not match.
     ASSERT_EQ(p.calls, 2) << shape;
     for (const auto& m : p.seen) {
@@ -278,8 +281,7 @@ TEST(RewritePattern, TreeMatchesEveryAssociationAndOrder) {
   Value* inner = g.add_node(t.add, {a, a}, {}, {a->type})->output(0);
   Value* root = g.add_node(t.add, {inner, a}, {}, {a->type})->output(0);
   g.set_outputs({root, inner});
-  Probe p;
-  apply_greedy(g, probe_rules("t_add+(x, x, x)", p));
+  const Probe p = probe(g, "t_add+(x, x, x)");
   EXPECT_EQ(p.calls, 0);
 }
 
@@ -291,10 +293,9 @@ TEST(RewritePattern, ExclusiveInteriorAndSharedMarker) {
   Value* s = g.add_node(t.scale, {n}, Attrs{{"alpha", 2.0}}, {a->type})->output(0);
   Value* other = g.add_node(t.neg, {n}, {}, {a->type})->output(0);  // a second use of n
   g.set_outputs({s, other});
-  Probe shared, exclusive, marked;
-  apply_greedy(g, probe_rules("t_scale(t_neg(x))", shared, Interior::shared));
-  apply_greedy(g, probe_rules("t_scale(t_neg(x))", exclusive, Interior::exclusive));
-  apply_greedy(g, probe_rules("t_scale(~t_neg(x))", marked, Interior::exclusive));
+  const Probe shared = probe(g, "t_scale(t_neg(x))", Interior::shared);
+  const Probe exclusive = probe(g, "t_scale(t_neg(x))", Interior::exclusive);
+  const Probe marked = probe(g, "t_scale(~t_neg(x))", Interior::exclusive);
   EXPECT_EQ(shared.calls, 1);
   EXPECT_EQ(exclusive.calls, 0);  // n is used outside the match
   EXPECT_EQ(marked.calls, 1);
@@ -309,12 +310,10 @@ TEST(RewritePattern, NumbersMatchOneElementConstantsUpToTheirDtype) {
   Value* s1 = g.add_node(t.add, {a, half}, {}, {a->type})->output(0);
   Value* s2 = g.add_node(t.add, {a, more}, {}, {a->type})->output(0);
   g.set_outputs({s1, s2});
-  Probe p;
-  apply_greedy(g, probe_rules("t_add(x, 0.5)", p));
+  const Probe p = probe(g, "t_add(x, 0.5)");
   ASSERT_EQ(p.calls, 1);
   EXPECT_EQ(p.seen[0].at("x"), a);
-  Probe c;
-  apply_greedy(g, probe_rules("t_add(x, $k)", c));
+  const Probe c = probe(g, "t_add(x, $k)");
   EXPECT_EQ(c.calls, 2);
   EXPECT_EQ(c.seen[0].at("k"), half);
 }

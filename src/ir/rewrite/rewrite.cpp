@@ -271,14 +271,14 @@ Pattern op(OpId op, std::vector<Pattern> args, std::string name) {
 Pattern constant(std::string name) { return Pattern(Pattern::Kind::constant, OpId{}, {}, std::move(name)); }
 }  // namespace m
 
+bool node_unused(const Graph& g, const Node* n) {
+  return std::all_of(n->outputs.begin(), n->outputs.end(),
+                     [&](const Value* o) { return o->uses.empty() && !g.is_output(o); });
+}
+
 void Rewriter::drop_unused_created() {
-  for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
-    Node* n = *it;
-    if (n->dead) continue;
-    bool used = false;
-    for (const Value* o : n->outputs) used = used || !o->uses.empty() || g_.is_output(o);
-    if (!used) g_.erase_node(n);
-  }
+  for (auto it = created_.rbegin(); it != created_.rend(); ++it)
+    if (!(*it)->dead && node_unused(g_, *it)) g_.erase_node(*it);
   created_.clear();
 }
 
@@ -345,9 +345,7 @@ RewriteStats apply_greedy(Graph& g, const RewriteSet& rules, int64_t max_rewrite
     queued.erase(n);
     if (n->dead || n->outputs.empty()) continue;
     // Dead code is DCE's business; rewriting it would keep "applying" rules forever.
-    const bool unused = std::all_of(n->outputs.begin(), n->outputs.end(),
-                                    [&](const Value* o) { return o->uses.empty() && !g.is_output(o); });
-    if (unused) continue;
+    if (node_unused(g, n)) continue;
     for (const RewriteRule* r : rules.rules_for(n->op)) {
       Rewriter rw(g);
       // Users of the root may now match new patterns: re-queue them after a rewrite.
@@ -363,9 +361,7 @@ RewriteStats apply_greedy(Graph& g, const RewriteSet& rules, int64_t max_rewrite
                    rules.name(), st.applied, top->first);
       }
       // A root the rule bypassed is erased now so it cannot match again (its inputs' users change).
-      const bool root_unused = std::all_of(n->outputs.begin(), n->outputs.end(),
-                                           [&](const Value* o) { return o->uses.empty() && !g.is_output(o); });
-      if (root_unused && !n->dead) g.erase_node(n);
+      if (!n->dead && node_unused(g, n)) g.erase_node(n);
       for (Node* c : rw.created())
         if (!c->dead) {
           users.push_back(c);

@@ -152,6 +152,9 @@ struct RewriteStats {
   std::unordered_map<std::string, int64_t> per_rule;
 };
 
+// No output of n is used or a graph output (a node a rewrite bypassed).
+bool node_unused(const Graph& g, const Node* n);
+
 // Tries `rule` at `n`: each match whose interior is allowed goes to the callback until one is accepted.
 bool try_rule(Graph& g, const RewriteRule& rule, Node* n, Rewriter& rw);
 
