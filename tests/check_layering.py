@@ -26,6 +26,8 @@ for upper, below in {
     "nn": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime"},
     "train": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "data", "io"},
     "llm": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "io", "data"},
+    # deployed models: load (io) + compile per input signature (runtime)
+    "deploy": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "io"},
 }.items():
     ALLOWED[upper] = below
 

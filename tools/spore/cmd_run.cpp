@@ -11,6 +11,7 @@
 
 #include <spore/spore.h>
 
+#include "deploy/session.h"
 #include "io/npy.h"
 #include "tools/spore/commands.h"
 #include "tools/spore/model_util.h"
@@ -42,32 +43,10 @@ std::string first_values(const Tensor& t, int64_t n) {
   return s + (t.numel() > n ? ", ...]" : "]");
 }
 
-std::string input_names(const Graph& g) {
+std::string input_names(const deploy::Session& s) {
   std::string names;
-  for (const Value* in : g.inputs()) names += (names.empty() ? "" : ", ") + in->name;
+  for (const deploy::SessionInput& in : s.inputs()) names += (names.empty() ? "" : ", ") + in.name;
   return names.empty() ? "none" : names;
-}
-
-// Checks a user-given tensor against the model input's type; symbolic dims bind (consistently across
-// inputs) to the given sizes.
-void check_given_input(const Value& in, const Tensor& t, const std::string& file, std::map<std::string, int64_t>& bound) {
-  SPORE_CHECK(t.dtype() == in.type.dtype, ErrorCode::dtype_mismatch, "input '{}': {} holds {}, the model wants {}",
-              in.name, file, dtype_name(t.dtype()), in.type.str());
-  SPORE_CHECK(t.rank() == in.type.rank(), ErrorCode::shape_mismatch, "input '{}': {} has shape {}, the model wants {}",
-              in.name, file, shape_str(t.shape()), in.type.str());
-  for (int d = 0; d < t.rank(); ++d) {
-    const Dim& dim = in.type.dims[d];
-    if (dim.is_static()) {
-      SPORE_CHECK(dim.size == t.dim(d), ErrorCode::shape_mismatch,
-                  "input '{}': {} has shape {}, the model wants {} (dim {} differs)", in.name, file, shape_str(t.shape()),
-                  in.type.str(), d);
-      continue;
-    }
-    auto [it, fresh] = bound.emplace(dim.sym, t.dim(d));
-    SPORE_CHECK(fresh || it->second == t.dim(d), ErrorCode::shape_mismatch,
-                "input '{}': {} has shape {}, but dim '{}' is {} in another input", in.name, file, shape_str(t.shape()),
-                dim.sym, it->second);
-  }
 }
 
 }  // namespace
@@ -100,7 +79,10 @@ int cmd_run(int argc, char** argv) {
   set_threads(threads);
 
   auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Graph> g = load_model_file(model, parse_input_shapes(shape_specs));
+  deploy::SessionOptions sopts;
+  for (const InputShapeSpec& sp : parse_input_shapes(shape_specs)) sopts.input_dims[sp.name] = sp.dims;
+  deploy::Session session(model, sopts);
+  const std::vector<deploy::SessionInput>& model_inputs = session.inputs();
   const double load_ms = ms_since(t0);
 
   // Inputs given as files, by name; every name must be a model input, each given once.
@@ -111,66 +93,73 @@ int cmd_run(int argc, char** argv) {
                 "--input '{}': expected NAME=FILE.npy", spec);
     const std::string name = spec.substr(0, eq);
     bool known = false;
-    for (const Value* in : g->inputs()) known |= in->name == name;
+    for (const deploy::SessionInput& in : model_inputs) known |= in.name == name;
     SPORE_CHECK(known, ErrorCode::invalid_argument, "--input {}: the model has no input '{}' (inputs: {})", spec, name,
-                input_names(*g));
+                input_names(session));
     SPORE_CHECK(files.emplace(name, spec.substr(eq + 1)).second, ErrorCode::invalid_argument,
                 "--input: input '{}' is given twice", name);
   }
   if (no_random) {
     std::string missing;
-    for (const Value* in : g->inputs())
-      if (!files.count(in->name)) missing += (missing.empty() ? "" : ", ") + in->name;
+    for (const deploy::SessionInput& in : model_inputs)
+      if (!files.count(in.name)) missing += (missing.empty() ? "" : ", ") + in.name;
     SPORE_CHECK(missing.empty(), ErrorCode::invalid_argument, "--no-random: no --input NAME=FILE.npy for input(s) {}",
                 missing);
   }
 
-  const size_t n_in = g->inputs().size();
+  const size_t n_in = model_inputs.size();
   std::vector<Tensor> inputs(n_in);
-  std::map<std::string, int64_t> bound;  // symbolic dim -> size, from the given inputs
   for (size_t i = 0; i < n_in; ++i) {
-    const Value& in = *g->inputs()[i];
-    auto it = files.find(in.name);
+    auto it = files.find(model_inputs[i].name);
     if (it == files.end()) continue;
-    inputs[i] = io::read_npy(it->second);
-    check_given_input(in, inputs[i], it->second, bound);
-  }
-  std::vector<Shape> shapes(n_in);
-  for (size_t i = 0; i < n_in; ++i) {
-    const Value& in = *g->inputs()[i];
-    if (inputs[i].defined()) {
-      shapes[i] = inputs[i].shape();
-      continue;
+    try {
+      inputs[i] = io::read_npy(it->second);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("input '{}': {}", model_inputs[i].name, e.what()));
     }
+  }
+  // The given inputs bind the symbolic dims (session.bind checks them); the others get random values.
+  std::map<std::string, int64_t> bound;
+  try {
+    bound = session.bind(inputs, /*partial=*/true);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{} (given with --input)", e.what()));
+  }
+  for (size_t i = 0; i < n_in; ++i) {
+    const deploy::SessionInput& in = model_inputs[i];
+    if (inputs[i].defined()) continue;
+    Shape shape;
     for (int d = 0; d < in.type.rank(); ++d) {
       const Dim& dim = in.type.dims[d];
       if (dim.is_static()) {
-        shapes[i].push_back(dim.size);
+        shape.push_back(dim.size);
       } else if (auto b = bound.find(dim.sym); b != bound.end()) {
-        shapes[i].push_back(b->second);
+        shape.push_back(b->second);
       } else {
         SPORE_CHECK(d == 0, ErrorCode::invalid_argument,
                     "input '{}' ({}) has a symbolic dim '{}' at position {}: give the input with --input or fix the dim "
                     "with --input-shape {}:...",
                     in.name, in.type.str(), dim.sym, d, in.name);
-        shapes[i].push_back(batch);
+        shape.push_back(batch);
         bound.emplace(dim.sym, batch);
       }
     }
-    inputs[i] = random_input(shapes[i], in.type.dtype, seed, i);
+    inputs[i] = random_input(shape, in.type.dtype, seed, i);
   }
 
   t0 = std::chrono::steady_clock::now();
-  Plan plan = compile_for_shapes(*g, shapes);
+  deploy::Specialization& spec = session.specialize(inputs);
   const double compile_ms = ms_since(t0);
+  const std::vector<Tensor> plan_in = spec.select(inputs);
   t0 = std::chrono::steady_clock::now();
-  const std::vector<Tensor> outs = plan.run(inputs);
+  const std::vector<Tensor> outs = spec.plan.run(plan_in);
   const double run_ms = ms_since(t0);
+  const Graph& pg = spec.plan.graph();
 
-  std::cout << fmt::format("{}: {} ({} nodes), loaded in {:.1f} ms, compiled in {:.1f} ms ({} kernels), ran in {:.3f} ms\n",
-                           model, g->name(), g->num_live_nodes(), load_ms, compile_ms, plan.num_kernels(), run_ms);
+  std::cout << fmt::format("{}: {}, loaded in {:.1f} ms, compiled in {:.1f} ms ({} kernels, {}), ran in {:.3f} ms\n",
+                           model, session.model_name(), load_ms, compile_ms, spec.plan.num_kernels(), spec.how, run_ms);
   for (size_t i = 0; i < n_in; ++i) {
-    const Value& in = *g->inputs()[i];
+    const deploy::SessionInput& in = model_inputs[i];
     auto it = files.find(in.name);
     std::cout << fmt::format("input  {}: {}{} {}\n", in.name, dtype_name(inputs[i].dtype()), shape_str(inputs[i].shape()),
                              it != files.end() ? "from " + it->second : fmt::format("random (seed {})", seed));
@@ -179,7 +168,7 @@ int cmd_run(int argc, char** argv) {
   if (!output_dir.empty()) std::filesystem::create_directories(output_dir);
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor& t = outs[i];
-    const std::string& name = g->outputs()[i]->name;
+    const std::string& name = pg.outputs()[i]->name;
     std::cout << fmt::format("output {}: {}{} {}\n", name, dtype_name(t.dtype()), shape_str(t.shape()), first_values(t, 8));
     if (output_dir.empty()) continue;
     std::string file = safe_file_name(name, i);

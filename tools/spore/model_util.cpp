@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "deploy/session.h"
 #include "io/model_file.h"
 #include "ops/graph_ops.h"
 #include "ops/ops.h"
@@ -61,30 +62,9 @@ std::vector<InputShapeSpec> parse_input_shapes(const std::vector<std::string>& s
 }
 
 void apply_input_shapes(Graph& g, const std::vector<InputShapeSpec>& specs) {
-  if (specs.empty()) return;
-  for (const InputShapeSpec& s : specs) {
-    Value* v = nullptr;
-    for (Value* in : g.inputs())
-      if (in->name == s.name) v = in;
-    if (!v) {
-      std::string names;
-      for (Value* in : g.inputs()) names += (names.empty() ? "" : ", ") + in->name;
-      SPORE_FAIL(ErrorCode::invalid_argument, "--input-shape: the model has no input '{}' (inputs: {})", s.name, names);
-    }
-    SPORE_CHECK(static_cast<int>(s.dims.size()) == v->type.rank(), ErrorCode::shape_mismatch,
-                "--input-shape {}: {} dims given, but input '{}' is {} (rank {})", s.name, s.dims.size(), s.name,
-                v->type.str(), v->type.rank());
-    for (size_t d = 0; d < s.dims.size(); ++d) {
-      const Dim& want = s.dims[d];
-      Dim& have = v->type.dims[d];
-      if (!want.is_static() && want.sym.empty()) continue;  // -1: keep the model's dim
-      if (have.is_static() && want.is_static())
-        SPORE_CHECK(have.size == want.size, ErrorCode::shape_mismatch,
-                    "--input-shape {}: dim {} is fixed to {} in the model, cannot become {}", s.name, d, have.size, want.size);
-      have = want;
-    }
-  }
-  reinfer_types(g);
+  std::map<std::string, std::vector<Dim>> dims;
+  for (const InputShapeSpec& s : specs) dims[s.name] = s.dims;
+  deploy::apply_input_dims(g, dims);
 }
 
 std::unique_ptr<Graph> load_model_file(const std::string& path, const std::vector<InputShapeSpec>& specs) {

@@ -30,6 +30,10 @@ struct OnnxImportReport {
   int64_t opset = 0;
   std::string producer;              // producer_name + version from the model
   std::vector<OnnxOpStatus> ops;     // sorted by op type
+  // Graph inputs whose *values* the import needed (an op took a value computed from them as an attribute, e.g.
+  // Reshape's shape or TopK's k given as a model input). Filled when import fails for that reason: importing
+  // again with those inputs in OnnxImportOptions::input_values succeeds (deploy::Session does this).
+  std::vector<std::string> needs_values;
   bool has_unsupported() const;
   // Multi-line table: op type, count, status, nodes of the unsupported ones, and what the user can do.
   std::string format() const;
@@ -42,7 +46,21 @@ struct OnnxImportOptions {
   // static sizes import): input name -> dims; a symbolic dim with an empty name keeps the model's dim.
   // Static dims that contradict static model dims are an error naming the input.
   std::map<std::string, std::vector<Dim>> input_dims;
+  // Graph inputs bound to values: they become constants (dtype and rank must match the declared input), so
+  // everything computed from them folds. A model compiled this way is specialised to those values.
+  std::map<std::string, Tensor> input_values;
 };
+
+// A graph input as the model declares it (symbolic dims named as import_onnx names them), after `input_dims`
+// overrides; initializers that double as inputs are left out. Reads only the graph's inputs.
+struct OnnxInputInfo {
+  std::string name;
+  TensorType type;
+};
+std::vector<OnnxInputInfo> onnx_graph_inputs(const std::string& bytes, const std::string& name,
+                                             const OnnxImportOptions& opts = {});
+// The default-domain opset a model imports (1 for models without opset imports).
+int64_t onnx_model_opset(const std::string& bytes, const std::string& name);
 
 // Imports an ONNX model file (or bytes) into a spore graph (weights become constants). Throws spore::Error
 // (code unsupported) whose message is the report's table when any op is unsupported, and clear errors for

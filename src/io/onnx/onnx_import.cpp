@@ -226,6 +226,8 @@ class Importer {
   std::map<std::string, const onnx::FunctionProto*> local_functions;
   std::unique_ptr<Graph> graph;
   int64_t max_value_id = -1;
+  // Graph inputs that a const_in needed the value of (OnnxImportReport::needs_values).
+  std::set<std::string> needed_inputs;
 
   Value* track(Value* v) {
     max_value_id = std::max(max_value_id, v->id);
@@ -572,10 +574,21 @@ bool NodeCtx::is_const(Value* v) const { return v && v->producer && v->producer-
 
 const Tensor& NodeCtx::const_in(int i) const {
   Value* v = in(i);
-  if (!is_const(v))
+  if (!is_const(v)) {
+    // Which graph inputs is it computed from? Importing again with their values bound makes it constant.
+    std::vector<const Value*> todo{v};
+    std::set<const Value*> seen;
+    while (!todo.empty()) {
+      const Value* u = todo.back();
+      todo.pop_back();
+      if (!u || !u->producer || !seen.insert(u).second) continue;
+      if (u->producer->op == "input"_op) im_.needed_inputs.insert(u->name);
+      for (const Value* w : u->producer->inputs) todo.push_back(w);
+    }
     fail(ErrorCode::unsupported,
          "input {} ('{}') must be known at import time (a constant, an initializer, or computable from static "
          "shapes); spore takes it as an attribute", i, node.input(i));
+  }
   return v->producer->payload;
 }
 
@@ -788,6 +801,20 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string
         t.dims[i] = want;
       }
     }
+    if (auto it = opts.input_values.find(vi.name()); it != opts.input_values.end()) {
+      const Tensor& val = it->second;
+      SPORE_CHECK(val.dtype() == t.dtype && val.rank() == t.rank(), ErrorCode::shape_mismatch,
+                  "'{}': the value bound to input '{}' is {}{}, but the model's input is {}", name, vi.name(),
+                  dtype_name(val.dtype()), shape_str(val.shape()), t.str());
+      for (int i = 0; i < t.rank(); ++i)
+        SPORE_CHECK(!t.dims[i].is_static() || t.dims[i].size == val.dim(i), ErrorCode::shape_mismatch,
+                    "'{}': the value bound to input '{}' has shape {}, but the model's input is {}", name, vi.name(),
+                    shape_str(val.shape()), t.str());
+      Value* c = im.track(g.add_constant(val.contiguous(), vi.name()));
+      im.name_value(c, vi.name());
+      scope[vi.name()] = c;
+      continue;
+    }
     if (!opts.keep_symbolic)
       for (Dim& d : t.dims)
         SPORE_CHECK(d.is_static(), ErrorCode::invalid_argument,
@@ -800,7 +827,12 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string
     im.name_value(v, t.name());
     scope[t.name()] = v;
   }
-  for (const auto& n : gp.node()) im.emit_node(n, scope, opsets, 0);
+  try {
+    for (const auto& n : gp.node()) im.emit_node(n, scope, opsets, 0);
+  } catch (const Error&) {
+    if (report) report->needs_values.assign(im.needed_inputs.begin(), im.needed_inputs.end());
+    throw;
+  }
   std::vector<Value*> outs;
   for (const auto& o : gp.output()) {
     auto it = scope.find(o.name());
@@ -847,6 +879,31 @@ std::unique_ptr<Graph> import_onnx_bytes(const std::string& bytes, const std::st
 
 std::unique_ptr<Graph> import_onnx(const std::string& path, const OnnxImportOptions& opts, OnnxImportReport* report) {
   return import_onnx_bytes(read_file(path), path, opts, report);
+}
+
+std::vector<OnnxInputInfo> onnx_graph_inputs(const std::string& bytes, const std::string& name,
+                                             const OnnxImportOptions& opts) {
+  const onnx::ModelProto m = parse_model(bytes, name);
+  std::set<std::string> init_names;
+  for (const auto& t : m.graph().initializer()) init_names.insert(t.name());
+  std::vector<OnnxInputInfo> out;
+  for (const auto& vi : m.graph().input()) {
+    if (init_names.count(vi.name())) continue;
+    TensorType t = value_type(vi, vi.name());
+    if (auto it = opts.input_dims.find(vi.name()); it != opts.input_dims.end() && it->second.size() == t.dims.size())
+      for (size_t i = 0; i < t.dims.size(); ++i)
+        if (it->second[i].is_static() || !it->second[i].sym.empty()) t.dims[i] = it->second[i];
+    out.push_back({vi.name(), std::move(t)});
+  }
+  return out;
+}
+
+int64_t onnx_model_opset(const std::string& bytes, const std::string& name) {
+  const onnx::ModelProto m = parse_model(bytes, name);
+  if (m.opset_import_size() == 0) return 1;
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  return 0;
 }
 
 OnnxImportReport check_onnx_ops(const std::string& path) {

@@ -1,0 +1,90 @@
+#pragma once
+// A deployed model that runs on whatever inputs it is given (issue 22, "shapes at run time").
+//
+//   deploy::Session s("resnet.onnx");            // .onnx, .spore or text IR
+//   std::vector<Tensor> y = s.run({x});           // x: any batch, any image size the model allows
+//
+// Symbolic dims bind from the given inputs' shapes (consistently across inputs). A plan is compiled per concrete
+// input signature and kept in a bounded LRU cache, so a new batch or image size costs one compile. ONNX models
+// whose shape computations (Shape -> Gather -> Concat -> Reshape, ...) need concrete sizes are imported again per
+// signature with the input dims bound, so those chains fold. An input whose *value* an op takes as an attribute
+// (Reshape's shape, TopK's k, Resize's sizes, ... given as model inputs) becomes part of the signature: the model is
+// imported with that input bound to its value. What still cannot be compiled (a data-dependent output shape, an
+// unsupported op) fails with the importer's error, which names the node.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/plan.h"
+
+namespace spore::deploy {
+
+struct SessionOptions {
+  CompileOptions compile;                               // `inference` is always set: a session runs a model
+  size_t max_plans = 8;                                 // plans kept, least recently used dropped first
+  std::map<std::string, std::vector<Dim>> input_dims;  // fixes input dims, as `--input-shape` does
+};
+
+struct SessionStats {
+  int64_t runs = 0;       // calls of specialize (run calls it)
+  int64_t compiles = 0;   // plans compiled (cache misses)
+  int64_t imports = 0;    // ONNX imports made for a signature (beyond the first, symbolic one)
+  int64_t evictions = 0;  // plans dropped by the LRU bound
+};
+
+struct SessionInput {
+  std::string name;
+  TensorType type;  // as the model declares it (symbolic dims named), after SessionOptions::input_dims
+};
+
+// One compiled form of the model for one input signature.
+struct Specialization {
+  Plan plan;
+  std::vector<size_t> plan_inputs;    // for each plan input, the session input it takes
+  std::vector<std::string> bound_values;  // session inputs compiled in as constants (their values are the key)
+  std::string how;                    // "symbolic graph" | "imported for these shapes" | "... and values of k"
+  // The plan's inputs picked from the session's.
+  std::vector<Tensor> select(std::span<const Tensor> inputs) const;
+};
+
+// Replaces the named graph inputs' dims (a static dim fixes a symbolic one; a symbolic dim with an empty name keeps
+// the model's; a static dim that contradicts a static model dim is an error naming `option` and the input) and
+// re-infers every type.
+void apply_input_dims(Graph& g, const std::map<std::string, std::vector<Dim>>& dims,
+                      const std::string& option = "--input-shape");
+
+class Session {
+ public:
+  explicit Session(const std::string& path, SessionOptions opts = {});
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  const std::string& path() const;
+  const std::string& model_name() const;
+  const std::vector<SessionInput>& inputs() const;
+  // Why the model is re-imported per signature ("" when one symbolic graph serves every signature).
+  const std::string& per_signature_reason() const;
+
+  // Checks the inputs against the declared types (count, dtype, rank, static dims, one size per symbol) and
+  // returns the symbol bindings. Errors name the input and the dim. `partial`: undefined tensors are skipped
+  // (inputs not given yet), so the bindings of the given ones can shape the rest.
+  std::map<std::string, int64_t> bind(std::span<const Tensor> inputs, bool partial = false) const;
+  // The plan for these inputs' signature, compiled on a miss (and counted in stats).
+  Specialization& specialize(std::span<const Tensor> inputs);
+  std::vector<Tensor> run(std::span<const Tensor> inputs);
+
+  const SessionStats& stats() const;
+  size_t cached_plans() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace spore::deploy
