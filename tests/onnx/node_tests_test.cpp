@@ -7,9 +7,10 @@
 //
 // A test counts as "unsupported" only when spore's op classification (check_onnx_ops) says an op is unsupported,
 // its opset is beyond 17, or a graph input/output has a type spore lacks (strings, sequences, uint16...);
-// everything else that does not match is a failure. Inputs that the ONNX tests feed as data but spore needs at
-// import time (Reshape's shape, Slice's starts...) are frozen into initializers when the plain import asks for
-// them; the summary says how many tests needed that.
+// everything else that does not match is a failure. Each test runs as `spore run` runs a model: the file as it is,
+// through deploy::Session, with the data set's tensors as inputs. Inputs that an op takes as an attribute
+// (Reshape's shape, Slice's starts...) are compiled in by value by the session (one plan per value); the summary
+// counts the passing tests that needed that separately.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -24,6 +26,7 @@
 
 #include <spore/spore.h>
 
+#include "deploy/session.h"
 #include "io/onnx/onnx.h"
 #include "io/onnx/onnx_import_internal.h"
 #include "ops/graph_ops.h"
@@ -140,6 +143,7 @@ Result run_one(const fs::path& dir) {
     if (!inits.count(vi.name())) feed_names.push_back(vi.name());
 
   bool froze = false;
+  std::optional<deploy::Session> session;
   for (const fs::path& set : sets) {
     std::vector<onnx::TensorProto> in_pb, out_pb;
     for (size_t i = 0;; ++i) {
@@ -165,75 +169,19 @@ Result run_one(const fs::path& dir) {
       fix_bf16(out_pb[i], m.graph().output(static_cast<int>(i)).type());
     if (in_pb.size() != feed_names.size())
       return {Outcome::fail, fmt::format("{} inputs in the data set for {} graph inputs", in_pb.size(), feed_names.size())};
-    std::unique_ptr<Graph> g;
-    std::set<std::string> frozen;
-    onnx::ModelProto m2 = m;
-    // A few tests declare input shapes that their data does not have (test_castlike_*: [3,4] vs [1]); ONNX
-    // runtimes go by the data, so re-declare those inputs with the data's shape.
-    bool reshaped = false;
-    for (auto& vi : *m2.mutable_graph()->mutable_input()) {
-      auto it = std::find(feed_names.begin(), feed_names.end(), vi.name());
-      if (it == feed_names.end() || !vi.type().has_tensor_type()) continue;
-      const onnx::TensorProto& data = in_pb[static_cast<size_t>(it - feed_names.begin())];
-      auto* shape = vi.mutable_type()->mutable_tensor_type()->mutable_shape();
-      bool agree = shape->dim_size() == data.dims_size();
-      for (int d = 0; agree && d < shape->dim_size(); ++d)
-        agree = !shape->dim(d).has_dim_value() || shape->dim(d).dim_value() == data.dims(d);
-      if (agree) continue;
-      shape->clear_dim();
-      for (int64_t d : data.dims()) shape->add_dim()->set_dim_value(d);
-      reshaped = true;
-    }
-    for (int attempt = 0; !g; ++attempt) {
-      try {
-        g = io::import_onnx_bytes(frozen.empty() && !reshaped ? bytes : m2.SerializeAsString(), dir.filename().string());
-      } catch (const Error& e) {
-        // An input that spore needs at import time (a shape, scales, a pad value): freeze that graph input into an
-        // initializer holding the data set's value, and import again.
-        const std::string& msg = e.message();
-        const size_t at = msg.find("must be known at import time");
-        const size_t q0 = msg.rfind("('", at), q1 = msg.find("')", q0 == std::string::npos ? 0 : q0);
-        if (at == std::string::npos || q0 == std::string::npos || q1 == std::string::npos || attempt > 8)
-          return {Outcome::fail, std::string(frozen.empty() ? "import: " : "import (inputs frozen): ") + msg};
-        const std::string name = msg.substr(q0 + 2, q1 - q0 - 2);
-        auto freeze = [&](size_t i) {
-          onnx::TensorProto t = in_pb[i];
-          t.set_name(feed_names[i]);
-          *m2.mutable_graph()->add_initializer() = t;
-          frozen.insert(feed_names[i]);
-          froze = true;
-        };
-        auto it = std::find(feed_names.begin(), feed_names.end(), name);
-        if (it != feed_names.end() && !frozen.count(name)) {
-          freeze(static_cast<size_t>(it - feed_names.begin()));
-        } else {
-          // Computed from graph inputs (e.g. a window length): freeze the integer inputs once.
-          const size_t before = frozen.size();
-          for (size_t i = 0; i < feed_names.size(); ++i) {
-            const int32_t et = in_pb[i].data_type();
-            if ((et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32) && !frozen.count(feed_names[i])) freeze(i);
-          }
-          if (frozen.size() == before) return {Outcome::fail, "import: " + msg};
-        }
-      }
-    }
+    // As `spore run` does it: the model file as exported, the data set's tensors as the inputs. The session binds
+    // the dims and, for inputs an op takes as an attribute (Reshape's shape, Slice's starts...), their values.
     std::vector<Tensor> inputs;
-    std::vector<Shape> shapes;
-    for (size_t i = 0; i < feed_names.size(); ++i) {
-      if (frozen.count(feed_names[i])) continue;
-      Tensor t = io::onnx_import::tensor_from_proto(in_pb[i], feed_names[i]);
-      shapes.push_back(t.shape());
-      inputs.push_back(std::move(t));
-    }
-    if (inputs.size() != g->inputs().size())
-      return {Outcome::fail, fmt::format("graph has {} inputs, data set {}", g->inputs().size(), inputs.size())};
+    for (size_t i = 0; i < feed_names.size(); ++i)
+      inputs.push_back(io::onnx_import::tensor_from_proto(in_pb[i], feed_names[i]));
     std::vector<Tensor> outs;
     try {
-      specialize_inputs(*g, shapes);
-      Plan plan = compile_plan(std::move(g), {});
-      outs = plan.run(inputs);
+      if (!session) session.emplace(model_path.string());
+      deploy::Specialization& sp = session->specialize(inputs);
+      froze = froze || !sp.bound_values.empty();
+      outs = sp.plan.run(sp.select(inputs));
     } catch (const Error& e) {
-      return {Outcome::fail, "run: " + e.message()};
+      return {Outcome::fail, std::string(session ? "run: " : "import: ") + e.message()};
     }
     if (outs.size() != out_pb.size())
       return {Outcome::fail, fmt::format("{} outputs, expected {}", outs.size(), out_pb.size())};
@@ -292,7 +240,8 @@ TEST(OnnxNodeTests, BackendConformance) {
   for (const auto& [why, n] : unsupported_reasons) std::printf("  %4d  %s\n", n, why.c_str());
   std::printf("Failures:\n");
   for (const std::string& f : failures) std::printf("  FAIL %s\n", f.c_str());
-  std::printf("(%d passing tests had integer inputs frozen into initializers)\n", froze);
+  std::printf("passing: %d with every input given at run time, %d with some inputs compiled in by value by the session\n",
+              pass - froze, froze);
   std::printf("ONNX node tests: pass %d, fail %d, unsupported %d\n", pass, fail, unsupported);
   std::fflush(stdout);
   const int run = pass + fail;

@@ -170,28 +170,37 @@ int cmd_bench(int argc, char** argv) {
   }
   set_threads(threads);
 
-  auto t0 = clock_type::now();
-  std::unique_ptr<Graph> g = load_model_file(model, parse_input_shapes(shape_specs));
-  const double load_ms = ms_between(t0, clock_type::now());
-  bool has_batch_dim = false;
-  for (const Value* in : g->inputs()) has_batch_dim |= in->type.rank() > 0 && !in->type.dims[0].is_static();
   CompileOptions copts;
   copts.memory_optimize_level = memory_level;
   copts.opt_level = opt_level;
   copts.disabled_passes = disabled_passes;
   const size_t cap = max_mem_opt->count() ? parse_bytes(max_memory_text) : 0;
+  auto t0 = clock_type::now();
   if (find_batch) {
+    std::unique_ptr<Graph> g = load_model_file(model, parse_input_shapes(shape_specs));
+    bool has_batch_dim = false;
+    for (const Value* in : g->inputs()) has_batch_dim |= in->type.rank() > 0 && !in->type.dims[0].is_static();
     SPORE_CHECK(has_batch_dim, ErrorCode::invalid_argument,
                 "--find-max-batch: no input of '{}' has a symbolic first dim to vary (its shapes are fixed)", model);
     return find_max_batch(*g, model, copts, cap, max_memory_text, json);
   }
   copts.max_memory = cap;  // the arena alone; the whole plan is checked below
-  const std::vector<Shape> shapes = shapes_for_batch(*g, batch, batch_opt->count() > 0, model);
+  deploy::SessionOptions sopts;
+  sopts.compile = copts;
+  sopts.input_dims = input_dims_of(parse_input_shapes(shape_specs));
+  deploy::Session session(model, sopts);
+  const double load_ms = ms_between(t0, clock_type::now());
+  const std::vector<Shape> shapes = shapes_for_batch(session.inputs(), batch, batch_opt->count() > 0, model);
   // Samples per run: the first dim of the first input (the batch when it is symbolic).
   const int64_t samples = !shapes.empty() && !shapes[0].empty() ? shapes[0][0] : 1;
+  std::vector<Tensor> all_inputs;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    all_inputs.push_back(random_input(shapes[i], session.inputs()[i].type.dtype, seed, i));
 
   t0 = clock_type::now();
-  Plan plan = compile_for_shapes(*g, shapes, copts);
+  deploy::Specialization& spec = session.specialize(all_inputs);
+  Plan& plan = spec.plan;
+  const std::vector<Tensor> inputs = spec.select(all_inputs);
   const double compile_ms = ms_between(t0, clock_type::now());
   const PlannedMemory planned = planned_memory(plan);
   SPORE_CHECK(cap == 0 || static_cast<size_t>(planned.total()) <= cap, ErrorCode::out_of_memory,
@@ -199,8 +208,6 @@ int cmd_bench(int argc, char** argv) {
               "(--find-max-batch finds the largest that fits)",
               max_memory_text, cap, model, samples, memory_str(planned),
               memory_level < 2 ? "--memory-optimize-level 2 or " : "");
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < shapes.size(); ++i) inputs.push_back(random_input(shapes[i], g->inputs()[i]->type.dtype, seed, i));
 
   for (int64_t i = 0; i < warmup; ++i) plan.run(inputs);
   // The plan times its steps on the team and alone during its first runs (runtime/plan.h calibrated): not timed.
@@ -255,8 +262,9 @@ int cmd_bench(int argc, char** argv) {
   }
   std::string shape_list;
   for (size_t i = 0; i < shapes.size(); ++i)
-    shape_list += fmt::format("{}{}: {}{}", i ? ", " : "", g->inputs()[i]->name, dtype_name(inputs[i].dtype()), shape_str(shapes[i]));
-  std::cout << fmt::format("{}: {} | inputs {} | {} threads\n", model, g->name(), shape_list, used_threads);
+    shape_list += fmt::format("{}{}: {}{}", i ? ", " : "", session.inputs()[i].name, dtype_name(all_inputs[i].dtype()),
+                              shape_str(shapes[i]));
+  std::cout << fmt::format("{}: {} | inputs {} | {} threads\n", model, session.model_name(), shape_list, used_threads);
   std::cout << fmt::format("load {:.1f} ms, compile {:.1f} ms, {} kernels per run ({} on the calling thread alone, "
                            "measured faster there), arena {:.1f} KiB\n",
                            load_ms, compile_ms, plan.num_kernels(), plan.serial_steps(),

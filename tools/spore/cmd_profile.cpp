@@ -32,6 +32,7 @@
 #include "runtime/profiler.h"
 #include "runtime/trace.h"
 #include "tools/spore/commands.h"
+#include "deploy/session.h"
 #include "tools/spore/model_util.h"
 #include "tools/spore/random_input.h"
 
@@ -224,34 +225,49 @@ int cmd_profile(int argc, char** argv) {
 
   auto t0 = clock_type::now();
   const std::vector<InputShapeSpec> specs = parse_input_shapes(shape_specs);
-  std::unique_ptr<Graph> g;
   std::string precision_mode;
   if (is_spore_file(model)) {  // its metadata says which precision mode converted it (the precision hint)
     io::SporeFileInfo info;
-    g = io::load_spore(model, &info);
-    apply_input_shapes(*g, specs);
+    io::load_spore(model, &info);
     if (auto it = info.metadata.find("precision_mode"); it != info.metadata.end()) precision_mode = it->second;
-  } else {
-    g = load_model_file(model, specs);
   }
-  const double load_ms = ms_between(t0, clock_type::now());
-  const std::vector<Shape> shapes = shapes_for_batch(*g, batch, batch_opt->count() > 0, model);
-  const int64_t samples = !shapes.empty() && !shapes[0].empty() ? shapes[0][0] : 1;
-
   CompileOptions copts;
   copts.opt_level = opt_level;
   copts.memory_optimize_level = memory_level;
+  // Inference runs through a deploy::Session (dims bound from the inputs, as `spore run`); training builds a step
+  // graph from the model graph.
+  std::unique_ptr<Graph> g;
+  std::optional<deploy::Session> session;
+  std::vector<deploy::SessionInput> model_inputs;
+  if (train) {
+    g = load_model_file(model, specs);
+    for (const Value* v : g->inputs()) model_inputs.push_back({v->name, v->type});
+  } else {
+    deploy::SessionOptions sopts;
+    sopts.compile = copts;
+    sopts.input_dims = input_dims_of(specs);
+    session.emplace(model, sopts);
+    model_inputs = session->inputs();
+  }
+  const double load_ms = ms_between(t0, clock_type::now());
+  const std::vector<Shape> shapes = shapes_for_batch(model_inputs, batch, batch_opt->count() > 0, model);
+  const int64_t samples = !shapes.empty() && !shapes[0].empty() ? shapes[0][0] : 1;
+
   t0 = clock_type::now();
-  std::optional<Plan> plan;
+  std::optional<Plan> owned_plan;
+  Plan* plan = nullptr;
   std::vector<Tensor> inputs;
   TrainStep step;
   if (train) {
     step = build_train_step(*g, shapes, seed, lr);
-    plan.emplace(compile_plan(std::move(step.graph), copts));
+    plan = &owned_plan.emplace(compile_plan(std::move(step.graph), copts));
     inputs = std::move(step.inputs);
   } else {
-    plan.emplace(compile_for_shapes(*g, shapes, copts));
-    for (size_t i = 0; i < shapes.size(); ++i) inputs.push_back(random_input(shapes[i], g->inputs()[i]->type.dtype, seed, i));
+    std::vector<Tensor> all;
+    for (size_t i = 0; i < shapes.size(); ++i) all.push_back(random_input(shapes[i], model_inputs[i].type.dtype, seed, i));
+    deploy::Specialization& sp = session->specialize(all);
+    plan = &sp.plan;
+    inputs = sp.select(all);
   }
   const double compile_ms = ms_between(t0, clock_type::now());
 
@@ -354,8 +370,10 @@ int cmd_profile(int argc, char** argv) {
 
   std::string shape_list;
   for (size_t i = 0; i < shapes.size(); ++i)
-    shape_list += fmt::format("{}{}: {}{}", i ? ", " : "", g->inputs()[i]->name, dtype_name(g->inputs()[i]->type.dtype), shape_str(shapes[i]));
-  std::cout << fmt::format("{}: {} | inputs {} | {} threads | {}{}\n", model, g->name(), shape_list, used_threads,
+    shape_list += fmt::format("{}{}: {}{}", i ? ", " : "", model_inputs[i].name, dtype_name(model_inputs[i].type.dtype),
+                              shape_str(shapes[i]));
+  std::cout << fmt::format("{}: {} | inputs {} | {} threads | {}{}\n", model, train ? g->name() : session->model_name(),
+                           shape_list, used_threads,
                            train ? fmt::format("training step ({} parameters, {} classes, SGD lr {})", step.num_params,
                                                step.classes, lr)
                                  : "inference",

@@ -80,7 +80,7 @@ int cmd_run(int argc, char** argv) {
 
   auto t0 = std::chrono::steady_clock::now();
   deploy::SessionOptions sopts;
-  for (const InputShapeSpec& sp : parse_input_shapes(shape_specs)) sopts.input_dims[sp.name] = sp.dims;
+  sopts.input_dims = input_dims_of(parse_input_shapes(shape_specs));
   deploy::Session session(model, sopts);
   const std::vector<deploy::SessionInput>& model_inputs = session.inputs();
   const double load_ms = ms_since(t0);

@@ -62,37 +62,49 @@ std::vector<InputShapeSpec> parse_input_shapes(const std::vector<std::string>& s
 }
 
 void apply_input_shapes(Graph& g, const std::vector<InputShapeSpec>& specs) {
-  std::map<std::string, std::vector<Dim>> dims;
-  for (const InputShapeSpec& s : specs) dims[s.name] = s.dims;
-  deploy::apply_input_dims(g, dims);
+  deploy::apply_input_dims(g, input_dims_of(specs));
 }
 
 std::unique_ptr<Graph> load_model_file(const std::string& path, const std::vector<InputShapeSpec>& specs) {
-  std::map<std::string, std::vector<Dim>> dims;
-  for (const InputShapeSpec& s : specs) dims[s.name] = s.dims;
-  std::unique_ptr<Graph> g = io::load_model(path, dims);
+  std::unique_ptr<Graph> g = io::load_model(path, input_dims_of(specs));
   apply_input_shapes(*g, specs);
   return g;
 }
 
-std::vector<Shape> concrete_input_shapes(const Graph& g, int64_t batch) {
+namespace {
+std::vector<deploy::SessionInput> inputs_of(const Graph& g) {
+  std::vector<deploy::SessionInput> out;
+  for (const Value* v : g.inputs()) out.push_back({v->name, v->type});
+  return out;
+}
+}  // namespace
+
+std::vector<Shape> concrete_input_shapes(const Graph& g, int64_t batch) { return concrete_input_shapes(inputs_of(g), batch); }
+
+std::vector<Shape> concrete_input_shapes(const std::vector<deploy::SessionInput>& inputs, int64_t batch) {
   std::vector<Shape> out;
-  for (const Value* v : g.inputs()) {
+  for (const deploy::SessionInput& v : inputs) {
     Shape s;
-    for (int d = 0; d < v->type.rank(); ++d) {
-      const Dim& dim = v->type.dims[d];
+    for (int d = 0; d < v.type.rank(); ++d) {
+      const Dim& dim = v.type.dims[d];
       if (dim.is_static()) {
         s.push_back(dim.size);
       } else {
         SPORE_CHECK(d == 0, ErrorCode::invalid_argument,
-                    "input '{}' ({}) has a symbolic dim '{}' at position {}: fix it with --input-shape {}:...", v->name,
-                    v->type.str(), dim.sym, d, v->name);
+                    "input '{}' ({}) has a symbolic dim '{}' at position {}: fix it with --input-shape {}:...", v.name,
+                    v.type.str(), dim.sym, d, v.name);
         s.push_back(batch);
       }
     }
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::map<std::string, std::vector<Dim>> input_dims_of(const std::vector<InputShapeSpec>& specs) {
+  std::map<std::string, std::vector<Dim>> dims;
+  for (const InputShapeSpec& s : specs) dims[s.name] = s.dims;
+  return dims;
 }
 
 Plan compile_for_shapes(const Graph& g, const std::vector<Shape>& shapes, const CompileOptions& opts) {
@@ -152,12 +164,17 @@ ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, i
 }
 
 std::vector<Shape> shapes_for_batch(const Graph& g, int64_t batch, bool batch_given, const std::string& model) {
+  return shapes_for_batch(inputs_of(g), batch, batch_given, model);
+}
+
+std::vector<Shape> shapes_for_batch(const std::vector<deploy::SessionInput>& inputs, int64_t batch, bool batch_given,
+                                    const std::string& model) {
   bool has_batch_dim = false;
-  for (const Value* in : g.inputs()) has_batch_dim |= in->type.rank() > 0 && !in->type.dims[0].is_static();
+  for (const deploy::SessionInput& in : inputs) has_batch_dim |= in.type.rank() > 0 && !in.type.dims[0].is_static();
   SPORE_CHECK(has_batch_dim || !batch_given, ErrorCode::invalid_argument,
               "--batch {}: no input of '{}' has a symbolic first dim (its shapes are fixed; see --input-shape)", batch,
               model);
-  return concrete_input_shapes(g, batch);
+  return concrete_input_shapes(inputs, batch);
 }
 
 PlannedMemory planned_memory(const Plan& plan) {

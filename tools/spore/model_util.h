@@ -2,11 +2,13 @@
 // Shared by the deployment commands (export, convert, check-ops, run, bench, eval of model files):
 // input-shape specs, loading a model file with shapes applied, compiling it, evaluating a classifier.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "data/sources.h"
+#include "deploy/session.h"
 #include "ir/graph.h"
 #include "runtime/plan.h"
 
@@ -30,10 +32,15 @@ std::unique_ptr<Graph> load_model_file(const std::string& path, const std::vecto
 // Concrete shapes for the graph inputs: static dims as they are, symbolic dims -> `batch` for the first
 // dim, else an error naming the input and dim (the user must fix it with --input-shape).
 std::vector<Shape> concrete_input_shapes(const Graph& g, int64_t batch = 1);
+std::vector<Shape> concrete_input_shapes(const std::vector<deploy::SessionInput>& inputs, int64_t batch = 1);
 
 // concrete_input_shapes for `spore bench` / `spore profile`: `batch_given` (the user passed --batch) needs an input
 // with a symbolic first dim, else an error naming the model.
 std::vector<Shape> shapes_for_batch(const Graph& g, int64_t batch, bool batch_given, const std::string& model);
+std::vector<Shape> shapes_for_batch(const std::vector<deploy::SessionInput>& inputs, int64_t batch, bool batch_given,
+                                    const std::string& model);
+// The --input-shape specs as deploy::SessionOptions::input_dims.
+std::map<std::string, std::vector<Dim>> input_dims_of(const std::vector<InputShapeSpec>& specs);
 
 // Bytes of a tensor of this (static) type.
 inline int64_t tensor_bytes(const TensorType& t) { return t.numel() * static_cast<int64_t>(dtype_size(t.dtype)); }
