@@ -99,12 +99,12 @@ TEST(OnnxImport, ReportTableAndUnsupportedError) {
 }
 
 TEST(OnnxImport, RejectsNewerOpsetAndBadBytes) {
-  ModelBuilder b(18);
+  ModelBuilder b(22);
   b.input("x", onnx::TensorProto::FLOAT, {"2"});
   b.node("Relu", {"x"}, {"y"});
   b.output("y");
   const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "new.onnx"); });
-  EXPECT_NE(msg.find("opset 18"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("opset 22"), std::string::npos) << msg;
   EXPECT_NE(error_of([] { io::import_onnx_bytes("definitely not protobuf \xff\xff\xff", "junk.onnx"); }).find("junk.onnx"),
             std::string::npos);
   EXPECT_FALSE(io::looks_like_onnx("SPOREMDL"));
@@ -181,6 +181,87 @@ TEST(OnnxImport, SymbolicDimsAndShapeFolding) {
   int non_const = 0;
   for (const Node* n : g2->nodes()) non_const += n->op != "input"_op && n->op != "constant"_op;
   EXPECT_EQ(non_const, 1);  // just the reshape
+}
+
+// Opsets 18-21 (newer than the ONNX library's schemas): the forms that changed import with their new semantics.
+TEST(OnnxImport, Opset18To21Forms) {
+  const Tensor x = testing::patterned_tensor({2, 6, 2, 2}, DType::f32, 3);
+  auto run1 = [&](const ModelBuilder& b) { return run(*io::import_onnx_bytes(b.bytes(), "m"), {x}).at(0); };
+  {  // ReduceMean 18: axes as input 1
+    ModelBuilder b(18);
+    b.input("x", onnx::TensorProto::FLOAT, {"2", "6", "2", "2"});
+    b.init_i64("axes", {1, 3});
+    ModelBuilder::attr_i(b.node("ReduceMean", {"x", "axes"}, {"y"}), "keepdims", 0);
+    b.output("y");
+    expect_close(run1(b), ops::reduce_mean(x, {1, 3}, false));
+  }
+  {  // Split 18: num_outputs chunks of ceil(5 / 3) = 2, the last one smaller
+    ModelBuilder b(18);
+    b.input("x", onnx::TensorProto::FLOAT, {"5"});
+    auto* n = b.node("Split", {"x"}, {"a", "b", "c"});
+    ModelBuilder::attr_i(n, "num_outputs", 3);
+    b.output("a");
+    b.output("b");
+    b.output("c");
+    const Tensor v = testing::patterned_tensor({5}, DType::f32, 4);
+    const std::vector<Tensor> outs = run(*io::import_onnx_bytes(b.bytes(), "split"), {v});
+    ASSERT_EQ(outs.size(), 3u);
+    EXPECT_EQ(outs[0].shape(), (Shape{2}));
+    EXPECT_EQ(outs[1].shape(), (Shape{2}));
+    EXPECT_EQ(outs[2].shape(), (Shape{1}));
+    EXPECT_EQ(outs[2].item_at(0), v.item_at(4));
+  }
+  {  // Pad 18: pads for the listed axes only
+    ModelBuilder b(18);
+    b.input("x", onnx::TensorProto::FLOAT, {"2", "6", "2", "2"});
+    b.init_i64("pads", {1, 0, 2, 3});  // axis 3: begin 1, end 2; axis 1: begin 0, end 3
+    b.init_i64("axes", {3, 1});
+    b.node("Pad", {"x", "pads", "", "axes"}, {"y"});
+    b.output("y");
+    expect_close(run1(b), ops::pad(x, {0, 0, 0, 1, 0, 3, 0, 2}, "constant", 0.0));
+  }
+  for (int opset : {18, 21}) {  // GroupNormalization: scale/bias per group (18) or per channel (21)
+    ModelBuilder b(opset);
+    b.input("x", onnx::TensorProto::FLOAT, {"2", "6", "2", "2"});
+    const int64_t n = opset == 18 ? 3 : 6;
+    std::vector<float> sc, bi;
+    for (int64_t i = 0; i < n; ++i) {
+      sc.push_back(0.5f + static_cast<float>(i));
+      bi.push_back(-0.25f * static_cast<float>(i));
+    }
+    b.init("scale", sc, {n});
+    b.init("bias", bi, {n});
+    auto* gn = b.node("GroupNormalization", {"x", "scale", "bias"}, {"y"});
+    ModelBuilder::attr_i(gn, "num_groups", 3);
+    b.output("y");
+    std::vector<float> wc, bc;
+    for (int64_t ch = 0; ch < 6; ++ch) {
+      const size_t k = static_cast<size_t>(opset == 18 ? ch / 2 : ch);
+      wc.push_back(sc[k]);
+      bc.push_back(bi[k]);
+    }
+    expect_close(run1(b), ops::group_norm(x, 3, Tensor::from_vector(wc, {6}), Tensor::from_vector(bc, {6}), 1e-5), 1e-5);
+  }
+  {  // Gelu 20
+    ModelBuilder b(20);
+    b.input("x", onnx::TensorProto::FLOAT, {"2", "6", "2", "2"});
+    b.node("Gelu", {"x"}, {"y"});
+    b.output("y");
+    expect_close(run1(b), ops::gelu(x));
+  }
+  {  // Resize 18's axes attribute is refused by name, not misread
+    ModelBuilder b(18);
+    b.input("x", onnx::TensorProto::FLOAT, {"2", "6", "2", "2"});
+    b.init("scales", {2.f, 2.f}, {2});
+    auto* rz = b.node("Resize", {"x", "", "scales"}, {"y"});
+    auto* a = rz->add_attribute();
+    a->set_name("axes");
+    a->set_type(onnx::AttributeProto::INTS);
+    a->add_ints(2);
+    a->add_ints(3);
+    b.output("y");
+    EXPECT_NE(error_of([&] { io::import_onnx_bytes(b.bytes(), "resize"); }).find("axes attribute"), std::string::npos);
+  }
 }
 
 TEST(OnnxImport, SoftmaxOpset11CoercesTo2D) {

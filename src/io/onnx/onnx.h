@@ -1,5 +1,5 @@
 #pragma once
-// ONNX in and out (opsets 11-17). Protobuf types stay inside the .cpp files.
+// ONNX in and out (import: opsets 1-21; export: opset 17). Protobuf types stay inside the .cpp files.
 //
 //   io::OnnxImportReport rep;
 //   auto g = io::import_onnx("model.onnx", {}, &rep);   // throws with the unsupported list if any

@@ -258,6 +258,45 @@ const onnx::OpSchema* schema_for(const onnx::NodeProto& n, const OpsetMap& opset
   return onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(it->second), dom);
 }
 
+// The ONNX library spore builds against (1.12) knows schemas up to opset 17. The default-domain ops that opsets
+// 18-21 changed or added, with the versions they changed in (from the ONNX operator changelog). An op listed here
+// at the model's opset takes that version as its since_version: the mappings implement its new form (axes as
+// inputs, num_outputs, per-channel GroupNormalization...), and its opset-17 schema (or function body) is not used.
+const std::map<std::string, std::vector<int>>& later_versions() {
+  static const std::map<std::string, std::vector<int>> t = {
+      {"AffineGrid", {20}}, {"AveragePool", {19}}, {"BitwiseAnd", {18}}, {"BitwiseNot", {18}}, {"BitwiseOr", {18}},
+      {"BitwiseXor", {18}}, {"Cast", {19, 21}}, {"CastLike", {19, 21}}, {"CenterCropPad", {18}}, {"Col2Im", {18}},
+      {"Constant", {19, 21}}, {"ConstantOfShape", {20, 21}}, {"DFT", {20}}, {"DeformConv", {19}},
+      {"DequantizeLinear", {19, 21}}, {"Equal", {19}}, {"Flatten", {21}}, {"Gelu", {20}}, {"GridSample", {20}},
+      {"GroupNormalization", {18, 21}}, {"Identity", {19, 21}}, {"If", {19, 21}}, {"ImageDecoder", {20}},
+      {"IsInf", {20}}, {"IsNaN", {20}}, {"Loop", {19, 21}}, {"LpPool", {18}}, {"Mish", {18}},
+      {"OptionalGetElement", {18}}, {"OptionalHasElement", {18}}, {"Pad", {18, 19, 21}}, {"QLinearMatMul", {21}},
+      {"QuantizeLinear", {19, 21}}, {"ReduceL1", {18}}, {"ReduceL2", {18}}, {"ReduceLogSum", {18}},
+      {"ReduceLogSumExp", {18}}, {"ReduceMax", {18, 20}}, {"ReduceMean", {18}}, {"ReduceMin", {18, 20}},
+      {"ReduceProd", {18}}, {"ReduceSumSquare", {18}}, {"RegexFullMatch", {20}}, {"Reshape", {19, 21}},
+      {"Resize", {18, 19}}, {"Scan", {19, 21}}, {"ScatterElements", {18}}, {"ScatterND", {18}}, {"Shape", {19, 21}},
+      {"Size", {19, 21}}, {"Split", {18}}, {"Squeeze", {21}}, {"StringConcat", {20}}, {"StringSplit", {20}},
+      {"Transpose", {21}}, {"Unsqueeze", {21}},
+  };
+  return t;
+}
+
+// since_version of a default-domain node at the model's opset: the library's schema, or a later version from
+// later_versions(); 0 when the op does not exist at that opset. `newer` says the library's schema is older.
+int node_since(const onnx::NodeProto& n, const OpsetMap& opsets, const onnx::OpSchema* s, bool* newer = nullptr) {
+  int since = s ? s->SinceVersion() : 0;
+  if (newer) *newer = false;
+  auto it = opsets.find("");
+  const int64_t opset = it == opsets.end() ? 0 : it->second;
+  if (auto t = later_versions().find(n.op_type()); t != later_versions().end())
+    for (int v : t->second)
+      if (v <= opset && v > since) {
+        since = v;
+        if (newer) *newer = true;
+      }
+  return since;
+}
+
 // A node of a non-default domain is a spore custom op of the same name when the domain is the op's plugin's
 // domain or "spore.custom" (ops defined in process, without a domain, accept any).
 const OpDef* custom_op_for(const onnx::NodeProto& n, const std::string& dom) {
@@ -332,8 +371,10 @@ Importer::Verdict Importer::classify(const onnx::NodeProto& n, const OpsetMap& o
     auto op_it = opsets.find("");
     const int64_t opset = op_it == opsets.end() ? 0 : op_it->second;
     const onnx::OpSchema* s = schema_for(n, opsets);
-    if (!s) return {"unsupported", fmt::format("not an ONNX op at opset {}", opset)};
-    const int since = s->SinceVersion();
+    bool newer = false;
+    const int since = node_since(n, opsets, s, &newer);
+    if (since == 0) return {"unsupported", fmt::format("not an ONNX op at opset {}", opset)};
+    if (newer) s = nullptr;  // the library's schema (and function body) is an older version's
     const auto& table = onnx_import::op_table();
     std::string why_not;
     if (auto t = table.find(n.op_type()); t != table.end()) {
@@ -449,6 +490,9 @@ void Importer::emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap&
   try {
     const std::string dom = canonical_domain(n.domain());
     const onnx::OpSchema* s = dom.empty() ? schema_for(n, opsets) : nullptr;
+    bool newer = false;
+    const int since = dom.empty() ? node_since(n, opsets, s, &newer) : 0;
+    if (newer) s = nullptr;  // an older version's schema: its function body is not this op's
     const auto& table = op_table();
     auto lf = local_functions.find(n.domain() + ":" + n.op_type());
     auto t = table.find(n.op_type());
@@ -456,9 +500,9 @@ void Importer::emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap&
     if (lf != local_functions.end()) {
       outs = inline_function(*lf->second, n, ins, opsets, depth, nullptr);
       mapped = true;
-    } else if (dom.empty() && s && t != table.end() && s->SinceVersion() >= t->second.min_since &&
-               (!t->second.check || t->second.check(n, s->SinceVersion(), info_of(n, depth)).empty())) {
-      NodeCtx ctx(*this, n, s->SinceVersion(), ins);
+    } else if (dom.empty() && since > 0 && t != table.end() && since >= t->second.min_since &&
+               (!t->second.check || t->second.check(n, since, info_of(n, depth)).empty())) {
+      NodeCtx ctx(*this, n, since, ins);
       outs = t->second.emit(ctx);
       mapped = true;
     } else if (dom.empty() && schema_has_body(s)) {
@@ -706,7 +750,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-constexpr int64_t max_opset = 17;
+constexpr int64_t max_opset = 21;
 
 oi::OpsetMap model_opsets(const onnx::ModelProto& m, const std::string& name) {
   oi::OpsetMap opsets = oi::opsets_of(m.opset_import(), {});
@@ -716,7 +760,7 @@ oi::OpsetMap model_opsets(const onnx::ModelProto& m, const std::string& name) {
               name);
   SPORE_CHECK(it->second >= 1 && it->second <= max_opset, ErrorCode::unsupported,
               "'{}': ONNX opset {} is not supported (spore imports opsets up to {}; convert it with "
-              "onnx.version_converter.convert_version(model, 17))", name, it->second, max_opset);
+              "onnx.version_converter.convert_version(model, 21))", name, it->second, max_opset);
   return opsets;
 }
 

@@ -283,6 +283,8 @@ EmitFn pool(bool is_max) {
         y = c.op("max_pool2d"_op, {x}, a);
       }
     } else {
+      for (int64_t d : win.dilations)  // opset 19 added dilations to AveragePool
+        if (d != 1) c.fail(ErrorCode::unsupported, "AveragePool with dilations (spore's avg_pool2d has none)");
       a.set("count_include_pad", c.attr_i("count_include_pad", 0) != 0);
       y = c.op("avg_pool2d"_op, {x}, a);
     }
@@ -421,7 +423,7 @@ EmitFn reduce(Red kind) {
     Value* x = c.in(0);
     const bool keep = c.attr_i("keepdims", 1) != 0;
     Ints axes;
-    if (c.since >= 13 && kind == Red::sum) {
+    if ((c.since >= 13 && kind == Red::sum) || c.since >= 18) {  // opset 18 moved every reduction's axes to input 1
       if (c.has_input(1)) axes = c.ints_in(1);
     } else {
       axes = c.attr_ints("axes", {});
@@ -577,8 +579,19 @@ V emit_split(NodeCtx& c) {
   if (sizes.empty()) {
     const Dim& d = x->type.dims.at(axis);
     if (!d.is_static()) c.fail(ErrorCode::unsupported, "an even split of symbolic dim '{}'", d.sym);
-    if (n <= 0 || d.size % n != 0) c.fail(ErrorCode::invalid_argument, "dim {} ({}) does not split evenly into {} outputs", axis, d.size, n);
-    sizes.assign(n, d.size / n);
+    if (c.since >= 18 && c.has_attr("num_outputs")) {
+      // opset 18: num_outputs chunks of ceil(size / num_outputs), the last one smaller when it does not divide
+      const int64_t k = c.attr_i("num_outputs", n);
+      if (k != n) c.fail(ErrorCode::invalid_argument, "num_outputs is {} but the node has {} outputs", k, n);
+      const int64_t chunk = (d.size + k - 1) / k;
+      if (k <= 0 || (k > 1 && chunk * (k - 1) >= d.size))
+        c.fail(ErrorCode::invalid_argument, "dim {} ({}) cannot be split into {} non-empty chunks", axis, d.size, k);
+      sizes.assign(static_cast<size_t>(k), chunk);
+      sizes.back() = d.size - chunk * (k - 1);
+    } else {
+      if (n <= 0 || d.size % n != 0) c.fail(ErrorCode::invalid_argument, "dim {} ({}) does not split evenly into {} outputs", axis, d.size, n);
+      sizes.assign(n, d.size / n);
+    }
   }
   if (static_cast<int>(sizes.size()) != n)
     c.fail(ErrorCode::invalid_argument, "{} split sizes for {} outputs", sizes.size(), n);
@@ -622,14 +635,46 @@ V emit_pad(NodeCtx& c) {
     pads = c.ints_in(1);
     if (c.has_input(2)) value = c.floats_in(2).at(0);
   }
+  if (c.has_input(3)) {  // opset 18: pads cover only these axes ([begin..., end...] in the axes' order)
+    const int r = c.rank(x);
+    const Ints axes = normalize_axes(c, c.ints_in(3), r);
+    if (pads.size() != 2 * axes.size())
+      c.fail(ErrorCode::invalid_argument, "{} pads for {} axes (want 2 per axis)", pads.size(), axes.size());
+    Ints full(2 * static_cast<size_t>(r), 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      full[static_cast<size_t>(axes[i])] = pads[i];
+      full[static_cast<size_t>(axes[i] + r)] = pads[i + axes.size()];
+    }
+    pads = std::move(full);
+  }
   if (mode != "constant" && mode != "reflect" && mode != "edge") c.fail(ErrorCode::unsupported, "pad mode '{}'", mode);
   return {c.op("pad"_op, {x}, {{"pads", pads}, {"mode", mode}, {"value", value}})};
 }
 std::string check_pad(const onnx::NodeProto& n, int, const NodeInfo&) {
   const std::string mode = node_attr_s(n, "mode", "constant");
   if (mode != "constant" && mode != "reflect" && mode != "edge") return "pad mode '" + mode + "'";
-  if (n.input_size() > 3 && !n.input(3).empty()) return "the axes input (opset 18)";
   return "";
+}
+
+// GroupNormalization: opset 18 gives scale and bias per group, opset 21 per channel (spore's group_norm).
+V emit_group_norm(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int64_t groups = c.attr_i("num_groups", 0);
+  if (c.rank(x) < 2) c.fail(ErrorCode::invalid_argument, "input of rank {} (want [N, C, ...])", c.rank(x));
+  const Dim& cd = x->type.dims[1];
+  if (!cd.is_static()) c.fail(ErrorCode::unsupported, "a symbolic channel dim '{}'", cd.sym);
+  if (groups <= 0 || cd.size % groups != 0)
+    c.fail(ErrorCode::invalid_argument, "{} channels do not split into num_groups = {}", cd.size, groups);
+  Value* w = c.in(1);
+  Value* b = c.in(2);
+  if (c.since < 21) {  // per group -> per channel: channel i takes group i / (C / groups)
+    std::vector<int64_t> idx(static_cast<size_t>(cd.size));
+    for (int64_t i = 0; i < cd.size; ++i) idx[static_cast<size_t>(i)] = i / (cd.size / groups);
+    Value* iv = c.konst(Tensor::from_vector(idx, {cd.size}));
+    w = c.op("gather"_op, {w, iv}, {{"axis", int64_t{0}}});
+    b = c.op("gather"_op, {b, iv}, {{"axis", int64_t{0}}});
+  }
+  return {c.op("group_norm"_op, {x, w, b}, {{"num_groups", groups}, {"epsilon", c.attr_f("epsilon", 1e-5)}})};
 }
 
 V emit_gather(NodeCtx& c) {
@@ -1035,6 +1080,10 @@ std::string check_resize(const onnx::NodeProto& n, int, const NodeInfo&) {
   std::string mode = node_attr_s(n, "mode", "nearest");
   if (mode != "nearest" && mode != "linear" && mode != "cubic" && mode != "bilinear") return "mode '" + mode + "'";
   if (node_attr_i(n, "antialias", 0) != 0) return "antialias";
+  if (find_attr(n, "axes")) return "the axes attribute (opset 18)";
+  if (node_attr_s(n, "keep_aspect_ratio_policy", "stretch") != "stretch") return "keep_aspect_ratio_policy (opset 18)";
+  if (node_attr_s(n, "coordinate_transformation_mode", "half_pixel") == "half_pixel_symmetric")
+    return "coordinate_transformation_mode half_pixel_symmetric (opset 19)";
   return "";
 }
 
@@ -1389,6 +1438,11 @@ std::map<std::string, OpMapping> build_table() {
   add("BatchNormalization", 6, false, "batch_norm (inference)", emit_batch_norm, check_batch_norm);
   add("InstanceNormalization", 6, false, "group_norm with one group per channel", emit_instance_norm);
   add("LayerNormalization", 17, false, "layer_norm", emit_layer_norm);
+  add("GroupNormalization", 18, false, "group_norm (opset 18's per-group scale/bias gathered per channel)",
+      emit_group_norm);
+  add("Gelu", 20, false, "gelu", [](NodeCtx& c) -> V {
+    return {c.op("gelu"_op, {c.in(0)}, {{"approximate", c.attr_s("approximate", "none")}})};
+  });
   add("LRN", 1, true, "avg_pool2d over channels of x^2, pow, div", emit_lrn);
   add("Dropout", 1, false, "identity (inference)", emit_dropout, check_dropout);
   // reductions
