@@ -185,6 +185,7 @@ const std::string& Session::model_name() const { return impl_->name; }
 const std::vector<SessionInput>& Session::inputs() const { return impl_->inputs; }
 const std::string& Session::per_signature_reason() const { return impl_->reason; }
 const SessionStats& Session::stats() const { return impl_->stats; }
+const std::set<std::string>& Session::value_inputs() const { return impl_->value_inputs; }
 size_t Session::cached_plans() const { return impl_->lru.size(); }
 
 std::map<std::string, int64_t> Session::bind(std::span<const Tensor> xs, bool partial) const {

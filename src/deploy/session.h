@@ -79,6 +79,8 @@ class Session {
   Specialization& specialize(std::span<const Tensor> inputs);
   std::vector<Tensor> run(std::span<const Tensor> inputs);
 
+  // Inputs learned to be taken as attributes (compiled in by value; part of the signature).
+  const std::set<std::string>& value_inputs() const;
   const SessionStats& stats() const;
   size_t cached_plans() const;
 

@@ -4,6 +4,10 @@
 usage: onnx_import_test.py SPORE check-ops      builds two small models with onnx.helper (python3-onnx): one with
                                                 an op spore lacks (listed with its node name, exit code 3) and one
                                                 that is fully supported (exit 0; spore run-free import check)
+       onnx_import_test.py SPORE dynamic        a model as exporters write it (dynamic batch; Shape -> Gather ->
+                                                Concat -> Reshape; opset 18 ReduceMean with axes as an input):
+                                                spore run at two batch sizes and spore bench with no --input-shape,
+                                                outputs checked against NumPy; check-ops says it compiles
        onnx_import_test.py SPORE eval-mnist8    spore eval on the ONNX zoo mnist-8 over MNIST t10k (>= 98.5%);
                                                 exits 77 (skip) without $SPORE_SHARED_DATA unless CI=true
 """
@@ -93,6 +97,49 @@ def check_ops(spore):
     print("check-ops: ok")
 
 
+def dynamic(spore):
+    import numpy as np
+    tmp = tempfile.mkdtemp(prefix="spore_onnx_dyn_")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])
+    w = np.linspace(-1, 1, 48 * 3, dtype=np.float32).reshape(48, 3)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["shp"], name="shape"),
+        helper.make_node("Gather", ["shp", "zero"], ["n"], axis=0, name="gather"),
+        helper.make_node("Concat", ["n", "minus1"], ["newshape"], axis=0, name="concat"),
+        helper.make_node("Reshape", ["r", "newshape"], ["flat"], name="flatten"),
+        helper.make_node("MatMul", ["flat", "w"], ["h"], name="fc"),
+        helper.make_node("Unsqueeze", ["h", "last"], ["h3"], name="unsq"),
+        helper.make_node("ReduceMean", ["h3", "last"], ["y"], keepdims=0, name="mean"),  # opset 18: axes input
+    ]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("minus1", TensorProto.INT64, [1], [-1]),
+             helper.make_tensor("last", TensorProto.INT64, [1], [2]),
+             helper.make_tensor("w", TensorProto.FLOAT, [48, 3], w.flatten().tolist())]
+    m = helper.make_model(helper.make_graph(nodes, "dyn", [x], [y], inits), opset_imports=[helper.make_opsetid("", 18)])
+    path = os.path.join(tmp, "dyn.onnx")
+    onnx.save(m, path)  # onnx 1.12's checker knows opsets up to 17
+    for batch in (1, 5):
+        xv = np.random.default_rng(batch).standard_normal((batch, 3, 4, 4)).astype(np.float32)
+        np.save(os.path.join(tmp, "x.npy"), xv)
+        out = os.path.join(tmp, f"out{batch}")
+        p = run(spore, "run", path, "--input", f"x={os.path.join(tmp, 'x.npy')}", "--output", out)
+        if p.returncode != 0 or "imported for these shapes" not in p.stdout:
+            fail(f"spore run of a dynamic-batch model at batch {batch} without --input-shape", p)
+        want = np.maximum(xv, 0).reshape(batch, -1) @ w
+        got = np.load(os.path.join(out, "y.npy"))
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+            fail(f"batch {batch}: output differs from NumPy (max err {np.abs(got - want).max()})")
+    p = run(spore, "bench", path, "--batch", "4", "--iters", "3", "--json")
+    if p.returncode != 0 or json.loads(p.stdout.splitlines()[-1])["batch"] != 4:
+        fail("spore bench --batch 4 of a dynamic-batch model without --input-shape", p)
+    p = run(spore, "check-ops", path)
+    if p.returncode != 0 or "compiles for batch 1" not in p.stdout:
+        fail("check-ops must compile the model and say so", p)
+    print("dynamic: ok")
+
+
 def eval_mnist8(spore):
     data = os.environ.get("SPORE_SHARED_DATA", "")
     model = os.path.join(data, "onnx-models", "mnist-8.onnx")
@@ -117,4 +164,4 @@ def eval_mnist8(spore):
 
 if __name__ == "__main__":
     spore, what = sys.argv[1], sys.argv[2]
-    {"check-ops": check_ops, "eval-mnist8": eval_mnist8}[what](spore)
+    {"check-ops": check_ops, "dynamic": dynamic, "eval-mnist8": eval_mnist8}[what](spore)
