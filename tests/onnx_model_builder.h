@@ -68,6 +68,27 @@ struct ModelBuilder {
     a->set_type(onnx::AttributeProto::INT);
     a->set_i(v);
   }
+  // A subgraph attribute (If's branches, Loop's and Scan's body), built by `fill` on a fresh GraphProto.
+  static onnx::GraphProto* attr_graph(onnx::NodeProto* n, const std::string& name) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    a->mutable_g()->set_name(name);
+    return a->mutable_g();
+  }
+  static void graph_io(onnx::GraphProto* g, const std::string& name, int32_t et, bool output) {
+    auto* vi = output ? g->add_output() : g->add_input();
+    vi->set_name(name);
+    vi->mutable_type()->mutable_tensor_type()->set_elem_type(et);
+  }
+  static onnx::NodeProto* graph_node(onnx::GraphProto* g, const std::string& op, const std::vector<std::string>& ins,
+                                     const std::vector<std::string>& outs) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    for (const auto& i : ins) n->add_input(i);
+    for (const auto& o : outs) n->add_output(o);
+    return n;
+  }
   std::string bytes() const { return m.SerializeAsString(); }
   void save(const std::string& path) const {
     std::ofstream f(path, std::ios::binary);

@@ -128,6 +128,34 @@ TEST(Session, InputsTakenAsAttributesAreCompiledInByValue) {
   EXPECT_NE(e.find("reshape"), std::string::npos) << e;
 }
 
+// If on a boolean model input (as streaming models branch on a flag): one plan per value, each the branch taken.
+TEST(Session, IfOnAModelInputCompilesOnePlanPerBranch) {
+  ModelBuilder b(13);
+  b.input("x", onnx::TensorProto::FLOAT, {"n"});
+  b.input("flag", onnx::TensorProto::BOOL, {});
+  auto* iff = b.node("If", {"flag"}, {"y"}, "branch");
+  onnx::GraphProto* then_g = ModelBuilder::attr_graph(iff, "then_branch");
+  ModelBuilder::graph_node(then_g, "Relu", {"x"}, {"t"});
+  ModelBuilder::graph_io(then_g, "t", onnx::TensorProto::FLOAT, true);
+  onnx::GraphProto* else_g = ModelBuilder::attr_graph(iff, "else_branch");
+  ModelBuilder::graph_node(else_g, "Neg", {"x"}, {"e"});
+  ModelBuilder::graph_io(else_g, "e", onnx::TensorProto::FLOAT, true);
+  b.output("y");
+  deploy::Session s(save(b, "if.onnx"));
+  const Tensor x = random({6}, 8);
+  auto flag = [](bool v) { return Tensor::scalar(v ? 1.0 : 0.0, DType::boolean); };
+  const Tensor yt = s.run(std::vector<Tensor>{x, flag(true)}).at(0);
+  const Tensor ye = s.run(std::vector<Tensor>{x, flag(false)}).at(0);
+  for (int64_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(yt.item_at(i), std::max(0.0, x.item_at(i)));
+    EXPECT_EQ(ye.item_at(i), -x.item_at(i));
+  }
+  EXPECT_EQ(s.stats().compiles, 2);
+  EXPECT_EQ(s.value_inputs(), (std::set<std::string>{"flag"}));
+  s.run(std::vector<Tensor>{x, flag(true)});
+  EXPECT_EQ(s.stats().compiles, 2);
+}
+
 TEST(Session, BadInputsGetClearErrors) {
   deploy::Session s(flatten_model());
   EXPECT_NE(error_of([&] { s.run(std::vector<Tensor>{random({2, 3, 4}, 1)}); }).find("input 'x' has shape [2,3,4]"),

@@ -264,6 +264,87 @@ TEST(OnnxImport, Opset18To21Forms) {
   }
 }
 
+// Loop with a constant trip count and Scan over a static sequence unroll; their results match the definitions.
+TEST(OnnxImport, LoopAndScanUnroll) {
+  using B = ModelBuilder;
+  const Tensor x = testing::patterned_tensor({4, 3}, DType::f32, 5);
+  {  // Loop M=3: acc = acc * 2 + x each iteration, scan output: acc after each iteration
+    B b(13);
+    b.input("x", onnx::TensorProto::FLOAT, {"4", "3"});
+    b.init_i64("M", {3});
+    auto* loop = b.node("Loop", {"M", "", "x"}, {"acc", "hist"}, "loop");
+    onnx::GraphProto* g = B::attr_graph(loop, "body");
+    B::graph_io(g, "i", onnx::TensorProto::INT64, false);
+    B::graph_io(g, "cond_in", onnx::TensorProto::BOOL, false);
+    B::graph_io(g, "a", onnx::TensorProto::FLOAT, false);
+    B::graph_node(g, "Add", {"a", "a"}, {"a2"});
+    B::graph_node(g, "Add", {"a2", "x"}, {"a_next"});  // x from the enclosing graph
+    B::graph_node(g, "Identity", {"cond_in"}, {"cond_out"});
+    B::graph_node(g, "Identity", {"a_next"}, {"scan"});
+    B::graph_io(g, "cond_out", onnx::TensorProto::BOOL, true);
+    B::graph_io(g, "a_next", onnx::TensorProto::FLOAT, true);
+    B::graph_io(g, "scan", onnx::TensorProto::FLOAT, true);
+    b.output("acc");
+    b.output("hist");
+    const std::vector<Tensor> outs = run(*io::import_onnx_bytes(b.bytes(), "loop"), {x});
+    ASSERT_EQ(outs.size(), 2u);
+    EXPECT_EQ(outs[1].shape(), (Shape{3, 4, 3}));
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      double a = x.item_at(e);
+      for (int it = 0; it < 3; ++it) {
+        a = 2 * a + x.item_at(e);
+        EXPECT_NEAR(outs[1].item_at(it * 12 + e), a, 1e-4);
+      }
+      EXPECT_NEAR(outs[0].item_at(e), a, 1e-4);
+    }
+  }
+  {  // Scan: running sum over axis 0 (forward) and each step's row reversed in time (scan_output_directions 1)
+    B b(16);
+    b.input("x", onnx::TensorProto::FLOAT, {"4", "3"});
+    b.init("zero", {0.f, 0.f, 0.f}, {3});
+    auto* scan = b.node("Scan", {"zero", "x"}, {"total", "partial"}, "scan");
+    B::attr_i(scan, "num_scan_inputs", 1);
+    onnx::GraphProto* g = B::attr_graph(scan, "body");
+    B::graph_io(g, "s", onnx::TensorProto::FLOAT, false);
+    B::graph_io(g, "row", onnx::TensorProto::FLOAT, false);
+    B::graph_node(g, "Add", {"s", "row"}, {"s_next"});
+    B::graph_node(g, "Identity", {"s_next"}, {"out"});
+    B::graph_io(g, "s_next", onnx::TensorProto::FLOAT, true);
+    B::graph_io(g, "out", onnx::TensorProto::FLOAT, true);
+    b.output("total");
+    b.output("partial");
+    const std::vector<Tensor> outs = run(*io::import_onnx_bytes(b.bytes(), "scan"), {x});
+    ASSERT_EQ(outs.size(), 2u);
+    EXPECT_EQ(outs[1].shape(), (Shape{4, 3}));
+    for (int64_t col = 0; col < 3; ++col) {
+      double sum = 0;
+      for (int64_t r = 0; r < 4; ++r) {
+        sum += x.item_at(r * 3 + col);
+        EXPECT_NEAR(outs[1].item_at(r * 3 + col), sum, 1e-5);
+      }
+      EXPECT_NEAR(outs[0].item_at(col), sum, 1e-5);
+    }
+  }
+  {  // A loop whose condition is computed from data cannot unroll: a clear error naming the node
+    B b(13);
+    b.input("x", onnx::TensorProto::FLOAT, {"3"});
+    b.init("zero", {0.f}, {});
+    auto* loop = b.node("Loop", {"", "", "x"}, {"y"}, "while_loop");
+    onnx::GraphProto* g = B::attr_graph(loop, "body");
+    B::graph_io(g, "i", onnx::TensorProto::INT64, false);
+    B::graph_io(g, "c", onnx::TensorProto::BOOL, false);
+    B::graph_io(g, "a", onnx::TensorProto::FLOAT, false);
+    B::attr_i(B::graph_node(g, "ReduceSum", {"a"}, {"s"}), "keepdims", 0);
+    B::graph_node(g, "Greater", {"s", "zero"}, {"c_out"});
+    B::graph_io(g, "c_out", onnx::TensorProto::BOOL, true);
+    B::graph_io(g, "a", onnx::TensorProto::FLOAT, true);
+    b.output("y");
+    const std::string e = error_of([&] { io::import_onnx_bytes(b.bytes(), "while"); });
+    EXPECT_NE(e.find("while_loop"), std::string::npos) << e;
+    EXPECT_NE(e.find("condition depends on data"), std::string::npos) << e;
+  }
+}
+
 TEST(OnnxImport, SoftmaxOpset11CoercesTo2D) {
   const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, -1, 0.5f, 2, 1, 0, 3, 1, -2}, {2, 2, 3});
   for (int64_t opset : {11, 13}) {

@@ -247,6 +247,14 @@ class Importer {
                                       const std::vector<Value*>& ins, const OpsetMap& caller_opsets, int depth,
                                       const onnx::OpSchema* schema);
   void name_value(Value* v, const std::string& name);
+  // If / Loop / Scan: the branch taken, or the loop unrolled, once the condition and trip count are constants.
+  std::vector<Value*> emit_control_flow(const onnx::NodeProto& n, const std::vector<Value*>& ins, const Scope& scope,
+                                        const OpsetMap& opsets, int depth, int since);
+  std::vector<Value*> emit_control_flow_body(const onnx::NodeProto& n, const std::vector<Value*>& ins,
+                                             const Scope& scope, const OpsetMap& opsets, int depth, int since);
+  // The nodes of a subgraph (a branch or loop body) with `args` as its inputs; outer names stay visible.
+  std::vector<Value*> emit_subgraph(const onnx::GraphProto& g, const onnx::NodeProto& owner, const Scope& outer,
+                                    const std::vector<Value*>& args, const OpsetMap& opsets, int depth);
 };
 
 namespace {
@@ -257,6 +265,8 @@ const onnx::OpSchema* schema_for(const onnx::NodeProto& n, const OpsetMap& opset
   if (it == opsets.end()) return nullptr;
   return onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(it->second), dom);
 }
+
+bool is_control_flow(const std::string& op) { return op == "If" || op == "Loop" || op == "Scan"; }
 
 // The ONNX library spore builds against (1.12) knows schemas up to opset 17. The default-domain ops that opsets
 // 18-21 changed or added, with the versions they changed in (from the ONNX operator changelog). An op listed here
@@ -366,6 +376,21 @@ Importer::Verdict Importer::classify(const onnx::NodeProto& n, const OpsetMap& o
         return {"unsupported", fmt::format("model-local function body needs {}: {}", b.op_type(), v.note)};
     }
     return {"decomposed", "model-local function (inlined)"};
+  }
+  if (dom.empty() && is_control_flow(n.op_type())) {
+    if (n.op_type() == "Scan" && schema_for(n, opsets) && schema_for(n, opsets)->SinceVersion() < 9)
+      return {"unsupported", "Scan-8 (with a batch axis); export at opset 9 or later"};
+    for (const auto& a : n.attribute()) {
+      if (a.type() != onnx::AttributeProto::GRAPH) continue;
+      for (const auto& b : a.g().node()) {
+        const Verdict v = classify(b, opsets, depth + 1);
+        if (v.status == "unsupported")
+          return {"unsupported", fmt::format("its {} needs {}: {}", a.name(), b.op_type(), v.note)};
+      }
+    }
+    return {"decomposed", n.op_type() == "If" ? "the branch taken, inlined (the condition must be known once inputs "
+                                                "bind; from a model input: one plan per value)"
+                                              : "unrolled (the trip count and condition must be known once inputs bind)"};
   }
   if (dom.empty()) {
     auto op_it = opsets.find("");
@@ -500,6 +525,9 @@ void Importer::emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap&
     if (lf != local_functions.end()) {
       outs = inline_function(*lf->second, n, ins, opsets, depth, nullptr);
       mapped = true;
+    } else if (dom.empty() && is_control_flow(n.op_type())) {
+      outs = emit_control_flow(n, ins, scope, opsets, depth, since);
+      mapped = true;
     } else if (dom.empty() && since > 0 && t != table.end() && since >= t->second.min_since &&
                (!t->second.check || t->second.check(n, since, info_of(n, depth)).empty())) {
       NodeCtx ctx(*this, n, since, ins);
@@ -549,6 +577,143 @@ void Importer::emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap&
     if (depth == 0 && v->id > watermark) name_value(v, name);
     scope[name] = v;
   }
+}
+
+// ------------------------------------------------------------------------------------------- control flow
+
+std::vector<Value*> Importer::emit_subgraph(const onnx::GraphProto& g, const onnx::NodeProto& owner, const Scope& outer,
+                                            const std::vector<Value*>& args, const OpsetMap& opsets, int depth) {
+  SPORE_CHECK(depth <= max_function_depth, ErrorCode::unsupported, "subgraphs nest too deeply");
+  SPORE_CHECK(g.input_size() == static_cast<int>(args.size()), ErrorCode::invalid_argument,
+              "the body of {} declares {} inputs, {} are passed", node_label(owner), g.input_size(), args.size());
+  Scope scope = outer;  // names of the enclosing graphs stay visible
+  for (int i = 0; i < g.input_size(); ++i) scope[g.input(i).name()] = args[static_cast<size_t>(i)];
+  for (const auto& t : g.initializer()) scope[t.name()] = track(graph->add_constant(tensor_from_proto(t, t.name()), t.name()));
+  for (const auto& b : g.node()) emit_node(b, scope, opsets, depth + 1);
+  std::vector<Value*> outs;
+  for (const auto& o : g.output()) {
+    auto it = scope.find(o.name());
+    SPORE_CHECK(it != scope.end() && it->second, ErrorCode::invalid_argument,
+                "the body of {} does not define its output '{}'", node_label(owner), o.name());
+    outs.push_back(it->second);
+  }
+  return outs;
+}
+
+std::vector<Value*> Importer::emit_control_flow(const onnx::NodeProto& n, const std::vector<Value*>& ins,
+                                                const Scope& scope, const OpsetMap& opsets, int depth, int since) {
+  try {
+    return emit_control_flow_body(n, ins, scope, opsets, depth, since);
+  } catch (const Error& e) {  // an error inside a branch or body names the node that holds it too
+    const std::string prefix = fmt::format("node {}: ", node_label(n));
+    if (e.message().rfind(prefix, 0) == 0) throw;
+    throw Error(e.code(), prefix + "in its subgraph: " + e.message());
+  }
+}
+
+std::vector<Value*> Importer::emit_control_flow_body(const onnx::NodeProto& n, const std::vector<Value*>& ins,
+                                                     const Scope& scope, const OpsetMap& opsets, int depth, int since) {
+  NodeCtx c(*this, n, since, ins);
+  auto body = [&](const char* name) -> const onnx::GraphProto& {
+    const onnx::AttributeProto* a = find_attr(n, name);
+    if (!a || a->type() != onnx::AttributeProto::GRAPH) c.fail(ErrorCode::invalid_argument, "no '{}' graph", name);
+    return a->g();
+  };
+  auto is_true = [&](int i) { return c.const_in(i).contiguous().item_at(0) != 0; };
+  // Scan outputs: one value per iteration stacked along `axis` (iteration order as given).
+  auto stack = [&](const std::vector<Value*>& parts, int64_t axis) -> Value* {
+    if (parts.empty()) c.fail(ErrorCode::unsupported, "a scan output of a loop that runs zero times");
+    std::vector<Value*> u;
+    const int r = c.rank(parts[0]) + 1;
+    const int64_t ax = axis < 0 ? axis + r : axis;
+    for (Value* p : parts) u.push_back(c.op("unsqueeze"_op, {p}, {{"axes", std::vector<int64_t>{ax}}}));
+    return u.size() == 1 ? u[0] : c.op("concat"_op, u, {{"axis", ax}});
+  };
+  constexpr int64_t max_unroll = 4096;
+  if (n.op_type() == "If") {
+    const bool cond = is_true(0);  // a model input here: the session compiles one plan per value
+    std::vector<Value*> outs = emit_subgraph(body(cond ? "then_branch" : "else_branch"), n, scope, {}, opsets, depth);
+    if (static_cast<int>(outs.size()) != n.output_size())
+      c.fail(ErrorCode::invalid_argument, "the branch gives {} outputs, the node has {}", outs.size(), n.output_size());
+    return outs;
+  }
+  if (n.op_type() == "Loop") {
+    const onnx::GraphProto& g = body("body");
+    const bool has_m = c.has_input(0), has_cond = c.has_input(1);
+    const int64_t trip = has_m ? static_cast<int64_t>(c.const_in(0).contiguous().item_at(0)) : -1;
+    bool cond = has_cond ? is_true(1) : true;
+    const int n_carried = c.num_inputs() - 2;
+    if (n_carried < 0) c.fail(ErrorCode::invalid_argument, "Loop needs the M and cond inputs (possibly empty)");
+    std::vector<Value*> carried(ins.begin() + 2, ins.end());
+    const int n_scan = g.output_size() - 1 - n_carried;
+    if (n_scan < 0) c.fail(ErrorCode::invalid_argument, "the body has {} outputs for {} loop-carried values", g.output_size(), n_carried);
+    std::vector<std::vector<Value*>> scans(static_cast<size_t>(n_scan));
+    int64_t i = 0;
+    for (; cond && (trip < 0 || i < trip); ++i) {
+      if (i >= max_unroll)
+        c.fail(ErrorCode::unsupported, "more than {} iterations (spore unrolls loops at compile time)", max_unroll);
+      std::vector<Value*> args{c.konst(Tensor::scalar(static_cast<double>(i), DType::i64)),
+                               c.konst(Tensor::scalar(cond ? 1.0 : 0.0, DType::boolean))};
+      args.insert(args.end(), carried.begin(), carried.end());
+      std::vector<Value*> outs = emit_subgraph(g, n, scope, args, opsets, depth);
+      Value* cv = outs[0];
+      if (!c.is_const(cv))
+        c.fail(ErrorCode::unsupported,
+               "the loop condition depends on data computed in the loop; spore unrolls loops whose trip count and "
+               "condition are known at compile time");
+      cond = cv->producer->payload.contiguous().item_at(0) != 0;
+      for (int k = 0; k < n_carried; ++k) carried[static_cast<size_t>(k)] = outs[static_cast<size_t>(1 + k)];
+      for (int k = 0; k < n_scan; ++k) scans[static_cast<size_t>(k)].push_back(outs[static_cast<size_t>(1 + n_carried + k)]);
+    }
+    std::vector<Value*> result = carried;
+    for (const auto& parts : scans) result.push_back(stack(parts, 0));
+    return result;
+  }
+  // Scan (opset 9+): the first N inputs are states, the last num_scan_inputs are sliced along their scan axes.
+  if (since < 9) c.fail(ErrorCode::unsupported, "Scan-8 (with a batch axis)");
+  const onnx::GraphProto& g = body("body");
+  const int k_in = static_cast<int>(c.attr_i("num_scan_inputs", 0));
+  const int n_state = c.num_inputs() - k_in;
+  if (k_in <= 0 || n_state < 0) c.fail(ErrorCode::invalid_argument, "num_scan_inputs {} for {} inputs", k_in, c.num_inputs());
+  const int n_scan_out = g.output_size() - n_state;
+  const std::vector<int64_t> in_axes = c.attr_ints("scan_input_axes", std::vector<int64_t>(static_cast<size_t>(k_in), 0));
+  const std::vector<int64_t> in_dirs = c.attr_ints("scan_input_directions", std::vector<int64_t>(static_cast<size_t>(k_in), 0));
+  const std::vector<int64_t> out_axes = c.attr_ints("scan_output_axes", std::vector<int64_t>(static_cast<size_t>(std::max(n_scan_out, 0)), 0));
+  const std::vector<int64_t> out_dirs = c.attr_ints("scan_output_directions", std::vector<int64_t>(static_cast<size_t>(std::max(n_scan_out, 0)), 0));
+  if (n_scan_out < 0 || static_cast<int>(in_axes.size()) != k_in || static_cast<int>(in_dirs.size()) != k_in ||
+      static_cast<int>(out_axes.size()) != n_scan_out || static_cast<int>(out_dirs.size()) != n_scan_out)
+    c.fail(ErrorCode::invalid_argument, "scan axes/directions do not match the scan inputs and outputs");
+  int64_t len = -1;
+  std::vector<int64_t> axes(static_cast<size_t>(k_in));
+  for (int k = 0; k < k_in; ++k) {
+    Value* x = c.in(n_state + k);
+    axes[static_cast<size_t>(k)] = c.norm_axis(in_axes[static_cast<size_t>(k)], c.rank(x));
+    const Shape s = c.static_shape(x, "scan input");
+    const int64_t l = s[static_cast<size_t>(axes[static_cast<size_t>(k)])];
+    if (len >= 0 && l != len) c.fail(ErrorCode::invalid_argument, "scan inputs of lengths {} and {}", len, l);
+    len = l;
+  }
+  if (len > max_unroll) c.fail(ErrorCode::unsupported, "{} iterations (spore unrolls up to {})", len, max_unroll);
+  std::vector<Value*> state(ins.begin(), ins.begin() + n_state);
+  std::vector<std::vector<Value*>> scans(static_cast<size_t>(n_scan_out));
+  for (int64_t t = 0; t < len; ++t) {
+    std::vector<Value*> args = state;
+    for (int k = 0; k < k_in; ++k) {
+      const int64_t idx = in_dirs[static_cast<size_t>(k)] ? len - 1 - t : t;
+      args.push_back(c.op("gather"_op, {c.in(n_state + k), c.konst(Tensor::scalar(static_cast<double>(idx), DType::i64))},
+                          {{"axis", axes[static_cast<size_t>(k)]}}));
+    }
+    std::vector<Value*> outs = emit_subgraph(g, n, scope, args, opsets, depth);
+    for (int k = 0; k < n_state; ++k) state[static_cast<size_t>(k)] = outs[static_cast<size_t>(k)];
+    for (int j = 0; j < n_scan_out; ++j) scans[static_cast<size_t>(j)].push_back(outs[static_cast<size_t>(n_state + j)]);
+  }
+  std::vector<Value*> result = state;
+  for (int j = 0; j < n_scan_out; ++j) {
+    std::vector<Value*> parts = scans[static_cast<size_t>(j)];
+    if (out_dirs[static_cast<size_t>(j)]) std::reverse(parts.begin(), parts.end());
+    result.push_back(stack(parts, out_axes[static_cast<size_t>(j)]));
+  }
+  return result;
 }
 
 // ------------------------------------------------------------------------------------------- NodeCtx
