@@ -1,6 +1,11 @@
 // ONNX Runtime (CPU, npm onnxruntime-node) latency of one ONNX model, reported with the same keys as
 // `spore bench --json`. Used by bench/peers/infer_vs_ort.py; inputs are seeded random data.
 //   node ort_bench.js MODEL.onnx --shape x:32,1,28,28 [--shape ...] --threads 1 --warmup 20 --iters 200 [--kernels]
+//       [--native] [--input-npy x=FILE.npy] [--save-output DIR]
+// --native: the latency samples are ORT's own per-run "model_run" events (cat "Session", dur in us) from its profiler
+// on the timed session, warm-up runs dropped (Node's `await session.run` overhead dominates sub-ms runs); the
+// wall-clock figures of the same runs come as js_p50_ms / js_mean_ms. --input-npy feeds a float32 .npy (C order,
+// little endian) instead of random data; --save-output writes every output as DIR/<name>.npy (float32).
 // --kernels adds "kernels": the node kernels ORT ran in one run, counted from its profile (a second session with
 // profiling on, not the timed one).
 'use strict';
@@ -10,7 +15,8 @@ const os = require('os');
 const path = require('path');
 
 function parseArgs(argv) {
-  const a = { model: null, shapes: {}, threads: 1, warmup: 20, iters: 200, timeS: 0, kernels: false };
+  const a = { model: null, shapes: {}, threads: 1, warmup: 20, iters: 200, timeS: 0, kernels: false,
+    native: false, npy: {}, saveOutput: null };
   for (let i = 2; i < argv.length; i++) {
     const k = argv[i];
     if (k === '--shape') {
@@ -21,6 +27,11 @@ function parseArgs(argv) {
     else if (k === '--iters') a.iters = Number(argv[++i]);
     else if (k === '--time-s') a.timeS = Number(argv[++i]);
     else if (k === '--kernels') a.kernels = true;
+    else if (k === '--native') a.native = true;
+    else if (k === '--input-npy') {
+      const v = argv[++i], j = v.indexOf('=');
+      a.npy[v.slice(0, j)] = v.slice(j + 1);
+    } else if (k === '--save-output') a.saveOutput = argv[++i];
     else if (!a.model) a.model = k;
     else throw new Error(`unknown argument ${k}`);
   }
@@ -58,18 +69,56 @@ async function countKernels(a, feeds) {
   }
 }
 
+// Minimal .npy reader/writer: float32, little endian, C order (versions 1-3 headers).
+function readNpy(file) {
+  const buf = fs.readFileSync(file);
+  if (buf.toString('latin1', 1, 6) !== 'NUMPY') throw new Error(`${file}: not a .npy file`);
+  const major = buf[6];
+  const hlen = major === 1 ? buf.readUInt16LE(8) : buf.readUInt32LE(8);
+  const hstart = major === 1 ? 10 : 12;
+  const header = buf.toString('latin1', hstart, hstart + hlen);
+  const descr = /'descr':\s*'([^']+)'/.exec(header)[1];
+  if (descr !== '<f4') throw new Error(`${file}: dtype ${descr}, need <f4`);
+  if (/'fortran_order':\s*True/.test(header)) throw new Error(`${file}: Fortran order`);
+  const dims = /'shape':\s*\(([^)]*)\)/.exec(header)[1].split(',').map((x) => x.trim()).filter((x) => x).map(Number);
+  const off = hstart + hlen, n = dims.reduce((x, y) => x * y, 1);
+  const data = new Float32Array(n);
+  for (let i = 0; i < n; i++) data[i] = buf.readFloatLE(off + 4 * i);
+  return { dims, data };
+}
+
+function writeNpy(file, dims, data) {
+  let header = `{'descr': '<f4', 'fortran_order': False, 'shape': (${dims.join(', ')}${dims.length === 1 ? ',' : ''}), }`;
+  const total = 10 + header.length + 1;
+  header += ' '.repeat((64 - (total % 64)) % 64) + '\n';
+  const h = Buffer.alloc(10);
+  h.write('\x93NUMPY', 0, 'latin1'); h[6] = 1; h[7] = 0; h.writeUInt16LE(header.length, 8);
+  const body = Buffer.alloc(4 * data.length);
+  for (let i = 0; i < data.length; i++) body.writeFloatLE(data[i], 4 * i);
+  fs.writeFileSync(file, Buffer.concat([h, Buffer.from(header, 'latin1'), body]));
+}
+
 async function main() {
   const a = parseArgs(process.argv);
   const t0 = process.hrtime.bigint();
-  const session = await ort.InferenceSession.create(a.model, {
+  const profDir = a.native ? fs.mkdtempSync(path.join(os.tmpdir(), 'ort_native_')) : null;
+  const opts = {
     intraOpNumThreads: a.threads, interOpNumThreads: 1, executionMode: 'sequential',
     graphOptimizationLevel: 'all',
-  });
+  };
+  if (a.native) Object.assign(opts, { enableProfiling: true, profileFilePrefix: path.join(profDir, 'prof') });
+  const session = await ort.InferenceSession.create(a.model, opts);
   const loadMs = Number(process.hrtime.bigint() - t0) / 1e6;
   const rnd = filler(1234);
   const feeds = {};
   let batch = 1;
   for (const name of session.inputNames) {
+    if (a.npy[name]) {
+      const t = readNpy(a.npy[name]);
+      feeds[name] = new ort.Tensor('float32', t.data, t.dims);
+      batch = t.dims[0];
+      continue;
+    }
     const dims = a.shapes[name];
     if (!dims) throw new Error(`no --shape for input '${name}' (inputs: ${session.inputNames.join(', ')})`);
     const n = dims.reduce((x, y) => x * y, 1);
@@ -88,6 +137,29 @@ async function main() {
     const elapsed = Number(process.hrtime.bigint() - start) / 1e9;
     if (a.timeS > 0 ? elapsed >= a.timeS && i + 1 >= 10 : i + 1 >= a.iters) break;
   }
+  if (a.saveOutput) {
+    const out = await session.run(feeds);
+    fs.mkdirSync(a.saveOutput, { recursive: true });
+    for (const name of session.outputNames) {
+      const t = out[name];
+      writeNpy(path.join(a.saveOutput, `${name}.npy`), t.dims, Float32Array.from(t.data));
+    }
+  }
+  let jsTimes = null;
+  if (a.native) {
+    session.endProfiling();
+    const files = fs.readdirSync(profDir).filter((f) => f.endsWith('.json'));
+    if (files.length !== 1) throw new Error(`expected one profile file in ${profDir}, found ${files.length}`);
+    const events = JSON.parse(fs.readFileSync(path.join(profDir, files[0]), 'utf8'));
+    fs.rmSync(profDir, { recursive: true, force: true });
+    const runs = events.filter((e) => e.cat === 'Session' && e.name === 'model_run').map((e) => e.dur / 1e3);
+    // Runs in order: warm-up, timed, then the --save-output run (if any).
+    const timed = runs.slice(a.warmup, a.warmup + times.length);
+    if (timed.length !== times.length) throw new Error(`profile has ${runs.length} model_run events, expected ${a.warmup + times.length}+`);
+    jsTimes = times.slice().sort((x, y) => x - y);
+    times.length = 0;
+    times.push(...timed);
+  }
   times.sort((x, y) => x - y);
   const kernels = a.kernels ? await countKernels(a, feeds) : undefined;
   const mean = times.reduce((x, y) => x + y, 0) / times.length;
@@ -95,6 +167,9 @@ async function main() {
     p50_ms: quantile(times, 0.5), p90_ms: quantile(times, 0.9), p99_ms: quantile(times, 0.99), mean_ms: mean,
     throughput_per_s: batch / (mean / 1e3), batch, threads: a.threads, runs: times.length, load_ms: loadMs,
     kernels,
+    timing: a.native ? 'ort model_run profile events' : 'js wall clock',
+    js_p50_ms: jsTimes ? quantile(jsTimes, 0.5) : undefined,
+    js_mean_ms: jsTimes ? jsTimes.reduce((x, y) => x + y, 0) / jsTimes.length : undefined,
     peer: `onnxruntime-node ${require('onnxruntime-node/package.json').version}`,
   }));
 }

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""Export torchvision models (architectures nobody here wrote; issue 22) to ONNX for tv_vs_ort.py.
+
+  /usr/bin/python3 bench/peers/export_torchvision.py [--out out/bench/torchvision] [--models a,b] [--force]
+
+Opset 17, input "x", output "y", dynamic batch axis, eval mode, torch.manual_seed(0) per model, weights=None (seeded
+random init) with every BatchNorm's running_mean ~ N(0, 0.1) and running_var ~ U(0.5, 1.5) so the statistics are not
+trivial. Writes NAME.onnx, NAME.json ({"input","shape","opset"}) and seeded inputs NAME.x1.npy / NAME.x8.npy. Also an
+LSTM (2-layer nn.LSTM(64,128) over seq 32 + Linear); the transformer encoder lives in make_onnx_models.py.
+A subset is re-written at opsets 18-20 (NAME_opN.onnx) by a small converter (onnx 1.12 has no version_converter past
+17) and checked in ONNX Runtime (node) against the opset-17 file.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+import torch
+import torchvision.models as tvm
+import torchvision.models.segmentation as tvs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+CLS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
+       "shufflenet_v2_x1_0", "squeezenet1_1", "regnet_y_400mf", "mnasnet1_0", "googlenet", "convnext_tiny",
+       "vit_b_16", "densenet121"]
+SEG = ["lraspp_mobilenet_v3_large", "fcn_resnet50"]
+CONVERT = ["resnet18", "mobilenet_v3_small", "shufflenet_v2_x1_0", "vit_b_16", "efficientnet_b0"]
+
+
+class SegOut(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(x)["out"]
+
+
+class LSTMNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(64, 128, num_layers=2, batch_first=True)
+        self.fc = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.fc(y[:, -1])
+
+
+def build(name):
+    torch.manual_seed(0)
+    if name in CLS:
+        kw = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+        m, shape = getattr(tvm, name)(weights=None, **kw), [3, 224, 224]
+    elif name in SEG:
+        m, shape = SegOut(getattr(tvs, name)(weights=None, weights_backbone=None, aux_loss=False)), [3, 256, 256]
+    elif name == "lstm":
+        m, shape = LSTMNet(), [32, 64]
+    else:
+        raise SystemExit(f"unknown model {name}")
+    g = torch.Generator().manual_seed(1)
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
+            n = mod.running_mean.numel()
+            mod.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+            mod.running_var.copy_(torch.rand(n, generator=g) + 0.5)
+    return m.eval(), shape
+
+
+def export(name, out, force):
+    path = os.path.join(out, f"{name}.onnx")
+    if os.path.exists(path) and not force:
+        return path
+    m, shape = build(name)
+    with torch.no_grad():
+        torch.onnx.export(m, torch.randn(1, *shape), path, opset_version=17, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, do_constant_folding=True)
+    json.dump({"input": "x", "shape": shape, "opset": 17}, open(os.path.join(out, f"{name}.json"), "w"))
+    rng = np.random.default_rng(0)
+    for b in (1, 8):
+        np.save(os.path.join(out, f"{name}.x{b}.npy"), rng.standard_normal((b, *shape)).astype(np.float32))
+    print(f"exported {name}", flush=True)
+    return path
+
+
+REDUCE_AXES_18 = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                  "ReduceLogSumExp", "ReduceSumSquare"}
+
+
+def convert(src, dst, opset):
+    """Rewrite an opset-17 model into opset `opset` (18-20) for the ops these models use. 18: reductions' axes
+    attribute becomes an int64 input; Split gains num_outputs when it has no split input. 19/20: AveragePool (19,
+    dilations default 1), Pad/Resize (18/19, new attributes/inputs with defaults), Reshape/Shape/Size/Constant/Cast
+    (19, new types or attributes with defaults) keep their opset-17 meaning."""
+    m = onnx.load(src)
+    g = m.graph
+    inits = []
+    for i, n in enumerate(g.node):
+        if n.op_type in REDUCE_AXES_18:
+            axes = [a for a in n.attribute if a.name == "axes"]
+            if axes:
+                vals = list(axes[0].ints)
+                n.attribute.remove(axes[0])
+                an = f"_axes_{i}"
+                inits.append(numpy_helper.from_array(np.array(vals, dtype=np.int64), an))
+                del n.input[1:]
+                n.input.append(an)
+        elif n.op_type == "Split":
+            if len(n.input) < 2 or not n.input[1]:
+                n.attribute.append(helper.make_attribute("num_outputs", len(n.output)))
+    g.initializer.extend(inits)
+    for op in m.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            op.version = opset
+    m.ir_version = 8 if opset == 18 else 9
+    onnx.save(m, dst)
+
+
+def ort_run(path, npy, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    r = subprocess.run(["node", os.path.join(HERE, "ort", "ort_bench.js"), path, "--input-npy", f"x={npy}",
+                        "--warmup", "0", "--iters", "1", "--save-output", outdir], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip()[-400:])
+    return np.load(os.path.join(outdir, "y.npy"))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=os.path.join(ROOT, "out", "bench", "torchvision"))
+    p.add_argument("--models", default=",".join(CLS + SEG + ["lstm"]))
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--no-convert", action="store_true")
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    names = a.models.split(",")
+    for name in names:
+        export(name, a.out, a.force)
+    if a.no_convert:
+        return
+    summary = []
+    for name in [n for n in CONVERT if n in names]:
+        src = os.path.join(a.out, f"{name}.onnx")
+        npy = os.path.join(a.out, f"{name}.x1.npy")
+        ref = ort_run(src, npy, os.path.join(a.out, "_ort", name))
+        for opset in (18, 19, 20):
+            dst = os.path.join(a.out, f"{name}_op{opset}.onnx")
+            if not os.path.exists(dst) or a.force:
+                convert(src, dst, opset)
+                json.dump({"input": "x", "shape": json.load(open(os.path.join(a.out, f"{name}.json")))["shape"],
+                           "opset": opset}, open(os.path.join(a.out, f"{name}_op{opset}.json"), "w"))
+            try:
+                y = ort_run(dst, npy, os.path.join(a.out, "_ort", f"{name}_op{opset}"))
+                ok = y.shape == ref.shape and np.allclose(y, ref, rtol=1e-4, atol=1e-6)
+                summary.append((name, opset, "ok" if ok else f"MISMATCH max abs {np.abs(y - ref).max():.3g}"))
+            except RuntimeError as e:
+                summary.append((name, opset, f"ORT FAIL {e}"))
+    for name, opset, s in summary:
+        print(f"{name:22s} opset {opset}: {s}")
+    if any(s != "ok" for _, _, s in summary):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
