@@ -1,10 +1,16 @@
 // The cache of data derived from plan constants (constant_cache.h).
 #include "backend/cpu/constant_cache.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "base/error.h"
 
@@ -13,15 +19,12 @@ namespace {
 
 struct Entry {
   std::weak_ptr<Storage> owner;
-  const void* src;
-  std::string key;
   std::shared_ptr<Storage> data;
   size_t bytes;
 };
 
-constexpr size_t kCapBytes = size_t{256} << 20;
 std::mutex mu;
-std::vector<Entry> entries;  // least recently used first
+std::unordered_map<std::string, Entry> entries;  // by src address + key
 size_t held = 0;
 int64_t hits = 0, misses = 0;
 
@@ -34,26 +37,42 @@ bool bypassed() {
   return e && e[0] == '0' && e[1] == 0;
 }
 
+size_t cap_bytes() {
+  static const size_t cap = [] {
+    if (const char* e = std::getenv("SPORE_CONSTANT_CACHE_MB"); e && *e) return static_cast<size_t>(std::atoll(e)) << 20;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const size_t phys = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : size_t{4} << 30;
+    return std::max(size_t{256} << 20, phys / 4);
+  }();
+  return cap;
+}
+
+void drop_expired() {
+  for (auto it = entries.begin(); it != entries.end();) {
+    if (it->second.owner.expired()) {
+      held -= it->second.bytes;
+      it = entries.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Storage> constant_derived(const std::shared_ptr<Storage>& owner, const void* src, std::string_view key,
                                           size_t bytes, const std::function<void(void*)>& fill) {
   if (!owner || bypassed()) return nullptr;
+  std::string id = fmt::format("{}:{}", src, key);
   {
     const std::lock_guard<std::mutex> lock(mu);
-    for (auto it = entries.begin(); it != entries.end();) {
-      if (it->owner.expired()) {
-        held -= it->bytes;
-        it = entries.erase(it);
-      } else if (it->src == src && it->bytes == bytes && it->key == key && same_owner(it->owner, owner)) {
+    if (auto it = entries.find(id); it != entries.end()) {
+      if (it->second.bytes == bytes && same_owner(it->second.owner, owner)) {
         ++hits;
-        Entry e = std::move(*it);
-        entries.erase(it);
-        entries.push_back(std::move(e));
-        return entries.back().data;
-      } else {
-        ++it;
+        return it->second.data;
       }
+      held -= it->second.bytes;  // a dead storage's entry at a recycled address
+      entries.erase(it);
     }
   }
   std::shared_ptr<Storage> data;
@@ -66,13 +85,9 @@ std::shared_ptr<Storage> constant_derived(const std::shared_ptr<Storage>& owner,
   fill(data->data());
   const std::lock_guard<std::mutex> lock(mu);
   ++misses;
-  if (bytes > kCapBytes) return data;
-  while (held + bytes > kCapBytes && !entries.empty()) {
-    held -= entries.front().bytes;
-    entries.erase(entries.begin());
-  }
-  entries.push_back({owner, src, std::string(key), data, bytes});
-  held += bytes;
+  if (held + bytes > cap_bytes()) drop_expired();
+  if (held + bytes > cap_bytes()) return data;  // full of live entries: used for this call only
+  if (entries.emplace(std::move(id), Entry{owner, data, bytes}).second) held += bytes;
   return data;
 }
 

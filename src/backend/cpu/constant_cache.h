@@ -4,11 +4,14 @@
 // transformed 3x3 weights, oneDNN's reordered (blocked) conv weights. Same bits as deriving them again.
 //
 // An entry is found by the constant's storage (its control block: a new storage at a recycled address never
-// matches an old entry), the address derived from and a kernel-chosen key (what was derived, in which layout).
-// Entries whose storage died are dropped at the next lookup; at most 256 MB are kept, least recently used first
-// out. The buffers are Storage, counted against set_memory_limit: with no room left, lookup returns null and
-// the kernel derives per call as before. SPORE_CONSTANT_CACHE=0 bypasses the cache (read per call, for A/B
-// benchmarks and tests).
+// matches an old entry), the address derived from and a kernel-chosen key (what was derived, in which layout),
+// through a hash index. Entries whose storage died are dropped (checked on a miss). At most a quarter of the
+// machine's memory is kept (SPORE_CONSTANT_CACHE_MB overrides): when that is full, new entries are not kept and
+// their kernels derive per call - live entries are never evicted for new ones, because a plan whose derived
+// weights exceed the cap would otherwise evict every entry before its next use (ViT-B/16's 338 MB of linear
+// panels under the old 256 MB LRU: every linear repacked every call). The buffers are Storage, counted against
+// set_memory_limit: with no room left, lookup returns null and the kernel derives per call as before.
+// SPORE_CONSTANT_CACHE=0 bypasses the cache (read per call, for A/B benchmarks and tests).
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -36,31 +36,37 @@ bool use_avx512() {
   return has && !(e && std::string_view(e) == "avx2");
 }
 
-// wp[p][k][c] = w[p*NR + c][k], 0 past N.
-void pack_panels(int64_t k, int64_t n, const float* w, int64_t nr, float* wp) {
+// wp[p][k][c] = w[p*NR + c][k] (w_kn: w[k][p*NR + c]), 0 past N.
+void pack_panels(int64_t k, int64_t n, const float* w, int64_t nr, float* wp, bool w_kn) {
   const int64_t panels = (n + nr - 1) / nr;
   parallel_for(panels, [&](int64_t p) {
     float* dst = wp + p * k * nr;
-    for (int64_t kk = 0; kk < k; ++kk)
-      for (int64_t c = 0; c < nr; ++c) {
-        const int64_t col = p * nr + c;
-        *dst++ = col < n ? w[col * k + kk] : 0.0f;
+    const int64_t cols = std::min(nr, n - p * nr);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      if (w_kn) {
+        const float* src = w + kk * n + p * nr;
+        for (int64_t c = 0; c < cols; ++c) dst[c] = src[c];
+      } else {
+        for (int64_t c = 0; c < cols; ++c) dst[c] = w[(p * nr + c) * k + kk];
       }
+      for (int64_t c = cols; c < nr; ++c) dst[c] = 0.0f;
+      dst += nr;
+    }
   });
 }
 
 }  // namespace
 
 void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y,
-                 const std::shared_ptr<Storage>& weights_owner) {
+                 const std::shared_ptr<Storage>& weights_owner, bool w_kn) {
   if (m <= 0 || n <= 0) return;
   const bool wide = use_avx512();
   const int64_t nr = wide ? 32 : 16, mr = wide ? 12 : 6, panels = (n + nr - 1) / nr;
   const size_t floats = static_cast<size_t>(panels * std::max<int64_t>(k, 1) * nr);
   std::shared_ptr<Storage> kept;
   std::vector<float> local;
-  const float* wp = derived_floats(weights_owner, w, fmt::format("gemm_linear:{}:{}x{}", nr, n, k), floats,
-                                   [&](float* buf) { pack_panels(k, n, w, nr, buf); }, kept, local);
+  const float* wp = derived_floats(weights_owner, w, fmt::format("gemm_linear:{}:{}x{}:{}", nr, n, k, w_kn ? "kn" : "nk"),
+                                   floats, [&](float* buf) { pack_panels(k, n, w, nr, buf, w_kn); }, kept, local);
   const detail::GemmJob job{m, k, n, x, wp, bias, y};
   // Tasks: row blocks of whole tiles (about 8 per call when M allows), each over a group of panels that fits L2
   // (~256 KB of packed weights); row-block major, so consecutive layers split their rows alike (TaskRanges).

@@ -1,7 +1,8 @@
 #pragma once
-// f32 linear y[M, N] = x[M, K] @ w[N, K]^T + bias[N] as spore's own GEMM (linalg.cpp's linear kernel, N > 16):
-// oneDNN's sgemm is capped at AVX2 for reproducible bits, and at the transformer encoder's sizes (K 128-512, N
-// 128-512) it ran at 40 GFLOP/s (32 rows) to 95 GFLOP/s (1024 rows) on one core.
+// f32 linear y[M, N] = x[M, K] @ w[N, K]^T + bias[N] as spore's own GEMM (linalg.cpp's linear and f32 matmul
+// kernels, N > 16). oneDNN's sgemm gave different bits for B given as [K, N] or as [N, K]^T on AVX-512 (so an
+// exported-and-reimported LSTM changed its outputs), and at the transformer encoder's sizes (K 128-512, N 128-512)
+// it ran at 40 GFLOP/s (32 rows) to 95 GFLOP/s (1024 rows) on one core when capped at AVX2.
 //
 // Lanes are output columns: every output is +0, then one fma per k in increasing k, then + bias - a sequence
 // that depends on nothing but K, so the AVX-512 (12 rows x 32 columns per tile) and AVX2 (6 x 16) builds give the
@@ -17,9 +18,10 @@ class Storage;
 namespace spore::cpu {
 
 // weights_owner: w's storage when w is a plan constant (its packed copy is then kept); null: packed per call.
+// w_kn: w is [K, N] row-major (matmul's B) instead of [N, K]; the packed panels, hence the bits, are the same.
 // SPORE_LINEAR_GEMM=avx2 forces the AVX2 build (tests compare the two).
 void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y,
-                 const std::shared_ptr<Storage>& weights_owner = nullptr);
+                 const std::shared_ptr<Storage>& weights_owner = nullptr, bool w_kn = false);
 
 namespace detail {
 struct GemmJob {

@@ -1,17 +1,12 @@
-// CPU kernels of the linalg family. f32 (and bf16 where the CPU has it) runs oneDNN's matmul, with
-// transposes and batch broadcasting expressed as strides so nothing is copied; f64 runs blocked loops;
-// f16 (and bf16 elsewhere) is staged through f32. f32 linear runs own kernels: a dot kernel for <= 16 outputs, gemm_linear.h above.
+// CPU kernels of the linalg family. f32 matmul and linear run spore's own kernels (linear_f32: a dot kernel for
+// <= 16 outputs, gemm_linear.h above), transposes and batch broadcasting read through strides; f64 runs loops;
+// f16 and bf16 are staged through f32.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <string_view>
 
 #include <immintrin.h>
-
-#include <omp.h>
-
-#include <oneapi/dnnl/dnnl.h>
 
 #include "backend/cpu/families.h"
 #include "backend/cpu/gemm_linear.h"
@@ -21,11 +16,9 @@
 namespace spore::cpu {
 namespace {
 
-using dnnl::memory;
-
 // Logical [batch..., M, K] x [batch..., K, N] -> [batch..., M, N] over the operands' contiguous buffers.
 struct MatmulGeom {
-  memory::dims a_dims, a_strides, b_dims, b_strides, c_dims;
+  Shape a_dims, a_strides, b_dims, b_strides, c_dims;
   int64_t m = 0, k = 0, n = 0;
 };
 
@@ -61,7 +54,6 @@ MatmulGeom matmul_geom(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   return g;
 }
 
-memory::data_type dnnl_type(DType t) { return t == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32; }
 
 // Batch offsets (in elements) of A and B for every output batch index, with broadcasting.
 void batch_offsets(const MatmulGeom& g, std::vector<int64_t>& a_off, std::vector<int64_t>& b_off) {
@@ -80,98 +72,6 @@ void batch_offsets(const MatmulGeom& g, std::vector<int64_t>& a_off, std::vector
     a_off[bi] = ao;
     b_off[bi] = bo;
   }
-}
-
-// Output tiles: sizes depend only on the problem, so the task list is the same for any thread count.
-// Row panels of 256 rows; panels are split along N only as much as needed to give ~8 tasks, because
-// every tile repacks its operand panels (full-width panels pack B once per panel).
-constexpr int64_t tile_m = 256;
-inline int64_t pick_tile_n(int64_t m, int64_t n) {
-  const int64_t panels = num_chunks(m, tile_m);
-  const int64_t splits = std::max<int64_t>(1, (8 + panels - 1) / panels);
-  return std::max<int64_t>(64, (num_chunks(n, splits) + 63) / 64 * 64);
-}
-
-// C = A @ B (+ bias) as independent [tile_m x tile_n] tiles per batch, each a single-threaded oneDNN
-// matmul inside our own OpenMP loop (nested in our region, oneDNN runs serially). oneDNN's own threading
-// splits K across threads when M*N is small (measured: 33x1024 @ 1024x65 gives different bits for 1 and
-// 4 threads), which would break determinism.
-void dnnl_matmul(const MatmulGeom& g, DType t, const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& c) {
-  const memory::data_type dt = dnnl_type(t);
-  const size_t r = g.c_dims.size();
-  const int64_t am = g.a_strides[r - 2], ak = g.a_strides[r - 1], bk = g.b_strides[r - 2], bn = g.b_strides[r - 1];
-  const int64_t m = g.m, k = g.k, n = g.n;
-  const int64_t tile_n = pick_tile_n(m, n);
-  // One primitive per distinct tile shape (full tiles and the M/N edges): at most four.
-  struct Tile {
-    memory::desc a, b, c, bias;
-    dnnl::matmul prim;
-  };
-  static PrimitiveCache<Tile> cache;
-  const auto tile = [&](int64_t tm, int64_t tn) {
-    const std::string key = fmt::format("{}:{}x{}x{}:{},{},{},{}:{}:{}", static_cast<int>(t), tm, k, tn, am, ak, bk, bn,
-                                        n, bias != nullptr);
-    return cache.get(key, [&] {
-      Tile e;
-      e.a = memory::desc({tm, k}, dt, {am, ak});
-      e.b = memory::desc({k, tn}, dt, {bk, bn});
-      e.c = memory::desc({tm, tn}, dt, {n, 1});
-      if (bias) e.bias = memory::desc({1, tn}, dt, {n, 1});
-      const dnnl::matmul::desc d = bias ? dnnl::matmul::desc(e.a, e.b, e.bias, e.c) : dnnl::matmul::desc(e.a, e.b, e.c);
-      e.prim = dnnl::matmul(dnnl::matmul::primitive_desc(d, dnnl_engine()));
-      return e;
-    });
-  };
-  const int64_t mt = num_chunks(m, tile_m), nt = num_chunks(n, tile_n);
-  const Tile tiles[2][2] = {
-      {tile(std::min(m, tile_m), std::min(n, tile_n)), tile(std::min(m, tile_m), n - (nt - 1) * tile_n)},
-      {tile(m - (mt - 1) * tile_m, std::min(n, tile_n)), tile(m - (mt - 1) * tile_m, n - (nt - 1) * tile_n)}};
-  std::vector<int64_t> a_off, b_off;
-  batch_offsets(g, a_off, b_off);
-  const int64_t batches = static_cast<int64_t>(a_off.size()), tasks = batches * mt * nt;
-  const size_t es = dtype_size(t);
-  char* pa = static_cast<char*>(a.raw_data());
-  char* pb = static_cast<char*>(b.raw_data());
-  char* pc = static_cast<char*>(c.raw_data());
-  char* pbias = bias ? static_cast<char*>(bias->raw_data()) : nullptr;
-  // f32 with unit-stride operands: dnnl_sgemm per tile (single-threaded inside our loop) needs no memory
-  // objects or argument map per tile; the tiles are the same fixed ones, so determinism is unchanged.
-  // Row-major BLAS wants lda >= K for 'N' and lda >= M for 'T'; a size-1 dim's stride is arbitrary, so
-  // a valid leading dimension is chosen for it.
-  char ta = 0, tb = 0;
-  int64_t lda = 0, ldb = 0;
-  if (ak == 1 && (m == 1 || am >= k)) { ta = 'N'; lda = m == 1 ? std::max<int64_t>(k, 1) : am; }
-  else if (am == 1 && (k == 1 || ak >= m)) { ta = 'T'; lda = k == 1 ? std::max<int64_t>(m, 1) : ak; }
-  if (bn == 1 && (k == 1 || bk >= n)) { tb = 'N'; ldb = k == 1 ? std::max<int64_t>(n, 1) : bk; }
-  else if (bk == 1 && (n == 1 || bn >= k)) { tb = 'T'; ldb = n == 1 ? std::max<int64_t>(k, 1) : bn; }
-  const bool sgemm_ok = t == DType::f32 && ta != 0 && tb != 0;
-  const auto run_tile = [&](int64_t task) {
-    const int64_t bi = task / (mt * nt), ti = task / nt % mt, tj = task % nt;
-    const Tile& e = tiles[ti == mt - 1 && mt > 1][tj == nt - 1 && nt > 1];
-    const int64_t i0 = ti * tile_m, j0 = tj * tile_n;
-    if (sgemm_ok) {
-      const int64_t tm = std::min(tile_m, m - i0), tn = std::min(tile_n, n - j0);
-      const float* ap = reinterpret_cast<const float*>(pa) + a_off[bi] + i0 * am;
-      const float* bp = reinterpret_cast<const float*>(pb) + b_off[bi] + j0 * bn;
-      float* cp = reinterpret_cast<float*>(pc) + (bi * m + i0) * n + j0;
-      float beta = 0.0f;
-      if (bias) {
-        const float* bv = reinterpret_cast<const float*>(pbias) + j0;
-        for (int64_t i = 0; i < tm; ++i) std::memcpy(cp + i * n, bv, static_cast<size_t>(tn) * sizeof(float));
-        beta = 1.0f;
-      }
-      const dnnl_status_t st = dnnl_sgemm(ta, tb, tm, tn, k, 1.0f, ap, lda, bp, ldb, beta, cp, n);
-      SPORE_CHECK(st == dnnl_success, ErrorCode::internal, "[matmul] dnnl_sgemm failed with status {}", static_cast<int>(st));
-      return;
-    }
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, memory(e.a, dnnl_engine(), pa + (a_off[bi] + i0 * am) * es)},
-        {DNNL_ARG_WEIGHTS, memory(e.b, dnnl_engine(), pb + (b_off[bi] + j0 * bn) * es)},
-        {DNNL_ARG_DST, memory(e.c, dnnl_engine(), pc + ((bi * m + i0) * n + j0) * es)}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, dnnl_engine(), pbias + j0 * es));
-    e.prim.execute(dnnl_stream(), args);
-  };
-  run_onednn_tasks(tasks, run_tile);
 }
 
 // f64: each output row block is one task; every element sums over K in order, so any thread count
@@ -224,26 +124,13 @@ bool handle_empty(const MatmulGeom& g, const Tensor* bias, const Tensor& c) {
   return true;
 }
 
-void run_matmul(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& c) {
-  if (handle_empty(g, bias, c)) return;
-  if (c.dtype() == DType::f64)
-    loops_matmul_f64(g, a.data<double>(), b.data<double>(), bias ? bias->data<double>() : nullptr, c.data<double>());
-  else
-    dnnl_matmul(g, c.dtype(), a, b, bias, c);
-}
-
-void matmul_kernel(KernelContext& k) {
-  run_matmul(matmul_geom(k.in(0), k.in(1), k.attrs.b("transpose_a"), k.attrs.b("transpose_b")), k.in(0), k.in(1),
-             nullptr, k.out(0));
-}
-
 // ---- f32 linear with few outputs (N <= 16: classifier heads): oneDNN's sgemm ran SimpleNet's head
 // ([32, 12544] x [10, 12544]^T) at ~37 GFLOP/s on one thread, and as one task (one 256-row tile). Here every
 // output is a dot product over K: 16 lanes of partial sums, lane l adding the products of k = l mod 16 in K order
 // by fma (masked loads zero-fill the last partial vector), then a fixed pairwise lane sum, then the bias. The order
 // depends on K only, never on M, the row's place in the batch, the thread count or the ISA: the AVX-512 tiles
 // hold the 16 lanes in one register, the AVX2 tiles in two, with the same operations per lane. Tiles of up to
-// 4 rows x 6 outputs (AVX2: 2 x 2) share each load of x and w. SPORE_LINEAR_DOT=0 keeps oneDNN,
+// 4 rows x 6 outputs (AVX2: 2 x 2) share each load of x and w. SPORE_LINEAR_DOT=0 uses the GEMM instead,
 // SPORE_LINEAR_DOT=avx2 forces the AVX2 tiles (read per call, for tests).
 enum class DotIsa { off, avx2, avx512 };
 DotIsa few_outputs_isa(int64_t n, int64_t k) {
@@ -387,7 +274,70 @@ void few_outputs_linear(DotIsa isa, int64_t m, int64_t k, int64_t n, const float
   });
 }
 
-// linear = [rows, in] @ w^T with w^T described by strides (no copy) and the bias fused into the primitive.
+// Every f32 y[M, N] = x[M, K] @ W + bias, whichever op asked (linear, matmul, their fused and staged forms) and
+// whichever layout W has ([N, K] for linear and matmul's transpose_b, [K, N] otherwise): the dot kernel above for
+// N <= 16 (K >= 16), spore's GEMM (gemm_linear.h) for the rest. Both fix each output's summation order from K
+// alone, so the bits do not depend on the op, W's layout, M, a row's place in the batch, the thread count or the
+// ISA. x is [M, K] row-major. owner: W's storage when W is a plan constant (derived copies are then kept).
+void linear_f32(int64_t m, int64_t k, int64_t n, const float* x, const float* w, bool w_kn, const float* bias,
+                float* y, const std::shared_ptr<Storage>& owner) {
+  if (const DotIsa isa = few_outputs_isa(n, k); isa != DotIsa::off) {
+    if (!w_kn) return few_outputs_linear(isa, m, k, n, x, w, bias, y);
+    std::vector<float> wt(static_cast<size_t>(n * k));  // at most 16 x K: [K, N] -> [N, K]
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t c = 0; c < n; ++c) wt[c * k + kk] = w[kk * n + c];
+    return few_outputs_linear(isa, m, k, n, x, wt.data(), bias, y);
+  }
+  gemm_linear(m, k, n, x, w, bias, y, owner, w_kn);
+}
+
+// f32 matmul over matmul_geom's batches (broadcast by offsets): A is used in place when its rows are contiguous,
+// else (transpose_a) copied to [M, K]; B in place as [K, N] or [N, K].
+void matmul_f32(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Tensor& c, bool constant_b) {
+  const size_t r = g.c_dims.size();
+  const int64_t am = g.a_strides[r - 2], ak = g.a_strides[r - 1], bk = g.b_strides[r - 2], bn = g.b_strides[r - 1];
+  const int64_t m = g.m, k = g.k, n = g.n;
+  std::vector<int64_t> a_off, b_off;
+  batch_offsets(g, a_off, b_off);
+  const bool a_rows = ak == 1 && (m == 1 || am == k);
+  const bool w_kn = bn == 1 && (k == 1 || bk == n);
+  SPORE_CHECK(a_rows || (am == 1 && (k == 1 || ak == m)), ErrorCode::internal, "[matmul] unexpected A strides {},{}",
+              am, ak);
+  SPORE_CHECK(w_kn || (bk == 1 && (n == 1 || bn == k)), ErrorCode::internal, "[matmul] unexpected B strides {},{}",
+              bk, bn);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* pc = c.data<float>();
+  std::vector<float> at;
+  if (!a_rows) at.resize(static_cast<size_t>(m * k));
+  const std::shared_ptr<Storage> owner = constant_b ? b.storage() : nullptr;
+  for (size_t bi = 0; bi < a_off.size(); ++bi) {
+    const float* x = pa + a_off[bi];
+    if (!a_rows) {  // [K, M] -> [M, K]
+      parallel_for(num_chunks(m, 64), [&](int64_t t) {
+        for (int64_t i = t * 64; i < std::min(m, t * 64 + 64); ++i)
+          for (int64_t kk = 0; kk < k; ++kk) at[i * k + kk] = x[kk * m + i];
+      });
+      x = at.data();
+    }
+    linear_f32(m, k, n, x, pb + b_off[bi], w_kn, nullptr, pc + static_cast<int64_t>(bi) * m * n, owner);
+  }
+}
+
+void run_matmul(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Tensor& c, bool constant_b) {
+  if (handle_empty(g, nullptr, c)) return;
+  if (c.dtype() == DType::f64)
+    loops_matmul_f64(g, a.data<double>(), b.data<double>(), nullptr, c.data<double>());
+  else
+    matmul_f32(g, a, b, c, constant_b);
+}
+
+void matmul_kernel(KernelContext& k) {
+  run_matmul(matmul_geom(k.in(0), k.in(1), k.attrs.b("transpose_a"), k.attrs.b("transpose_b")), k.in(0), k.in(1),
+             k.out(0), (k.constant_inputs >> 1) & 1);
+}
+
+// linear = [rows, in] @ w^T + bias: linear_f32 (f32) or the f64 loops, w^T described by strides (no copy).
 void linear_kernel(KernelContext& k) {
   const int64_t in = k.in(1).dim(1), out = k.in(1).dim(0);
   MatmulGeom g;
@@ -399,42 +349,30 @@ void linear_kernel(KernelContext& k) {
   g.b_dims = {in, out};
   g.b_strides = {1, in};
   g.c_dims = {g.m, out};
-  const bool f32 = k.out(0).dtype() == DType::f32 && g.m > 0 && in > 0;
-  const float* bias = f32 && k.num_inputs() > 2 ? k.in(2).data<float>() : nullptr;
-  if (const DotIsa isa = few_outputs_isa(out, in); f32 && isa != DotIsa::off)
-    return few_outputs_linear(isa, g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(), bias,
-                              k.out(0).data<float>());
-  // Wider f32 linears: spore's GEMM (gemm_linear.h), its weight panels kept for a plan constant and packed per call
-  // otherwise - for every M, so that a row's bits never depend on the batch around it. SPORE_LINEAR_GEMM=0 keeps
-  // oneDNN.
+  const Tensor* bias = k.num_inputs() > 2 ? &k.in(2) : nullptr;
+  if (handle_empty(g, bias, k.out(0))) return;
+  if (k.out(0).dtype() == DType::f64)
+    return loops_matmul_f64(g, k.in(0).data<double>(), k.in(1).data<double>(), bias ? bias->data<double>() : nullptr,
+                            k.out(0).data<double>());
   const bool constant_w = (k.constant_inputs >> 1) & 1;
-  const char* gemm_env = std::getenv("SPORE_LINEAR_GEMM");
-  if (f32 && out > 16 && !(gemm_env && std::string_view(gemm_env) == "0"))
-    return gemm_linear(g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(), bias, k.out(0).data<float>(),
-                       constant_w ? k.in(1).storage() : nullptr);
-  run_matmul(g, k.in(0), k.in(1), k.num_inputs() > 2 ? &k.in(2) : nullptr, k.out(0));
+  linear_f32(g.m, in, out, k.in(0).data<float>(), k.in(1).data<float>(), false, bias ? bias->data<float>() : nullptr,
+             k.out(0).data<float>(), constant_w ? k.in(1).storage() : nullptr);
 }
 
-// bf16 runs natively where oneDNN has bf16 kernels (and falls back if it declines); f16 is staged.
+// f16 and bf16 compute in f32 (the same kernels, so a low-precision matmul is the f32 one on the widened operands,
+// rounded once): oneDNN's native bf16 matmul split K across threads, giving different bits for 1 and 2 threads.
 template <KernelFn kernel>
 void low_precision(KernelContext& k) {
-  if (native_bf16() && k.out(0).dtype() == DType::bf16) {
-    try {
-      return kernel(k);
-    } catch (const dnnl::error& e) {
-      onednn_declined(e, op_name(k.op));  // declined before anything ran: stage through f32 instead
-    }
-  }
   run_in_f32(k, kernel);
 }
 
 }  // namespace
 
 void register_linalg(KernelRegistry& r) {
-  r.add(Backend::cpu, "matmul"_op, {DType::f32, DType::f64}, matmul_kernel, "onednn");
-  r.add(Backend::cpu, "matmul"_op, {DType::f16, DType::bf16}, low_precision<matmul_kernel>, "onednn");
-  r.add(Backend::cpu, "linear"_op, {DType::f32, DType::f64}, linear_kernel, "gemm+dot");  // own f32 kernels
-  r.add(Backend::cpu, "linear"_op, {DType::f16, DType::bf16}, low_precision<linear_kernel>, "onednn");
+  r.add(Backend::cpu, "matmul"_op, {DType::f32, DType::f64}, matmul_kernel, "gemm+dot");  // own kernels
+  r.add(Backend::cpu, "matmul"_op, {DType::f16, DType::bf16}, low_precision<matmul_kernel>, "gemm+dot");
+  r.add(Backend::cpu, "linear"_op, {DType::f32, DType::f64}, linear_kernel, "gemm+dot");
+  r.add(Backend::cpu, "linear"_op, {DType::f16, DType::bf16}, low_precision<linear_kernel>, "gemm+dot");
 }
 
 }  // namespace spore::cpu

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <string_view>
 #include <exception>
 #include <vector>
 
@@ -15,16 +16,25 @@
 
 namespace spore::cpu {
 
-// oneDNN's kernels are capped at AVX2 (its "avx2" ISA) unless the user asks otherwise, so that every machine
-// computes the same bits. On AVX-512 CPUs oneDNN otherwise picks other kernels (16-channel blocks, brgemm, native
-// bf16 dot products) whose summation order differs from the AVX2 ones: measured on an AVX-512 (Zen 5) machine,
-// PyNative and graph-mode evaluation of the same conv net stopped being bit-identical, and results differed from
-// an AVX2 machine's. ONEDNN_MAX_CPU_ISA (oneDNN's own variable) set by the user wins: e.g. ONEDNN_MAX_CPU_ISA=ALL
-// trades that reproducibility for the wider kernels. Called by register_cpu_kernels (runtime::init), before any
-// kernel can query or use the ISA.
+// oneDNN runs its best kernels for the CPU (AVX-512, brgemm, native bf16/VNNI where the CPU has them): spore
+// promises determinism per machine (thread count, runs, batch composition, eager == graph), and oneDNN's
+// kernels keep those; they do not give the same bits on CPUs with different ISAs. SPORE_PORTABLE_NUMERICS=1
+// caps oneDNN at its AVX2 kernels so every AVX2-or-better x86 machine computes the same bits (spore's own
+// kernels give one set of bits on AVX2 and AVX-512 either way); the cost is measured in docs/PERFORMANCE.md.
+// ONEDNN_MAX_CPU_ISA (oneDNN's own variable) set by the user wins over both. Called by register_cpu_kernels
+// (runtime::init), before any kernel can query or use the ISA.
+bool portable_numerics() {
+  static const bool on = [] {
+    const char* e = std::getenv("SPORE_PORTABLE_NUMERICS");
+    return e != nullptr && *e != 0 && std::string_view(e) != "0";
+  }();
+  return on;
+}
+
 void pin_onednn_isa() {
   static const bool done = [] {
     if (std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr) return true;
+    if (!portable_numerics()) return true;
     try {
       dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
     } catch (const dnnl::error&) {

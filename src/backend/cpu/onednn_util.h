@@ -61,7 +61,9 @@ dnnl::memory scratch_memory(const dnnl::memory::desc& md, std::vector<char>& buf
 bool onednn_declined(const dnnl::error& e, std::string_view what);
 // Whether oneDNN runs bf16 primitives natively here (avx512_bf16 / AMX); else bf16 is staged through f32.
 bool native_bf16();
-// Caps oneDNN at AVX2 kernels unless ONEDNN_MAX_CPU_ISA is set (onednn_util.cpp says why). Idempotent.
+// SPORE_PORTABLE_NUMERICS=1: oneDNN capped at AVX2 so AVX2 and AVX-512 machines give the same bits.
+bool portable_numerics();
+// Applies portable_numerics() to oneDNN unless ONEDNN_MAX_CPU_ISA is set (onednn_util.cpp says why). Idempotent.
 void pin_onednn_isa();
 
 // Runs `f32_kernel` on f32 copies of the f16/bf16 inputs and rounds its f32 outputs back (RNE).

@@ -75,7 +75,7 @@ int64_t cpu_team_primitive_calls() { return cpu::team_primitive_calls(); }
 
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
-  // The kernels' ISA: capped at avx2 unless ONEDNN_MAX_CPU_ISA says otherwise (onednn_util.cpp).
+  // The kernels' ISA: the CPU's best unless SPORE_PORTABLE_NUMERICS=1 caps it at avx2 (onednn_util.cpp).
   const auto isa = dnnl::get_effective_cpu_isa();
   const char* name = isa == dnnl::cpu_isa::avx2                 ? "avx2"
                      : isa == dnnl::cpu_isa::avx512_core        ? "avx512_core"
@@ -86,7 +86,8 @@ std::string onednn_version() {
                      : isa == dnnl::cpu_isa::sse41              ? "sse41"
                      : isa == dnnl::cpu_isa::avx                ? "avx"
                                                                 : "other";
-  return fmt::format("{}.{}.{} (kernels: {})", v->major, v->minor, v->patch, name);
+  return fmt::format("{}.{}.{} (kernels: {}{})", v->major, v->minor, v->patch, name,
+                     cpu::portable_numerics() ? ", SPORE_PORTABLE_NUMERICS" : "");
 }
 
 std::string cpu_features() {

@@ -453,7 +453,10 @@ bool winograd_qualifies(const WinogradConv& g, WinogradRule rule) {
   //  - vs oneDNN at full AVX-512 (ONEDNN_MAX_CPU_ISA=ALL: brgconv on nhwc, plus its reorders): 1.4-1.5x at
   //    batch 32; C=O=128 ties at 16 tiles and wins from 32, 256 wins from 64; with C or O = 512, U (16 MB)
   //    fits no cache and the GEMMs stream it per block: 0.7-0.8x even at batch 32.
-  const int64_t tiles = g.n * ((g.oh + 1) / 2) * ((g.ow + 1) / 2), co = g.c * g.o;
+  // Counted per image, never per batch: which kernel a conv runs (and so its bits) must not depend on the batch
+  // size, or a row of a batch would differ from the same input run alone (with the weights' transform kept for
+  // plan constants, the per-call cost these thresholds amortize is mostly gone anyway).
+  const int64_t tiles = ((g.oh + 1) / 2) * ((g.ow + 1) / 2), co = g.c * g.o;
   if (rule == WinogradRule::beats_onednn_avx2) return std::max(g.c, g.o) <= 512 && tiles >= 2 && tiles * 8192 > co;
   return std::max(g.c, g.o) <= 256 && tiles * 1024 > co;
 }
