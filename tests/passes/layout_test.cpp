@@ -138,6 +138,54 @@ TEST(Layout, BlockedPlanMatchesThePlainPlanTheReferenceAndItselfOnAnyThreadCount
   }
 }
 
+// Batch composition never changes a row's bits: a deep conv stack whose layers sit where the kernel choice used to
+// depend on the batch (Winograd's rule counted the batch's tiles: 256 channels at 14x14, 512 at 7x7), run on one
+// image and as row 1 of a batch of 3, on 1 and 2 threads.
+std::unique_ptr<Graph> deep_convs(int64_t batch) {
+  std::mt19937 rng(21);
+  auto g = std::make_unique<Graph>("deep_convs");
+  Value* x = g->add_input(TensorType::of(DType::f32, {batch, 64, 14, 14}), "x");
+  const auto w = [&](const Shape& s) { return g->add_constant(random_tensor(rng, s, DType::f32, -0.05, 0.05)); };
+  const Attrs pad{{"padding", V{1, 1, 1, 1}}};
+  const Attrs pad_s2{{"padding", V{1, 1, 1, 1}}, {"stride", V{2, 2}}};
+  const auto conv_relu = [&](Value* in, int64_t c, int64_t o, const Attrs& a) {
+    Value* v = build_node(*g, "conv2d"_op, {in, w({o, c, 3, 3}), w({o})}, a)->output(0);
+    return build_node(*g, "relu"_op, {v}, {})->output(0);
+  };
+  Value* v = conv_relu(x, 64, 256, pad);
+  v = conv_relu(v, 256, 256, pad);
+  v = conv_relu(v, 256, 512, pad_s2);
+  v = conv_relu(v, 512, 512, pad);
+  Value* m = build_node(*g, "reduce_mean"_op, {v}, Attrs{{"axes", V{2, 3}}, {"keepdims", false}})->output(0);
+  Value* y = build_node(*g, "linear"_op, {m, w({10, 512}), w({10})}, {})->output(0);
+  g->set_outputs({y, v});
+  verify_graph(*g);
+  return g;
+}
+
+TEST(Layout, ARowOfABatchHasTheBitsOfThatInputRunAlone) {
+  Plan one = compile_plan(deep_convs(1), inference(true));
+  Plan three = compile_plan(deep_convs(3), inference(true));
+  std::mt19937 rng(8);
+  const Tensor batch = random_tensor(rng, {3, 64, 14, 14}, DType::f32);
+  const int64_t img = 64 * 14 * 14;
+  Tensor alone = Tensor::empty({1, 64, 14, 14}, DType::f32);
+  std::memcpy(alone.raw_data(), batch.data<float>() + img, img * sizeof(float));
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(fmt::format("{} threads", threads));
+    set_threads(threads);
+    const auto a = one.run({&alone, 1});
+    const auto b = three.run({&batch, 1});
+    set_threads(0);
+    for (size_t i = 0; i < a.size(); ++i) {
+      SCOPED_TRACE(fmt::format("output {}", i));
+      const size_t row = a[i].nbytes();
+      ASSERT_EQ(b[i].nbytes(), 3 * row);
+      EXPECT_EQ(std::memcmp(a[i].raw_data(), static_cast<const char*>(b[i].raw_data()) + row, row), 0);
+    }
+  }
+}
+
 // The plan marks its constants (KernelContext::constant_inputs), so the convs keep what they derive from their
 // weights across runs (backend/cpu/constant_cache.h): the Winograd convs their transformed weights, the oneDNN
 // convs their reordered (blocked) weights - with the bits of deriving them every run.
