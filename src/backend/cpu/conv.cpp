@@ -1,9 +1,9 @@
-// CPU kernels of the conv family. f32 runs oneDNN (convolution, deconvolution, pooling) with primitives
-// cached per shape; f64, global_avg_pool, and the few geometries oneDNN cannot express (avg pooling with
-// count_include_pad over a ceil_mode overhang) run plain loops parallel over (image, channel) planes.
-// f16/bf16 are staged through f32 (or run natively in bf16 where the CPU supports it).
-// Own AVX2 kernels: a direct stride-1 conv and weight gradient for few input channels, 2x2 max pooling; with
-// AVX-512, conv2d_fused's conv + relu + 2x2 max pool of those geometries in one pass (direct_conv_pool).
+// CPU kernels of the conv family. f32 convolution and deconvolution run oneDNN (primitives cached per shape) where
+// spore's own kernels do not apply; f64 runs plain loops parallel over (image, channel) planes. f16/bf16 are
+// staged through f32 (or run natively in bf16 where the CPU supports it). Pooling is spore's own: 2x2 max pooling
+// (AVX2), the separable kernel for every other window, global average pooling.
+// Own AVX2 kernels: a direct stride-1 conv and weight gradient for few input channels; with AVX-512,
+// conv2d_fused's conv + relu + 2x2 max pool of those geometries in one pass (direct_conv_pool).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -1024,26 +1024,56 @@ void max_pool_2x2_grad(const PoolGeom& g, const float* x, const float* dy, float
     for (int64_t p = 0; p < g.planes; ++p) std::fill(dx + (p * g.h + g.h - 1) * g.w, dx + (p * g.h + g.h) * g.w, 0.0f);
 }
 
-// oneDNN pooling on plain NCHW. The end padding is widened to cover a ceil_mode overhang; that changes
-// nothing for max or exclude-pad averages, but include-pad averages would divide by the full kernel, so
-// those go to the loops.
-std::optional<dnnl::primitive> make_pool_prim(const PoolGeom& g, DType t, int64_t n, int64_t c) {
-  const int64_t rh = std::max(g.ph.end, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1 - g.h - g.ph.begin);
-  const int64_t rw = std::max(g.pw.end, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1 - g.w - g.pw.begin);
-  if (g.include_pad && (rh != g.ph.end || rw != g.pw.end)) return std::nullopt;
-  const memory::data_type dt = dnnl_type(t);
-  const memory::desc src({n, c, g.h, g.w}, dt, tag::nchw), dst({n, c, g.oh, g.ow}, dt, tag::nchw);
-  const auto alg = g.is_max        ? dnnl::algorithm::pooling_max
-                   : g.include_pad ? dnnl::algorithm::pooling_avg_include_padding
-                                   : dnnl::algorithm::pooling_avg_exclude_padding;
-  try {
-    const dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, {g.sh, g.sw},
-                                           {g.kh, g.kw}, {g.dh - 1, g.dw - 1}, {g.ph.begin, g.pw.begin}, {rh, rw});
-    return dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(d, dnnl_engine()));
-  } catch (const dnnl::error& e) {
-    onednn_declined(e, "pooling");
-    return std::nullopt;
-  }
+// Any other f32 pooling window (3x3 stride 2 with padding, 3x3 stride 1, ceil mode, dilation, averages): separable,
+// per output row a vertical pass over the window's valid input rows into a row buffer (contiguous, vectorized),
+// then a horizontal pass over the window's valid columns. Max keeps take_max's rule; averages sum each column's
+// rows in order, then the columns in order, and divide as loops_pool does. Every output is computed from its own
+// window in a fixed order, so the bits do not depend on threads or batch. oneDNN's plain-NCHW pooling ran
+// densenet121's 3x3 max pool at 0.27 GB/s.
+void pool_separable(const PoolGeom& g, const float* x, float* y) {
+  const int64_t rows = g.planes * g.oh;
+  const int64_t per = std::max<int64_t>(1, 4096 / std::max<int64_t>(g.ow * g.kh * g.kw, 1));
+  parallel_for(num_chunks(rows, per), [&](int64_t chunk) {
+    thread_local std::vector<float> col;
+    if (col.size() < static_cast<size_t>(g.w)) col.resize(static_cast<size_t>(g.w));
+    float* c = col.data();
+    for (int64_t r = chunk * per; r < std::min(rows, (chunk + 1) * per); ++r) {
+      const int64_t p = r / g.oh, yy = r % g.oh;
+      const float* in = x + p * g.h * g.w;
+      float* out = y + p * g.oh * g.ow + yy * g.ow;
+      const int64_t y0 = yy * g.sh - g.ph.begin;
+      int64_t valid_rows = 0;
+      for (int64_t i = 0; i < g.kh; ++i) {
+        const int64_t iy = y0 + i * g.dh;
+        if (iy < 0 || iy >= g.h) continue;
+        const float* src = in + iy * g.w;
+        if (valid_rows++ == 0) {
+          std::copy(src, src + g.w, c);
+        } else if (g.is_max) {
+          for (int64_t j = 0; j < g.w; ++j) c[j] = take_max(c[j], src[j]);
+        } else {
+          for (int64_t j = 0; j < g.w; ++j) c[j] += src[j];
+        }
+      }
+      for (int64_t xx = 0; xx < g.ow; ++xx) {
+        const int64_t x0 = xx * g.sw - g.pw.begin;
+        float acc = g.is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+        int64_t valid_cols = 0;
+        if (valid_rows > 0)
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t ix = x0 + j * g.dw;
+            if (ix < 0 || ix >= g.w) continue;
+            acc = g.is_max ? take_max(acc, c[ix]) : acc + c[ix];
+            ++valid_cols;
+          }
+        if (!g.is_max) {
+          const int64_t dh = std::min(y0 + g.kh, g.h + g.ph.end) - y0, dw = std::min(x0 + g.kw, g.w + g.pw.end) - x0;
+          acc /= static_cast<float>(g.include_pad ? dh * dw : valid_rows * valid_cols);
+        }
+        out[xx] = acc;
+      }
+    }
+  });
 }
 
 template <bool is_max>
@@ -1052,24 +1082,9 @@ void pool_kernel(KernelContext& k) {
   if (k.out(0).numel() == 0) return;
   const DType t = k.out(0).dtype();
   if (t == DType::f64) return loops_pool(g, k.in(0).data<double>(), k.out(0).data<double>());
-  if (is_max && t == DType::f32 && is_2x2_tiling(g)) return max_pool_2x2(g, k.in(0).data<float>(), k.out(0).data<float>());
-  static PrimitiveCache<std::optional<dnnl::primitive>> cache;
-  const int64_t n = k.in(0).dim(0), c = k.in(0).dim(1);
-  const std::string key =
-      fmt::format("{}:{},{},{},{},{},{}:{},{},{},{},{},{}:{},{},{},{}:{}", static_cast<int>(t), n, c, g.h, g.w, g.oh,
-                  g.ow, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph.begin, g.ph.end, g.pw.begin, g.pw.end, g.include_pad);
-  const auto prim = cache.get(key, [&] { return make_pool_prim(g, t, n, c); });
-  if (prim) {
-    const memory::data_type dt = dnnl_type(t);
-    const memory src = user_memory(memory::desc({n, c, g.h, g.w}, dt, tag::nchw), k.in(0));
-    const memory dst = user_memory(memory::desc({n, c, g.oh, g.ow}, dt, tag::nchw), k.out(0));
-    prim->execute(dnnl_stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-    dnnl_stream().wait();
-    return;
-  }
-  SPORE_CHECK(t == DType::f32, ErrorCode::unsupported, "[{}] no {} kernel for this geometry", op_name(k.op),
-              dtype_name(t));
-  loops_pool(g, k.in(0).data<float>(), k.out(0).data<float>());
+  SPORE_CHECK(t == DType::f32, ErrorCode::unsupported, "[{}] no {} kernel", op_name(k.op), dtype_name(t));
+  if (is_max && is_2x2_tiling(g)) return max_pool_2x2(g, k.in(0).data<float>(), k.out(0).data<float>());
+  pool_separable(g, k.in(0).data<float>(), k.out(0).data<float>());
 }
 
 template <bool is_max>
@@ -1275,14 +1290,14 @@ void register_conv(KernelRegistry& r) {
   r.add(Backend::cpu, "conv2d"_op, {DType::f16, DType::bf16}, conv_low<false>, "onednn");
   r.add(Backend::cpu, "conv_transpose2d"_op, {DType::f32, DType::f64}, conv_kernel<true>, "onednn");
   r.add(Backend::cpu, "conv_transpose2d"_op, {DType::f16, DType::bf16}, conv_low<true>, "onednn");
-  r.add(Backend::cpu, "max_pool2d"_op, {DType::f32, DType::f64}, pool_kernel<true>, "onednn");
-  r.add(Backend::cpu, "max_pool2d"_op, {DType::f16, DType::bf16}, pool_low<true>, "onednn");
-  r.add(Backend::cpu, "avg_pool2d"_op, {DType::f32, DType::f64}, pool_kernel<false>, "onednn");
+  r.add(Backend::cpu, "max_pool2d"_op, {DType::f32, DType::f64}, pool_kernel<true>, "own");
+  r.add(Backend::cpu, "max_pool2d"_op, {DType::f16, DType::bf16}, pool_low<true>, "own");
+  r.add(Backend::cpu, "avg_pool2d"_op, {DType::f32, DType::f64}, pool_kernel<false>, "own");
   r.add(Backend::cpu, "max_pool2d_grad"_op, {DType::f32, DType::f64}, max_pool2d_grad_kernel, "loops");
   r.add(Backend::cpu, "max_pool2d_grad"_op, {DType::f16, DType::bf16}, max_pool2d_grad_low, "loops");
   r.add(Backend::cpu, "conv2d_weight_grad"_op, {DType::f32, DType::f64}, conv2d_weight_grad_kernel, "onednn");
   r.add(Backend::cpu, "conv2d_weight_grad"_op, {DType::f16, DType::bf16}, conv2d_weight_grad_low, "onednn");
-  r.add(Backend::cpu, "avg_pool2d"_op, {DType::f16, DType::bf16}, pool_low<false>, "onednn");
+  r.add(Backend::cpu, "avg_pool2d"_op, {DType::f16, DType::bf16}, pool_low<false>, "own");
   r.add(Backend::cpu, "global_avg_pool"_op, {DType::f32, DType::f64}, global_avg_pool_kernel, "loops");
   r.add(Backend::cpu, "global_avg_pool"_op, {DType::f16, DType::bf16}, global_avg_pool_low, "loops");
 }

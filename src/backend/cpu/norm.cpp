@@ -1,9 +1,10 @@
-// CPU kernels of the norm family. f32 batch_norm runs oneDNN, layer_norm own loops; rms_norm, group_norm,
+// CPU kernels of the norm family. f32 batch_norm and layer_norm run own loops; rms_norm, group_norm,
 // dropout and every f64 kernel run loops over independent rows (statistics summed in double, in index
 // order, so any thread count gives the same bits). f16/bf16 are staged through f32.
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
@@ -64,28 +65,30 @@ void loops_batch_norm(KernelContext& k) {
   });
 }
 
+// f32: y = x * a[c] + b[c] with a, b per channel from the statistics in double (as loops_batch_norm), rows of
+// `inner` contiguous elements in parallel, one fma per element. oneDNN's primitive on this [N, C, inner] view ran
+// its reference kernel: 0.44 GB/s, 69% of densenet121 (pre-activation BN, not foldable into a conv).
 void batch_norm_kernel(KernelContext& k) {
   if (k.out(0).dtype() == DType::f64) return loops_batch_norm<double>(k);
   const Tensor& xt = k.in(0);
   const int64_t n = xt.dim(0), c = xt.dim(1), inner = n * c != 0 ? xt.numel() / (n * c) : 0;
   if (xt.numel() == 0) return;
-  const float eps = static_cast<float>(k.attrs.f("epsilon"));
-  const memory::desc data({n, c, inner}, memory::data_type::f32, tag::abc);
-  const memory::desc param({c}, memory::data_type::f32, tag::a);
-  static PrimitiveCache<nf::batch_normalization_forward> cache;
-  const auto prim = cache.get(fmt::format("{},{},{}:{}", n, c, inner, eps), [&] {
-    const auto flags = nf::normalization_flags::use_global_stats | nf::normalization_flags::use_scale |
-                       nf::normalization_flags::use_shift;
-    const nf::batch_normalization_forward::desc d(nf::prop_kind::forward_inference, data, eps, flags);
-    return nf::batch_normalization_forward(nf::batch_normalization_forward::primitive_desc(d, dnnl_engine()));
+  const double eps = k.attrs.f("epsilon");
+  const float *scale = k.in(1).data<float>(), *shift = k.in(2).data<float>();
+  const float *mean = k.in(3).data<float>(), *var = k.in(4).data<float>();
+  std::vector<float> a(static_cast<size_t>(c)), b(static_cast<size_t>(c));
+  for (int64_t ch = 0; ch < c; ++ch) {
+    a[ch] = static_cast<float>(scale[ch] / std::sqrt(static_cast<double>(var[ch]) + eps));
+    b[ch] = static_cast<float>(shift[ch] - mean[ch] * static_cast<double>(a[ch]));
+  }
+  const float* x = xt.data<float>();
+  float* y = k.out(0).data<float>();
+  for_rows(n * c, inner, [&](int64_t r) {
+    const float ar = a[r % c], br = b[r % c];
+    const float* xr = x + r * inner;
+    float* yr = y + r * inner;
+    for (int64_t i = 0; i < inner; ++i) yr[i] = std::fma(xr[i], ar, br);
   });
-  prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, user_memory(data, xt)},
-                               {DNNL_ARG_DST, user_memory(data, k.out(0))},
-                               {DNNL_ARG_SCALE, user_memory(param, k.in(1))},
-                               {DNNL_ARG_SHIFT, user_memory(param, k.in(2))},
-                               {DNNL_ARG_MEAN, user_memory(param, k.in(3))},
-                               {DNNL_ARG_VARIANCE, user_memory(param, k.in(4))}});
-  dnnl_stream().wait();
 }
 
 // ---- layer_norm / rms_norm
@@ -286,8 +289,8 @@ void low(KernelContext& k) {
 
 void register_norm(KernelRegistry& r) {
   const DTypeSet full{DType::f32, DType::f64}, half{DType::f16, DType::bf16};
-  r.add(Backend::cpu, "batch_norm"_op, full, batch_norm_kernel, "onednn");
-  r.add(Backend::cpu, "batch_norm"_op, half, low<batch_norm_kernel>, "onednn");
+  r.add(Backend::cpu, "batch_norm"_op, full, batch_norm_kernel, "own");
+  r.add(Backend::cpu, "batch_norm"_op, half, low<batch_norm_kernel>, "own");
   r.add(Backend::cpu, "layer_norm"_op, full, layer_norm_kernel, "onednn");
   r.add(Backend::cpu, "layer_norm"_op, half, low<layer_norm_kernel>, "onednn");
   r.add(Backend::cpu, "rms_norm"_op, full, rms_norm_kernel, "loops");
