@@ -11,12 +11,12 @@
 // of conv2d_fused are elementwise, so they run on the blocked buffers unchanged.
 //
 // Which convs:
-// - conv2d_fused (or a plain conv2d, which becomes a conv2d_fused without epilogue) in f32 with groups 1, pool none,
-//   a static 4-D output whose channels divide by 8;
+// - conv2d_fused (or a plain conv2d, which becomes a conv2d_fused without epilogue) in f32 with groups 1 or
+//   depthwise (groups = C = O), pool none, a static 4-D output whose channels divide by 8;
 // - linked by a data edge (input or residual) to another such conv. A lone conv would only trade oneDNN's
 //   internal reorders for our own.
 // A conv takes a blocked input only when that input is already blocked (produced inside the chain). The first
-// conv of a chain (e.g. the 3-channel stem) reads NCHW. A global mean/sum/max over H, W of a chain's exit reduces
+// conv of a chain (e.g. the 3-channel stem) reads NCHW, except a depthwise one, whose input is reordered. A global mean/sum/max over H, W of a chain's exit reduces
 // the blocked tensor directly (its [N, C/8, 8] result is [N, C]), so a classifier head needs no reorder.
 //
 // Bits: oneDNN computes the same blocked convolution either way, the reorders are exact copies and the
@@ -45,7 +45,11 @@ bool static_dims(const TensorType& t, int rank) {
 bool is_candidate(const Node& n) {
   if ((n.op != "conv2d_fused"_op && n.op != "conv2d"_op) || n.outputs.size() != 1) return false;
   const Attrs& a = n.attrs;
-  if (a.i("groups") != 1) return false;
+  // groups 1, or depthwise (groups = C = O: backend/cpu/depthwise_blocked.h)
+  const int64_t groups = a.i("groups");
+  if (groups != 1 && !(static_dims(n.input(0)->type, 4) && groups == n.input(0)->type.dims[1].size &&
+                       static_dims(n.output(0)->type, 4) && groups == n.output(0)->type.dims[1].size))
+    return false;
   if (n.op == "conv2d_fused"_op && (a.s("pool") != "none" || a.s("src_layout") != "nchw" || a.s("dst_layout") != "nchw"))
     return false;
   const TensorType& y = n.output(0)->type;
@@ -94,9 +98,11 @@ class LayoutPass final : public Pass {
                                     : fused::Operands{n->inputs.size() > 2 ? 2 : -1, -1};
       std::vector<Value*> ins = n->inputs;
       Attrs a = n->attrs;
-      const bool src_blocked = blocked.count(ins[0]) != 0;
+      // A depthwise conv reads only blocked input: an NCHW one is reordered into the chain.
+      const bool depthwise = n->attrs.i("groups") != 1;
+      const bool src_blocked = blocked.count(ins[0]) != 0 || depthwise;
       if (src_blocked) {
-        ins[0] = blocked[ins[0]];
+        ins[0] = to_blocked(ins[0]);  // its blocked twin (made here only for a depthwise conv's NCHW input)
         a.set("src_layout", std::string("nchw8c"));
       }
       if (o.residual >= 0) ins[static_cast<size_t>(o.residual)] = to_blocked(ins[static_cast<size_t>(o.residual)]);

@@ -19,6 +19,7 @@
 
 #include "backend/cpu/constant_cache.h"
 #include "backend/cpu/conv_epilogue.h"
+#include "backend/cpu/depthwise_blocked.h"
 #include "backend/cpu/direct_blocked.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
@@ -815,6 +816,16 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
       w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       winograd_qualifies(wg, rule)) {
     winograd_conv2d_nchw8c(wg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
+                           y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue, fused);
+    return true;
+  }
+  // Depthwise convs of a chain (groups = C = O: the mobile nets): depthwise_blocked.h.
+  const DepthwiseBlockedConv dwg{g.n,  g.c,  g.h,  g.w,  g.oh, g.ow,       g.kh,
+                                 g.kw, g.sh, g.sw, g.dh, g.dw, g.ph.begin, g.pw.begin};
+  if (src_blocked && dst_blocked && g.groups == g.c && g.o == g.c && w.dtype() == DType::f32 && x.is_contiguous() &&
+      w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
+      depthwise_blocked_supported(dwg)) {
+    depthwise_blocked_conv(dwg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                            y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue, fused);
     return true;
   }

@@ -1,0 +1,113 @@
+// Depthwise f32 convolution on nChw8c (depthwise_blocked.h): weights packed per channel block (kept for plan
+// constants), tasks of output rows of one channel block, 4-pixel register tiles where every tap is in the image.
+#include "backend/cpu/depthwise_blocked.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/constant_cache.h"
+#include "base/thread_pool.h"
+#include "tensor/storage.h"
+
+namespace spore::cpu {
+namespace {
+
+struct Row {
+  const DepthwiseBlockedConv& g;
+  const float* xc;   // the input plane of this image and channel block
+  const float* wc;   // its packed weights [kH][kW][8]
+  __m256 bias;
+  const float* res;  // the residual row (StoreEpilogue) or null
+  bool relu;
+  float* y;          // the output row
+  int64_t iy0;       // input row of kernel row 0 (may be outside the image)
+  int64_t i0, i1;    // kernel rows whose input row is inside the image: i0 <= i < i1 (dilation-strided)
+};
+
+inline void store(const Row& r, int64_t ox, __m256 v) {
+  if (r.res) v = _mm256_add_ps(v, _mm256_loadu_ps(r.res + ox * 8));
+  if (r.relu) v = _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ), v);
+  _mm256_storeu_ps(r.y + ox * 8, v);
+}
+
+// P output pixels from ox0, every tap inside the image (Edge false) or checked per tap (Edge true, P = 1).
+template <int P, bool Edge>
+inline void tile(const Row& r, int64_t ox0) {
+  const DepthwiseBlockedConv& g = r.g;
+  __m256 acc[P];
+  for (int p = 0; p < P; ++p) acc[p] = r.bias;
+  for (int64_t i = r.i0; i < r.i1; ++i) {
+    const float* row = r.xc + (r.iy0 + i * g.dh) * g.w * 8;
+    for (int64_t j = 0; j < g.kw; ++j) {
+      const __m256 wv = _mm256_loadu_ps(r.wc + (i * g.kw + j) * 8);
+      for (int p = 0; p < P; ++p) {
+        const int64_t ix = (ox0 + p) * g.sw - g.pad_left + j * g.dw;
+        if (Edge && (ix < 0 || ix >= g.w)) continue;
+        acc[p] = _mm256_fmadd_ps(_mm256_loadu_ps(row + ix * 8), wv, acc[p]);
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) store(r, ox0 + p, acc[p]);
+}
+
+}  // namespace
+
+bool depthwise_blocked_supported(const DepthwiseBlockedConv& g) {
+  return g.c > 0 && g.c % 8 == 0 && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1 &&
+         g.pad_top >= 0 && g.pad_left >= 0 && g.oh >= 1 && g.ow >= 1;
+}
+
+void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
+                            const std::shared_ptr<Storage>& weights_owner,
+                            const std::function<void(int64_t offset, int64_t count)>* epilogue,
+                            const StoreEpilogue* fused) {
+  const int64_t cb_n = g.c / 8, ks = g.kh * g.kw;
+  // wp[cb][i][j][l] = w[cb*8 + l][0][i][j]
+  std::shared_ptr<Storage> kept;
+  std::vector<float> local;
+  const float* wp = derived_floats(
+      weights_owner, w, fmt::format("depthwise_blocked:{}x{}x{}", g.c, g.kh, g.kw), static_cast<size_t>(g.c * ks),
+      [&](float* buf) {
+        for (int64_t cb = 0; cb < cb_n; ++cb)
+          for (int64_t k = 0; k < ks; ++k)
+            for (int64_t l = 0; l < 8; ++l) buf[(cb * ks + k) * 8 + l] = w[(cb * 8 + l) * ks + k];
+      },
+      kept, local);
+  const StoreEpilogue epi = fused ? *fused : StoreEpilogue{};
+  if (fused) epilogue = nullptr;  // applied in the stores
+  // Output columns whose taps are all inside the image: [ox_lo, ox_hi).
+  const int64_t span = (g.kw - 1) * g.dw;
+  const int64_t ox_lo = std::min(g.ow, (g.pad_left + g.sw - 1) / g.sw);
+  const int64_t last = g.w - 1 - span + g.pad_left;  // the largest ox * sw with the window inside
+  const int64_t ox_hi = last < 0 ? ox_lo : std::max(ox_lo, std::min(g.ow, last / g.sw + 1));
+  // Tasks: rows of one (image, channel block) plane, ~4K outputs each (any split gives the same bits).
+  const int64_t per = std::max<int64_t>(1, std::min(g.oh, 512 / g.ow));
+  const int64_t chunks = (g.oh + per - 1) / per;
+  parallel_for(g.n * cb_n * chunks, [&](int64_t task) {
+    const int64_t plane = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
+    const int64_t cb = plane % cb_n;
+    const int64_t out_at = (plane * g.oh + oy0) * g.ow * 8;
+    for (int64_t oy = oy0; oy < oy1; ++oy) {
+      const int64_t iy0 = oy * g.sh - g.pad_top;
+      int64_t i0 = 0, i1 = g.kh;
+      while (i0 < g.kh && iy0 + i0 * g.dh < 0) ++i0;
+      while (i1 > i0 && iy0 + (i1 - 1) * g.dh >= g.h) --i1;
+      const int64_t at = (plane * g.oh + oy) * g.ow * 8;
+      const Row r{g,   x + plane * g.h * g.w * 8, wp + cb * ks * 8, bias ? _mm256_loadu_ps(bias + cb * 8) : _mm256_setzero_ps(),
+                  epi.residual ? epi.residual + at : nullptr, epi.relu, y + at, iy0, i0, i1};
+      int64_t ox = 0;
+      for (; ox < ox_lo; ++ox) tile<1, true>(r, ox);
+      for (; ox + 4 <= ox_hi; ox += 4) tile<4, false>(r, ox);
+      for (; ox < ox_hi; ++ox) tile<1, false>(r, ox);
+      for (; ox < g.ow; ++ox) tile<1, true>(r, ox);
+    }
+    if (epilogue) (*epilogue)(out_at, (oy1 - oy0) * g.ow * 8);
+  });
+}
+
+}  // namespace spore::cpu

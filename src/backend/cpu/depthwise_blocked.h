@@ -1,0 +1,41 @@
+#pragma once
+// Depthwise f32 convolution (groups = C = O, the mobile nets' 3x3 and 5x5 convs) on the blocked layout nChw8c
+// ([N, C/8, H, W, 8], passes/layout.cpp) in and out. conv2d_blocked (conv.cpp) runs it instead of oneDNN, whose
+// plain-NCHW depthwise ran mobilenet_v2's at 1-3 GFLOP/s (55% of the model), and whose blocked one needs the
+// chain to stay blocked anyway.
+//
+// Lanes are the 8 channels of a block (AVX2; the baseline ISA). Every output element is its bias (or +0) followed
+// by one fma per in-image tap in (kernel row, kernel column) order; taps in the padding are skipped. That order
+// depends on nothing else (not the tiling, the thread count or the batch), so an image's outputs never depend on
+// the rest of the batch, and every x86-64-v3 machine computes the same bits.
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "backend/cpu/store_epilogue.h"
+
+namespace spore {
+class Storage;
+}
+
+namespace spore::cpu {
+
+struct DepthwiseBlockedConv {
+  int64_t n, c, h, w;          // batch, channels (= groups = output channels), input height and width
+  int64_t oh, ow, kh, kw;      // output size, kernel size
+  int64_t sh, sw, dh, dw;      // stride, dilation
+  int64_t pad_top, pad_left;   // zero padding before the image (the end padding follows from oh, ow)
+};
+
+// C a multiple of 8, kernel, stride and dilation >= 1, pads >= 0.
+bool depthwise_blocked_supported(const DepthwiseBlockedConv& g);
+
+// y = depthwise conv2d(x, w [C, 1, kH, kW]) + bias [C] (bias may be null); x and y nChw8c, contiguous.
+// weights_owner: w's storage when w is a plan constant (its packed copy is then kept, constant_cache.h). epilogue /
+// fused: as direct_blocked_conv's (each task's output ranges right after computing them / in the stores).
+void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
+                            const std::shared_ptr<Storage>& weights_owner = nullptr,
+                            const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr,
+                            const StoreEpilogue* fused = nullptr);
+
+}  // namespace spore::cpu
