@@ -18,6 +18,19 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("conv2d/depthwise", "conv2d"_op, {{1, 16, 15, 15}, {16, 1, 3, 3}, {16}})
                   .attr("groups", int64_t{16})
                   .attr("padding", V{1, 1, 1, 1}));
+  // depthwise_blocked.h through the plain path: C not a multiple of 8 (zero-padded blocks), stride 2 with
+  // asymmetric padding, 5x5, dilation, batch > 1, narrow images (edge columns only).
+  c.push_back(OpCase("conv2d/depthwise_odd_c_stride2", "conv2d"_op, {{3, 13, 17, 14}, {13, 1, 3, 3}, {13}})
+                  .attr("groups", int64_t{13})
+                  .attr("stride", V{2, 2})
+                  .attr("padding", V{0, 1, 1, 0}));
+  c.push_back(OpCase("conv2d/depthwise_5x5_dilated", "conv2d"_op, {{2, 24, 19, 21}, {24, 1, 5, 5}, {24}})
+                  .attr("groups", int64_t{24})
+                  .attr("dilation", V{2, 1})
+                  .attr("padding", V{4, 2, 4, 2}));
+  c.push_back(OpCase("conv2d/depthwise_narrow", "conv2d"_op, {{1, 8, 5, 2}, {8, 1, 3, 3}})
+                  .attr("groups", int64_t{8})
+                  .attr("padding", V{1, 1, 1, 1}));
   c.push_back(OpCase("conv2d/depthwise_multiplier", "conv2d"_op, {{1, 4, 8, 8}, {8, 1, 5, 5}})
                   .attr("groups", int64_t{4})
                   .attr("stride", V{2, 2})

@@ -139,8 +139,8 @@ TEST(Layout, BlockedPlanMatchesThePlainPlanTheReferenceAndItselfOnAnyThreadCount
 }
 
 // Batch composition never changes a row's bits: a deep conv stack whose layers sit where the kernel choice used to
-// depend on the batch (Winograd's rule counted the batch's tiles: 256 channels at 14x14, 512 at 7x7), run on one
-// image and as row 1 of a batch of 3, on 1 and 2 threads.
+// depend on the batch (Winograd's rule counted the batch's tiles: 256 channels at 14x14, 512 at 7x7) plus two
+// depthwise convs, run on one image and as row 1 of a batch of 3, on 1 and 2 threads, and against the reference.
 std::unique_ptr<Graph> deep_convs(int64_t batch) {
   std::mt19937 rng(21);
   auto g = std::make_unique<Graph>("deep_convs");
@@ -153,6 +153,11 @@ std::unique_ptr<Graph> deep_convs(int64_t batch) {
     return build_node(*g, "relu"_op, {v}, {})->output(0);
   };
   Value* v = conv_relu(x, 64, 256, pad);
+  // depthwise 5x5, stride 2 then back up with a stride-1 3x3 one (depthwise_blocked.h, inside the chain)
+  Value* d = build_node(*g, "conv2d"_op, {v, w({256, 1, 5, 5}), w({256})},
+                        Attrs{{"padding", V{2, 2, 2, 2}}, {"groups", int64_t{256}}})->output(0);
+  v = build_node(*g, "conv2d"_op, {d, w({256, 1, 3, 3})}, Attrs{{"padding", V{1, 1, 1, 1}}, {"groups", int64_t{256}}})
+          ->output(0);
   v = conv_relu(v, 256, 256, pad);
   v = conv_relu(v, 256, 512, pad_s2);
   v = conv_relu(v, 512, 512, pad);
@@ -166,6 +171,8 @@ std::unique_ptr<Graph> deep_convs(int64_t batch) {
 TEST(Layout, ARowOfABatchHasTheBitsOfThatInputRunAlone) {
   Plan one = compile_plan(deep_convs(1), inference(true));
   Plan three = compile_plan(deep_convs(3), inference(true));
+  Plan ref = compile_plan(deep_convs(1), inference(true, Backend::reference));
+  EXPECT_EQ(count_op(one.graph(), "conv2d_fused"_op, "dst_layout", "nchw8c"), 6);  // the depthwise ones too
   std::mt19937 rng(8);
   const Tensor batch = random_tensor(rng, {3, 64, 14, 14}, DType::f32);
   const int64_t img = 64 * 14 * 14;
@@ -177,6 +184,8 @@ TEST(Layout, ARowOfABatchHasTheBitsOfThatInputRunAlone) {
     const auto a = one.run({&alone, 1});
     const auto b = three.run({&batch, 1});
     set_threads(0);
+    const auto want = ref.run({&alone, 1});
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(max_rel_diff(a[i], want[i]), 2e-5) << "output " << i;
     for (size_t i = 0; i < a.size(); ++i) {
       SCOPED_TRACE(fmt::format("output {}", i));
       const size_t row = a[i].nbytes();

@@ -768,6 +768,20 @@ void conv_kernel(KernelContext& k) {
       return;
     }
   }
+  // Depthwise (groups = C = O) outside a blocked chain: depthwise_blocked.h's kernel between two reorders.
+  if (!transpose && t == DType::f32 && g.groups > 1 && g.groups == g.c && g.o == g.c) {
+    const DepthwiseBlockedConv dwg{g.n,  g.c,  g.h,  g.w,  g.oh, g.ow,       g.kh,
+                                   g.kw, g.sh, g.sw, g.dh, g.dw, g.ph.begin, g.pw.begin};
+    DepthwiseBlockedConv padded = dwg;  // what depthwise_plain_conv runs
+    padded.c = (g.c + 7) / 8 * 8;
+    padded.wc = g.c;
+    if (depthwise_blocked_supported(padded) && k.in(0).is_contiguous() && k.in(1).is_contiguous() &&
+        k.out(0).is_contiguous() && (!bias || bias->is_contiguous())) {
+      depthwise_plain_conv(dwg, k.in(0).data<float>(), k.in(1).data<float>(), bias ? bias->data<float>() : nullptr,
+                           k.out(0).data<float>(), (k.constant_inputs >> 1) & 1 ? k.in(1).storage() : nullptr);
+      return;
+    }
+  }
   if (!transpose && t == DType::f32 && use_im2col_forward(g)) {
     im2col_conv_forward(g, k.in(0).data<float>(), k.in(1).data<float>(), bias ? bias->data<float>() : nullptr,
                         k.out(0).data<float>(), epi);

@@ -58,7 +58,7 @@ inline void tile(const Row& r, int64_t ox0) {
 }  // namespace
 
 bool depthwise_blocked_supported(const DepthwiseBlockedConv& g) {
-  return g.c > 0 && g.c % 8 == 0 && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1 &&
+  return g.c > 0 && g.c % 8 == 0 && g.wc >= 0 && g.wc <= g.c && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1 &&
          g.pad_top >= 0 && g.pad_left >= 0 && g.oh >= 1 && g.ow >= 1;
 }
 
@@ -66,8 +66,8 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
                             const std::shared_ptr<Storage>& weights_owner,
                             const std::function<void(int64_t offset, int64_t count)>* epilogue,
                             const StoreEpilogue* fused) {
-  const int64_t cb_n = g.c / 8, ks = g.kh * g.kw;
-  // wp[cb][i][j][l] = w[cb*8 + l][0][i][j]
+  const int64_t cb_n = g.c / 8, ks = g.kh * g.kw, wc = g.wc > 0 ? g.wc : g.c;
+  // wp[cb][i][j][l] = w[cb*8 + l][0][i][j] (0 past wc)
   std::shared_ptr<Storage> kept;
   std::vector<float> local;
   const float* wp = derived_floats(
@@ -75,9 +75,15 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
       [&](float* buf) {
         for (int64_t cb = 0; cb < cb_n; ++cb)
           for (int64_t k = 0; k < ks; ++k)
-            for (int64_t l = 0; l < 8; ++l) buf[(cb * ks + k) * 8 + l] = w[(cb * 8 + l) * ks + k];
+            for (int64_t l = 0; l < 8; ++l) buf[(cb * ks + k) * 8 + l] = cb * 8 + l < wc ? w[(cb * 8 + l) * ks + k] : 0.0f;
       },
       kept, local);
+  std::vector<float> bias_padded;
+  if (bias && wc < g.c) {
+    bias_padded.assign(static_cast<size_t>(g.c), 0.0f);
+    std::copy(bias, bias + wc, bias_padded.begin());
+    bias = bias_padded.data();
+  }
   const StoreEpilogue epi = fused ? *fused : StoreEpilogue{};
   if (fused) epilogue = nullptr;  // applied in the stores
   // Output columns whose taps are all inside the image: [ox_lo, ox_hi).
@@ -107,6 +113,46 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
       for (; ox < g.ow; ++ox) tile<1, true>(r, ox);
     }
     if (epilogue) (*epilogue)(out_at, (oy1 - oy0) * g.ow * 8);
+  });
+}
+
+}  // namespace spore::cpu
+
+namespace spore::cpu {
+
+void depthwise_plain_conv(const DepthwiseBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
+                          const std::shared_ptr<Storage>& weights_owner) {
+  DepthwiseBlockedConv b = g;
+  b.wc = g.c;
+  b.c = (g.c + 7) / 8 * 8;
+  const int64_t cb_n = b.c / 8, in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+  thread_local std::vector<float> xb, yb;  // kept between calls: no page faults per run
+  xb.resize(static_cast<size_t>(g.n * b.c * in_plane));
+  yb.resize(static_cast<size_t>(g.n * b.c * out_plane));
+  float* const xp = xb.data();  // the caller's buffers: the tasks run on other threads, with their own thread_locals
+  float* const yp = yb.data();
+  // [N, C, H, W] -> [N, C/8, H, W, 8], zero channels past C
+  parallel_for(g.n * cb_n, [&](int64_t t) {
+    const int64_t n = t / cb_n, cb = t % cb_n;
+    float* dst = xp + t * in_plane * 8;
+    for (int64_t l = 0; l < 8; ++l) {
+      const int64_t c = cb * 8 + l;
+      if (c >= g.c) {
+        for (int64_t i = 0; i < in_plane; ++i) dst[i * 8 + l] = 0.0f;
+        continue;
+      }
+      const float* src = x + (n * g.c + c) * in_plane;
+      for (int64_t i = 0; i < in_plane; ++i) dst[i * 8 + l] = src[i];
+    }
+  });
+  depthwise_blocked_conv(b, xp, w, bias, yp, weights_owner);
+  parallel_for(g.n * cb_n, [&](int64_t t) {
+    const int64_t n = t / cb_n, cb = t % cb_n;
+    const float* src = yp + t * out_plane * 8;
+    for (int64_t l = 0; l < 8 && cb * 8 + l < g.c; ++l) {
+      float* dst = y + (n * g.c + cb * 8 + l) * out_plane;
+      for (int64_t i = 0; i < out_plane; ++i) dst[i] = src[i * 8 + l];
+    }
   });
 }
 

@@ -25,9 +25,16 @@ struct DepthwiseBlockedConv {
   int64_t oh, ow, kh, kw;      // output size, kernel size
   int64_t sh, sw, dh, dw;      // stride, dilation
   int64_t pad_top, pad_left;   // zero padding before the image (the end padding follows from oh, ow)
+  int64_t wc = 0;              // channels in w and bias when fewer than c (padding channels get zero weights)
 };
 
-// C a multiple of 8, kernel, stride and dilation >= 1, pads >= 0.
+// The same conv on plain NCHW x and y (a depthwise conv outside a blocked chain, any C): x reordered into a
+// zero-padded nChw8c buffer, depthwise_blocked_conv, y reordered back - two copies at memory speed instead of
+// oneDNN's per-group im2col + sgemm (3-6 GFLOP/s on mobilenet_v3's 5x5 depthwise convs).
+void depthwise_plain_conv(const DepthwiseBlockedConv& g, const float* x, const float* w, const float* bias, float* y,
+                          const std::shared_ptr<Storage>& weights_owner = nullptr);
+
+// C a multiple of 8 (wc <= C), kernel, stride and dilation >= 1, pads >= 0.
 bool depthwise_blocked_supported(const DepthwiseBlockedConv& g);
 
 // y = depthwise conv2d(x, w [C, 1, kH, kW]) + bias [C] (bias may be null); x and y nChw8c, contiguous.
