@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 
 namespace spore {
 namespace {
@@ -19,6 +20,25 @@ BackendNames& backend_names() {
 }  // namespace
 
 int num_backends() { return backend_names().count; }
+
+namespace {
+thread_local const char* tls_kernel_impl = nullptr;
+}  // namespace
+
+void note_kernel_impl(const char* impl) { tls_kernel_impl = impl; }
+
+const char* take_kernel_impl() {
+  const char* s = tls_kernel_impl;
+  tls_kernel_impl = nullptr;
+  return s;
+}
+
+const char* intern_impl_name(std::string_view name) {
+  static std::mutex mu;
+  static std::unordered_set<std::string> names;  // node-based: c_str() stays valid as the set grows
+  const std::lock_guard<std::mutex> lk(mu);
+  return names.emplace(name).first->c_str();
+}
 
 Backend register_backend_id(std::string_view name) {
   BackendNames& n = backend_names();

@@ -45,6 +45,15 @@ struct KernelContext {
 
 using KernelFn = void (*)(KernelContext&);
 
+// The implementation a kernel call actually ran, finer than KernelInfo::impl (which path of a multi-path kernel:
+// "winograd_f4", "depthwise_blocked", or a oneDNN primitive's own name such as "onednn:brg:avx512_core"). A kernel
+// notes it on the calling thread; the profiler reads and clears it around each call (null: nothing noted).
+// The string must outlive the process's profiles: a literal, or intern_impl_name's copy.
+void note_kernel_impl(const char* impl);
+const char* take_kernel_impl();
+// A stable copy of `name` (interned once per distinct name; for names built at run time).
+const char* intern_impl_name(std::string_view name);
+
 struct KernelInfo {
   KernelFn fn = nullptr;
   const char* impl = "";  // "onednn", "hwy", "scalar", ...

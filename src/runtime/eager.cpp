@@ -38,9 +38,12 @@ std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> input
   for (const TensorType& t : out_types) outs.push_back(Tensor::empty(t.shape(), t.dtype));
   KernelContext ctx{ins, outs, attrs, def.id, {}};
   if (Profiler* p = Profiler::active()) {
+    take_kernel_impl();
     const int64_t t0 = Profiler::now_ns();
     k->fn(ctx);
-    p->record_kernel(def, "", k->impl, in_types, out_types, attrs, t0, Profiler::now_ns());
+    const int64_t t1 = Profiler::now_ns();
+    const char* noted = take_kernel_impl();
+    p->record_kernel(def, "", noted ? noted : k->impl, in_types, out_types, attrs, t0, t1);
   } else {
     k->fn(ctx);
   }

@@ -277,6 +277,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   struct Timed {
     const Step* step;
     int64_t start_ns, end_ns;
+    const char* impl;  // what the call noted (note_kernel_impl), or null
   };
   std::vector<Timed> timed_kernels;
   if (prof) timed_kernels.reserve(steps_.size());
@@ -286,9 +287,11 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     KernelContext ctx{st.ins, st.outs, *st.attrs, st.def->id, {}};
     ctx.constant_inputs = st.constant_inputs;
     if (prof) {
+      take_kernel_impl();
       const int64_t t0 = Profiler::now_ns();
       st.fn(ctx);
-      timed_kernels.push_back({&st, t0, Profiler::now_ns()});
+      const int64_t t1 = Profiler::now_ns();
+      timed_kernels.push_back({&st, t0, t1, take_kernel_impl()});
     } else {
       st.fn(ctx);
     }
@@ -300,7 +303,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   if (prof) {
     prof->record_run(prof_run0, Profiler::now_ns());
     for (const Timed& t : timed_kernels)
-      prof->record_kernel(*t.step->def, t.step->label, t.step->impl, t.step->in_types, t.step->out_types,
+      prof->record_kernel(*t.step->def, t.step->label, t.impl ? t.impl : t.step->impl, t.step->in_types, t.step->out_types,
                           *t.step->attrs, t.start_ns, t.end_ns);
   }
   return outs;

@@ -55,12 +55,14 @@ memory::data_type dnnl_type(DType t) { return t == DType::bf16 ? memory::data_ty
 struct ConvPrim {
   memory::desc user_src, user_wei, user_dst, src, wei, dst, bias;
   dnnl::primitive prim;
+  const char* impl = "onednn";  // "onednn:<oneDNN's implementation name>" (note_kernel_impl)
 };
 
 // w_owner: w's storage when w is a plan constant (KernelContext::constant_inputs): its reordered copy is then kept
 // (constant_cache.h) under `key` (the primitive's) instead of reordered on every call.
 void exec_conv(const ConvPrim& p, const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y,
                const std::shared_ptr<Storage>& w_owner = nullptr, std::string_view key = {}) {
+  note_kernel_impl(p.impl);
   dnnl::stream& s = dnnl_stream();
   thread_local std::vector<char> src_buf, wei_buf, dst_buf;  // reorder buffers (onednn_util.h scratch_memory)
   memory xs = user_memory(p.user_src, x), ws = user_memory(p.user_wei, w), ys = user_memory(p.user_dst, y);
@@ -155,6 +157,7 @@ ConvPrim make_conv_prim(const ConvGeom& g, DType t, bool bias, bool transpose, c
                         : dnnl::deconvolution_forward::desc(prop, dnnl::algorithm::deconvolution_direct, src_any,
                                                             wei_any, dst_any, strides, dilation, pad_l, pad_r);
     const dnnl::deconvolution_forward::primitive_desc pd(d, dnnl_engine());
+    p.impl = onednn_impl_name(pd.impl_info_str());
     p.src = pd.src_desc();
     p.wei = pd.weights_desc();
     p.dst = pd.dst_desc();
@@ -166,6 +169,7 @@ ConvPrim make_conv_prim(const ConvGeom& g, DType t, bool bias, bool transpose, c
                         : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, src_any, wei_any,
                                                           dst_any, strides, dilation, pad_l, pad_r);
     const dnnl::convolution_forward::primitive_desc pd(d, dnnl_engine());
+    p.impl = onednn_impl_name(pd.impl_info_str());
     p.src = pd.src_desc();
     p.wei = pd.weights_desc();
     p.dst = pd.dst_desc();
@@ -762,6 +766,7 @@ void conv_kernel(KernelContext& k) {
         epi->applied = true;
         return;
       }
+      note_kernel_impl("direct_avx2");
       direct_conv(*f, transpose, g.n, k.in(0).data<float>(), k.in(1).data<float>(),
                   bias ? bias->data<float>() : nullptr, k.out(0).data<float>(), epi);
       if (epi) epi->applied = true;
@@ -777,12 +782,14 @@ void conv_kernel(KernelContext& k) {
     padded.wc = g.c;
     if (depthwise_blocked_supported(padded) && k.in(0).is_contiguous() && k.in(1).is_contiguous() &&
         k.out(0).is_contiguous() && (!bias || bias->is_contiguous())) {
+      note_kernel_impl("depthwise_nchw8c(reordered)");
       depthwise_plain_conv(dwg, k.in(0).data<float>(), k.in(1).data<float>(), bias ? bias->data<float>() : nullptr,
                            k.out(0).data<float>(), (k.constant_inputs >> 1) & 1 ? k.in(1).storage() : nullptr);
       return;
     }
   }
   if (!transpose && t == DType::f32 && use_im2col_forward(g)) {
+    note_kernel_impl("im2col+sgemm");
     im2col_conv_forward(g, k.in(0).data<float>(), k.in(1).data<float>(), bias ? bias->data<float>() : nullptr,
                         k.out(0).data<float>(), epi);
     if (epi) epi->applied = true;
@@ -829,6 +836,7 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   if (winograd_on && src_blocked && dst_blocked && w.dtype() == DType::f32 && x.is_contiguous() &&
       w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       winograd_qualifies(wg, rule)) {
+    note_kernel_impl(winograd_tile(wg) == 4 ? "winograd_f4x4" : "winograd_f2x2");
     winograd_conv2d_nchw8c(wg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                            y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue, fused);
     return true;
@@ -839,6 +847,7 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   if (src_blocked && dst_blocked && g.groups == g.c && g.o == g.c && w.dtype() == DType::f32 && x.is_contiguous() &&
       w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       depthwise_blocked_supported(dwg)) {
+    note_kernel_impl("depthwise_nchw8c");
     depthwise_blocked_conv(dwg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                            y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue, fused);
     return true;
@@ -852,6 +861,7 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
       g.dh == 1 && g.dw == 1 && w.dtype() == DType::f32 && x.is_contiguous() && w.is_contiguous() &&
       y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       direct_blocked_supported(dg)) {
+    note_kernel_impl("direct_nchw8c");
     direct_blocked_conv(dg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                         y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue, fused);
     return true;
@@ -1109,6 +1119,7 @@ void pool_kernel(KernelContext& k) {
   if (t == DType::f64) return loops_pool(g, k.in(0).data<double>(), k.out(0).data<double>());
   SPORE_CHECK(t == DType::f32, ErrorCode::unsupported, "[{}] no {} kernel", op_name(k.op), dtype_name(t));
   if (is_max && is_2x2_tiling(g)) return max_pool_2x2(g, k.in(0).data<float>(), k.out(0).data<float>());
+  note_kernel_impl("separable");
   pool_separable(g, k.in(0).data<float>(), k.out(0).data<float>());
 }
 

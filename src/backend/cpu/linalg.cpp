@@ -282,12 +282,14 @@ void few_outputs_linear(DotIsa isa, int64_t m, int64_t k, int64_t n, const float
 void linear_f32(int64_t m, int64_t k, int64_t n, const float* x, const float* w, bool w_kn, const float* bias,
                 float* y, const std::shared_ptr<Storage>& owner) {
   if (const DotIsa isa = few_outputs_isa(n, k); isa != DotIsa::off) {
+    note_kernel_impl(isa == DotIsa::avx512 ? "dot_avx512" : "dot_avx2");
     if (!w_kn) return few_outputs_linear(isa, m, k, n, x, w, bias, y);
     std::vector<float> wt(static_cast<size_t>(n * k));  // at most 16 x K: [K, N] -> [N, K]
     for (int64_t kk = 0; kk < k; ++kk)
       for (int64_t c = 0; c < n; ++c) wt[c * k + kk] = w[kk * n + c];
     return few_outputs_linear(isa, m, k, n, x, wt.data(), bias, y);
   }
+  note_kernel_impl("gemm");
   gemm_linear(m, k, n, x, w, bias, y, owner, w_kn);
 }
 

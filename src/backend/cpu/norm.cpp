@@ -291,8 +291,8 @@ void register_norm(KernelRegistry& r) {
   const DTypeSet full{DType::f32, DType::f64}, half{DType::f16, DType::bf16};
   r.add(Backend::cpu, "batch_norm"_op, full, batch_norm_kernel, "own");
   r.add(Backend::cpu, "batch_norm"_op, half, low<batch_norm_kernel>, "own");
-  r.add(Backend::cpu, "layer_norm"_op, full, layer_norm_kernel, "onednn");
-  r.add(Backend::cpu, "layer_norm"_op, half, low<layer_norm_kernel>, "onednn");
+  r.add(Backend::cpu, "layer_norm"_op, full, layer_norm_kernel, "own");
+  r.add(Backend::cpu, "layer_norm"_op, half, low<layer_norm_kernel>, "own");
   r.add(Backend::cpu, "rms_norm"_op, full, rms_norm_kernel, "loops");
   r.add(Backend::cpu, "rms_norm"_op, half, low<rms_norm_kernel>, "loops");
   r.add(Backend::cpu, "group_norm"_op, full, group_norm_kernel, "loops");

@@ -11,6 +11,8 @@
 #include <exception>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "base/half.h"
 #include "base/thread_pool.h"
 
@@ -43,6 +45,13 @@ void pin_onednn_isa() {
     return true;
   }();
   (void)done;
+}
+
+// The profiler's name of a oneDNN primitive: its implementation, e.g. "onednn:brg:avx512_core"; oneDNN's
+// reference (unoptimized C++) kernels are marked, since no model should land on them silently.
+const char* onednn_impl_name(const std::string& info) {
+  const bool ref = info.rfind("ref", 0) == 0 || info.find(":ref") != std::string::npos;
+  return intern_impl_name(fmt::format("onednn:{}{}", info, ref ? " (REFERENCE)" : ""));
 }
 
 dnnl::engine& dnnl_engine() {

@@ -63,6 +63,9 @@ bool onednn_declined(const dnnl::error& e, std::string_view what);
 bool native_bf16();
 // SPORE_PORTABLE_NUMERICS=1: oneDNN capped at AVX2 so AVX2 and AVX-512 machines give the same bits.
 bool portable_numerics();
+// The profiler's name of a oneDNN primitive from its impl_info_str(): "onednn:<name>", reference kernels marked
+// " (REFERENCE)"; interned (note_kernel_impl).
+const char* onednn_impl_name(const std::string& info);
 // Applies portable_numerics() to oneDNN unless ONEDNN_MAX_CPU_ISA is set (onednn_util.cpp says why). Idempotent.
 void pin_onednn_isa();
 

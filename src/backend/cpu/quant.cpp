@@ -192,6 +192,7 @@ QConvGeom qconv_geom(const KernelContext& k) {
 struct QConvPrim {
   memory::desc user_src, user_wei, user_dst, src, wei, dst;
   dnnl::primitive prim;
+  const char* impl = "onednn";
 };
 
 QConvPrim make_qconv_prim(const QConvGeom& g, memory::data_type src_dt, const dnnl::primitive_attr& attr) {
@@ -208,6 +209,7 @@ QConvPrim make_qconv_prim(const QConvGeom& g, memory::data_type src_dt, const dn
                                           src_any, wei_any, dst_any, {g.sh, g.sw}, {g.dh - 1, g.dw - 1},
                                           {g.ph.begin, g.pw.begin}, {g.ph.end, g.pw.end});
   const dnnl::convolution_forward::primitive_desc pd(d, attr, dnnl_engine());
+  p.impl = onednn_impl_name(pd.impl_info_str());
   p.src = pd.src_desc();
   p.wei = pd.weights_desc();
   p.dst = pd.dst_desc();
@@ -216,6 +218,7 @@ QConvPrim make_qconv_prim(const QConvGeom& g, memory::data_type src_dt, const dn
 }
 
 void exec_qconv(const QConvPrim& p, const Tensor& x, const Tensor& w, const Tensor& y) {
+  note_kernel_impl(p.impl);
   dnnl::stream& s = dnnl_stream();
   memory xs = user_memory(p.user_src, x), ws = user_memory(p.user_wei, w), ys = user_memory(p.user_dst, y);
   memory xm = xs, wm = ws, ym = ys;

@@ -102,19 +102,21 @@ TEST(TeamSession, ErrorsReachTheCallerAndTheTeamGoesOn) {
 TEST(TeamSession, CountsOneDnnPrimitivesThatUseTheTeam) {
   init();
   ThreadsGuard guard;
-  const std::vector<float> xs = test::random_floats(2 * 8 * 64, 3), ps = test::random_floats(8, 4);
-  const Tensor x = Tensor::from_doubles({xs.begin(), xs.end()}, {2, 8, 64}, DType::f32);
-  const Tensor p = Tensor::from_doubles({ps.begin(), ps.end()}, {8}, DType::f32);
-  const Tensor var = ops::add(ops::mul(p, p), 0.5);  // positive
+  // A grouped (not depthwise) conv with 8 channels per group: none of spore's own conv kernels takes it.
+  const std::vector<float> xs = test::random_floats(2 * 16 * 8 * 8, 3), ws = test::random_floats(16 * 8 * 3 * 3, 4);
+  const Tensor x = Tensor::from_doubles({xs.begin(), xs.end()}, {2, 16, 8, 8}, DType::f32);
+  const Tensor w = Tensor::from_doubles({ws.begin(), ws.end()}, {16, 8, 3, 3}, DType::f32);
+  ops::Conv2dOptions grouped;
+  grouped.groups = 2;
   set_threads(2);
   int64_t before = cpu_team_primitive_calls();
   ops::relu(x);  // spore's own kernel
   EXPECT_EQ(cpu_team_primitive_calls(), before);
-  ops::batch_norm(x, p, p, p, var);  // oneDNN's batch_normalization_forward, run by the calling thread
+  ops::conv2d(x, w, std::nullopt, grouped);  // oneDNN's convolution_forward, run by the calling thread
   EXPECT_GT(cpu_team_primitive_calls(), before);
   set_threads(1);  // one thread: the primitive runs serially anyway
   before = cpu_team_primitive_calls();
-  ops::batch_norm(x, p, p, p, var);
+  ops::conv2d(x, w, std::nullopt, grouped);
   EXPECT_EQ(cpu_team_primitive_calls(), before);
 }
 
