@@ -108,6 +108,7 @@ void register_activation_ops(OpRegistry& r, TraitSet ew, FusionKind fk) {
       .doc("max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid; PyTorch's Hardsigmoid is alpha = 1/6)")
       .inputs({"x"}).attr("alpha", AttrKind::f64, 0.2).attr("beta", AttrKind::f64, 0.5)
       .dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
+      .fusable({"alpha", "beta"})
       .scalar(hardsigmoid_scalar)
       .decompose([](std::span<const Tensor> in, const Attrs& a) {
         return Grads{ops::clip(add(mul(in[0], a.f("alpha")), a.f("beta")), 0.0, 1.0)};
@@ -122,6 +123,7 @@ void register_activation_ops(OpRegistry& r, TraitSet ew, FusionKind fk) {
   r.def("hardswish"_op)
       .doc("x * max(0, min(6, x + 3)) / 6 (ONNX HardSwish, PyTorch Hardswish)")
       .inputs({"x"}).dtypes(dtypes::floating).traits(ew, fk, AmpPolicy::follow).infer(infer::same_as_input)
+      .fusable()
       .scalar(hardswish_scalar)
       .decompose([](std::span<const Tensor> in, const Attrs&) { return Grads{hardswish_decomposed(in[0])}; })
       .grad([](const GradContext& g) {

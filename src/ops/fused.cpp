@@ -19,6 +19,7 @@ struct ActEntry {
 constexpr ActEntry kActivations[] = {
     {"relu", "relu"_op},       {"leaky_relu", "leaky_relu"_op}, {"clip", "clip"_op}, {"sigmoid", "sigmoid"_op},
     {"tanh", "tanh"_op},       {"gelu", "gelu"_op},             {"silu", "silu"_op},
+    {"hardsigmoid", "hardsigmoid"_op}, {"hardswish", "hardswish"_op},
 };
 }  // namespace
 
@@ -39,7 +40,8 @@ std::optional<OpId> activation_op(std::string_view activation) {
   for (const ActEntry& e : kActivations)
     if (e.name == activation) return e.op;
   SPORE_FAIL(ErrorCode::invalid_argument,
-             "activation must be none, relu, leaky_relu, clip, sigmoid, tanh, gelu or silu, got \"{}\"", activation);
+             "activation must be none, relu, leaky_relu, clip, sigmoid, tanh, gelu, silu, hardsigmoid or hardswish, got "
+             "\"{}\"", activation);
 }
 
 std::optional<std::string_view> activation_name(OpId op) {
@@ -64,6 +66,7 @@ Attrs activation_attrs(const Attrs& a) {
     if (const AttrValue* v = a.find(n)) r.set(n, *v);
   };
   if (*op == "leaky_relu"_op) copy("alpha");
+  if (*op == "hardsigmoid"_op) copy("alpha"), copy("beta");
   if (*op == "clip"_op) copy("min"), copy("max");
   if (*op == "gelu"_op) copy("approximate");
   return r;
@@ -193,6 +196,7 @@ void epilogue_attrs(OpDefBuilder& b) {
   const double inf = std::numeric_limits<double>::infinity();
   b.attr("activation", AttrKind::str, std::string("none"))
       .attr("alpha", AttrKind::f64, 0.01)
+      .attr("beta", AttrKind::f64, 0.5)
       .attr("min", AttrKind::f64, -inf)
       .attr("max", AttrKind::f64, inf)
       .choice("approximate", {"none", "tanh"})
@@ -204,7 +208,7 @@ void register_fused_ops(OpRegistry& r) {
   using V = std::vector<int64_t>;
   OpDefBuilder conv = r.def("conv2d_fused"_op);
   conv.doc("[pool](act(conv2d(x, w, bias) [+ residual])): conv2d's attributes; activation none|relu|leaky_relu(alpha)|"
-           "clip(min,max)|sigmoid|tanh|gelu(approximate)|silu; residual=true: the last input is added before the "
+           "clip(min,max)|sigmoid|tanh|gelu(approximate)|silu|hardsigmoid(alpha,beta)|hardswish; residual=true: the last input is added before the "
            "activation and has the conv output's type; pool none|max2x2 (max_pool2d 2x2 windows, stride 2, no "
            "padding, floor) after the activation. Made by fuse_epilogue; inference only.")
       .inputs({"x", "w", "bias?", "residual?"})

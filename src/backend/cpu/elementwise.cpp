@@ -37,6 +37,8 @@ std::optional<UnaryOp> unary_op_for(OpId op, bool gelu_tanh) {
     case "round"_op: return UnaryOp::round;
     case "sign"_op: return UnaryOp::sign;
     case "clip"_op: return UnaryOp::clip;
+    case "hardsigmoid"_op: return UnaryOp::hardsigmoid;
+    case "hardswish"_op: return UnaryOp::hardswish;
     default: return std::nullopt;
   }
 }
@@ -76,6 +78,10 @@ void unary_lowp_kernel(KernelContext& k) {
   const DType t = k.in(0).dtype();
   UnaryParams p;
   if (op == UnaryOp::leaky_relu) p.a = static_cast<float>(k.attrs.f("alpha"));
+  if (op == UnaryOp::hardsigmoid) {
+    p.a = static_cast<float>(k.attrs.f("alpha"));
+    p.b = static_cast<float>(k.attrs.f("beta"));
+  }
   if (op == UnaryOp::clip) {
     p.a = static_cast<float>(clip_bound<T>(k.attrs.f("min"), t));
     p.b = static_cast<float>(clip_bound<T>(k.attrs.f("max"), t));
@@ -137,6 +143,18 @@ void unary_f64_kernel(KernelContext& k) {
       const double lo = k.attrs.f("min"), hi = k.attrs.f("max");
       return map_f64(k, [lo, hi](double v) { return std::isnan(v) ? v : std::min(std::max(v, lo), hi); });
     }
+    case UnaryOp::hardsigmoid: {
+      const double alpha = k.attrs.f("alpha"), beta = k.attrs.f("beta");
+      return map_f64(k, [alpha, beta](double v) {
+        const double t = v * alpha + beta;
+        return std::isnan(t) ? t : std::min(std::max(t, 0.0), 1.0);
+      });
+    }
+    case UnaryOp::hardswish:
+      return map_f64(k, [](double v) {
+        const double t = v + 3.0;
+        return v * ((std::isnan(t) ? t : std::min(std::max(t, 0.0), 6.0)) / 6.0);
+      });
   }
 }
 
@@ -284,7 +302,7 @@ void cast_kernel(KernelContext& k) {
 void register_elementwise(KernelRegistry& r) {
   for (OpId op : {"neg"_op, "abs"_op, "exp"_op, "log"_op, "sqrt"_op, "rsqrt"_op, "reciprocal"_op, "tanh"_op,
                   "sigmoid"_op, "relu"_op, "leaky_relu"_op, "gelu"_op, "silu"_op, "erf"_op, "sin"_op, "cos"_op,
-                  "floor"_op, "ceil"_op, "round"_op, "sign"_op, "clip"_op}) {
+                  "floor"_op, "ceil"_op, "round"_op, "sign"_op, "clip"_op, "hardsigmoid"_op, "hardswish"_op}) {
     r.add(Backend::cpu, op, {DType::f32}, unary_lowp_kernel<float>, "hwy");
     r.add(Backend::cpu, op, {DType::f16}, unary_lowp_kernel<f16>, "hwy");
     r.add(Backend::cpu, op, {DType::bf16}, unary_lowp_kernel<bf16>, "hwy");

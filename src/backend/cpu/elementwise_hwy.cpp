@@ -142,6 +142,19 @@ void UnaryF32(UnaryOp op, const float* x, float* y, size_t n, UnaryParams p) {
       });
     case UnaryOp::clip:
       return Apply(x, y, n, [&](DF, VF v) { return hn::IfThenElse(hn::IsNaN(v), v, hn::Min(hn::Max(v, a), b)); });
+    // clip(x * alpha + beta, 0, 1): a multiply then an add (no fma), as the decomposition.
+    case UnaryOp::hardsigmoid:
+      return Apply(x, y, n, [&](DF, VF v) {
+        const VF t = hn::Add(hn::Mul(v, a), b);
+        return hn::IfThenElse(hn::IsNaN(t), t, hn::Min(hn::Max(t, zero), one));
+      });
+    // x * (clip(x + 3, 0, 6) / 6), as the decomposition.
+    case UnaryOp::hardswish:
+      return Apply(x, y, n, [&](DF d, VF v) {
+        const VF t = hn::Add(v, hn::Set(d, 3.0f));
+        const VF c = hn::IfThenElse(hn::IsNaN(t), t, hn::Min(hn::Max(t, zero), hn::Set(d, 6.0f)));
+        return hn::Mul(v, hn::Div(c, hn::Set(d, 6.0f)));
+      });
   }
 }
 

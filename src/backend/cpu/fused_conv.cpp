@@ -37,6 +37,10 @@ UnaryOp unary_of(OpId act, const Attrs& a, UnaryParams& p) {
   const auto op = unary_op_for(act, act == "gelu"_op && a.s("approximate") == "tanh");
   SPORE_CHECK(op.has_value(), ErrorCode::internal, "fused epilogue: {} is not an activation", op_name(act));
   if (*op == UnaryOp::leaky_relu) p.a = static_cast<float>(a.f("alpha"));
+  if (*op == UnaryOp::hardsigmoid) {
+    p.a = static_cast<float>(a.f("alpha"));
+    p.b = static_cast<float>(a.f("beta"));
+  }
   if (*op == UnaryOp::clip) {
     p.a = static_cast<float>(a.f("min"));
     p.b = static_cast<float>(a.f("max"));

@@ -134,6 +134,10 @@ void fused_f32_kernel(KernelContext& k) {
     } else {
       s.unary = unary_code(ins);
       if (ins.op == "leaky_relu"_op) s.params.a = static_cast<float>(ins.p0);
+      if (ins.op == "hardsigmoid"_op) {
+        s.params.a = static_cast<float>(ins.p0);
+        s.params.b = static_cast<float>(ins.p1);
+      }
       if (ins.op == "clip"_op) {
         s.params.a = f32_bound(ins.p0);
         s.params.b = f32_bound(ins.p1);
