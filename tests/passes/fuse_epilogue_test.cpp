@@ -40,7 +40,7 @@ TEST(FuseEpilogue, ConvResidualReluBecomesOneNodeKeepingTheOutputName) {
   EXPECT_TRUE(fuse(*g));
   EXPECT_EQ(print_graph(*g),
             "graph @g(%x: f32[1,2,5,5], %w: f32[3,2,3,3], %b: f32[3], %r: f32[1,3,5,5]) {\n"
-            "  %y = conv2d_fused(%x, %w, %b, %r) {activation=\"relu\", alpha=0.01, approximate=\"none\", "
+            "  %y = conv2d_fused(%x, %w, %b, %r) {activation=\"relu\", alpha=0.01, approximate=\"none\", beta=0.5, "
             "dilation=[1,1], dst_layout=\"nchw\", groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], "
             "pool=\"none\", residual=true, src_layout=\"nchw\", stride=[1,1]} : f32[1,3,5,5] !name=\"conv1\"\n"
             "  return %y\n"
@@ -62,9 +62,9 @@ TEST(FuseEpilogue, LinearActivationParametersAndResidualWithoutBias) {
   EXPECT_TRUE(fuse(*g));
   EXPECT_EQ(print_graph(*g),
             "graph @g(%x: f32[4,6], %w: f32[5,6], %w2: f32[5,5], %b2: f32[5]) {\n"
-            "  %a = linear_fused(%x, %w) {activation=\"leaky_relu\", alpha=0.25, approximate=\"none\", max=inf, "
+            "  %a = linear_fused(%x, %w) {activation=\"leaky_relu\", alpha=0.25, approximate=\"none\", beta=0.5, max=inf, "
             "min=-inf, residual=false} : f32[4,5]\n"
-            "  %y = linear_fused(%a, %w2, %b2, %a) {activation=\"clip\", alpha=0.01, approximate=\"none\", max=6.0, "
+            "  %y = linear_fused(%a, %w2, %b2, %a) {activation=\"clip\", alpha=0.01, approximate=\"none\", beta=0.5, max=6.0, "
             "min=0.0, residual=true} : f32[4,5]\n"
             "  return %y\n"
             "}\n");
@@ -89,7 +89,7 @@ TEST(FuseEpilogue, IntermediatesUsedElsewhereOrReturnedStay) {
             "graph @g(%x: f32[2,6], %w: f32[3,6], %r: f32[2,3], %w2: f32[3,6]) {\n"
             "  %c = linear(%x, %w) : f32[2,3]\n"
             "  %y = relu(%c) : f32[2,3]\n"
-            "  %s = linear_fused(%x, %w2, %r) {activation=\"none\", alpha=0.01, approximate=\"none\", max=inf, "
+            "  %s = linear_fused(%x, %w2, %r) {activation=\"none\", alpha=0.01, approximate=\"none\", beta=0.5, max=inf, "
             "min=-inf, residual=true} : f32[2,3]\n"
             "  %t = tanh(%s) : f32[2,3]\n"
             "  %u = mul(%s, %t) : f32[2,3]\n"
@@ -109,7 +109,7 @@ TEST(FuseEpilogue, ConvReluMaxPoolBecomesOneNode) {
   EXPECT_TRUE(fuse(*g));
   EXPECT_EQ(print_graph(*g),
             "graph @g(%x: f32[2,2,7,9], %w: f32[4,2,3,3], %b: f32[4]) {\n"
-            "  %p = conv2d_fused(%x, %w, %b) {activation=\"relu\", alpha=0.01, approximate=\"none\", "
+            "  %p = conv2d_fused(%x, %w, %b) {activation=\"relu\", alpha=0.01, approximate=\"none\", beta=0.5, "
             "dilation=[1,1], dst_layout=\"nchw\", groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], "
             "pool=\"max2x2\", residual=false, src_layout=\"nchw\", stride=[1,1]} : f32[2,4,3,4]\n"
             "  %q = max_pool2d(%p) {kernel=[2,2], stride=[1,1]} : f32[2,4,2,3]\n"
