@@ -25,6 +25,9 @@ void add_quant_cases(CaseList& c, ErrorList& e) {
   c.push_back(quant("quantize_linear/per_axis_last_u8", {5, 8}, {8}, u8, Gen::integers(0, 256)).attr("axis", int64_t{-1}));
   c.push_back(quant("quantize_linear/scale_shape_1", {4, 6}, {1}, i8, Gen::integers(-3, 3)));
   c.push_back(quant("quantize_linear/no_zero_point", {17}, {}, std::nullopt, {}));
+  // Past one task's chunk (32768 elements) with a vector tail; per axis with rows that are not a vector multiple.
+  c.push_back(quant("quantize_linear/large_u8", {2, 7, 2401}, {}, u8, Gen::integers(0, 20)));
+  c.push_back(quant("quantize_linear/large_per_axis_i8", {2, 19, 1030}, {19}, i8, Gen::integers(-5, 5)));
 
   // dequantize_linear: q and zero point take the case's dtype (i8, u8, i32).
   c.push_back(OpCase("dequantize_linear/per_tensor", "dequantize_linear"_op, {{2, 3, 4}, {}, {}})

@@ -223,6 +223,37 @@ void F32ToBF16(const float* x, uint16_t* y, size_t n) {
   }
 }
 
+// y = clamp(rint(x / scale) + zp, lo, hi) as u8 / i8 (quantize_linear; lo, hi within the code type's range).
+// Division, not a reciprocal multiply, for the reference's bits; Round is nearest-even. A nan x gives lo
+// (Max returns its second operand on nan).
+template <typename Q>
+HWY_INLINE void QuantizeT(const float* x, Q* y, size_t n, float scale, float zp, float lo, float hi) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<Q, DF> dq;
+  const size_t N = hn::Lanes(df);
+  const VF s = hn::Set(df, scale), z = hn::Set(df, zp), l = hn::Set(df, lo), h = hn::Set(df, hi);
+  const auto q = [&](VF v) {
+    const VF r = hn::Min(hn::Max(hn::Add(hn::Round(hn::Div(v, s)), z), l), h);
+    return hn::DemoteTo(dq, hn::ConvertTo(di, r));
+  };
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(q(hn::LoadU(df, x + i)), dq, y + i);
+  if (i < n) {
+    HWY_ALIGN float fb[kMaxLanes] = {};
+    HWY_ALIGN Q qb[kMaxLanes];
+    std::copy(x + i, x + n, fb);
+    hn::Store(q(hn::Load(df, fb)), dq, qb);
+    std::copy(qb, qb + (n - i), y + i);
+  }
+}
+void QuantizeU8(const float* x, uint8_t* y, size_t n, float scale, float zp, float lo, float hi) {
+  QuantizeT(x, y, n, scale, zp, lo, hi);
+}
+void QuantizeI8(const float* x, int8_t* y, size_t n, float scale, float zp, float lo, float hi) {
+  QuantizeT(x, y, n, scale, zp, lo, hi);
+}
+
 void UnaryF16(UnaryOp op, const uint16_t* x, uint16_t* y, size_t n, UnaryParams p) {
   HWY_ALIGN float buf[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
@@ -255,6 +286,8 @@ HWY_EXPORT(F16ToF32);
 HWY_EXPORT(BF16ToF32);
 HWY_EXPORT(F32ToF16);
 HWY_EXPORT(F32ToBF16);
+HWY_EXPORT(QuantizeU8);
+HWY_EXPORT(QuantizeI8);
 
 void unary_f32(UnaryOp op, const float* x, float* y, size_t n, UnaryParams p) { HWY_DYNAMIC_DISPATCH(UnaryF32)(op, x, y, n, p); }
 void unary_f16(UnaryOp op, const uint16_t* x, uint16_t* y, size_t n, UnaryParams p) {
@@ -267,5 +300,11 @@ void f16_to_f32(const uint16_t* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(F1
 void bf16_to_f32(const uint16_t* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(BF16ToF32)(x, y, n); }
 void f32_to_f16(const float* x, uint16_t* y, size_t n) { HWY_DYNAMIC_DISPATCH(F32ToF16)(x, y, n); }
 void f32_to_bf16(const float* x, uint16_t* y, size_t n) { HWY_DYNAMIC_DISPATCH(F32ToBF16)(x, y, n); }
+void quantize_f32(const float* x, uint8_t* y, size_t n, float scale, float zp, float lo, float hi) {
+  HWY_DYNAMIC_DISPATCH(QuantizeU8)(x, y, n, scale, zp, lo, hi);
+}
+void quantize_f32(const float* x, int8_t* y, size_t n, float scale, float zp, float lo, float hi) {
+  HWY_DYNAMIC_DISPATCH(QuantizeI8)(x, y, n, scale, zp, lo, hi);
+}
 }  // namespace spore::cpu
 #endif

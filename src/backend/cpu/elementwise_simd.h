@@ -40,4 +40,9 @@ void bf16_to_f32(const uint16_t* x, float* y, size_t n);
 void f32_to_f16(const float* x, uint16_t* y, size_t n);
 void f32_to_bf16(const float* x, uint16_t* y, size_t n);
 
+// quantize_linear's formula y = clamp(rint(x / scale) + zp, lo, hi) (division and nearest-even as the
+// reference; lo/hi within the code type's range); a nan x gives lo.
+void quantize_f32(const float* x, uint8_t* y, size_t n, float scale, float zp, float lo, float hi);
+void quantize_f32(const float* x, int8_t* y, size_t n, float scale, float zp, float lo, float hi);
+
 }  // namespace spore::cpu

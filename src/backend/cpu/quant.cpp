@@ -1,5 +1,6 @@
 // CPU kernels of the quantization family.
-// quantize/dequantize_linear: chunked loops (chunk boundaries depend only on the size).
+// quantize_linear: Highway vectors (elementwise_simd.h quantize_f32), dequantize_linear: loops; chunk boundaries
+// depend only on the size.
 // qconv2d / qlinear: oneDNN int8 convolution / matmul (src u8|s8, weights s8, s32 accumulation, f32 dst) with
 // the per-output-channel scales x_scale * w_scale[o] as output scales and the activation zero point as a src
 // zero point; the bias is added afterwards in our own loop (y = acc * scale + bias, the reference's formula,
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <optional>
 
+#include "backend/cpu/constant_cache.h"
+#include "backend/cpu/elementwise_simd.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
 #include "base/thread_pool.h"
@@ -58,18 +61,20 @@ void quantize_loop(KernelContext& k, const ParamIndex& pi) {
   const int64_t n = k.in(0).numel();
   std::vector<float> zps(static_cast<size_t>(pi.channels));
   for (int64_t c = 0; c < pi.channels; ++c) zps[c] = static_cast<float>(zero_point_at(k, 2, c));
-  parallel_for(num_chunks(n, quant_grain), [&](int64_t chunk) {
-    const int64_t b = chunk * quant_grain, e = std::min(n, b + quant_grain);
-    if (pi.channels == 1) {
-      const float sc = s[0], zp = zps[0];
-      // rint rounds half to even in the default rounding mode (and inlines to vroundps, unlike nearbyint); the sum
-      // of two integers below 2^24 is exact.
-      for (int64_t i = b; i < e; ++i) y[i] = static_cast<Q>(std::clamp(std::rint(x[i] / sc) + zp, lo, hi));
-      return;
-    }
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t c = (i / pi.inner) % pi.channels;
-      y[i] = static_cast<Q>(std::clamp(std::rint(x[i] / s[c]) + zps[c], lo, hi));
+  if (pi.channels == 1) {
+    parallel_for(num_chunks(n, quant_grain), [&](int64_t chunk) {
+      const int64_t b = chunk * quant_grain, e = std::min(n, b + quant_grain);
+      quantize_f32(x + b, y + b, static_cast<size_t>(e - b), s[0], zps[0], lo, hi);
+    });
+    return;
+  }
+  // Per axis: one task per run of `inner` elements sharing a channel (rows of a [.., C, inner] view).
+  const int64_t rows = pi.inner ? n / pi.inner : 0;
+  const int64_t per_task = std::max<int64_t>(1, quant_grain / std::max<int64_t>(pi.inner, 1));
+  parallel_for(num_chunks(rows, per_task), [&](int64_t t) {
+    for (int64_t r = t * per_task; r < std::min(rows, (t + 1) * per_task); ++r) {
+      const int64_t c = r % pi.channels;
+      quantize_f32(x + r * pi.inner, y + r * pi.inner, static_cast<size_t>(pi.inner), s[c], zps[c], lo, hi);
     }
   });
 }
@@ -189,6 +194,21 @@ QConvGeom qconv_geom(const KernelContext& k) {
   return g;
 }
 
+// `user` reordered to `want`: kept in the constant cache for a plan constant (owner non-null), else into `buf`.
+memory reordered_weights(memory& user, const memory::desc& want, const std::shared_ptr<Storage>& owner, const void* src,
+                         std::string_view key, std::shared_ptr<Storage>& kept, std::vector<char>& buf) {
+  dnnl::stream& s = dnnl_stream();
+  kept = constant_derived(owner, src, key, want.get_size(), [&](void* b) {
+    memory dst(want, dnnl_engine(), b);
+    dnnl::reorder(user, dst).execute(s, user, dst);
+    s.wait();
+  });
+  if (kept) return memory(want, dnnl_engine(), kept->data());
+  memory m = scratch_memory(want, buf);
+  dnnl::reorder(user, m).execute(s, user, m);
+  return m;
+}
+
 struct QConvPrim {
   memory::desc user_src, user_wei, user_dst, src, wei, dst;
   dnnl::primitive prim;
@@ -217,7 +237,10 @@ QConvPrim make_qconv_prim(const QConvGeom& g, memory::data_type src_dt, const dn
   return p;
 }
 
-void exec_qconv(const QConvPrim& p, const Tensor& x, const Tensor& w, const Tensor& y) {
+// w_owner: w's storage when it is a plan constant; its reordered copy (with the compensation) is then kept
+// (constant_cache.h) under `key` instead of reordered on every call.
+void exec_qconv(const QConvPrim& p, const Tensor& x, const Tensor& w, const Tensor& y,
+                const std::shared_ptr<Storage>& w_owner, std::string_view key) {
   note_kernel_impl(p.impl);
   dnnl::stream& s = dnnl_stream();
   memory xs = user_memory(p.user_src, x), ws = user_memory(p.user_wei, w), ys = user_memory(p.user_dst, y);
@@ -227,10 +250,9 @@ void exec_qconv(const QConvPrim& p, const Tensor& x, const Tensor& w, const Tens
     xm = scratch_memory(p.src, src_buf);
     dnnl::reorder(xs, xm).execute(s, xs, xm);
   }
-  if (p.wei != p.user_wei) {  // also computes the compensation oneDNN needs for s8 / zero-point sources
-    wm = scratch_memory(p.wei, wei_buf);
-    dnnl::reorder(ws, wm).execute(s, ws, wm);
-  }
+  std::shared_ptr<Storage> kept;
+  if (p.wei != p.user_wei)  // also computes the compensation oneDNN needs for s8 / zero-point sources
+    wm = reordered_weights(ws, p.wei, w_owner, w.raw_data(), fmt::format("onednn_qconv_weights:{}", key), kept, wei_buf);
   if (p.dst != p.user_dst) ym = scratch_memory(p.dst, dst_buf);
   p.prim.execute(s, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
   if (p.dst != p.user_dst) dnnl::reorder(ym, ys).execute(s, ym, ys);
@@ -351,7 +373,7 @@ void qconv2d_kernel(KernelContext& k) {
     }
   });
   if (p)
-    exec_qconv(*p, x, k.in(3), k.out(0));
+    exec_qconv(*p, x, k.in(3), k.out(0), (k.constant_inputs >> 3) & 1 ? k.in(3).storage() : nullptr, key);
   else if (u8)
     qconv_loops(g, x.data<uint8_t>(), zp, k.in(3).data<int8_t>(), scales, y);
   else
@@ -411,10 +433,10 @@ void qlinear_kernel(KernelContext& k) {
       dnnl::stream& s = dnnl_stream();
       memory ws = user_memory(p->user_wei, k.in(3)), wm = ws;
       thread_local std::vector<char> wei_buf;
-      if (p->wei != p->user_wei) {
-        wm = scratch_memory(p->wei, wei_buf);
-        dnnl::reorder(ws, wm).execute(s, ws, wm);
-      }
+      std::shared_ptr<Storage> kept;
+      if (p->wei != p->user_wei)
+        wm = reordered_weights(ws, p->wei, (k.constant_inputs >> 3) & 1 ? k.in(3).storage() : nullptr,
+                               k.in(3).raw_data(), fmt::format("onednn_qlinear_weights:{}", key), kept, wei_buf);
       p->prim.execute(s, {{DNNL_ARG_SRC, user_memory(p->src, k.in(0))},
                           {DNNL_ARG_WEIGHTS, wm},
                           {DNNL_ARG_DST, user_memory(p->dst, k.out(0))}});
@@ -431,7 +453,7 @@ void qlinear_kernel(KernelContext& k) {
 }  // namespace
 
 void register_quant(KernelRegistry& r) {
-  r.add(Backend::cpu, "quantize_linear"_op, {DType::f32}, quantize_kernel, "loops");
+  r.add(Backend::cpu, "quantize_linear"_op, {DType::f32}, quantize_kernel, "hwy");
   r.add(Backend::cpu, "dequantize_linear"_op, {DType::i8, DType::u8, DType::i32}, dequantize_kernel, "loops");
   r.add(Backend::cpu, "qconv2d"_op, {DType::i8, DType::u8}, qconv2d_kernel, "onednn");
   r.add(Backend::cpu, "qlinear"_op, {DType::i8, DType::u8}, qlinear_kernel, "onednn");
