@@ -4,7 +4,11 @@
 # libblas.so.3 alternative (with only the reference BLAS installed torch's Linear layers run ~10x slower,
 # which would flatter spore).
 set -euo pipefail
-pkgs=(python3-torch python3-numpy libopenblas0-pthread python3-onnx nodejs npm)
+pkgs=(python3-torch python3-torchvision python3-numpy libopenblas0-pthread python3-onnx)
+# Node.js and npm from Debian only when the machine has no node/npm of its own (a NodeSource nodejs bundles npm and
+# conflicts with Debian's npm package).
+command -v node >/dev/null || pkgs+=(nodejs)
+command -v npm >/dev/null || pkgs+=(npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
