@@ -88,7 +88,10 @@ class StaticQuantizer {
       if (w->type.rank() != 2) return fmt::format("B %{} is not 2-D", w->name);
       if (n->attrs.b("transpose_a")) return "transpose_a is not supported";
     }
-    const auto it = table_.find(x->name);
+    // A value produced by an op this pass already rewrote was calibrated under the original op's output name.
+    const auto orig = calibrated_as_.find(x);
+    const std::string& cname = orig == calibrated_as_.end() ? x->name : orig->second;
+    const auto it = table_.find(cname);
     if (it == table_.end()) return fmt::format("no calibration range for %{}", x->name);
     const float lo = std::min(it->second.min, 0.0f), hi = std::max(it->second.max, 0.0f);
     if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi))
@@ -109,6 +112,8 @@ class StaticQuantizer {
     SPORE_CHECK(q->output(0)->type == n->output(0)->type, ErrorCode::internal,
                 "[quantize_static_int8] {} became {} instead of {}", n->label(), q->output(0)->type.str(),
                 n->output(0)->type.str());
+    const auto was = calibrated_as_.find(n->output(0));
+    calibrated_as_[q->output(0)] = was == calibrated_as_.end() ? n->output(0)->name : was->second;
     g_.replace_all_uses(n->output(0), q->output(0));
     g_.erase_node(n);
     ++report_.ops_quantized;
@@ -136,6 +141,7 @@ class StaticQuantizer {
   const CalibrationTable& table_;
   QuantReport& report_;
   std::map<Value*, ActQuant> acts_;
+  std::map<const Value*, std::string> calibrated_as_;  // rewritten op's output -> the name it was calibrated as
 };
 
 }  // namespace

@@ -157,6 +157,31 @@ TEST(QuantizeStatic, SkipsNodesWithoutRangeOrConstantWeight) {
   EXPECT_NE(r2.skipped[0].find("not a constant"), std::string::npos) << r2.skipped[0];
 }
 
+// conv -> conv with nothing between (MobileNet's projection conv feeding the next expansion conv): the second
+// conv's input is the first one's rewritten output, calibrated under the original name, and is quantized too.
+TEST(QuantizeStatic, ConvFeedingConvIsQuantized) {
+  std::mt19937 rng(9);
+  Graph g("cc");
+  Value* x = g.add_input(TensorType(DType::f32, {Dim(2), Dim(4), Dim(6), Dim(6)}), "x");
+  Value* w1 = g.add_constant(random_tensor(rng, {6, 4, 1, 1}, -0.5f, 0.5f), "w1");
+  Value* w2 = g.add_constant(random_tensor(rng, {5, 6, 1, 1}, -0.5f, 0.5f), "w2");
+  Node* c1 = build_node(g, "conv2d"_op, {x, w1}, {}, "c1");
+  Node* c2 = build_node(g, "conv2d"_op, {c1->output(0), w2}, {}, "c2");
+  g.set_outputs({c2->output(0)});
+  auto f = g.clone();
+  const Tensor in = random_tensor(rng, {2, 4, 6, 6}, -1, 1);
+  const QuantReport r = quantize_static_int8(g, calibrate(g, {{in}}));
+  EXPECT_EQ(r.ops_quantized, 2);
+  EXPECT_TRUE(r.skipped.empty()) << r.skipped.front();
+  const auto q = run_graph(g, in).to_doubles(), ref = run_graph(*f, in).to_doubles();
+  double max_err = 0, max_ref = 0;
+  for (size_t k = 0; k < q.size(); ++k) {
+    max_err = std::max(max_err, std::fabs(q[k] - ref[k]));
+    max_ref = std::max(max_ref, std::fabs(ref[k]));
+  }
+  EXPECT_LT(max_err, 0.03 * max_ref);
+}
+
 TEST(QuantizeStatic, MatmulWithConstantBBecomesQlinear) {
   std::mt19937 rng(5);
   Graph g("mm");
