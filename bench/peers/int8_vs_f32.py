@@ -11,7 +11,10 @@ on; the calibration inputs and the evaluation inputs are the same distribution b
 
 Agreement: --eval inputs drawn with seed 2, run through `spore run` on both models in batches of 8; the cell is the
 fraction of inputs whose int8 argmax over the class axis equals the f32 argmax (for the segmentation models, of all
-pixels). Acceptance of issue 22: agreement >= 99 % (within 1 point of f32 agreeing with itself).
+pixels). Acceptance of issue 22: agreement >= 99 % (within 1 point of f32 agreeing with itself). Beside it, the
+noise floor: the f32 model's own top-1 agreement when its inputs get 1 % Gaussian noise. Seeded random-weight
+networks can be chaotic (mobilenet_v2's logits move 13 % under 1 % input noise; trained networks do not), and where
+f32 itself does not keep its top-1 under that noise, no quantization can reach 99 %.
 
 Latency: `spore bench --batch 1 --threads T --json` p50 of the f32 .onnx and of the int8 .spore, interleaved
 --repeats times, median of each; ratio int8/f32 (< 1: int8 faster). Cells with fewer threads than CPUs pin both
@@ -84,17 +87,24 @@ def agreement(spore, name, meta, q_model, n, work, max_batch):
     worst_rel = 0.0
     done = 0
     f32_all = []
+    noise_same = 0
     while done < n:
         b = min(max_batch, n - done)
         x = os.path.join(work, "x.npy")
-        np.save(x, rng.standard_normal([b] + meta["shape"], dtype=np.float32))
+        xv = rng.standard_normal([b] + meta["shape"], dtype=np.float32)
+        np.save(x, xv)
+        # The noise floor: the f32 model on the same inputs plus 1 % Gaussian noise (about the size of the error
+        # 7-bit quantization of the input alone makes).
+        xn = os.path.join(work, "xn.npy")
+        np.save(xn, xv + np.float32(0.01) * rng.standard_normal(xv.shape, dtype=np.float32))
         outs = []
-        for m, tag in ((f32_model, "f32"), (q_model, "int8")):
+        for m, tag, xin in ((f32_model, "f32", x), (q_model, "int8", x), (f32_model, "noisy", xn)):
             d = os.path.join(work, tag)
             shutil.rmtree(d, ignore_errors=True)
-            run([spore, "run", m, "--input", f"{meta['input']}={x}", "--output", d, "--no-random"])
+            run([spore, "run", m, "--input", f"{meta['input']}={xin}", "--output", d, "--no-random"])
             outs.append(first_output(d).astype(np.float64))
-        a, q = outs
+        a, q, an = outs
+        noise_same += int((a.argmax(axis=1) == an.argmax(axis=1)).sum())
         f32_all.append(a)
         if a.shape != q.shape:
             raise RuntimeError(f"output shape {q.shape} vs f32 {a.shape}")
@@ -108,7 +118,7 @@ def agreement(spore, name, meta, q_model, n, work, max_batch):
     # agreement measures noise between tied classes, not the quantization.
     allf = np.concatenate(f32_all)
     dependence = float(allf.std(axis=0).mean() / max(allf.std(), 1e-30))
-    return same / total, worst_rel, dependence
+    return same / total, worst_rel, dependence, noise_same / total
 
 
 def speed(spore, name, meta, q_model, threads, repeats, time_s):
@@ -157,7 +167,7 @@ def main():
             row["ops_quantized"] = rep.get("ops_quantized")
             row["kept_float"] = len(rep.get("quantize_skipped", []))
             row["fixed_batch"] = fixed_batch is not None
-            row["agreement"], row["rel_l2"], row["dependence"] = agreement(a.spore, name, meta, q_model, a.eval, work,
+            row["agreement"], row["rel_l2"], row["dependence"], row["noise_agreement"] = agreement(a.spore, name, meta, q_model, a.eval, work,
                                                                            fixed_batch or 8)
             if not a.no_speed:
                 for t in threads:
@@ -174,19 +184,20 @@ def main():
         if "agreement" in row:
             print(f"{name:28s} q {row['ops_quantized']}/{row['ops_quantized'] + row['kept_float']}"
                   f"{' b1' if row['fixed_batch'] else ''}  top-1 agree {100 * row['agreement']:6.2f}%  "
-                  f"rel-L2 {row['rel_l2']:.4f}  input dependence {row['dependence']:.3f}  {cells}", flush=True)
+                  f"rel-L2 {row['rel_l2']:.4f}  input dependence {row['dependence']:.3f}  "
+                  f"f32 with 1% input noise agrees {100 * row['noise_agreement']:6.2f}%  {cells}", flush=True)
         else:
             print(f"{name:28s} FAILED", flush=True)
     ok = [r for r in rows if "agreement" in r]
     keys = [f"t{t}" for t in threads]
-    print("\n| model | ops int8 | top-1 agreement | rel. L2 | f32 input dependence | "
+    print("\n| model | ops int8 | top-1 agreement | rel. L2 | f32 input dependence | f32 + 1% noise agreement | "
           + " | ".join(f"int8/f32, {k[1:]} thr (ms)" for k in keys) + " |")
-    print("|---|---|---|---|---|" + "---|" * len(keys))
+    print("|---|---|---|---|---|---|" + "---|" * len(keys))
     for r in ok:
         cells = [f"{r[k]['ratio']:.2f} ({r[k]['int8_ms']:.1f}/{r[k]['f32_ms']:.1f})" if k in r else "-" for k in keys]
         print(f"| {r['model']}{' (batch 1)' if r['fixed_batch'] else ''} | "
               f"{r['ops_quantized']}/{r['ops_quantized'] + r['kept_float']} | {100 * r['agreement']:.1f}% | "
-              f"{r['rel_l2']:.4f} | {r['dependence']:.3f} | " + " | ".join(cells) + " |")
+              f"{r['rel_l2']:.4f} | {r['dependence']:.3f} | {100 * r['noise_agreement']:.1f}% | " + " | ".join(cells) + " |")
     both = [r for r in ok if r["agreement"] >= 0.99 and all(k in r and r[k]["ratio"] < 1 for k in keys)]
     print(f"\nfaster than f32 at every thread count and >= 99% top-1 agreement: {len(both)} of {len(names)}")
     for k in keys:
