@@ -27,8 +27,17 @@ struct ActivationRange {
 };
 using CalibrationTable = std::map<std::string, ActivationRange>;
 
+struct StaticQuantOptions {
+  // u8 activation codes: 8 bits = [0, 255]; 7 bits = [0, 127], for CPUs without VNNI, whose int8 kernels saturate
+  // on pairs of 8-bit codes (backend/cpu/quant.cpp then falls back to exact but slow int32 loops).
+  int activation_bits = 8;
+  // Convs with <= 4 input channels per group (RGB stems, depthwise) stay f32: qconv2d would run them as f32 convs
+  // on the integer values anyway, so int8 there only adds the input's quantization error and a quantize pass.
+  bool few_channel_convs_stay_f32 = true;
+};
+
 QuantReport quantize_weights_int8(Graph& g);
 // Needs a range for the input activation of every candidate node; candidates without one are skipped (listed).
-QuantReport quantize_static_int8(Graph& g, const CalibrationTable& table);
+QuantReport quantize_static_int8(Graph& g, const CalibrationTable& table, const StaticQuantOptions& opts = {});
 
 }  // namespace spore

@@ -51,6 +51,15 @@ std::vector<std::vector<Tensor>> batches(uint32_t seed, int count, int64_t batch
   return out;
 }
 
+// small_net's conv has one input channel, which the default options keep f32; the tests of the rewrite itself
+// quantize it anyway.
+StaticQuantOptions all_convs(int bits = 8) {
+  StaticQuantOptions o;
+  o.activation_bits = bits;
+  o.few_channel_convs_stay_f32 = false;
+  return o;
+}
+
 Tensor run_graph(const Graph& g, const Tensor& x) {
   auto c = g.clone();
   specialize_inputs(*c, {x.shape()});
@@ -103,7 +112,7 @@ TEST(QuantOps, QlinearMatchesDequantizedFloat) {
 TEST(QuantizeStatic, RewritesConvAndLinearAndReports) {
   auto g = small_net(1);
   const CalibrationTable table = calibrate(*g, batches(2, 4, 16));
-  const QuantReport r = quantize_static_int8(*g, table);
+  const QuantReport r = quantize_static_int8(*g, table, all_convs());
   EXPECT_EQ(r.ops_quantized, 2);
   EXPECT_EQ(r.weights_quantized, 2);
   EXPECT_TRUE(r.skipped.empty()) << r.skipped.front();
@@ -139,7 +148,7 @@ TEST(QuantizeStatic, SkipsNodesWithoutRangeOrConstantWeight) {
   auto g = small_net(1);
   CalibrationTable table = calibrate(*g, batches(2, 2, 8));
   table.erase("x");  // the conv's input: no range
-  const QuantReport r = quantize_static_int8(*g, table);
+  const QuantReport r = quantize_static_int8(*g, table, all_convs());
   EXPECT_EQ(r.ops_quantized, 1);
   ASSERT_EQ(r.skipped.size(), 1u);
   EXPECT_NE(r.skipped[0].find("conv1"), std::string::npos) << r.skipped[0];
@@ -162,14 +171,14 @@ TEST(QuantizeStatic, SkipsNodesWithoutRangeOrConstantWeight) {
 TEST(QuantizeStatic, ConvFeedingConvIsQuantized) {
   std::mt19937 rng(9);
   Graph g("cc");
-  Value* x = g.add_input(TensorType(DType::f32, {Dim(2), Dim(4), Dim(6), Dim(6)}), "x");
-  Value* w1 = g.add_constant(random_tensor(rng, {6, 4, 1, 1}, -0.5f, 0.5f), "w1");
+  Value* x = g.add_input(TensorType(DType::f32, {Dim(2), Dim(8), Dim(6), Dim(6)}), "x");
+  Value* w1 = g.add_constant(random_tensor(rng, {6, 8, 1, 1}, -0.5f, 0.5f), "w1");
   Value* w2 = g.add_constant(random_tensor(rng, {5, 6, 1, 1}, -0.5f, 0.5f), "w2");
   Node* c1 = build_node(g, "conv2d"_op, {x, w1}, {}, "c1");
   Node* c2 = build_node(g, "conv2d"_op, {c1->output(0), w2}, {}, "c2");
   g.set_outputs({c2->output(0)});
   auto f = g.clone();
-  const Tensor in = random_tensor(rng, {2, 4, 6, 6}, -1, 1);
+  const Tensor in = random_tensor(rng, {2, 8, 6, 6}, -1, 1);
   const QuantReport r = quantize_static_int8(g, calibrate(g, {{in}}));
   EXPECT_EQ(r.ops_quantized, 2);
   EXPECT_TRUE(r.skipped.empty()) << r.skipped.front();
@@ -213,7 +222,7 @@ TEST(QuantizeStatic, CloseToFloatOn256Samples) {
     auto q = f32->clone();
     CalibOptions o;
     o.method = m;
-    const QuantReport r = quantize_static_int8(*q, calibrate(*f32, calib, o));
+    const QuantReport r = quantize_static_int8(*q, calibrate(*f32, calib, o), all_convs());
     ASSERT_EQ(r.ops_quantized, 2);
     double max_err = 0, lo = 1e30, hi = -1e30;
     int agree = 0, total = 0;
@@ -237,6 +246,49 @@ TEST(QuantizeStatic, CloseToFloatOn256Samples) {
     std::printf("[quantize_static] method %d: max |err| %.4f of range %.3f, argmax agreement %d/%d\n",
                 static_cast<int>(m), max_err, hi - lo, agree, total);
   }
+}
+
+// Defaults: the 1-input-channel conv stays f32 (with the reason), codes use 8 bits; with 7 bits the clip in front
+// of quantize_linear ends at code 127. Both run close to f32 on fresh data.
+TEST(QuantizeStatic, DefaultsKeepFewChannelConvsF32AndCodeActivationsIn8Bits) {
+  const auto f32 = small_net(21);
+  const CalibrationTable t = calibrate(*f32, batches(22, 4, 16));
+  const auto test = batches(23, 2, 16);
+  for (const int bits : {8, 7}) {
+    auto g = f32->clone();
+    StaticQuantOptions o;
+    o.activation_bits = bits;
+    const QuantReport r = quantize_static_int8(*g, t, o);
+    EXPECT_EQ(r.ops_quantized, 1);
+    ASSERT_EQ(r.skipped.size(), 1u);
+    EXPECT_NE(r.skipped[0].find("conv1"), std::string::npos) << r.skipped[0];
+    EXPECT_NE(r.skipped[0].find("1 input channel(s) per group"), std::string::npos) << r.skipped[0];
+    int clips = 0;
+    for (const Node* n : g->nodes()) {
+      if (n->op != "quantize_linear"_op) continue;
+      const Node* clip = n->input(0)->producer;
+      ASSERT_EQ(clip->op, "clip"_op);
+      const double scale = n->input(1)->producer->payload.to_doubles()[0];
+      const double zp = n->input(2)->producer->payload.to_doubles()[0];
+      EXPECT_NEAR(clip->attrs.f("max") / scale + zp, (1 << bits) - 1, 1e-3) << bits;
+      EXPECT_NEAR(clip->attrs.f("min") / scale + zp, 0, 1e-3) << bits;
+      ++clips;
+    }
+    EXPECT_EQ(clips, 1);
+    for (const auto& b : test) {
+      const auto yf = run_graph(*f32, b[0]).to_doubles(), yq = run_graph(*g, b[0]).to_doubles();
+      double err = 0, range = 0;
+      for (size_t k = 0; k < yf.size(); ++k) {
+        err = std::max(err, std::fabs(yf[k] - yq[k]));
+        range = std::max(range, std::fabs(yf[k]));
+      }
+      EXPECT_LT(err, 0.05 * range) << bits;
+    }
+  }
+  StaticQuantOptions bad;
+  bad.activation_bits = 6;
+  auto g = f32->clone();
+  EXPECT_THROW(quantize_static_int8(*g, t, bad), Error);
 }
 
 TEST(QuantizeStatic, Deterministic) {

@@ -212,6 +212,10 @@ int cmd_convert(int argc, char** argv) {
                  "mnist:DIR | fashion-mnist:DIR | digits:FILE (training split) | DIR of .npy files (input 0)");
   app.add_option("--calib-samples", calib_samples, "calibration samples (default 256)")->check(CLI::PositiveNumber);
   app.add_option("--calib-method", calib_method, "minmax | percentile | entropy (default minmax)");
+  int act_bits = 8;
+  app.add_option("--act-bits", act_bits,
+                 "int8: activation code bits, 8 (default; fast on CPUs with VNNI) or 7 (for CPUs without VNNI, whose "
+                 "int8 kernels saturate on 8-bit codes)");
   app.add_option("--eval-data", eval_data, "classifier accuracy before/after on a dataset's test split: mnist:DIR | ...");
   app.add_option("--input-scale", input_scale, "multiply dataset pixels by this (255 for models trained on raw pixels)");
   app.add_option("--optimize-level", optimize_level, "0: none, 1: dce + cse + fold (default), 2: the same for now");
@@ -237,6 +241,7 @@ int cmd_convert(int argc, char** argv) {
               "--quantize int8 needs calibration data: --calib-data mnist:DIR | fashion-mnist:DIR | digits:FILE | DIR");
   CalibOptions calib_opts;
   calib_opts.method = parse_calib_method(calib_method);
+  SPORE_CHECK(act_bits == 7 || act_bits == 8, ErrorCode::invalid_argument, "--act-bits {}: expected 7 or 8", act_bits);
   SPORE_CHECK(optimize_level >= 0 && optimize_level <= 2, ErrorCode::invalid_argument,
               "--optimize-level {}: expected 0, 1 or 2", optimize_level);
   SPORE_CHECK(eval_data.empty() || is_dataset_spec(eval_data), ErrorCode::invalid_argument,
@@ -279,7 +284,9 @@ int cmd_convert(int argc, char** argv) {
     qrep = quantize_weights_int8(*g);
   } else if (quantize == "int8") {
     const CalibrationTable table = calibrate(*g, batches, calib_opts);
-    qrep = quantize_static_int8(*g, table);
+    StaticQuantOptions qo;
+    qo.activation_bits = act_bits;
+    qrep = quantize_static_int8(*g, table, qo);
   }
   const PrecisionReport prep = apply_precision_mode(*g, mode, low);
   verify_graph(*g);
@@ -289,7 +296,10 @@ int cmd_convert(int argc, char** argv) {
                                           {"source", in},
                                           {"optimize_level", std::to_string(optimize_level)}};
   if (mode == PrecisionMode::allow_mix_precision) meta["mix_dtype"] = mix_dtype;
-  if (quantize == "int8") meta["calib_method"] = calib_method;
+  if (quantize == "int8") {
+    meta["calib_method"] = calib_method;
+    meta["act_bits"] = std::to_string(act_bits);
+  }
   io::save_model(*g, out, meta);
   const int64_t size_after = static_cast<int64_t>(fs::file_size(out));
   const int64_t size_before = saved_size(*f32, out, {{"source", in}});
@@ -330,7 +340,10 @@ int cmd_convert(int argc, char** argv) {
                      {"compare_samples", compare_samples},
                      {"outputs", outs}};
     if (mode == PrecisionMode::allow_mix_precision) j["mix_dtype"] = mix_dtype;
-    if (quantize == "int8") j["calib_method"] = calib_method;
+    if (quantize == "int8") {
+      j["calib_method"] = calib_method;
+      j["act_bits"] = act_bits;
+    }
     if (acc_f32) {
       j["eval_data"] = eval_data;
       j["eval_samples"] = eval_samples;
