@@ -137,6 +137,33 @@ def dynamic(spore):
     p = run(spore, "check-ops", path)
     if p.returncode != 0 or "compiles for batch 1" not in p.stdout:
         fail("check-ops must compile the model and say so", p)
+    # spore convert: the model imports only with its batch fixed. Without --input-shape or .npy calibration data it
+    # says so; with a .npy calibration directory it takes the first file's shape, says so and records it.
+    p = run(spore, "convert", path, "-o", os.path.join(tmp, "f16.spore"), "--precision-mode", "allow_fp32_to_fp16")
+    if p.returncode == 0 or "--input-shape" not in p.stderr or "symbolic dim" not in p.stderr:
+        fail("convert of a shape-computing dynamic model without --input-shape must fail naming --input-shape", p)
+    calib = os.path.join(tmp, "calib")
+    os.mkdir(calib)
+    rng = np.random.default_rng(7)
+    for i in range(4):
+        np.save(os.path.join(calib, f"{i}.npy"), rng.standard_normal((1, 3, 4, 4)).astype(np.float32))
+    q = os.path.join(tmp, "int8.spore")
+    p = run(spore, "convert", path, "-o", q, "--quantize", "int8", "--calib-data", calib, "--json")
+    if p.returncode != 0 or "x:1,3,4,4" not in p.stderr:
+        fail("convert --quantize int8 with .npy calibration of a shape-computing model: shape from the data", p)
+    rep = json.loads(p.stdout.splitlines()[-1])
+    if rep.get("input_shape_fixed") != "x:1,3,4,4" or rep["ops_quantized"] != 1:
+        fail(f"convert report: input_shape_fixed / ops_quantized: {rep}", p)
+    xv = rng.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    np.save(os.path.join(tmp, "xq.npy"), xv)
+    p = run(spore, "run", q, "--input", f"x={os.path.join(tmp, 'xq.npy')}", "--output", os.path.join(tmp, "outq"))
+    if p.returncode != 0:
+        fail("spore run of the int8 conversion", p)
+    want = np.maximum(xv, 0).reshape(1, -1) @ w
+    got = np.load(os.path.join(tmp, "outq", "y.npy"))
+    err = np.abs(got - want).max() / np.abs(want).max()
+    if got.shape != want.shape or err > 0.05:
+        fail(f"int8 conversion: output {got} vs NumPy {want} (max err {err:.3f} of the largest output)")
     print("dynamic: ok")
 
 

@@ -23,6 +23,7 @@
 #include <spore/spore.h>
 
 #include "base/rng.h"
+#include "deploy/session.h"
 #include "io/model_file.h"
 #include "io/npy.h"
 #include "ops/graph_ops.h"
@@ -44,6 +45,27 @@ bool is_dataset_spec(const std::string& s) {
   for (const char* p : {"mnist:", "fashion-mnist:", "digits:"})
     if (s.rfind(p, 0) == 0) return true;
   return false;
+}
+
+// Exports that compute shapes from their batch dim (Shape -> Gather -> Reshape: shufflenet, ViT, torchvision's
+// segmentation heads) import only with that dim fixed. With a .npy calibration directory and no --input-shape, input
+// 0's dims are taken from its first file (a sample without a batch dim gets batch 1); "" when not applicable.
+std::string input_shape_from_npy_dir(const std::string& model, const std::string& dir) {
+  if (dir.empty() || is_dataset_spec(dir) || !fs::is_directory(dir)) return "";
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".npy") files.push_back(e.path().string());
+  if (files.empty()) return "";
+  std::sort(files.begin(), files.end());
+  const Tensor first = io::read_npy(files.front());
+  const deploy::Session session(model);
+  const deploy::SessionInput& in = session.inputs().at(0);
+  Shape shape = first.shape();
+  if (static_cast<int>(shape.size()) + 1 == in.type.rank()) shape.insert(shape.begin(), 1);
+  if (static_cast<int>(shape.size()) != in.type.rank()) return "";
+  std::string spec = in.name + ":";
+  for (size_t d = 0; d < shape.size(); ++d) spec += (d ? "," : "") + std::to_string(shape[d]);
+  return spec;
 }
 
 // Cuts `x` ([N, ...] samples for input 0) into batches the model accepts: its static batch size, else `batch`.
@@ -251,7 +273,20 @@ int cmd_convert(int argc, char** argv) {
               "-o {}: the output must end in .spore or .onnx", out);
   set_threads(threads);
 
-  std::unique_ptr<Graph> g = load_model_file(in, parse_input_shapes(input_shapes));
+  std::unique_ptr<Graph> g;
+  std::string shape_fixed;  // input spec taken from the calibration data, when the model needed one
+  try {
+    g = load_model_file(in, parse_input_shapes(input_shapes));
+  } catch (const Error& e) {
+    if (!input_shapes.empty() || std::string(e.what()).find("symbolic dim") == std::string::npos) throw;
+    shape_fixed = input_shape_from_npy_dir(in, calib_data);
+    if (shape_fixed.empty()) throw;
+    fmt::print(stderr,
+               "spore convert: note: {} computes shapes from a symbolic input dim; converting it for --input-shape {} "
+               "(the first calibration file's shape)\n",
+               in, shape_fixed);
+    g = load_model_file(in, parse_input_shapes({shape_fixed}));
+  }
   if (optimize_level >= 1) {
     // fold_keeps_size: a converted model stays converted when converted again (no int8/f16 weights folded to f32).
     PassOptions po;
@@ -340,6 +375,7 @@ int cmd_convert(int argc, char** argv) {
                      {"compare_samples", compare_samples},
                      {"outputs", outs}};
     if (mode == PrecisionMode::allow_mix_precision) j["mix_dtype"] = mix_dtype;
+    if (!shape_fixed.empty()) j["input_shape_fixed"] = shape_fixed;
     if (quantize == "int8") {
       j["calib_method"] = calib_method;
       j["act_bits"] = act_bits;
