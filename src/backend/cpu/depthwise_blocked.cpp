@@ -5,7 +5,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -35,21 +37,31 @@ inline void store(const Row& r, int64_t ox, __m256 v) {
   _mm256_storeu_ps(r.y + ox * 8, v);
 }
 
+bool use_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  const char* e = std::getenv("SPORE_CONV_DIRECT_ISA");
+  return has && !(e && std::string_view(e) == "avx2");
+}
+
 // P output pixels from ox0, every tap inside the image (Edge false) or checked per tap (Edge true, P = 1).
 template <int P, bool Edge>
 inline void tile(const Row& r, int64_t ox0) {
   const DepthwiseBlockedConv& g = r.g;
   __m256 acc[P];
   for (int p = 0; p < P; ++p) acc[p] = r.bias;
+  // Edge (P = 1): the kernel columns whose input column is inside the image, j0 <= j < j1, found once.
+  const int64_t x0 = ox0 * g.sw - g.pad_left;
+  int64_t j0 = 0, j1 = g.kw;
+  if (Edge) {
+    j0 = x0 >= 0 ? 0 : std::min(g.kw, (-x0 + g.dw - 1) / g.dw);
+    j1 = g.w - x0 <= 0 ? 0 : std::clamp((g.w - x0 + g.dw - 1) / g.dw, j0, g.kw);
+  }
   for (int64_t i = r.i0; i < r.i1; ++i) {
     const float* row = r.xc + (r.iy0 + i * g.dh) * g.w * 8;
-    for (int64_t j = 0; j < g.kw; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       const __m256 wv = _mm256_loadu_ps(r.wc + (i * g.kw + j) * 8);
-      for (int p = 0; p < P; ++p) {
-        const int64_t ix = (ox0 + p) * g.sw - g.pad_left + j * g.dw;
-        if (Edge && (ix < 0 || ix >= g.w)) continue;
-        acc[p] = _mm256_fmadd_ps(_mm256_loadu_ps(row + ix * 8), wv, acc[p]);
-      }
+      for (int p = 0; p < P; ++p)
+        acc[p] = _mm256_fmadd_ps(_mm256_loadu_ps(row + (x0 + p * g.sw + j * g.dw) * 8), wv, acc[p]);
     }
   }
   for (int p = 0; p < P; ++p) store(r, ox0 + p, acc[p]);
@@ -85,6 +97,7 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
     bias = bias_padded.data();
   }
   const StoreEpilogue epi = fused ? *fused : StoreEpilogue{};
+  const bool wide = use_avx512();
   if (fused) epilogue = nullptr;  // applied in the stores
   // Output columns whose taps are all inside the image: [ox_lo, ox_hi).
   const int64_t span = (g.kw - 1) * g.dw;
@@ -108,6 +121,10 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
                   epi.residual ? epi.residual + at : nullptr, epi.relu, y + at, iy0, i0, i1};
       int64_t ox = 0;
       for (; ox < ox_lo; ++ox) tile<1, true>(r, ox);
+      if (wide) {
+        const float* b = bias ? bias + cb * 8 : nullptr;
+        ox = detail::depthwise_interior_avx512({&g, r.xc, r.wc, b, r.res, r.relu, r.y, iy0, i0, i1}, ox, ox_hi);
+      }
       for (; ox + 4 <= ox_hi; ox += 4) tile<4, false>(r, ox);
       for (; ox < ox_hi; ++ox) tile<1, false>(r, ox);
       for (; ox < g.ow; ++ox) tile<1, true>(r, ox);

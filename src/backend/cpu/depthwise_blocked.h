@@ -4,10 +4,12 @@
 // plain-NCHW depthwise ran mobilenet_v2's at 1-3 GFLOP/s (55% of the model), and whose blocked one needs the
 // chain to stay blocked anyway.
 //
-// Lanes are the 8 channels of a block (AVX2; the baseline ISA). Every output element is its bias (or +0) followed
-// by one fma per in-image tap in (kernel row, kernel column) order; taps in the padding are skipped. That order
-// depends on nothing else (not the tiling, the thread count or the batch), so an image's outputs never depend on
-// the rest of the batch, and every x86-64-v3 machine computes the same bits.
+// Lanes are the 8 channels of a block: one pixel per AVX2 vector (the baseline ISA, and the image borders), two
+// neighbouring pixels per AVX-512 vector (depthwise_blocked_avx512.cpp, the interior of each row where the CPU has
+// it; SPORE_CONV_DIRECT_ISA=avx2 forces AVX2, read per call). Every output element is its bias (or +0) followed by
+// one fma per in-image tap in (kernel row, kernel column) order; taps in the padding are skipped. That order
+// depends on nothing else (not the ISA, the tiling, the thread count or the batch), so an image's outputs never
+// depend on the rest of the batch, and every x86-64-v3 machine computes the same bits.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,5 +46,23 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
                             const std::shared_ptr<Storage>& weights_owner = nullptr,
                             const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr,
                             const StoreEpilogue* fused = nullptr);
+
+namespace detail {
+// One output row of depthwise_blocked_conv for the per-ISA kernels.
+struct DepthwiseRow {
+  const DepthwiseBlockedConv* g;
+  const float* xc;    // the input plane of this image and channel block
+  const float* wc;    // its packed weights [kH][kW][8]
+  const float* bias;  // its 8 biases, or null
+  const float* res;   // the residual row (StoreEpilogue) or null
+  bool relu;
+  float* y;           // the output row
+  int64_t iy0;        // input row of kernel row 0 (may be outside the image)
+  int64_t i0, i1;     // kernel rows whose input row is inside the image: i0 <= i < i1 (dilation-strided)
+};
+// Output pixels [ox0, ox1) of the row, every tap inside the image, two pixels per AVX-512 vector; returns the
+// first pixel not computed (an odd one left over).
+int64_t depthwise_interior_avx512(const DepthwiseRow& r, int64_t ox0, int64_t ox1);
+}  // namespace detail
 
 }  // namespace spore::cpu

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/byte_copy.h"
 #include "backend/cpu/families.h"
@@ -43,20 +44,27 @@ void check_indices(const Tensor& idx, int64_t bound, OpId op, int64_t axis) {
 }
 
 
-// Rows [q0, q1) of a take: row q = (o, j) copies x row o * n + idx[j].
+// Rows [q0, q1) of a take: row q = (o, j) copies x row o * n + w[j] (w: the wrapped indices). Walked as runs of
+// j within one o, so a 1-element row (a gather along the last axis: Resize's taps) is one load and one store.
 template <typename T>
-void take_rows_chunk(char* out, const char* x, Indices ix, int64_t q0, int64_t q1, int64_t nidx, int64_t n,
+void take_rows_chunk(char* out, const char* x, const int64_t* w, int64_t q0, int64_t q1, int64_t nidx, int64_t n,
                      int64_t row_bytes) {
-  for (int64_t q = q0; q < q1; ++q) {
-    const char* s = x + ((q / nidx) * n + wrap(ix[q % nidx], n)) * row_bytes;
-    if (row_bytes == sizeof(T))
-      store<T>(out + q * row_bytes, load<T>(s));
-    else
-      std::memcpy(out + q * row_bytes, s, static_cast<size_t>(row_bytes));
+  int64_t o = q0 / nidx, j = q0 % nidx;
+  for (int64_t q = q0; q < q1; ++o, j = 0) {
+    const int64_t j1 = std::min(nidx, j + (q1 - q));
+    const char* xo = x + o * n * row_bytes;
+    char* dst = out + q * row_bytes;
+    if (row_bytes == sizeof(T)) {
+      for (int64_t i = j; i < j1; ++i, dst += sizeof(T)) store<T>(dst, load<T>(xo + w[i] * int64_t{sizeof(T)}));
+    } else {
+      for (int64_t i = j; i < j1; ++i, dst += row_bytes)
+        std::memcpy(dst, xo + w[i] * row_bytes, static_cast<size_t>(row_bytes));
+    }
+    q += j1 - j;
   }
 }
 
-// out[o, j, :] = x[o, idx[j], :] for x viewed as [outer, n, inner]: one memcpy per row.
+// out[o, j, :] = x[o, idx[j], :] for x viewed as [outer, n, inner]: one copy per row.
 void take_rows(const Tensor& x, const Tensor& idx, const Tensor& out, int64_t outer, int64_t n, int64_t inner, OpId op,
                int64_t axis) {
   check_indices(idx, n, op, axis);
@@ -67,11 +75,14 @@ void take_rows(const Tensor& x, const Tensor& idx, const Tensor& out, int64_t ou
   const char* xp = in_bytes(x);
   char* op_ = out_bytes(out);
   const Indices ix(idx);
+  std::vector<int64_t> wrapped(static_cast<size_t>(nidx));
+  for (int64_t i = 0; i < nidx; ++i) wrapped[static_cast<size_t>(i)] = wrap(ix[i], n);
+  const int64_t* w = wrapped.data();
   with_elem(static_cast<size_t>(ies), [&](auto t) {
     using T = decltype(t);
     parallel_for(num_chunks(rows, grain), [&](int64_t c) {
       const int64_t r0 = c * grain;
-      take_rows_chunk<T>(op_, xp, ix, r0, std::min(rows, r0 + grain), nidx, n, row_bytes);
+      take_rows_chunk<T>(op_, xp, w, r0, std::min(rows, r0 + grain), nidx, n, row_bytes);
     });
   });
 }
