@@ -90,9 +90,49 @@ class LayoutPass final : public Pass {
       blocked[v] = tr->output(0);
       return tr->output(0);
     };
-    for (size_t i = 0; i < cands.size(); ++i) {
+    // Squeeze-excite's rescale x * s (s: [N, C, 1, 1], the sigmoid of the pooled FCs) of a chain value stays in the
+    // chain: s reshaped to [N, C/8, 1, 1, 8] (no copy: H = W = 1) broadcasts over the blocked x, so the projection
+    // conv that follows reads blocked input instead of a reorder of x. Same products, so the same bits.
+    const auto se_rescale = [&](Node* n) {
+      if (n->op != "mul"_op || n->inputs.size() != 2 || n->outputs.size() != 1) return false;
+      const int xi = blocked.count(n->input(0)) ? 0 : blocked.count(n->input(1)) ? 1 : -1;
+      if (xi < 0) return false;
+      Value* x = n->input(xi);
+      Value* sv = n->input(1 - xi);
+      const TensorType& xt = x->type;
+      const TensorType& st = sv->type;
+      if (xt.dtype != DType::f32 || st.dtype != DType::f32 || !static_dims(st, 4) || !static_dims(n->output(0)->type, 4) ||
+          st.dims[0].size != xt.dims[0].size || st.dims[1].size != xt.dims[1].size || st.dims[2].size != 1 ||
+          st.dims[3].size != 1 || n->output(0)->type.dims[1].size != xt.dims[1].size)
+        return false;
+      const int64_t nb = xt.dims[0].size, c = xt.dims[1].size, h = xt.dims[2].size, w = xt.dims[3].size;
+      Node* sb = build_node(g, "reshape"_op, {sv}, Attrs{{"shape", V{nb, c / fused::kChannelBlock, 1, 1, fused::kChannelBlock}}});
+      std::vector<Value*> ins{blocked[x], sb->output(0)};
+      if (xi == 1) std::swap(ins[0], ins[1]);
+      Node* m = build_node(g, "mul"_op, std::move(ins), {}, n->name);
+      Node* tr = build_node(g, "transpose"_op, {m->output(0)}, Attrs{{"perm", V{0, 1, 4, 2, 3}}});
+      Node* r = build_node(g, "reshape"_op, {tr->output(0)}, Attrs{{"shape", V{nb, c, h, w}}});
+      Value* y = n->output(0);
+      const std::string keep_name = y->name;
+      g.replace_all_uses(y, r->output(0));
+      g.erase_node(n);
+      if (!keep_name.empty()) {
+        g.rename_value(y, fmt::format("{}.nchw{}", keep_name, y->id));
+        g.rename_value(r->output(0), keep_name);
+        g.rename_value(m->output(0), keep_name + ".nchw8c");
+      }
+      blocked[r->output(0)] = m->output(0);
+      return true;
+    };
+    for (Node* n : std::vector<Node*>(g.nodes())) {
+      if (n->dead) continue;
+      const auto at = index.find(n);
+      if (at == index.end()) {
+        se_rescale(n);
+        continue;
+      }
+      const size_t i = static_cast<size_t>(at->second);
       if (!keep[i]) continue;
-      Node* n = cands[i];
       const fused::Operands o = n->op == "conv2d_fused"_op
                                     ? fused::operands(n->attrs, static_cast<int>(n->inputs.size()))
                                     : fused::Operands{n->inputs.size() > 2 ? 2 : -1, -1};

@@ -278,6 +278,54 @@ TEST(Layout, GlobalMeanOfTheChainExitReadsTheBlockedTensor) {
   }
 }
 
+// Squeeze-excite (mobilenet_v3, efficientnet): x * sigmoid(fc(fc(mean(x)))) between a depthwise conv and the
+// projection conv stays blocked - the scale [N, C, 1, 1] is reshaped, not reordered, so the only reorder left is
+// the chain's exit - and gives the plain plan's values (and the reference's), on 1 and 2 threads.
+std::unique_ptr<Graph> squeeze_excite() {
+  std::mt19937 rng(12);
+  auto g = std::make_unique<Graph>("se");
+  Value* x = g->add_input(TensorType::of(DType::f32, {2, 8, 10, 10}), "x");
+  const auto w = [&](const Shape& sh) { return g->add_constant(random_tensor(rng, sh, DType::f32, -0.3, 0.3)); };
+  const Attrs pad{{"padding", V{1, 1, 1, 1}}};
+  Value* a = build_node(*g, "relu"_op, {build_node(*g, "conv2d"_op, {x, w({16, 8, 3, 3}), w({16})}, pad)->output(0)}, {})->output(0);
+  Value* d = build_node(*g, "conv2d"_op, {a, w({16, 1, 3, 3}), w({16})}, Attrs{{"padding", V{1, 1, 1, 1}}, {"groups", int64_t{16}}})
+                 ->output(0);
+  Value* m = build_node(*g, "reduce_mean"_op, {d}, Attrs{{"axes", V{2, 3}}, {"keepdims", true}})->output(0);
+  Value* f = build_node(*g, "relu"_op, {build_node(*g, "conv2d"_op, {m, w({8, 16, 1, 1}), w({8})}, {})->output(0)}, {})->output(0);
+  Value* sc = build_node(*g, "sigmoid"_op, {build_node(*g, "conv2d"_op, {f, w({16, 8, 1, 1}), w({16})}, {})->output(0)}, {})->output(0);
+  Value* y = build_node(*g, "mul"_op, {d, sc}, {})->output(0);
+  Value* z = build_node(*g, "conv2d"_op, {y, w({16, 16, 1, 1}), w({16})}, {}, "project")->output(0);
+  g->set_outputs({z});
+  verify_graph(*g);
+  return g;
+}
+
+TEST(Layout, SqueezeExciteRescaleStaysInTheChain) {
+  Plan blocked = compile_plan(squeeze_excite(), inference(true));
+  Plan plain = compile_plan(squeeze_excite(), inference(false));
+  Plan ref = compile_plan(squeeze_excite(), inference(true, Backend::reference));
+  // Reorders of H x W images: only the exit after "project" (the FCs' 1x1 outputs may reorder, at no cost).
+  int image_reorders = 0, blocked_muls = 0;
+  for (const Node* n : blocked.graph().nodes()) {
+    if (n->dead) continue;
+    if (n->inputs.empty()) continue;
+    const Shape s = n->input(0)->type.shape();
+    if (n->op == "transpose"_op && s.size() == 5 && s[2] * s[3] > 1) ++image_reorders;
+    if (n->op == "mul"_op && n->output(0)->type.rank() == 5) ++blocked_muls;
+  }
+  EXPECT_EQ(image_reorders, 1);
+  EXPECT_EQ(blocked_muls, 1);
+  std::mt19937 rng(3);
+  const Tensor in[] = {random_tensor(rng, {2, 8, 10, 10}, DType::f32)};
+  const auto want = plain.run(in);
+  EXPECT_LT(max_rel_diff(ref.run(in)[0], want[0]), 1e-5);
+  for (int threads : {1, 2}) {
+    set_threads(threads);
+    EXPECT_LT(max_rel_diff(blocked.run(in)[0], want[0]), 1e-5) << threads << " threads";
+  }
+  set_threads(0);
+}
+
 TEST(Layout, TrainingGraphsAndLowPrecisionAreLeftAlone) {
   {
     CompileOptions o;  // not inference: a training step's convs keep NCHW (and their bits)

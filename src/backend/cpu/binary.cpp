@@ -6,7 +6,9 @@
 // chunk writes only its own outputs, and elements do not depend on where a chunk starts.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/families.h"
 #include "base/thread_pool.h"
@@ -81,6 +83,63 @@ Plan make_plan(const Shape& out, std::span<const Tensor> ins) {
   return p;
 }
 
+// Short innermost runs where an input repeats its run along the next dim (squeeze-excite's x * s on the blocked
+// layout: [N, C/8, H*W, 8] * [N, C/8, 1, 8], runs of 8): that input's run is copied `rows` times into a buffer
+// once per outer index, so each call covers rows * inner elements instead of one call (and one offset
+// computation) per 8. Elementwise, so the same values as one run at a time. False when the pattern does not apply.
+bool for_each_tiled_run(const KernelContext& k, const Plan& p, RunFn fn, const void* user) {
+  const int r = static_cast<int>(p.shape.size());
+  const int n_in = k.num_inputs();
+  if (r < 2) return false;
+  const int64_t inner = p.shape[r - 1], m = p.shape[r - 2];
+  if (inner >= 256 || m < 2) return false;
+  unsigned scalar = 0, tiled = 0;
+  for (int i = 0; i < n_in; ++i) {
+    const int64_t t = p.strides[i][r - 1], s = p.strides[i][r - 2];
+    if (t == 0 && s == 0) scalar |= 1u << i;
+    else if (t == 1 && s == 0) tiled |= 1u << i;
+    else if (!(t == 1 && s == inner)) return false;
+  }
+  if (tiled == 0) return false;
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(m, 4096 / inner));
+  const int64_t chunks_per = (m + rows - 1) / rows;
+  int64_t outer = 1;
+  for (int d = 0; d < r - 2; ++d) outer *= p.shape[d];
+  const char* base[kMaxInputs] = {};
+  int64_t es[kMaxInputs] = {};
+  for (int i = 0; i < n_in; ++i) {
+    base[i] = static_cast<const char*>(k.in(i).raw_data());
+    es[i] = static_cast<int64_t>(dtype_size(k.in(i).dtype()));
+  }
+  char* obase = static_cast<char*>(k.out().raw_data());
+  const int64_t oes = static_cast<int64_t>(dtype_size(k.out().dtype()));
+  parallel_for(outer * chunks_per, [&](int64_t task) {
+    const int64_t o = task / chunks_per, r0 = task % chunks_per * rows, nr = std::min(rows, m - r0);
+    thread_local std::vector<char> buf[kMaxInputs];
+    const char* ptrs[kMaxInputs] = {};
+    for (int i = 0; i < n_in; ++i) {
+      int64_t off = 0;
+      for (int d = r - 3, rem = o; d >= 0; --d) {
+        off += rem % p.shape[d] * p.strides[i][d];
+        rem /= p.shape[d];
+      }
+      const char* at = base[i] + off * es[i];
+      if (tiled >> i & 1u) {
+        const size_t row_bytes = static_cast<size_t>(inner * es[i]);
+        buf[i].resize(row_bytes * static_cast<size_t>(nr));
+        std::memcpy(buf[i].data(), at, row_bytes);
+        for (size_t done = row_bytes, total = row_bytes * static_cast<size_t>(nr); done < total; done *= 2)
+          std::memcpy(buf[i].data() + done, buf[i].data(), std::min(done, total - done));  // doubling copies
+        ptrs[i] = buf[i].data();
+      } else {
+        ptrs[i] = (scalar >> i & 1u) ? at : at + r0 * inner * es[i];
+      }
+    }
+    fn(user, obase + (o * m + r0) * inner * oes, ptrs, nr * inner, scalar);
+  });
+  return true;
+}
+
 void for_each_run(const KernelContext& k, RunFn fn, const void* user, int64_t grain) {
   const Tensor& out = k.out();
   const int64_t numel = out.numel();
@@ -113,6 +172,7 @@ void for_each_run(const KernelContext& k, RunFn fn, const void* user, int64_t gr
     return;
   }
   const Plan p = make_plan(out.shape(), k.inputs);
+  if (for_each_tiled_run(k, p, fn, user)) return;
   const int r = static_cast<int>(p.shape.size());
   const int64_t inner = p.shape.back();
   unsigned mask = 0;

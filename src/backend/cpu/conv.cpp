@@ -860,13 +860,15 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   // overhead to dominate, or where its reduction is short. Measured per layer on a Zen 5 (1 thread, every conv of 14
   // torchvision exports at batch 1 and 8, SPORE_CONV_DIRECT=1 against the rule): direct won up to ~5M multiply-adds
   // per image ([32->192] 1x1 at 28x28: 61 vs 96 us), and at any size when C*kH*kW <= 72 (the mobile nets' expand
-  // 1x1s: mobilenet_v2's 16->96 at 112x112, batch 8, 9.0 -> 3.4 ms; 37 of 40 such layers won); above both it lost
+  // 1x1s: mobilenet_v2's 16->96 at 112x112, batch 8, 9.0 -> 3.4 ms; 37 of 40 such layers won), and with <= 40
+  // output channels (oneDNN pads them to 16-lane blocks: efficientnet's 144->24 at 56x56 from a blocked source, batch
+  // 8, 5.7 vs 2.9 ms; 30 GFLOP/s); above all three it lost
   // (resnet18's 512-channel 3x3 at 7x7: 2.97 vs 4.96 ms; regnet's 440->440 1x1 at 7x7: 0.87 vs 1.62 ms). Against
   // AVX2 oneDNN (SPORE_PORTABLE_NUMERICS) it wins everywhere. The rule reads one image, so the choice never depends
   // on the batch. SPORE_CONV_DIRECT=1 takes the direct kernel wherever it can run (A/B measurements), =0 never.
   static const bool onednn_avx512 = dnnl::get_effective_cpu_isa() > dnnl::cpu_isa::avx2 &&
                                     dnnl::get_effective_cpu_isa() != dnnl::cpu_isa::avx2_vnni;
-  const bool direct_pays = !onednn_avx512 || dg.plain_src || g.c * g.kh * g.kw <= 72 ||
+  const bool direct_pays = !onednn_avx512 || dg.plain_src || g.c * g.kh * g.kw <= 72 || g.o <= 40 ||
                            g.oh * g.ow * g.c * g.o * g.kh * g.kw <= (int64_t{5} << 20);
   const char* direct_env = std::getenv("SPORE_CONV_DIRECT");
   const bool direct_forced = direct_env && std::string_view(direct_env) == "1";

@@ -207,6 +207,20 @@ void reduce_cols(const A* x, A* y, int64_t outer, int64_t r, int64_t inner) {
   const int64_t ntile = num_chunks(inner, tile), nb = num_chunks(r, block);
   // Folds rows [j0, j1) of (o, tile t) into acc (w columns), starting from the identity.
   auto fold_rows = [&](A* acc, int64_t o, int64_t t0, int64_t w, int64_t j0, int64_t j1) {
+    // A few columns (a blocked tensor's 8 channels over H, W: the mobile nets' squeeze-excite pools) fold in
+    // registers, not by one dispatched call per row; sum and product are lane-wise, so the bits are fold's.
+    if constexpr (std::is_floating_point_v<A> && (kOp == op_sum || kOp == op_prod)) {
+      if (w == 8) {
+        A a[8];
+        std::fill(a, a + 8, identity<A, kOp>());
+        for (int64_t j = j0; j < j1; ++j) {
+          const A* row = x + (o * r + j) * inner + t0;
+          for (int c = 0; c < 8; ++c) a[c] = op2<A, kOp>(a[c], row[c]);
+        }
+        std::copy(a, a + 8, acc);
+        return;
+      }
+    }
     std::fill(acc, acc + w, identity<A, kOp>());
     for (int64_t j = j0; j < j1; ++j) fold<A, kOp>(acc, x + (o * r + j) * inner + t0, w);
   };
