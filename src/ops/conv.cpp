@@ -2,6 +2,7 @@
 // Geometry (ONNX/PyTorch): effective kernel (k-1)*d+1; "same" is SAME_UPPER (the odd pad goes at the end);
 // ceil_mode drops a last window that would start in the end padding (PyTorch's rule).
 #include <limits>
+#include <string>
 
 #include "ops/families.h"
 #include "ops/infer.h"
@@ -142,7 +143,17 @@ std::vector<TensorType> infer_conv_transpose2d(const InferContext& c) {
 }
 
 std::vector<TensorType> infer_pool(const InferContext& c, bool is_max) {
-  check_rank(c, 0, "x", 4, "[N,C,H,W]");
+  // layout "nchw8c" (set by passes/layout.cpp inside a blocked chain): x is [N, C/8, H, W, 8] and so is y.
+  // (max_pool2d_grad shares this inference and has no layout.)
+  const std::string layout = c.attrs.has("layout") ? c.attrs.s("layout") : std::string("nchw");
+  const bool blocked = layout == "nchw8c";
+  c.check(blocked || layout == "nchw", ErrorCode::invalid_argument, "layout must be \"nchw\" or \"nchw8c\", got \"{}\"",
+          layout);
+  if (blocked)
+    c.check(c.in(0).dims.size() == 5 && c.in(0).dims[4].is_static() && c.in(0).dims[4].size == 8,
+            ErrorCode::shape_mismatch, "layout nchw8c needs x as [N, C/8, H, W, 8], got {}", dims_str(c.in(0).dims));
+  else
+    check_rank(c, 0, "x", 4, "[N,C,H,W]");
   const auto& x = c.in(0).dims;
   const auto& kernel = ints_of_len(c, "kernel", 2, 1);
   const auto& padding = ints_of_len(c, "padding", 4, 0);
@@ -158,6 +169,7 @@ std::vector<TensorType> infer_pool(const InferContext& c, bool is_max) {
       window_out(c, "H", x[2], kernel[0], stride[0], dilation[0], padding[0], padding[2], mode, ceil_mode, true);
   const Dim w =
       window_out(c, "W", x[3], kernel[1], stride[1], dilation[1], padding[1], padding[3], mode, ceil_mode, true);
+  if (blocked) return {TensorType(c.in(0).dtype, {x[0], x[1], h, w, x[4]})};
   return {TensorType(c.in(0).dtype, {x[0], x[1], h, w})};
 }
 
@@ -371,6 +383,8 @@ Tensor offset_kernel(int64_t channels, const PoolGeom& p, DType dt, bool ones) {
 // The max_pool2d_grad op routes each dy element to the input its window selected (ties: the first in
 // row-major window order, like PyTorch's argmax); one pass instead of a mask per kernel offset.
 Grads max_pool2d_grad(const GradContext& c) {
+  SPORE_CHECK(!c.attrs.has("layout") || c.attrs.s("layout") == "nchw", ErrorCode::unsupported,
+              "[max_pool2d] no gradient for layout {} (an inference-only rewrite)", c.attrs.s("layout"));
   ops::Pool2dOptions o;
   o.kernel = c.attrs.ints("kernel");
   o.stride = c.attrs.ints("stride");
@@ -383,6 +397,8 @@ Grads max_pool2d_grad(const GradContext& c) {
 
 // Every window element gets dy / divisor; divisors depend only on the geometry, so they are a constant.
 Grads avg_pool2d_grad(const GradContext& c) {
+  SPORE_CHECK(!c.attrs.has("layout") || c.attrs.s("layout") == "nchw", ErrorCode::unsupported,
+              "[avg_pool2d] no gradient for layout {} (an inference-only rewrite)", c.attrs.s("layout"));
   const Tensor &x = c.inputs[0], &g = c.output_grads[0];
   const PoolGeom p = pool_geom(c, false);
   const bool include_pad = c.attrs.b("count_include_pad");
@@ -442,7 +458,8 @@ void register_conv_ops(OpRegistry& r) {
       .grad(conv_transpose2d_grad)
       .cost([](auto ins, auto outs, const Attrs& a) { return conv_cost(ins, outs, true, a); });
   r.def("max_pool2d"_op)
-      .doc("2-D max pooling over NCHW; padded positions never win; stride empty = kernel.")
+      .doc("2-D max pooling over NCHW (layout \"nchw8c\": [N,C/8,H,W,8], inside a blocked conv chain); padded "
+           "positions never win; stride empty = kernel.")
       .inputs({"x"})
       .attr("kernel", AttrKind::i64s, V{2, 2})
       .attr("stride", AttrKind::i64s, V{})
@@ -450,6 +467,7 @@ void register_conv_ops(OpRegistry& r) {
       .attr("dilation", AttrKind::i64s, V{1, 1})
       .attr("ceil_mode", AttrKind::boolean, false)
       .choice("pad_mode", {"pad", "same", "valid"})
+      .attr("layout", AttrKind::str, std::string("nchw"))
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer([](const InferContext& c) { return infer_pool(c, true); })
@@ -490,8 +508,8 @@ void register_conv_ops(OpRegistry& r) {
       .infer(infer_max_pool2d_grad);
   r.def("avg_pool2d"_op)
       .doc(
-          "2-D average pooling over NCHW; count_include_pad counts padding (not the ceil_mode overhang) in the "
-          "divisor.")
+          "2-D average pooling over NCHW (layout \"nchw8c\": [N,C/8,H,W,8], inside a blocked conv chain); "
+          "count_include_pad counts padding (not the ceil_mode overhang) in the divisor.")
       .inputs({"x"})
       .attr("kernel", AttrKind::i64s, V{2, 2})
       .attr("stride", AttrKind::i64s, V{})
@@ -499,6 +517,7 @@ void register_conv_ops(OpRegistry& r) {
       .attr("ceil_mode", AttrKind::boolean, false)
       .attr("count_include_pad", AttrKind::boolean, false)
       .choice("pad_mode", {"pad", "same", "valid"})
+      .attr("layout", AttrKind::str, std::string("nchw"))
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer([](const InferContext& c) { return infer_pool(c, false); })

@@ -75,7 +75,8 @@ Attrs activation_attrs(const Attrs& a) {
 Attrs pool_attrs() {
   using V = std::vector<int64_t>;
   return Attrs{{"kernel", V{2, 2}},         {"stride", V{2, 2}},       {"padding", V{0, 0, 0, 0}},
-               {"dilation", V{1, 1}},       {"ceil_mode", false},      {"pad_mode", std::string("pad")}};
+               {"dilation", V{1, 1}},       {"ceil_mode", false},      {"pad_mode", std::string("pad")},
+               {"layout", std::string("nchw")}};
 }
 
 Tensor to_blocked(const Tensor& x) {

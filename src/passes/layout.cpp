@@ -13,8 +13,11 @@
 // Which convs:
 // - conv2d_fused (or a plain conv2d, which becomes a conv2d_fused without epilogue) in f32 with groups 1 or
 //   depthwise (groups = C = O), pool none, a static 4-D output whose channels divide by 8;
-// - linked by a data edge (input or residual) to another such conv. A lone conv would only trade oneDNN's
-//   internal reorders for our own.
+// - linked by a data edge (input or residual) to another such conv, or through a pool or a channel concat
+//   (Inception's lone 1x1 branch). A lone conv would only trade oneDNN's internal reorders for our own.
+// Between the convs, max/avg pools of a chain value pool the blocked tensor (their `layout` = nchw8c, the plain
+// kernels' bits), a channel concat of chain values concatenates the blocked twins along C/8, and squeeze-excite's
+// x * s (s [N, C, 1, 1]) multiplies the blocked x by s reshaped to [N, C/8, 1, 1, 8].
 // A conv takes a blocked input only when that input is already blocked (produced inside the chain). The first
 // conv of a chain (e.g. the 3-channel stem) reads NCHW, except a depthwise one, whose input is reordered. A global mean/sum/max over H, W of a chain's exit reduces
 // the blocked tensor directly (its [N, C/8, 8] result is [N, C]), so a classifier head needs no reorder.
@@ -78,6 +81,19 @@ class LayoutPass final : public Pass {
         const Node* p = in->producer;
         if (p && index.count(p)) keep[i] = keep[static_cast<size_t>(index[p])] = true;
       }
+    // ... or through a pool or a channel concat (GoogLeNet's Inception blocks: a branch's lone 1x1 conv meets the
+    // others only in their concat).
+    for (const Node* n : g.nodes()) {
+      if (n->dead || (n->op != "max_pool2d"_op && n->op != "avg_pool2d"_op && n->op != "concat"_op)) continue;
+      std::vector<size_t> touching;
+      for (const Value* in : n->inputs)
+        if (in->producer && index.count(in->producer)) touching.push_back(static_cast<size_t>(index[in->producer]));
+      for (const Value* out : n->outputs)
+        for (const Use& u : out->uses)
+          if (index.count(u.user)) touching.push_back(static_cast<size_t>(index[u.user]));
+      if (touching.size() >= 2)
+        for (size_t i : touching) keep[i] = true;
+    }
     if (std::none_of(keep.begin(), keep.end(), [](bool b) { return b; })) return false;
 
     std::map<const Value*, Value*> blocked;  // NCHW value -> its blocked twin
@@ -124,11 +140,57 @@ class LayoutPass final : public Pass {
       blocked[r->output(0)] = m->output(0);
       return true;
     };
+    // Registers `b` (blocked) as the twin of n's output, which gets a reorder back for its NCHW users, and
+    // erases n.
+    const auto replace_blocked = [&](Node* n, Node* b) {
+      Value* y = n->output(0);
+      const TensorType& t = y->type;
+      Node* tr = build_node(g, "transpose"_op, {b->output(0)}, Attrs{{"perm", V{0, 1, 4, 2, 3}}});
+      Node* r = build_node(g, "reshape"_op, {tr->output(0)},
+                          Attrs{{"shape", V{t.dims[0].size, t.dims[1].size, t.dims[2].size, t.dims[3].size}}});
+      const std::string keep_name = y->name;
+      g.replace_all_uses(y, r->output(0));
+      g.erase_node(n);
+      if (!keep_name.empty()) {
+        g.rename_value(y, fmt::format("{}.nchw{}", keep_name, y->id));
+        g.rename_value(r->output(0), keep_name);
+        g.rename_value(b->output(0), keep_name + ".nchw8c");
+      }
+      blocked[r->output(0)] = b->output(0);
+    };
+    // Pooling of a chain value (GoogLeNet's and SqueezeNet's max pools, DenseNet's transitions) pools the blocked
+    // tensor (layout "nchw8c": the plain kernels' bits, backend/cpu/conv.cpp); a channel concat of chain values
+    // (Inception's branches, DenseNet's blocks) concatenates their blocked twins along C/8.
+    const auto pool_or_concat = [&](Node* n) {
+      if (n->outputs.size() != 1 || n->inputs.empty() || n->output(0)->type.dtype != DType::f32 ||
+          !static_dims(n->output(0)->type, 4))
+        return false;
+      if ((n->op == "max_pool2d"_op || n->op == "avg_pool2d"_op) && n->inputs.size() == 1 && blocked.count(n->input(0)) &&
+          (!n->attrs.has("layout") || n->attrs.s("layout") == "nchw")) {
+        Attrs a = n->attrs;
+        a.set("layout", std::string("nchw8c"));
+        replace_blocked(n, build_node(g, n->op, {blocked[n->input(0)]}, a, n->name));
+        return true;
+      }
+      if (n->op == "concat"_op) {
+        int64_t axis = n->attrs.i("axis");
+        if (axis < 0) axis += 4;
+        if (axis != 1) return false;
+        std::vector<Value*> ins;
+        for (Value* v : n->inputs) {
+          if (!blocked.count(v)) return false;
+          ins.push_back(blocked[v]);
+        }
+        replace_blocked(n, build_node(g, "concat"_op, std::move(ins), Attrs{{"axis", int64_t{1}}}, n->name));
+        return true;
+      }
+      return false;
+    };
     for (Node* n : std::vector<Node*>(g.nodes())) {
       if (n->dead) continue;
       const auto at = index.find(n);
       if (at == index.end()) {
-        se_rescale(n);
+        if (!se_rescale(n)) pool_or_concat(n);
         continue;
       }
       const size_t i = static_cast<size_t>(at->second);

@@ -326,6 +326,52 @@ TEST(Layout, SqueezeExciteRescaleStaysInTheChain) {
   set_threads(0);
 }
 
+// An Inception block (GoogLeNet): stem conv, 3x3/2 max pool (ceil), branches 1x1 | 1x1 -> 3x3 | 3x3/1 max pool ->
+// 1x1, their channel concat, a 2x2 average pool and a conv. The pools and the concat run on the blocked tensors
+// (the lone 1x1 branch joins the chain through the concat), so the only image reorder is the exit, and the values
+// are the plain plan's and the reference's.
+std::unique_ptr<Graph> inception() {
+  std::mt19937 rng(31);
+  auto g = std::make_unique<Graph>("inception");
+  Value* x = g->add_input(TensorType::of(DType::f32, {2, 3, 19, 19}), "x");
+  const auto w = [&](const Shape& sh) { return g->add_constant(random_tensor(rng, sh, DType::f32, -0.3, 0.3)); };
+  const auto conv = [&](Value* in, int64_t c, int64_t o, int64_t k) {
+    const int64_t p = k / 2;
+    Value* v = build_node(*g, "conv2d"_op, {in, w({o, c, k, k}), w({o})}, Attrs{{"padding", V{p, p, p, p}}})->output(0);
+    return build_node(*g, "relu"_op, {v}, {})->output(0);
+  };
+  Value* s = conv(x, 3, 16, 3);
+  Value* m = build_node(*g, "max_pool2d"_op, {s}, Attrs{{"kernel", V{3, 3}}, {"stride", V{2, 2}}, {"ceil_mode", true}})->output(0);
+  Value* b1 = conv(m, 16, 8, 1);
+  Value* b2 = conv(conv(m, 16, 8, 1), 8, 16, 3);
+  Value* p3 = build_node(*g, "max_pool2d"_op, {m}, Attrs{{"kernel", V{3, 3}}, {"stride", V{1, 1}}, {"padding", V{1, 1, 1, 1}}})
+                  ->output(0);
+  Value* b3 = conv(p3, 16, 8, 1);
+  Value* cat = build_node(*g, "concat"_op, {b1, b2, b3}, Attrs{{"axis", int64_t{1}}})->output(0);
+  Value* a = build_node(*g, "avg_pool2d"_op, {cat}, Attrs{{"kernel", V{2, 2}}})->output(0);
+  g->set_outputs({conv(a, 32, 16, 3)});
+  verify_graph(*g);
+  return g;
+}
+
+TEST(Layout, PoolsAndChannelConcatsOfTheChainStayBlocked) {
+  Plan blocked = compile_plan(inception(), inference(true));
+  Plan plain = compile_plan(inception(), inference(false));
+  Plan ref = compile_plan(inception(), inference(true, Backend::reference));
+  EXPECT_EQ(count_op(blocked.graph(), "transpose"_op), 1);
+  EXPECT_EQ(count_op(blocked.graph(), "max_pool2d"_op, "layout", "nchw8c"), 2);
+  EXPECT_EQ(count_op(blocked.graph(), "avg_pool2d"_op, "layout", "nchw8c"), 1);
+  std::mt19937 rng(6);
+  const Tensor in[] = {random_tensor(rng, {2, 3, 19, 19}, DType::f32)};
+  const auto want = plain.run(in);
+  EXPECT_LT(max_rel_diff(ref.run(in)[0], want[0]), 1e-5);
+  for (int threads : {1, 2}) {
+    set_threads(threads);
+    EXPECT_LT(max_rel_diff(blocked.run(in)[0], want[0]), 1e-5) << threads << " threads";
+  }
+  set_threads(0);
+}
+
 TEST(Layout, TrainingGraphsAndLowPrecisionAreLeftAlone) {
   {
     CompileOptions o;  // not inference: a training step's convs keep NCHW (and their bits)

@@ -1083,9 +1083,23 @@ void max_pool_2x2_grad(const PoolGeom& g, const float* x, const float* dy, float
 void pool_separable(const PoolGeom& g, const float* x, float* y) {
   const int64_t rows = g.planes * g.oh;
   const int64_t per = std::max<int64_t>(1, 4096 / std::max<int64_t>(g.ow * g.kh * g.kw, 1));
+  // Output columns whose window is inside the image, [xlo, xhi): folded 8 at a time (each lane the scalar fold's
+  // sequence, so the same bits); with stride > 1 the stride-1 folds of every window start are computed first and
+  // the strided ones picked from them.
+  const int64_t span = (g.kw - 1) * g.dw;
+  const int64_t xlo = std::min(g.ow, (g.pw.begin + g.sw - 1) / g.sw);
+  const int64_t xhi = g.w - span + g.pw.begin <= 0
+                          ? xlo
+                          : std::max(xlo, std::min(g.ow, (g.w - 1 - span + g.pw.begin) / g.sw + 1));
+  const int64_t starts = std::max<int64_t>(0, g.w - span);  // window starts inside the image
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const auto vfold = [&](__m256 acc, __m256 v) {
+    return g.is_max ? _mm256_blendv_ps(acc, v, takes(acc, v)) : _mm256_add_ps(acc, v);
+  };
   parallel_for(num_chunks(rows, per), [&](int64_t chunk) {
-    thread_local std::vector<float> col;
+    thread_local std::vector<float> col, folds;
     if (col.size() < static_cast<size_t>(g.w)) col.resize(static_cast<size_t>(g.w));
+    if (folds.size() < static_cast<size_t>(starts)) folds.resize(static_cast<size_t>(starts));
     float* c = col.data();
     for (int64_t r = chunk * per; r < std::min(rows, (chunk + 1) * per); ++r) {
       const int64_t p = r / g.oh, yy = r % g.oh;
@@ -1099,13 +1113,13 @@ void pool_separable(const PoolGeom& g, const float* x, float* y) {
         const float* src = in + iy * g.w;
         if (valid_rows++ == 0) {
           std::copy(src, src + g.w, c);
-        } else if (g.is_max) {
-          for (int64_t j = 0; j < g.w; ++j) c[j] = take_max(c[j], src[j]);
-        } else {
-          for (int64_t j = 0; j < g.w; ++j) c[j] += src[j];
+          continue;
         }
+        int64_t j = 0;
+        for (; j + 8 <= g.w; j += 8) _mm256_storeu_ps(c + j, vfold(_mm256_loadu_ps(c + j), _mm256_loadu_ps(src + j)));
+        for (; j < g.w; ++j) c[j] = g.is_max ? take_max(c[j], src[j]) : c[j] + src[j];
       }
-      for (int64_t xx = 0; xx < g.ow; ++xx) {
+      const auto edge = [&](int64_t xx) {
         const int64_t x0 = xx * g.sw - g.pw.begin;
         float acc = g.is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
         int64_t valid_cols = 0;
@@ -1121,6 +1135,101 @@ void pool_separable(const PoolGeom& g, const float* x, float* y) {
           acc /= static_cast<float>(g.include_pad ? dh * dw : valid_rows * valid_cols);
         }
         out[xx] = acc;
+      };
+      if (valid_rows == 0 || xhi <= xlo) {
+        for (int64_t xx = 0; xx < g.ow; ++xx) edge(xx);
+        continue;
+      }
+      for (int64_t xx = 0; xx < xlo; ++xx) edge(xx);
+      // Folds of the windows starting at s, for s in [s0, s1) (into dst[s - s0]).
+      const auto fold_windows = [&](float* dst, int64_t s0, int64_t s1) {
+        int64_t s = s0;
+        for (; s + 8 <= s1; s += 8) {
+          __m256 acc = g.is_max ? ninf : _mm256_setzero_ps();
+          for (int64_t j = 0; j < g.kw; ++j) acc = vfold(acc, _mm256_loadu_ps(c + s + j * g.dw));
+          _mm256_storeu_ps(dst + (s - s0), acc);
+        }
+        for (; s < s1; ++s) {
+          float acc = g.is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+          for (int64_t j = 0; j < g.kw; ++j) acc = g.is_max ? take_max(acc, c[s + j * g.dw]) : acc + c[s + j * g.dw];
+          dst[s - s0] = acc;
+        }
+      };
+      const int64_t s_first = xlo * g.sw - g.pw.begin, s_last = (xhi - 1) * g.sw - g.pw.begin;
+      if (g.sw == 1) {
+        fold_windows(out + xlo, s_first, s_last + 1);
+      } else {
+        fold_windows(folds.data(), s_first, s_last + 1);
+        for (int64_t xx = xlo; xx < xhi; ++xx) out[xx] = folds[static_cast<size_t>((xx - xlo) * g.sw)];
+      }
+      if (!g.is_max) {
+        const int64_t dh = std::min(y0 + g.kh, g.h + g.ph.end) - y0;
+        const float n = static_cast<float>(g.include_pad ? dh * g.kw : valid_rows * g.kw);
+        for (int64_t xx = xlo; xx < xhi; ++xx) out[xx] /= n;
+      }
+      for (int64_t xx = xhi; xx < g.ow; ++xx) edge(xx);
+    }
+  });
+}
+
+// Pooling on the blocked layout [N, C/8, H, W, 8] (layout "nchw8c", inside a conv chain: passes/layout.cpp): a
+// pixel's 8 channels are one vector. Each lane follows the plain kernels' sequence exactly - the 2x2 tiling's
+// row-major window, else pool_separable's (column folds over the rows, then over the columns) - so the bits are
+// the plain layout's.
+void pool_blocked(const PoolGeom& g, const float* x, float* y) {
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const auto vfold = [&](__m256 acc, __m256 v) {
+    return g.is_max ? _mm256_blendv_ps(acc, v, takes(acc, v)) : _mm256_add_ps(acc, v);
+  };
+  const bool tiling = g.is_max && is_2x2_tiling(g);
+  const int64_t rows = g.planes * g.oh;
+  const int64_t per = std::max<int64_t>(1, 512 / std::max<int64_t>(g.ow * g.kh * g.kw, 1));
+  parallel_for(num_chunks(rows, per), [&](int64_t chunk) {
+    thread_local std::vector<float> col;
+    if (col.size() < static_cast<size_t>(g.w * 8)) col.resize(static_cast<size_t>(g.w * 8));
+    float* c = col.data();
+    for (int64_t r = chunk * per; r < std::min(rows, (chunk + 1) * per); ++r) {
+      const int64_t p = r / g.oh, yy = r % g.oh;
+      const float* in = x + p * g.h * g.w * 8;
+      float* out = y + (p * g.oh + yy) * g.ow * 8;
+      if (tiling) {
+        const float* a = in + 2 * yy * g.w * 8;
+        const float* b = a + g.w * 8;
+        for (int64_t xx = 0; xx < g.ow; ++xx) {
+          __m256 m = _mm256_loadu_ps(a + 2 * xx * 8);
+          m = vfold(m, _mm256_loadu_ps(a + (2 * xx + 1) * 8));
+          m = vfold(m, _mm256_loadu_ps(b + 2 * xx * 8));
+          m = vfold(m, _mm256_loadu_ps(b + (2 * xx + 1) * 8));
+          _mm256_storeu_ps(out + xx * 8, m);
+        }
+        continue;
+      }
+      const int64_t y0 = yy * g.sh - g.ph.begin;
+      int64_t valid_rows = 0;
+      for (int64_t i = 0; i < g.kh; ++i) {
+        const int64_t iy = y0 + i * g.dh;
+        if (iy < 0 || iy >= g.h) continue;
+        const float* src = in + iy * g.w * 8;
+        if (valid_rows++ == 0) std::copy(src, src + g.w * 8, c);
+        else
+          for (int64_t j = 0; j < g.w * 8; j += 8) _mm256_storeu_ps(c + j, vfold(_mm256_loadu_ps(c + j), _mm256_loadu_ps(src + j)));
+      }
+      for (int64_t xx = 0; xx < g.ow; ++xx) {
+        const int64_t x0 = xx * g.sw - g.pw.begin;
+        __m256 acc = g.is_max ? ninf : _mm256_setzero_ps();
+        int64_t valid_cols = 0;
+        if (valid_rows > 0)
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t ix = x0 + j * g.dw;
+            if (ix < 0 || ix >= g.w) continue;
+            acc = vfold(acc, _mm256_loadu_ps(c + ix * 8));
+            ++valid_cols;
+          }
+        if (!g.is_max) {
+          const int64_t dh = std::min(y0 + g.kh, g.h + g.ph.end) - y0, dw = std::min(x0 + g.kw, g.w + g.pw.end) - x0;
+          acc = _mm256_div_ps(acc, _mm256_set1_ps(static_cast<float>(g.include_pad ? dh * dw : valid_rows * valid_cols)));
+        }
+        _mm256_storeu_ps(out + xx * 8, acc);
       }
     }
   });
@@ -1131,8 +1240,15 @@ void pool_kernel(KernelContext& k) {
   const PoolGeom g = pool_geom(k, is_max);
   if (k.out(0).numel() == 0) return;
   const DType t = k.out(0).dtype();
+  const bool blocked = k.attrs.has("layout") && k.attrs.s("layout") == "nchw8c";
+  SPORE_CHECK(t == DType::f32 || !blocked, ErrorCode::unsupported, "[{}] layout nchw8c is f32 only, got {}",
+              op_name(k.op), dtype_name(t));
   if (t == DType::f64) return loops_pool(g, k.in(0).data<double>(), k.out(0).data<double>());
   SPORE_CHECK(t == DType::f32, ErrorCode::unsupported, "[{}] no {} kernel", op_name(k.op), dtype_name(t));
+  if (blocked) {
+    note_kernel_impl("nchw8c");
+    return pool_blocked(g, k.in(0).data<float>(), k.out(0).data<float>());
+  }
   if (is_max && is_2x2_tiling(g)) return max_pool_2x2(g, k.in(0).data<float>(), k.out(0).data<float>());
   note_kernel_impl("separable");
   pool_separable(g, k.in(0).data<float>(), k.out(0).data<float>());

@@ -102,7 +102,12 @@ void pool_kernel(KernelContext& k) {
   const AxisPad ph = axis_pad(k.attrs, 0, h, (kernel[0] - 1) * dil[0] + 1, stride[0]);
   const AxisPad pw = axis_pad(k.attrs, 1, w, (kernel[1] - 1) * dil[1] + 1, stride[1]);
   const auto x = k.in(0).to_doubles();
-  const int64_t planes = xs[0] * xs[1];
+  // layout nchw8c: [N, C/8, H, W, 8]; plane p is channel p % C of image p / C either way.
+  const bool blocked = k.attrs.has("layout") && k.attrs.s("layout") == "nchw8c";
+  const int64_t planes = xs[0] * xs[1] * (blocked ? 8 : 1);
+  const auto at = [&](int64_t p, int64_t hh, int64_t ww, int64_t y, int64_t z) {
+    return blocked ? ((p / 8 * hh + y) * ww + z) * 8 + p % 8 : (p * hh + y) * ww + z;
+  };
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t y = 0; y < oh; ++y)
       for (int64_t z = 0; z < ow; ++z) {
@@ -113,7 +118,7 @@ void pool_kernel(KernelContext& k) {
           for (int64_t j = 0; j < kernel[1]; ++j) {
             const int64_t iy = y0 + i * dil[0], ix = x0 + j * dil[1];
             if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-            const double v = x[(p * h + iy) * w + ix];
+            const double v = x[at(p, h, w, iy, ix)];
             acc = is_max ? (std::isnan(v) || v > acc ? v : acc) : acc + v;
             ++count;
           }
@@ -122,7 +127,7 @@ void pool_kernel(KernelContext& k) {
           const int64_t dh = std::min(y0 + kernel[0], h + ph.end) - y0, dw = std::min(x0 + kernel[1], w + pw.end) - x0;
           acc /= static_cast<double>(include_pad ? dh * dw : count);
         }
-        put(k.out(0), (p * oh + y) * ow + z, acc);
+        put(k.out(0), at(p, oh, ow, y, z), acc);
       }
 }
 

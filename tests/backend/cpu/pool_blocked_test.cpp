@@ -1,0 +1,112 @@
+// max_pool2d / avg_pool2d on the blocked layout [N, C/8, H, W, 8] (layout "nchw8c", backend/cpu/conv.cpp's
+// pool_blocked) against the same op on NCHW: the same bits, element for element - each lane follows the plain
+// kernels' sequence (the 2x2 tiling's window order, else column folds then row folds) - with NaN and -0 among
+// the inputs, over strides, padding, ceil mode, dilation and count_include_pad; and the reference backend agrees.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_test_util.h"
+#include "ir/graph.h"
+#include "ops/graph_ops.h"
+#include "ops/ops.h"
+#include "runtime/plan.h"
+#include "runtime/runtime.h"
+
+namespace spore {
+namespace {
+
+using V = std::vector<int64_t>;
+
+Tensor run_pool(OpId op, const Tensor& x, const Attrs& a, Backend backend = Backend::cpu) {
+  auto g = std::make_unique<Graph>("pool");
+  Value* in = g->add_input(TensorType::of(DType::f32, x.shape()), "x");
+  g->set_outputs({build_node(*g, op, {in}, a)->output(0)});
+  CompileOptions o;
+  o.inference = true;
+  o.backend = backend;
+  Plan p = compile_plan(std::move(g), o);
+  return p.run({&x, 1})[0];
+}
+
+// [N, C, H, W] <-> [N, C/8, H, W, 8]
+Tensor to_blocked(const Tensor& x) {
+  const Shape& s = x.shape();
+  Tensor b = Tensor::empty({s[0], s[1] / 8, s[2], s[3], 8}, DType::f32);
+  const float* src = x.data<float>();
+  float* dst = b.data<float>();
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t c = 0; c < s[1]; ++c)
+      for (int64_t i = 0; i < s[2] * s[3]; ++i)
+        dst[((n * (s[1] / 8) + c / 8) * s[2] * s[3] + i) * 8 + c % 8] = src[(n * s[1] + c) * s[2] * s[3] + i];
+  return b;
+}
+
+TEST(PoolBlocked, SameBitsAsTheNchwKernels) {
+  struct Case {
+    OpId op;
+    V kernel, stride, padding, dilation;
+    bool ceil, include_pad;
+    int64_t h, w;
+  };
+  const std::vector<Case> cases = {
+      {"max_pool2d"_op, {2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, false, false, 10, 12},  // the 2x2 tiling
+      {"max_pool2d"_op, {3, 3}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true, false, 13, 13},   // SqueezeNet / GoogLeNet
+      {"max_pool2d"_op, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false, 14, 14},  // Inception's branch pool
+      {"max_pool2d"_op, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false, false, 17, 20},  // ResNet's stem pool
+      {"max_pool2d"_op, {2, 3}, {1, 2}, {1, 0, 0, 1}, {2, 1}, false, false, 9, 11},   // dilation, asymmetric
+      {"avg_pool2d"_op, {2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, false, false, 12, 12},  // DenseNet's transition
+      {"avg_pool2d"_op, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, true, 14, 14},
+      {"avg_pool2d"_op, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false, 14, 14},
+      {"avg_pool2d"_op, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, true, true, 11, 15},
+  };
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} k{}x{} s{}x{} ceil={} include_pad={}", op_name(c.op), c.kernel[0], c.kernel[1],
+                             c.stride[0], c.stride[1], c.ceil, c.include_pad));
+    Tensor x = Tensor::empty({2, 16, c.h, c.w}, DType::f32);
+    float* px = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) px[i] = d(rng);
+    px[5] = std::nanf("");
+    px[40] = -0.0f;
+    px[41] = 0.0f;
+    px[x.numel() - 3] = std::nanf("");
+    Attrs a{{"kernel", c.kernel}, {"stride", c.stride}, {"padding", c.padding}, {"ceil_mode", c.ceil}};
+    if (c.op == "max_pool2d"_op) a.set("dilation", c.dilation);
+    else a.set("count_include_pad", c.include_pad);
+    const Tensor plain = run_pool(c.op, x, a);
+    Attrs ab = a;
+    ab.set("layout", std::string("nchw8c"));
+    const Tensor xb = to_blocked(x);
+    for (int threads : {1, 3}) {
+      set_threads(threads);
+      const Tensor blocked = run_pool(c.op, xb, ab);
+      const Tensor want = to_blocked(plain);
+      ASSERT_EQ(blocked.shape(), want.shape());
+      EXPECT_EQ(std::memcmp(blocked.raw_data(), want.raw_data(), want.nbytes()), 0) << threads << " threads";
+    }
+    set_threads(0);
+    const Tensor ref = run_pool(c.op, xb, ab, Backend::reference);
+    const auto r = ref.to_doubles();
+    const auto w = to_blocked(plain).to_doubles();
+    for (size_t i = 0; i < r.size(); ++i)
+      if (!(std::isnan(r[i]) && std::isnan(w[i]))) {
+        ASSERT_NEAR(r[i], w[i], 1e-6 * (1 + std::abs(w[i]))) << i;
+      }
+  }
+}
+
+TEST(PoolBlocked, BadLayoutsAreClearErrors) {
+  const Tensor x = Tensor::empty({1, 8, 4, 4}, DType::f32);
+  EXPECT_THROW(run_pool("max_pool2d"_op, x, Attrs{{"layout", std::string("nchw8c")}}), Error);  // rank 4
+  EXPECT_THROW(run_pool("max_pool2d"_op, x, Attrs{{"layout", std::string("nhwc")}}), Error);
+}
+
+}  // namespace
+}  // namespace spore
