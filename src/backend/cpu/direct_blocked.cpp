@@ -35,14 +35,16 @@ namespace {
 bool use_avx512(const DirectBlockedConv& g) {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   const char* e = std::getenv("SPORE_CONV_DIRECT_ISA");
-  return has && g.o % 16 == 0 && !(e && std::string_view(e) == "avx2");
+  return has && g.o >= 16 && !(e && std::string_view(e) == "avx2");
 }
 
-// wp[t][cb][i][j][cc][l] = w[t*L + l][cb*8 + cc][i][j] (0 past C).
-void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, float* wp) {
-  const int64_t blocks = g.o / lanes, cb_n = (g.c + 7) / 8, ks = g.kh * g.kw;
-  parallel_for(blocks, [&](int64_t t) {
-    float* dst = wp + t * cb_n * ks * 8 * lanes;
+// Output channels [o_begin, o_end) (multiples of L): wp[t][cb][i][j][cc][l] = w[o_begin + t*L + l][cb*8 + cc][i][j]
+// (0 past C).
+void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, int64_t o_begin, int64_t o_end, float* wp) {
+  const int64_t blocks = (o_end - o_begin) / lanes, cb_n = (g.c + 7) / 8, ks = g.kh * g.kw;
+  parallel_for(blocks, [&](int64_t b) {
+    const int64_t t = o_begin / lanes + b;
+    float* dst = wp + b * cb_n * ks * 8 * lanes;
     for (int64_t cb = 0; cb < cb_n; ++cb)
       for (int64_t k = 0; k < ks; ++k)
         for (int64_t cc = 0; cc < 8; ++cc)
@@ -66,13 +68,24 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
                          const StoreEpilogue* fused) {
   const bool wide = use_avx512(g);
   const int lanes = wide ? 16 : 8;
-  const size_t floats = static_cast<size_t>(g.o * (g.c + 7) / 8 * 8 * g.kh * g.kw);
+  // AVX-512: 16-lane blocks for the first o16 channels, the AVX-512 build's 8-lane kernel for the last 8 when
+  // O % 16 == 8 (the mobile nets' 24- and 40-channel projections); the fma sequence is the same either way.
+  const int64_t o16 = wide ? g.o / 16 * 16 : g.o;
+  const int64_t per_channel = (g.c + 7) / 8 * 8 * g.kh * g.kw;
+  const size_t floats = static_cast<size_t>(g.o * per_channel);
   std::shared_ptr<Storage> kept;
   std::vector<float> local;
   const std::string key = fmt::format("direct_blocked:{}:{}x{}x{}x{}", lanes, g.o, g.c, g.kh, g.kw);
-  const float* wp = derived_floats(weights_owner, w, key, floats, [&](float* buf) { pack_weights(g, w, lanes, buf); },
-                                   kept, local);
-  const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y, fused ? *fused : StoreEpilogue{}};
+  const float* wp = derived_floats(
+      weights_owner, w, key, floats,
+      [&](float* buf) {
+        pack_weights(g, w, lanes, 0, o16, buf);
+        if (o16 < g.o) pack_weights(g, w, 8, o16, g.o, buf + o16 * per_channel);
+      },
+      kept, local);
+  const StoreEpilogue epi = fused ? *fused : StoreEpilogue{};
+  const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y, epi, 0, o16};
+  const detail::DirectJob tail{&g, g.plain_src, x, wp + o16 * per_channel, bias, y, epi, o16, g.o};
   if (fused) epilogue = nullptr;  // applied in the row kernels' stores
   // Tasks of whole output rows of one image, ~16 per image at most (any split gives the same bits).
   const int64_t per = std::max<int64_t>(1, num_chunks(g.oh, 16));
@@ -81,8 +94,12 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
       g.n * chunks,
       [&](int64_t task) {
         const int64_t n = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
-        if (wide) detail::direct_rows_avx512(job, n, oy0, oy1);
-        else detail::direct_rows_avx2(job, n, oy0, oy1);
+        if (wide) {
+          detail::direct_rows_avx512(job, n, oy0, oy1);
+          if (o16 < g.o) detail::direct_rows_avx512_8(tail, n, oy0, oy1);
+        } else {
+          detail::direct_rows_avx2(job, n, oy0, oy1);
+        }
         if (epilogue)  // rows oy0 .. oy1 of each output block plane of image n
           for (int64_t ob = 0; ob < g.o / 8; ++ob)
             (*epilogue)(((n * (g.o / 8) + ob) * g.oh + oy0) * g.ow * 8, (oy1 - oy0) * g.ow * 8);

@@ -44,8 +44,9 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
                          const StoreEpilogue* fused = nullptr);
 
 namespace detail {
-// One call's operands for the per-ISA row kernels (direct_blocked_tiles.inc). wp: w packed per L-lane output
-// block as [O/L][ceil(C/8)][kH][kW][8][L] (L = 8 for AVX2, 16 for AVX-512; channels past C are zero).
+// One call's operands for the per-ISA row kernels (direct_blocked_tiles.inc). wp: w's output channels
+// [o_begin, o_end) packed per L-lane output block as [blocks][ceil(C/8)][kH][kW][8][L] (L = 8 for AVX2, 16 for
+// AVX-512; channels past C are zero).
 struct DirectJob {
   const DirectBlockedConv* g;
   bool plain;
@@ -54,10 +55,13 @@ struct DirectJob {
   const float* bias;
   float* y;
   StoreEpilogue epi;  // applied as each output vector is stored
+  int64_t o_begin = 0, o_end = 0;  // the output channels computed (multiples of L)
 };
-// Output rows [oy0, oy1) of image n, all output channels.
+// Output rows [oy0, oy1) of image n, output channels [o_begin, o_end): AVX2, AVX-512 with 16 lanes, and the
+// AVX-512 build's 8-lane blocks (the last 8 channels when O % 16 == 8).
 void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1);
 void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1);
+void direct_rows_avx512_8(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1);
 }  // namespace detail
 
 }  // namespace spore::cpu
