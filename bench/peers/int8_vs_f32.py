@@ -63,7 +63,10 @@ def convert(spore, name, meta, samples, method, work):
     cmd = [spore, "convert", os.path.join(TV_DIR, name + ".onnx"), "-o", out, "--quantize", "int8", "--calib-data",
            calib, "--calib-samples", str(samples), "--calib-method", method, "--json"]
     try:
-        return out, last_json(run(cmd)), None
+        rep = last_json(run(cmd))
+        # spore convert fixes input 0's shape from the first calibration file (batch 1) for models that compute
+        # shapes from their batch dim, and says so in input_shape_fixed: evaluate those one input at a time.
+        return out, rep, (1 if rep.get("input_shape_fixed") else None)
     except RuntimeError as e:
         if "symbolic dim" not in str(e):
             raise
