@@ -106,6 +106,24 @@ class LayoutPass final : public Pass {
       blocked[v] = tr->output(0);
       return tr->output(0);
     };
+    // Registers `b` (blocked) as the twin of n's output, which gets a reorder back for its NCHW users, and
+    // erases n.
+    const auto replace_blocked = [&](Node* n, Node* b) {
+      Value* y = n->output(0);
+      const TensorType& t = y->type;
+      Node* tr = build_node(g, "transpose"_op, {b->output(0)}, Attrs{{"perm", V{0, 1, 4, 2, 3}}});
+      Node* r = build_node(g, "reshape"_op, {tr->output(0)},
+                          Attrs{{"shape", V{t.dims[0].size, t.dims[1].size, t.dims[2].size, t.dims[3].size}}});
+      const std::string keep_name = y->name;
+      g.replace_all_uses(y, r->output(0));
+      g.erase_node(n);
+      if (!keep_name.empty()) {
+        g.rename_value(y, fmt::format("{}.nchw{}", keep_name, y->id));  // frees the name
+        g.rename_value(r->output(0), keep_name);
+        g.rename_value(b->output(0), keep_name + ".nchw8c");
+      }
+      blocked[r->output(0)] = b->output(0);
+    };
     // Squeeze-excite's rescale x * s (s: [N, C, 1, 1], the sigmoid of the pooled FCs) of a chain value stays in the
     // chain: s reshaped to [N, C/8, 1, 1, 8] (no copy: H = W = 1) broadcasts over the blocked x, so the projection
     // conv that follows reads blocked input instead of a reorder of x. Same products, so the same bits.
@@ -121,42 +139,12 @@ class LayoutPass final : public Pass {
           st.dims[0].size != xt.dims[0].size || st.dims[1].size != xt.dims[1].size || st.dims[2].size != 1 ||
           st.dims[3].size != 1 || n->output(0)->type.dims[1].size != xt.dims[1].size)
         return false;
-      const int64_t nb = xt.dims[0].size, c = xt.dims[1].size, h = xt.dims[2].size, w = xt.dims[3].size;
+      const int64_t nb = xt.dims[0].size, c = xt.dims[1].size;
       Node* sb = build_node(g, "reshape"_op, {sv}, Attrs{{"shape", V{nb, c / fused::kChannelBlock, 1, 1, fused::kChannelBlock}}});
       std::vector<Value*> ins{blocked[x], sb->output(0)};
       if (xi == 1) std::swap(ins[0], ins[1]);
-      Node* m = build_node(g, "mul"_op, std::move(ins), {}, n->name);
-      Node* tr = build_node(g, "transpose"_op, {m->output(0)}, Attrs{{"perm", V{0, 1, 4, 2, 3}}});
-      Node* r = build_node(g, "reshape"_op, {tr->output(0)}, Attrs{{"shape", V{nb, c, h, w}}});
-      Value* y = n->output(0);
-      const std::string keep_name = y->name;
-      g.replace_all_uses(y, r->output(0));
-      g.erase_node(n);
-      if (!keep_name.empty()) {
-        g.rename_value(y, fmt::format("{}.nchw{}", keep_name, y->id));
-        g.rename_value(r->output(0), keep_name);
-        g.rename_value(m->output(0), keep_name + ".nchw8c");
-      }
-      blocked[r->output(0)] = m->output(0);
+      replace_blocked(n, build_node(g, "mul"_op, std::move(ins), {}, n->name));
       return true;
-    };
-    // Registers `b` (blocked) as the twin of n's output, which gets a reorder back for its NCHW users, and
-    // erases n.
-    const auto replace_blocked = [&](Node* n, Node* b) {
-      Value* y = n->output(0);
-      const TensorType& t = y->type;
-      Node* tr = build_node(g, "transpose"_op, {b->output(0)}, Attrs{{"perm", V{0, 1, 4, 2, 3}}});
-      Node* r = build_node(g, "reshape"_op, {tr->output(0)},
-                          Attrs{{"shape", V{t.dims[0].size, t.dims[1].size, t.dims[2].size, t.dims[3].size}}});
-      const std::string keep_name = y->name;
-      g.replace_all_uses(y, r->output(0));
-      g.erase_node(n);
-      if (!keep_name.empty()) {
-        g.rename_value(y, fmt::format("{}.nchw{}", keep_name, y->id));
-        g.rename_value(r->output(0), keep_name);
-        g.rename_value(b->output(0), keep_name + ".nchw8c");
-      }
-      blocked[r->output(0)] = b->output(0);
     };
     // Pooling of a chain value (GoogLeNet's and SqueezeNet's max pools, DenseNet's transitions) pools the blocked
     // tensor (layout "nchw8c": the plain kernels' bits, backend/cpu/conv.cpp); a channel concat of chain values
@@ -209,21 +197,7 @@ class LayoutPass final : public Pass {
       }
       if (o.residual >= 0) ins[static_cast<size_t>(o.residual)] = to_blocked(ins[static_cast<size_t>(o.residual)]);
       a.set("dst_layout", std::string("nchw8c"));
-      Node* b = build_node(g, "conv2d_fused"_op, std::move(ins), a, n->name);  // a plain conv2d gets no epilogue
-      Value* y = n->output(0);
-      const TensorType& t = y->type;
-      Node* tr = build_node(g, "transpose"_op, {b->output(0)}, Attrs{{"perm", V{0, 1, 4, 2, 3}}});
-      Node* r = build_node(g, "reshape"_op, {tr->output(0)},
-                          Attrs{{"shape", V{t.dims[0].size, t.dims[1].size, t.dims[2].size, t.dims[3].size}}});
-      const std::string keep_name = y->name;
-      g.replace_all_uses(y, r->output(0));
-      g.erase_node(n);
-      if (!keep_name.empty()) {
-        g.rename_value(y, fmt::format("{}.nchw{}", keep_name, y->id));  // frees the name
-        g.rename_value(r->output(0), keep_name);
-        g.rename_value(b->output(0), keep_name + ".nchw8c");
-      }
-      blocked[r->output(0)] = b->output(0);
+      replace_blocked(n, build_node(g, "conv2d_fused"_op, std::move(ins), a, n->name));  // a plain conv2d: no epilogue
     }
     // A spatial reduction of a chain's exit (the global mean before a classifier) reduces the blocked tensor over H, W
     // instead: [N, C/8, H, W, 8] -> [N, C/8, 8] is [N, C] in channel order, so only a reshape follows and the reorder

@@ -987,6 +987,13 @@ inline __m256 takes(__m256 acc, __m256 v) {
   return _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, acc, _CMP_GT_OQ));
 }
 
+// One step of a pooling window's fold: take_max for max pooling, + for average pooling; the identity it starts from.
+inline float pool_fold(bool is_max, float acc, float v) { return is_max ? take_max(acc, v) : acc + v; }
+inline __m256 pool_fold(bool is_max, __m256 acc, __m256 v) {
+  return is_max ? _mm256_blendv_ps(acc, v, takes(acc, v)) : _mm256_add_ps(acc, v);
+}
+inline float pool_identity(bool is_max) { return is_max ? -std::numeric_limits<float>::infinity() : 0.0f; }
+
 // Output rows [r0, r1) (row r = plane r / oh, output row r % oh).
 void max_pool_2x2_rows(const PoolGeom& g, const float* x, float* y, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -1092,10 +1099,7 @@ void pool_separable(const PoolGeom& g, const float* x, float* y) {
                           ? xlo
                           : std::max(xlo, std::min(g.ow, (g.w - 1 - span + g.pw.begin) / g.sw + 1));
   const int64_t starts = std::max<int64_t>(0, g.w - span);  // window starts inside the image
-  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  const auto vfold = [&](__m256 acc, __m256 v) {
-    return g.is_max ? _mm256_blendv_ps(acc, v, takes(acc, v)) : _mm256_add_ps(acc, v);
-  };
+  const __m256 vid = _mm256_set1_ps(pool_identity(g.is_max));
   parallel_for(num_chunks(rows, per), [&](int64_t chunk) {
     thread_local std::vector<float> col, folds;
     if (col.size() < static_cast<size_t>(g.w)) col.resize(static_cast<size_t>(g.w));
@@ -1116,18 +1120,19 @@ void pool_separable(const PoolGeom& g, const float* x, float* y) {
           continue;
         }
         int64_t j = 0;
-        for (; j + 8 <= g.w; j += 8) _mm256_storeu_ps(c + j, vfold(_mm256_loadu_ps(c + j), _mm256_loadu_ps(src + j)));
-        for (; j < g.w; ++j) c[j] = g.is_max ? take_max(c[j], src[j]) : c[j] + src[j];
+        for (; j + 8 <= g.w; j += 8)
+          _mm256_storeu_ps(c + j, pool_fold(g.is_max, _mm256_loadu_ps(c + j), _mm256_loadu_ps(src + j)));
+        for (; j < g.w; ++j) c[j] = pool_fold(g.is_max, c[j], src[j]);
       }
       const auto edge = [&](int64_t xx) {
         const int64_t x0 = xx * g.sw - g.pw.begin;
-        float acc = g.is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+        float acc = pool_identity(g.is_max);
         int64_t valid_cols = 0;
         if (valid_rows > 0)
           for (int64_t j = 0; j < g.kw; ++j) {
             const int64_t ix = x0 + j * g.dw;
             if (ix < 0 || ix >= g.w) continue;
-            acc = g.is_max ? take_max(acc, c[ix]) : acc + c[ix];
+            acc = pool_fold(g.is_max, acc, c[ix]);
             ++valid_cols;
           }
         if (!g.is_max) {
@@ -1145,13 +1150,13 @@ void pool_separable(const PoolGeom& g, const float* x, float* y) {
       const auto fold_windows = [&](float* dst, int64_t s0, int64_t s1) {
         int64_t s = s0;
         for (; s + 8 <= s1; s += 8) {
-          __m256 acc = g.is_max ? ninf : _mm256_setzero_ps();
-          for (int64_t j = 0; j < g.kw; ++j) acc = vfold(acc, _mm256_loadu_ps(c + s + j * g.dw));
+          __m256 acc = vid;
+          for (int64_t j = 0; j < g.kw; ++j) acc = pool_fold(g.is_max, acc, _mm256_loadu_ps(c + s + j * g.dw));
           _mm256_storeu_ps(dst + (s - s0), acc);
         }
         for (; s < s1; ++s) {
-          float acc = g.is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
-          for (int64_t j = 0; j < g.kw; ++j) acc = g.is_max ? take_max(acc, c[s + j * g.dw]) : acc + c[s + j * g.dw];
+          float acc = pool_identity(g.is_max);
+          for (int64_t j = 0; j < g.kw; ++j) acc = pool_fold(g.is_max, acc, c[s + j * g.dw]);
           dst[s - s0] = acc;
         }
       };
@@ -1177,10 +1182,8 @@ void pool_separable(const PoolGeom& g, const float* x, float* y) {
 // row-major window, else pool_separable's (column folds over the rows, then over the columns) - so the bits are
 // the plain layout's.
 void pool_blocked(const PoolGeom& g, const float* x, float* y) {
-  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  const auto vfold = [&](__m256 acc, __m256 v) {
-    return g.is_max ? _mm256_blendv_ps(acc, v, takes(acc, v)) : _mm256_add_ps(acc, v);
-  };
+  const __m256 vid = _mm256_set1_ps(pool_identity(g.is_max));
+  const auto vfold = [&](__m256 acc, __m256 v) { return pool_fold(g.is_max, acc, v); };
   const bool tiling = g.is_max && is_2x2_tiling(g);
   const int64_t rows = g.planes * g.oh;
   const int64_t per = std::max<int64_t>(1, 512 / std::max<int64_t>(g.ow * g.kh * g.kw, 1));
@@ -1216,7 +1219,7 @@ void pool_blocked(const PoolGeom& g, const float* x, float* y) {
       }
       for (int64_t xx = 0; xx < g.ow; ++xx) {
         const int64_t x0 = xx * g.sw - g.pw.begin;
-        __m256 acc = g.is_max ? ninf : _mm256_setzero_ps();
+        __m256 acc = vid;
         int64_t valid_cols = 0;
         if (valid_rows > 0)
           for (int64_t j = 0; j < g.kw; ++j) {
