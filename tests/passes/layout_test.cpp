@@ -278,6 +278,19 @@ TEST(Layout, GlobalMeanOfTheChainExitReadsTheBlockedTensor) {
   }
 }
 
+// The blocked plan (on 1 and 2 threads) and the reference give the plain plan's values on one random input.
+void expect_blocked_plain_and_reference_agree(Plan& blocked, Plan& plain, Plan& ref, const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const Tensor in[] = {random_tensor(rng, shape, DType::f32)};
+  const auto want = plain.run(in);
+  EXPECT_LT(max_rel_diff(ref.run(in)[0], want[0]), 1e-5);
+  for (int threads : {1, 2}) {
+    set_threads(threads);
+    EXPECT_LT(max_rel_diff(blocked.run(in)[0], want[0]), 1e-5) << threads << " threads";
+  }
+  set_threads(0);
+}
+
 // Squeeze-excite (mobilenet_v3, efficientnet): x * sigmoid(fc(fc(mean(x)))) between a depthwise conv and the
 // projection conv stays blocked - the scale [N, C, 1, 1] is reshaped, not reordered, so the only reorder left is
 // the chain's exit - and gives the plain plan's values (and the reference's), on 1 and 2 threads.
@@ -315,15 +328,7 @@ TEST(Layout, SqueezeExciteRescaleStaysInTheChain) {
   }
   EXPECT_EQ(image_reorders, 1);
   EXPECT_EQ(blocked_muls, 1);
-  std::mt19937 rng(3);
-  const Tensor in[] = {random_tensor(rng, {2, 8, 10, 10}, DType::f32)};
-  const auto want = plain.run(in);
-  EXPECT_LT(max_rel_diff(ref.run(in)[0], want[0]), 1e-5);
-  for (int threads : {1, 2}) {
-    set_threads(threads);
-    EXPECT_LT(max_rel_diff(blocked.run(in)[0], want[0]), 1e-5) << threads << " threads";
-  }
-  set_threads(0);
+  expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 8, 10, 10}, 3);
 }
 
 // An Inception block (GoogLeNet): stem conv, 3x3/2 max pool (ceil), branches 1x1 | 1x1 -> 3x3 | 3x3/1 max pool ->
@@ -361,15 +366,7 @@ TEST(Layout, PoolsAndChannelConcatsOfTheChainStayBlocked) {
   EXPECT_EQ(count_op(blocked.graph(), "transpose"_op), 1);
   EXPECT_EQ(count_op(blocked.graph(), "max_pool2d"_op, "layout", "nchw8c"), 2);
   EXPECT_EQ(count_op(blocked.graph(), "avg_pool2d"_op, "layout", "nchw8c"), 1);
-  std::mt19937 rng(6);
-  const Tensor in[] = {random_tensor(rng, {2, 3, 19, 19}, DType::f32)};
-  const auto want = plain.run(in);
-  EXPECT_LT(max_rel_diff(ref.run(in)[0], want[0]), 1e-5);
-  for (int threads : {1, 2}) {
-    set_threads(threads);
-    EXPECT_LT(max_rel_diff(blocked.run(in)[0], want[0]), 1e-5) << threads << " threads";
-  }
-  set_threads(0);
+  expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 3, 19, 19}, 6);
 }
 
 TEST(Layout, TrainingGraphsAndLowPrecisionAreLeftAlone) {

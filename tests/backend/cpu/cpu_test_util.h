@@ -21,6 +21,11 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
+// Index of (n, c, y, x) in an nChw8c buffer ([N, C/8, h, w, 8]) with C channels.
+inline size_t nchw8c_at(int64_t n, int64_t c, int64_t y, int64_t x, int64_t C, int64_t h, int64_t w) {
+  return static_cast<size_t>((((n * (C / 8) + c / 8) * h + y) * w + x) * 8 + c % 8);
+}
+
 // Sets the thread count of both spore's pool and the OpenMP team (kernels run their tasks on the team, as oneDNN
 // does; runtime::set_threads does the same).
 inline void set_threads(int n) {

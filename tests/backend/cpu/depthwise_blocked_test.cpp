@@ -37,10 +37,6 @@ struct Case {
   }
 };
 
-size_t at(int64_t n, int64_t c, int64_t y, int64_t x, int64_t C, int64_t h, int64_t w) {
-  return static_cast<size_t>((((n * (C / 8) + c / 8) * h + y) * w + x) * 8 + c % 8);
-}
-
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
       // n, c, h, w, kh, kw, sh, sw, dh, dw, pads t, l, b, r
@@ -96,12 +92,12 @@ TEST(DepthwiseBlocked, MatchesFloat64DepthwiseConv) {
               for (int64_t j = 0; j < g.kw; ++j) {
                 const int64_t iy = oy * g.sh + i * g.dh - g.pad_top, ix = ox * g.sw + j * g.dw - g.pad_left;
                 if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-                const double t = static_cast<double>(p.x[at(n, ch, iy, ix, g.c, g.h, g.w)]) *
+                const double t = static_cast<double>(p.x[test::nchw8c_at(n, ch, iy, ix, g.c, g.h, g.w)]) *
                                  p.w[static_cast<size_t>((ch * g.kh + i) * g.kw + j)];
                 ref += t;
                 mag += std::abs(t);
               }
-            const double got = y[at(n, ch, oy, ox, g.c, g.oh, g.ow)];
+            const double got = y[test::nchw8c_at(n, ch, oy, ox, g.c, g.oh, g.ow)];
             if (!(std::abs(got - ref) <= gamma * mag) && failures++ < 5)
               ADD_FAILURE() << "n=" << n << " c=" << ch << " y=" << oy << " x=" << ox << ": got " << got << " want " << ref;
           }

@@ -44,10 +44,6 @@ struct Case {
   }
 };
 
-size_t blocked(int64_t n, int64_t c, int64_t y, int64_t x, int64_t C, int64_t h, int64_t w) {
-  return static_cast<size_t>((((n * (C / 8) + c / 8) * h + y) * w + x) * 8 + c % 8);
-}
-
 struct Problem {
   DirectBlockedConv g;
   std::vector<float> x, w, b;
@@ -84,13 +80,13 @@ void expect_matches_reference(const Problem& p, bool bias, const std::vector<flo
                 const int64_t iy = oy * g.sh + i - g.pad_top, ix = ox * g.sw + j - g.pad_left;
                 if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
                 const size_t xi = g.plain_src ? static_cast<size_t>(((n * g.c + c) * g.h + iy) * g.w + ix)
-                                              : blocked(n, c, iy, ix, g.c, g.h, g.w);
+                                              : test::nchw8c_at(n, c, iy, ix, g.c, g.h, g.w);
                 const double t = static_cast<double>(p.x[xi]) *
                                  p.w[static_cast<size_t>(((o * g.c + c) * g.kh + i) * g.kw + j)];
                 ref += t;
                 mag += std::abs(t);
               }
-          const double got = y[blocked(n, o, oy, ox, g.o, g.oh, g.ow)];
+          const double got = y[test::nchw8c_at(n, o, oy, ox, g.o, g.oh, g.ow)];
           if (!(std::abs(got - ref) <= gamma * mag) && failures++ < 5)
             ADD_FAILURE() << "n=" << n << " o=" << o << " y=" << oy << " x=" << ox << ": got " << got << " want " << ref;
         }

@@ -43,7 +43,7 @@ Tensor to_blocked(const Tensor& x) {
   for (int64_t n = 0; n < s[0]; ++n)
     for (int64_t c = 0; c < s[1]; ++c)
       for (int64_t i = 0; i < s[2] * s[3]; ++i)
-        dst[((n * (s[1] / 8) + c / 8) * s[2] * s[3] + i) * 8 + c % 8] = src[(n * s[1] + c) * s[2] * s[3] + i];
+        dst[cpu::test::nchw8c_at(n, c, i / s[3], i % s[3], s[1], s[2], s[3])] = src[(n * s[1] + c) * s[2] * s[3] + i];
   return b;
 }
 

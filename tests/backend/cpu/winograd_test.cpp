@@ -73,11 +73,6 @@ std::vector<float> run(const Problem& p) {
   return y;
 }
 
-// Index of (n, c, y, x) in an nChw8c buffer with C channels and an h x w plane.
-size_t blocked(int64_t n, int64_t c, int64_t yy, int64_t xx, int64_t C, int64_t h, int64_t w) {
-  return static_cast<size_t>((((n * (C / 8) + c / 8) * h + yy) * w + xx) * 8 + c % 8);
-}
-
 // Forces winograd_conv2d_nchw8c's output tile (2: F(2x2,3x3), 4: F(4x4,3x3)) while it lives.
 struct ForceTile {
   explicit ForceTile(int m) { ::setenv("SPORE_WINOGRAD_TILE", m == 2 ? "2" : "4", 1); }
@@ -128,7 +123,7 @@ double expect_matches_reference(const Problem& p, const std::vector<float>& y) {
         const auto in = [&](int64_t c, int64_t i, int64_t j) {
           const int64_t iy = m * ty - g.pt + i, ix = m * tx - g.pl + j;
           if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return 0.0;
-          return static_cast<double>(p.x[blocked(n, c, iy, ix, g.c, g.h, g.w)]);
+          return static_cast<double>(p.x[test::nchw8c_at(n, c, iy, ix, g.c, g.h, g.w)]);
         };
         for (int64_t c = 0; c < g.c; ++c)
           for (int i = 0; i < a; ++i)
@@ -153,7 +148,7 @@ double expect_matches_reference(const Problem& p, const std::vector<float>& y) {
                 for (int k = 0; k < planes; ++k)
                   bound += aA[dy * a + k / a] * aA[dx * a + k % a] *
                            absU[static_cast<size_t>((o * g.c + c) * planes + k)] * absV[static_cast<size_t>(c * planes + k)];
-              const double got = y[blocked(n, o, oy, ox, g.o, wg.oh, wg.ow)];
+              const double got = y[test::nchw8c_at(n, o, oy, ox, g.o, wg.oh, wg.ow)];
               const double err = std::abs(got - ref);
               max_err = std::max(max_err, err);
               max_ref = std::max(max_ref, std::abs(ref));
