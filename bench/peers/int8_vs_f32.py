@@ -26,7 +26,6 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -34,23 +33,13 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-TV_DIR = os.path.join(ROOT, "out", "bench", "torchvision")
+sys.path.insert(0, HERE)
+from tv_vs_ort import TV_DIR, last_json, run  # noqa: E402  (the same subprocess helpers)
+
 OUT_DIR = os.path.join(ROOT, "out", "bench", "int8")
 MODELS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
           "shufflenet_v2_x1_0", "squeezenet1_1", "regnet_y_400mf", "mnasnet1_0", "googlenet", "convnext_tiny",
           "vit_b_16", "lraspp_mobilenet_v3_large", "fcn_resnet50", "densenet121"]
-
-
-def run(cmd, cpus=None):
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pin)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {(r.stderr or r.stdout).strip()[-800:]}")
-    return r.stdout
-
-
-def last_json(out):
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
 
 
 def convert(spore, name, meta, samples, method, work):

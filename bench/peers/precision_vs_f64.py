@@ -9,7 +9,6 @@ and float32 on NAME.x1.npy, runs `spore run` and ORT (ort_bench.js --save-output
 and the peers (setup.sh). Set SPORE_WINOGRAD_TILE=2 / SPORE_CONV_WINOGRAD=0 to see what a kernel choice costs.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -20,8 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import export_torchvision as ex  # noqa: E402
-
-TV = os.path.join(ROOT, "out", "bench", "torchvision")
+from tv_vs_ort import ORT_JS, TV_DIR as TV, run  # noqa: E402
 
 
 def metric(a, b):
@@ -40,11 +38,10 @@ def main():
             t64 = m.double()(torch.from_numpy(x).double()).numpy()
         d = tempfile.mkdtemp(prefix="prec_")
         model = os.path.join(TV, f"{name}.onnx")
-        subprocess.run([os.path.join(ROOT, "build", "spore"), "run", model, "--input", f"x={xp}", "--output",
-                        os.path.join(d, "s"), "--no-random"], check=True, capture_output=True)
-        subprocess.run(["node", os.path.join(HERE, "ort", "ort_bench.js"), model, "--shape",
-                        "x:" + ",".join(map(str, x.shape)), "--input-npy", f"x={xp}", "--save-output",
-                        os.path.join(d, "o"), "--warmup", "0", "--iters", "1"], check=True, capture_output=True)
+        run([os.path.join(ROOT, "build", "spore"), "run", model, "--input", f"x={xp}", "--output", os.path.join(d, "s"),
+             "--no-random"])
+        run(["node", ORT_JS, model, "--shape", "x:" + ",".join(map(str, x.shape)), "--input-npy", f"x={xp}",
+             "--save-output", os.path.join(d, "o"), "--warmup", "0", "--iters", "1"])
         s = np.load(os.path.join(d, "s", "y.npy")).astype(np.float64)
         o = np.load(os.path.join(d, "o", "y.npy")).astype(np.float64)
         print(f"{name}: vs float64: spore {metric(s, t64):.2f}  ORT {metric(o, t64):.2f}  PyTorch f32 "
