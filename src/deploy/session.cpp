@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "deploy/random_input.h"
 #include "io/file_util.h"
 #include "io/model_file.h"
 #include "io/onnx/onnx.h"
@@ -156,7 +157,7 @@ Session::Session(const std::string& path, SessionOptions opts) : impl_(std::make
       m.symbolic = io::import_onnx_bytes(bytes, path, o, &rep);
     } catch (const Error& e) {
       // Unsupported ops and malformed files fail now; what concrete shapes or values may fix waits for them.
-      if (rep.has_unsupported() || rep.opset == 0 || e.code() == ErrorCode::parse_error ||
+      if (rep.has_unsupported() || rep.refused || rep.opset == 0 || e.code() == ErrorCode::parse_error ||
           e.code() == ErrorCode::io_error)
         throw;
       m.reason = e.what();
@@ -250,6 +251,55 @@ std::vector<Tensor> Session::run(std::span<const Tensor> xs) {
   Specialization& sp = specialize(xs);
   const std::vector<Tensor> in = sp.select(xs);
   return sp.plan.run(in);
+}
+
+CompileCheck check_compiles(const std::string& path, const SessionOptions& opts, std::span<const Tensor> given) {
+  CompileCheck r;
+  try {
+    Session s(path, opts);
+    std::vector<Tensor> xs;
+    bool any_random = false;
+    for (size_t i = 0; i < s.inputs().size(); ++i) {
+      if (i < given.size() && given[i].defined()) {
+        xs.push_back(given[i]);
+        continue;
+      }
+      const SessionInput& in = s.inputs()[i];
+      Shape shape;
+      for (int d = 0; d < in.type.rank(); ++d) {
+        const Dim& dim = in.type.dims[d];
+        if (dim.is_static()) {
+          shape.push_back(dim.size);
+        } else if (d == 0) {
+          shape.push_back(1);
+        } else {
+          r.note = fmt::format("not compiled: input '{}' ({}) has the symbolic dim '{}' beyond the batch; give "
+                               "--input-shape {}:... or --input {}=FILE.npy to check it",
+                               in.name, in.type.str(), dim.sym, in.name, in.name);
+          return r;
+        }
+      }
+      xs.push_back(random_input(shape, in.type.dtype, 0, i));
+      any_random = true;
+    }
+    try {
+      Specialization& sp = s.specialize(xs);
+      r.compiled = true;
+      r.note = fmt::format("compiles for {} ({} kernels, {})", any_random ? "batch 1" : "the given inputs",
+                           sp.plan.num_kernels(), sp.how);
+    } catch (const Error& e) {
+      if (!s.value_inputs().empty() && any_random)  // random values of a shape/k input need not suit the model
+        r.note = fmt::format("not verified: the model takes input(s) {} as attributes and compiles once per value; "
+                             "random values do not compile ({}); check it with --input NAME=FILE.npy",
+                             fmt::join(s.value_inputs(), ", "), e.what());
+      else
+        r.note = fmt::format("does not compile for {}: {}", any_random ? "batch 1 with random inputs" : "the given inputs",
+                             e.what());
+    }
+  } catch (const Error& e) {
+    r.note = fmt::format("does not import: {}", e.what());
+  }
+  return r;
 }
 
 }  // namespace spore::deploy

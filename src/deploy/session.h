@@ -89,4 +89,14 @@ class Session {
   std::unique_ptr<Impl> impl_;
 };
 
+// What `spore check-ops` reports beyond the op list: whether the model compiles, through a Session as `spore run`
+// compiles it, for `given` inputs (undefined entries, or all when empty: seeded random ones, a symbolic first dim
+// = 1). `compiled` is true only when a plan was built. A model that takes some inputs as attributes (a shape, k, ...)
+// compiles per value: random values may not suit it, and the note then says so and asks for real inputs.
+struct CompileCheck {
+  bool compiled = false;
+  std::string note;
+};
+CompileCheck check_compiles(const std::string& path, const SessionOptions& opts, std::span<const Tensor> given = {});
+
 }  // namespace spore::deploy

@@ -156,6 +156,28 @@ TEST(Session, IfOnAModelInputCompilesOnePlanPerBranch) {
   EXPECT_EQ(s.stats().compiles, 2);
 }
 
+// If on a condition computed from float data (ReduceSum(x) > 0): binding x by value would compile a plan per input,
+// so the model is refused when the session loads, naming the If node and the input; Loop's trip count likewise.
+TEST(Session, ControlFlowOnFloatDataIsRefusedAtLoad) {
+  ModelBuilder b(13);
+  b.input("x", onnx::TensorProto::FLOAT, {"n"});
+  b.node("ReduceSum", {"x"}, {"s"}, "sum");
+  b.init("zero", {0.0f}, {});
+  b.node("Greater", {"s", "zero"}, {"cond"}, "gt");
+  auto* iff = b.node("If", {"cond"}, {"y"}, "data_branch");
+  onnx::GraphProto* then_g = ModelBuilder::attr_graph(iff, "then_branch");
+  ModelBuilder::graph_node(then_g, "Relu", {"x"}, {"t"});
+  ModelBuilder::graph_io(then_g, "t", onnx::TensorProto::FLOAT, true);
+  onnx::GraphProto* else_g = ModelBuilder::attr_graph(iff, "else_branch");
+  ModelBuilder::graph_node(else_g, "Neg", {"x"}, {"e"});
+  ModelBuilder::graph_io(else_g, "e", onnx::TensorProto::FLOAT, true);
+  b.output("y");
+  const std::string path = save(b, "if_on_data.onnx");
+  const std::string e = error_of([&] { deploy::Session s(path); });
+  EXPECT_NE(e.find("data_branch"), std::string::npos) << e;
+  EXPECT_NE(e.find("floating-point model input 'x'"), std::string::npos) << e;
+}
+
 TEST(Session, BadInputsGetClearErrors) {
   deploy::Session s(flatten_model());
   EXPECT_NE(error_of([&] { s.run(std::vector<Tensor>{random({2, 3, 4}, 1)}); }).find("input 'x' has shape [2,3,4]"),

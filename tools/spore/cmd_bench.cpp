@@ -1,5 +1,6 @@
 // spore bench: latency percentiles, throughput, peak memory and kernel count of a model file, compiled
-// once for fixed shapes (a symbolic first dim = --batch) and run on seeded random inputs. With
+// once for the inputs' shapes and run on them: .npy files (--input NAME=FILE.npy, as `spore run` takes them) and
+// seeded random inputs for the rest (a symbolic first dim = --batch). With
 // --find-max-batch it only compiles: a search for the largest batch whose planned memory fits --max-memory.
 #include <algorithm>
 #include <chrono>
@@ -19,7 +20,6 @@
 #include "base/thread_pool.h"
 #include "tools/spore/commands.h"
 #include "tools/spore/model_util.h"
-#include "tools/spore/random_input.h"
 
 namespace spore::cli {
 namespace {
@@ -123,12 +123,12 @@ int cmd_bench(int argc, char** argv) {
                "(.spore, .onnx or text-IR .ir) on random inputs",
                "spore bench");
   std::string model;
-  std::vector<std::string> shape_specs;
+  std::vector<std::string> shape_specs, input_specs;
   int64_t batch = 1, warmup = 3, iters = 0;
   double time_s = 0;
   int threads = 0;
   uint64_t seed = 0;
-  bool json = false, find_batch = false;
+  bool json = false, find_batch = false, no_random = false;
   int memory_level = CompileOptions{}.memory_optimize_level;
   int opt_level = CompileOptions{}.opt_level;
   std::vector<std::string> disabled_passes;
@@ -143,6 +143,11 @@ int cmd_bench(int argc, char** argv) {
       ->excludes(iters_opt);
   app.add_option("--input-shape", shape_specs, "NAME:D0,D1,... fixes input dims (repeatable; ';' joins several)")
       ->allow_extra_args(false);
+  auto* input_opt = app.add_option("--input", input_specs,
+                                   "NAME=FILE.npy (repeatable): run on this tensor; inputs not given get seeded random "
+                                   "values (floats N(0,1), integers in [0, 10), bools a fair coin)")
+                        ->allow_extra_args(false);
+  app.add_flag("--no-random", no_random, "every input must be given with --input (no random inputs)");
   app.add_option("--seed", seed, "seed of the random inputs (default 0)");
   app.add_option("--memory-optimize-level", memory_level,
                  "0: every intermediate its own buffer, 1: liveness-based reuse (default), 2: also in place and "
@@ -160,7 +165,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--find-max-batch", find_batch,
                "only compile: find the largest --batch whose planned memory fits --max-memory")
       ->needs(max_mem_opt)
-      ->excludes(batch_opt);
+      ->excludes(batch_opt)
+      ->excludes(input_opt);
   app.add_flag("--json", json, "print {\"p50_ms\", \"p90_ms\", \"p99_ms\", \"mean_ms\", \"throughput_per_s\", \"batch\", "
                                "\"threads\", \"peak_bytes\", \"kernels\", ...}");
   try {
@@ -190,12 +196,10 @@ int cmd_bench(int argc, char** argv) {
   sopts.input_dims = input_dims_of(parse_input_shapes(shape_specs));
   deploy::Session session(model, sopts);
   const double load_ms = ms_between(t0, clock_type::now());
-  const std::vector<Shape> shapes = shapes_for_batch(session.inputs(), batch, batch_opt->count() > 0, model);
+  const RunInputs given = gather_run_inputs(session, input_specs, batch, batch_opt->count() > 0, seed, no_random, model);
+  const std::vector<Tensor>& all_inputs = given.tensors;
   // Samples per run: the first dim of the first input (the batch when it is symbolic).
-  const int64_t samples = !shapes.empty() && !shapes[0].empty() ? shapes[0][0] : 1;
-  std::vector<Tensor> all_inputs;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    all_inputs.push_back(random_input(shapes[i], session.inputs()[i].type.dtype, seed, i));
+  const int64_t samples = !all_inputs.empty() && all_inputs[0].rank() > 0 ? all_inputs[0].dim(0) : 1;
 
   t0 = clock_type::now();
   deploy::Specialization& spec = session.specialize(all_inputs);
@@ -231,6 +235,12 @@ int cmd_bench(int argc, char** argv) {
   const int used_threads = num_threads();
 
   if (json) {
+    nlohmann::json in_rows = nlohmann::json::array();
+    for (size_t i = 0; i < all_inputs.size(); ++i)
+      in_rows.push_back({{"name", session.inputs()[i].name},
+                         {"dtype", dtype_name(all_inputs[i].dtype())},
+                         {"shape", all_inputs[i].shape()},
+                         {"file", given.files[i].empty() ? nlohmann::json(nullptr) : nlohmann::json(given.files[i])}});
     std::cout << nlohmann::json{{"p50_ms", p50},
                                 {"p90_ms", p90},
                                 {"p99_ms", p99},
@@ -255,15 +265,17 @@ int cmd_bench(int argc, char** argv) {
                                 {"serial_steps", plan.serial_steps()},
                                 {"model", model},
                                 {"load_ms", load_ms},
-                                {"compile_ms", compile_ms}}
+                                {"compile_ms", compile_ms},
+                                {"inputs", in_rows},
+                                {"specialization", spec.how}}
                      .dump()
               << std::endl;
     return 0;
   }
   std::string shape_list;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    shape_list += fmt::format("{}{}: {}{}", i ? ", " : "", session.inputs()[i].name, dtype_name(all_inputs[i].dtype()),
-                              shape_str(shapes[i]));
+  for (size_t i = 0; i < all_inputs.size(); ++i)
+    shape_list += fmt::format("{}{}: {}{}{}", i ? ", " : "", session.inputs()[i].name, dtype_name(all_inputs[i].dtype()),
+                              shape_str(all_inputs[i].shape()), given.files[i].empty() ? " random" : " from " + given.files[i]);
   std::cout << fmt::format("{}: {} | inputs {} | {} threads\n", model, session.model_name(), shape_list, used_threads);
   std::cout << fmt::format("load {:.1f} ms, compile {:.1f} ms, {} kernels per run ({} on the calling thread alone, "
                            "measured faster there), arena {:.1f} KiB\n",

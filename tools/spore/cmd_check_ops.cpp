@@ -1,8 +1,9 @@
 // spore check-ops: which ops of a model spore can run. ONNX models: every op type with its count and status
 // (supported / decomposed / unsupported, with the node names of unsupported ones). .spore models: every spore op
 // with its count and how the CPU backend runs it (kernel / decomposition / unsupported).
-// ONNX models whose ops are all supported are also compiled (batch 1, seeded random inputs), so "supported" means
-// it runs. Exit codes: 0 all supported (and, for ONNX, it compiles), 3 some unsupported or it does not compile
+// ONNX models whose ops are all supported are also compiled (batch 1, seeded random inputs, or the --input files;
+// deploy::check_compiles), so "supported" means it runs; a compile that fails is never reported as compiled.
+// Exit codes: 0 all supported (and, for ONNX, it compiles), 3 some unsupported or it does not compile
 // (1 for errors such as an unreadable file).
 #include <cstdio>
 #include <fstream>
@@ -24,7 +25,6 @@
 #include "deploy/session.h"
 #include "tools/spore/commands.h"
 #include "tools/spore/model_util.h"
-#include "tools/spore/random_input.h"
 
 namespace spore::cli {
 namespace {
@@ -39,62 +39,20 @@ bool is_spore_file(const std::string& path) {
   return f.gcount() == 8 && std::string(magic, 8) == "SPOREMDL";
 }
 
-// Whether every op being supported also means the model compiles: a deploy::Session (as `spore run` uses) compiled
-// for seeded random inputs at batch 1. "" when it compiles; else what stops it. Inputs the model takes as
-// attributes (a shape, k...) compile per value: their random values may not suit the model, so such a failure
-// says so rather than calling the model broken.
-struct CompileCheck {
-  bool compiled = false;
-  std::string note;
-};
-CompileCheck try_compile(const std::string& path, const std::map<std::string, std::vector<Dim>>& dims) {
-  CompileCheck r;
-  try {
+int check_onnx(const std::string& path, bool json, const std::map<std::string, std::vector<Dim>>& dims,
+               const std::vector<std::string>& input_specs) {
+  const io::OnnxImportReport rep = io::check_onnx_ops(path);
+  deploy::CompileCheck cc;
+  if (!rep.has_unsupported()) {
     deploy::SessionOptions o;
     o.input_dims = dims;
-    deploy::Session s(path, o);
-    std::vector<Tensor> xs;
-    for (size_t i = 0; i < s.inputs().size(); ++i) {
-      const deploy::SessionInput& in = s.inputs()[i];
-      Shape shape;
-      for (int d = 0; d < in.type.rank(); ++d) {
-        const Dim& dim = in.type.dims[d];
-        if (dim.is_static()) {
-          shape.push_back(dim.size);
-        } else if (d == 0) {
-          shape.push_back(1);
-        } else {
-          r.note = fmt::format("not compiled: input '{}' ({}) has the symbolic dim '{}' beyond the batch; give "
-                               "--input-shape {}:... to check it",
-                               in.name, in.type.str(), dim.sym, in.name);
-          return r;
-        }
-      }
-      xs.push_back(random_input(shape, in.type.dtype, 0, i));
+    std::vector<Tensor> given;
+    if (!input_specs.empty()) {  // read against the model's inputs as `spore run` does
+      const deploy::Session s(path, o);
+      given = gather_run_inputs(s, input_specs, 1, false, 0, false, path).tensors;
     }
-    try {
-      deploy::Specialization& sp = s.specialize(xs);
-      r.compiled = true;
-      r.note = fmt::format("compiles for batch 1 ({} kernels, {})", sp.plan.num_kernels(), sp.how);
-    } catch (const Error& e) {
-      if (s.value_inputs().empty()) {
-        r.note = fmt::format("does not compile for batch 1 with random inputs: {}", e.what());
-      } else {  // the random values of a shape/k input are not the model's: say what it takes, do not call it broken
-        r.compiled = true;
-        r.note = fmt::format("compiles per value of input(s) {} (taken as attributes; random values do not fit: {})",
-                             fmt::join(s.value_inputs(), ", "), e.what());
-      }
-    }
-  } catch (const Error& e) {
-    r.note = fmt::format("does not import: {}", e.what());
+    cc = deploy::check_compiles(path, o, given);
   }
-  return r;
-}
-
-int check_onnx(const std::string& path, bool json, const std::map<std::string, std::vector<Dim>>& dims) {
-  const io::OnnxImportReport rep = io::check_onnx_ops(path);
-  CompileCheck cc;
-  if (!rep.has_unsupported()) cc = try_compile(path, dims);
   const bool ok = !rep.has_unsupported() && cc.compiled;
   if (json) {
     nlohmann::json ops = nlohmann::json::array();
@@ -184,8 +142,12 @@ int cmd_check_ops(int argc, char** argv) {
       "spore check-ops");
   std::string model;
   bool json = false;
-  std::vector<std::string> shape_specs;
+  std::vector<std::string> shape_specs, input_specs;
   app.add_option("model", model, "model file (.onnx or .spore)")->required();
+  app.add_option("--input", input_specs,
+                 "NAME=FILE.npy (repeatable): compile for this tensor (other inputs random, batch 1); needed for models "
+                 "that take an input as an attribute (a shape, k) and compile once per value")
+      ->allow_extra_args(false);
   app.add_option("--input-shape", shape_specs, "NAME:D0,D1,... fixes input dims for the compile check (repeatable)")
       ->allow_extra_args(false);
   app.add_flag("--json", json,
@@ -196,7 +158,7 @@ int cmd_check_ops(int argc, char** argv) {
     return app.exit(e);
   }
   if (is_spore_file(model)) return check_spore(model, json);
-  return check_onnx(model, json, input_dims_of(parse_input_shapes(shape_specs)));
+  return check_onnx(model, json, input_dims_of(parse_input_shapes(shape_specs)), input_specs);
 }
 
 }  // namespace spore::cli

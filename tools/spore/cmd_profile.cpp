@@ -34,7 +34,7 @@
 #include "tools/spore/commands.h"
 #include "deploy/session.h"
 #include "tools/spore/model_util.h"
-#include "tools/spore/random_input.h"
+#include "deploy/random_input.h"
 
 namespace spore::cli {
 namespace {
@@ -101,7 +101,7 @@ TrainStep build_train_step(const Graph& model, const std::vector<Shape>& shapes,
   std::vector<Tensor> data_values, param_values;
   for (size_t i = 0; i < g->inputs().size(); ++i) {
     const Value* v = g->inputs()[i];
-    Tensor t = random_input(shapes[i], v->type.dtype, seed, i);
+    Tensor t = deploy::random_input(shapes[i], v->type.dtype, seed, i);
     if (i > 0 && is_floating(v->type.dtype)) {
       params.push_back(v);
       param_values.push_back(std::move(t));
@@ -188,7 +188,7 @@ int cmd_profile(int argc, char** argv) {
                "(.spore, .onnx or text IR) on random inputs, or a training step of it (--train)",
                "spore profile");
   std::string model, trace_path = "profile_trace.json";
-  std::vector<std::string> shape_specs;  // --custom-ops is global (commands.cpp)
+  std::vector<std::string> shape_specs, input_specs;  // --custom-ops is global (commands.cpp)
   int64_t batch = 1, warmup = 2, iters = 10;
   int threads = 0, top_k = 10;
   uint64_t seed = 0;
@@ -206,6 +206,10 @@ int cmd_profile(int argc, char** argv) {
   app.add_flag("--no-trace", no_trace, "write no trace file");
   app.add_option("--input-shape", shape_specs, "NAME:D0,D1,... fixes input dims (repeatable; ';' joins several)")
       ->allow_extra_args(false);
+  auto* input_opt = app.add_option("--input", input_specs,
+                                   "NAME=FILE.npy (repeatable): profile on this tensor; inputs not given get seeded "
+                                   "random values (floats N(0,1), integers in [0, 10), bools a fair coin)")
+                        ->allow_extra_args(false);
   app.add_option("--seed", seed, "seed of the random inputs and labels (default 0)");
   app.add_option("--opt-level", opt_level, "graph optimization level: 0 no simplification or fusion, 1 the whole pipeline (default)")
       ->check(CLI::Range(0, 3));
@@ -214,6 +218,7 @@ int cmd_profile(int argc, char** argv) {
                "profile a training step instead: forward + softmax cross-entropy on random labels + backward + SGD "
                "(input 0 = images, output 0 = logits)");
   app.add_option("--lr", lr, "SGD learning rate of the --train step (default 0.01)");
+  input_opt->excludes("--train");
   app.add_flag("--json", json, "print {\"kernels\", \"total_ms\", \"peak_bytes\", \"top\": [{\"op\", \"calls\", \"ms\", \"pct\", "
                                "\"gbps\", \"gflops\", ...}], \"memory\", \"hints\", ...}");
   try {
@@ -250,7 +255,14 @@ int cmd_profile(int argc, char** argv) {
     model_inputs = session->inputs();
   }
   const double load_ms = ms_between(t0, clock_type::now());
-  const std::vector<Shape> shapes = shapes_for_batch(model_inputs, batch, batch_opt->count() > 0, model);
+  RunInputs given;
+  std::vector<Shape> shapes;
+  if (train) {
+    shapes = shapes_for_batch(model_inputs, batch, batch_opt->count() > 0, model);
+  } else {
+    given = gather_run_inputs(*session, input_specs, batch, batch_opt->count() > 0, seed, false, model);
+    for (const Tensor& t : given.tensors) shapes.push_back(t.shape());
+  }
   const int64_t samples = !shapes.empty() && !shapes[0].empty() ? shapes[0][0] : 1;
 
   t0 = clock_type::now();
@@ -263,11 +275,9 @@ int cmd_profile(int argc, char** argv) {
     plan = &owned_plan.emplace(compile_plan(std::move(step.graph), copts));
     inputs = std::move(step.inputs);
   } else {
-    std::vector<Tensor> all;
-    for (size_t i = 0; i < shapes.size(); ++i) all.push_back(random_input(shapes[i], model_inputs[i].type.dtype, seed, i));
-    deploy::Specialization& sp = session->specialize(all);
+    deploy::Specialization& sp = session->specialize(given.tensors);
     plan = &sp.plan;
-    inputs = sp.select(all);
+    inputs = sp.select(given.tensors);
   }
   const double compile_ms = ms_between(t0, clock_type::now());
 

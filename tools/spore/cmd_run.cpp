@@ -15,7 +15,6 @@
 #include "io/npy.h"
 #include "tools/spore/commands.h"
 #include "tools/spore/model_util.h"
-#include "tools/spore/random_input.h"
 
 namespace spore::cli {
 namespace {
@@ -41,12 +40,6 @@ std::string first_values(const Tensor& t, int64_t n) {
     s += fmt::format("{:.6g}", t.item_at(i));
   }
   return s + (t.numel() > n ? ", ...]" : "]");
-}
-
-std::string input_names(const deploy::Session& s) {
-  std::string names;
-  for (const deploy::SessionInput& in : s.inputs()) names += (names.empty() ? "" : ", ") + in.name;
-  return names.empty() ? "none" : names;
 }
 
 }  // namespace
@@ -85,67 +78,9 @@ int cmd_run(int argc, char** argv) {
   const std::vector<deploy::SessionInput>& model_inputs = session.inputs();
   const double load_ms = ms_since(t0);
 
-  // Inputs given as files, by name; every name must be a model input, each given once.
-  std::map<std::string, std::string> files;
-  for (const std::string& spec : input_specs) {
-    const size_t eq = spec.find('=');
-    SPORE_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), ErrorCode::invalid_argument,
-                "--input '{}': expected NAME=FILE.npy", spec);
-    const std::string name = spec.substr(0, eq);
-    bool known = false;
-    for (const deploy::SessionInput& in : model_inputs) known |= in.name == name;
-    SPORE_CHECK(known, ErrorCode::invalid_argument, "--input {}: the model has no input '{}' (inputs: {})", spec, name,
-                input_names(session));
-    SPORE_CHECK(files.emplace(name, spec.substr(eq + 1)).second, ErrorCode::invalid_argument,
-                "--input: input '{}' is given twice", name);
-  }
-  if (no_random) {
-    std::string missing;
-    for (const deploy::SessionInput& in : model_inputs)
-      if (!files.count(in.name)) missing += (missing.empty() ? "" : ", ") + in.name;
-    SPORE_CHECK(missing.empty(), ErrorCode::invalid_argument, "--no-random: no --input NAME=FILE.npy for input(s) {}",
-                missing);
-  }
-
+  const RunInputs given = gather_run_inputs(session, input_specs, batch, /*batch_given=*/false, seed, no_random, model);
+  const std::vector<Tensor>& inputs = given.tensors;
   const size_t n_in = model_inputs.size();
-  std::vector<Tensor> inputs(n_in);
-  for (size_t i = 0; i < n_in; ++i) {
-    auto it = files.find(model_inputs[i].name);
-    if (it == files.end()) continue;
-    try {
-      inputs[i] = io::read_npy(it->second);
-    } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("input '{}': {}", model_inputs[i].name, e.what()));
-    }
-  }
-  // The given inputs bind the symbolic dims (session.bind checks them); the others get random values.
-  std::map<std::string, int64_t> bound;
-  try {
-    bound = session.bind(inputs, /*partial=*/true);
-  } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("{} (given with --input)", e.what()));
-  }
-  for (size_t i = 0; i < n_in; ++i) {
-    const deploy::SessionInput& in = model_inputs[i];
-    if (inputs[i].defined()) continue;
-    Shape shape;
-    for (int d = 0; d < in.type.rank(); ++d) {
-      const Dim& dim = in.type.dims[d];
-      if (dim.is_static()) {
-        shape.push_back(dim.size);
-      } else if (auto b = bound.find(dim.sym); b != bound.end()) {
-        shape.push_back(b->second);
-      } else {
-        SPORE_CHECK(d == 0, ErrorCode::invalid_argument,
-                    "input '{}' ({}) has a symbolic dim '{}' at position {}: give the input with --input or fix the dim "
-                    "with --input-shape {}:...",
-                    in.name, in.type.str(), dim.sym, d, in.name);
-        shape.push_back(batch);
-        bound.emplace(dim.sym, batch);
-      }
-    }
-    inputs[i] = random_input(shape, in.type.dtype, seed, i);
-  }
 
   t0 = std::chrono::steady_clock::now();
   deploy::Specialization& spec = session.specialize(inputs);
@@ -160,9 +95,8 @@ int cmd_run(int argc, char** argv) {
                            model, session.model_name(), load_ms, compile_ms, spec.plan.num_kernels(), spec.how, run_ms);
   for (size_t i = 0; i < n_in; ++i) {
     const deploy::SessionInput& in = model_inputs[i];
-    auto it = files.find(in.name);
     std::cout << fmt::format("input  {}: {}{} {}\n", in.name, dtype_name(inputs[i].dtype()), shape_str(inputs[i].shape()),
-                             it != files.end() ? "from " + it->second : fmt::format("random (seed {})", seed));
+                             given.files[i].empty() ? fmt::format("random (seed {})", seed) : "from " + given.files[i]);
   }
   std::set<std::string> used;
   if (!output_dir.empty()) std::filesystem::create_directories(output_dir);

@@ -9,8 +9,10 @@
 #include "base/error.h"
 #include "deploy/session.h"
 #include "io/model_file.h"
+#include "io/npy.h"
 #include "ops/graph_ops.h"
 #include "ops/ops.h"
+#include "deploy/random_input.h"
 
 namespace spore::cli {
 
@@ -175,6 +177,88 @@ std::vector<Shape> shapes_for_batch(const std::vector<deploy::SessionInput>& inp
               "--batch {}: no input of '{}' has a symbolic first dim (its shapes are fixed; see --input-shape)", batch,
               model);
   return concrete_input_shapes(inputs, batch);
+}
+
+RunInputs gather_run_inputs(const deploy::Session& session, const std::vector<std::string>& input_specs, int64_t batch,
+                            bool batch_given, uint64_t seed, bool no_random, const std::string& model) {
+  const std::vector<deploy::SessionInput>& model_inputs = session.inputs();
+  auto names = [&] {
+    std::string s;
+    for (const deploy::SessionInput& in : model_inputs) s += (s.empty() ? "" : ", ") + in.name;
+    return s.empty() ? std::string("none") : s;
+  };
+  std::map<std::string, std::string> files;
+  for (const std::string& spec : input_specs) {
+    const size_t eq = spec.find('=');
+    SPORE_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), ErrorCode::invalid_argument,
+                "--input '{}': expected NAME=FILE.npy", spec);
+    const std::string name = spec.substr(0, eq);
+    bool known = false;
+    for (const deploy::SessionInput& in : model_inputs) known |= in.name == name;
+    SPORE_CHECK(known, ErrorCode::invalid_argument, "--input {}: the model has no input '{}' (inputs: {})", spec, name,
+                names());
+    SPORE_CHECK(files.emplace(name, spec.substr(eq + 1)).second, ErrorCode::invalid_argument,
+                "--input: input '{}' is given twice", name);
+  }
+  if (no_random) {
+    std::string missing;
+    for (const deploy::SessionInput& in : model_inputs)
+      if (!files.count(in.name)) missing += (missing.empty() ? "" : ", ") + in.name;
+    SPORE_CHECK(missing.empty(), ErrorCode::invalid_argument, "--no-random: no --input NAME=FILE.npy for input(s) {}",
+                missing);
+  }
+  if (batch_given) {
+    bool has_batch_dim = false;
+    for (const deploy::SessionInput& in : model_inputs)
+      has_batch_dim |= !files.count(in.name) && in.type.rank() > 0 && !in.type.dims[0].is_static();
+    SPORE_CHECK(has_batch_dim, ErrorCode::invalid_argument,
+                "--batch {}: no random input of '{}' has a symbolic first dim (its shapes are fixed or given by "
+                "--input files; see --input-shape)",
+                batch, model);
+  }
+  const size_t n_in = model_inputs.size();
+  RunInputs r;
+  r.tensors.resize(n_in);
+  r.files.resize(n_in);
+  for (size_t i = 0; i < n_in; ++i) {
+    auto it = files.find(model_inputs[i].name);
+    if (it == files.end()) continue;
+    try {
+      r.tensors[i] = io::read_npy(it->second);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("--input {}: {}", model_inputs[i].name, e.what()));
+    }
+    r.files[i] = it->second;
+  }
+  // The given inputs bind the symbolic dims (session.bind checks them); the others get random values.
+  std::map<std::string, int64_t> bound;
+  try {
+    bound = session.bind(r.tensors, /*partial=*/true);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{} (given with --input)", e.what()));
+  }
+  for (size_t i = 0; i < n_in; ++i) {
+    const deploy::SessionInput& in = model_inputs[i];
+    if (r.tensors[i].defined()) continue;
+    Shape shape;
+    for (int d = 0; d < in.type.rank(); ++d) {
+      const Dim& dim = in.type.dims[d];
+      if (dim.is_static()) {
+        shape.push_back(dim.size);
+      } else if (auto b = bound.find(dim.sym); b != bound.end()) {
+        shape.push_back(b->second);
+      } else {
+        SPORE_CHECK(d == 0, ErrorCode::invalid_argument,
+                    "input '{}' ({}) has a symbolic dim '{}' at position {}: give the input with --input or fix the dim "
+                    "with --input-shape {}:...",
+                    in.name, in.type.str(), dim.sym, d, in.name);
+        shape.push_back(batch);
+        bound.emplace(dim.sym, batch);
+      }
+    }
+    r.tensors[i] = deploy::random_input(shape, in.type.dtype, seed, i);
+  }
+  return r;
 }
 
 PlannedMemory planned_memory(const Plan& plan) {

@@ -39,6 +39,18 @@ std::vector<Shape> concrete_input_shapes(const std::vector<deploy::SessionInput>
 std::vector<Shape> shapes_for_batch(const Graph& g, int64_t batch, bool batch_given, const std::string& model);
 std::vector<Shape> shapes_for_batch(const std::vector<deploy::SessionInput>& inputs, int64_t batch, bool batch_given,
                                     const std::string& model);
+// The inputs of one run of a session's model, as `spore run`, `bench` and `profile` take them: `--input NAME=FILE.npy`
+// specs (every name a model input, each given once; the files' shapes bind the symbolic dims), and seeded random
+// tensors (random_input.h) for the inputs not given, shaped by the dims the files bound, `batch` for a free first dim.
+// `batch_given` (the user passed --batch) needs an input with a symbolic first dim; `no_random` needs every input
+// given. Errors name the option, the input and the file.
+struct RunInputs {
+  std::vector<Tensor> tensors;       // in the session's input order
+  std::vector<std::string> files;  // per input: the .npy it was read from, "" for a random one
+};
+RunInputs gather_run_inputs(const deploy::Session& s, const std::vector<std::string>& input_specs, int64_t batch,
+                            bool batch_given, uint64_t seed, bool no_random, const std::string& model);
+
 // The --input-shape specs as deploy::SessionOptions::input_dims.
 std::map<std::string, std::vector<Dim>> input_dims_of(const std::vector<InputShapeSpec>& specs);
 

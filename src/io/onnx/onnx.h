@@ -34,6 +34,9 @@ struct OnnxImportReport {
   // Reshape's shape or TopK's k given as a model input). Filled when import fails for that reason: importing
   // again with those inputs in OnnxImportOptions::input_values succeeds (deploy::Session does this).
   std::vector<std::string> needs_values;
+  // The import failed for a reason no input shapes or values fix (an If/Loop control input computed from a float
+  // model input): deploy::Session fails at load instead of learning values.
+  bool refused = false;
   bool has_unsupported() const;
   // Multi-line table: op type, count, status, nodes of the unsupported ones, and what the user can do.
   std::string format() const;

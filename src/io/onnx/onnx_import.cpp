@@ -228,6 +228,7 @@ class Importer {
   int64_t max_value_id = -1;
   // Graph inputs that a const_in needed the value of (OnnxImportReport::needs_values).
   std::set<std::string> needed_inputs;
+  bool refused = false;  // OnnxImportReport::refused
 
   Value* track(Value* v) {
     max_value_id = std::max(max_value_id, v->id);
@@ -619,7 +620,7 @@ std::vector<Value*> Importer::emit_control_flow_body(const onnx::NodeProto& n, c
     if (!a || a->type() != onnx::AttributeProto::GRAPH) c.fail(ErrorCode::invalid_argument, "no '{}' graph", name);
     return a->g();
   };
-  auto is_true = [&](int i) { return c.const_in(i).contiguous().item_at(0) != 0; };
+  auto is_true = [&](int i) { return c.control_in(i).contiguous().item_at(0) != 0; };
   // Scan outputs: one value per iteration stacked along `axis` (iteration order as given).
   auto stack = [&](const std::vector<Value*>& parts, int64_t axis) -> Value* {
     if (parts.empty()) c.fail(ErrorCode::unsupported, "a scan output of a loop that runs zero times");
@@ -640,7 +641,15 @@ std::vector<Value*> Importer::emit_control_flow_body(const onnx::NodeProto& n, c
   if (n.op_type() == "Loop") {
     const onnx::GraphProto& g = body("body");
     const bool has_m = c.has_input(0), has_cond = c.has_input(1);
-    const int64_t trip = has_m ? static_cast<int64_t>(c.const_in(0).contiguous().item_at(0)) : -1;
+    // M read as the integer it is: exporters write INT64_MAX for "no limit", which a double does not hold.
+    int64_t trip = -1;
+    if (has_m) {
+      const Tensor m = c.control_in(0).contiguous();
+      if (m.numel() != 1) c.fail(ErrorCode::invalid_argument, "the trip count M has {} elements, not 1", m.numel());
+      if (m.dtype() == DType::i64) trip = m.data<int64_t>()[0];
+      else if (m.dtype() == DType::i32) trip = m.data<int32_t>()[0];
+      else c.fail(ErrorCode::invalid_argument, "the trip count M is {}, not int64", dtype_name(m.dtype()));
+    }
     bool cond = has_cond ? is_true(1) : true;
     const int n_carried = c.num_inputs() - 2;
     if (n_carried < 0) c.fail(ErrorCode::invalid_argument, "Loop needs the M and cond inputs (possibly empty)");
@@ -799,6 +808,30 @@ const Tensor& NodeCtx::const_in(int i) const {
          "shapes); spore takes it as an attribute", i, node.input(i));
   }
   return v->producer->payload;
+}
+
+const Tensor& NodeCtx::control_in(int i) const {
+  Value* v = in(i);
+  if (!is_const(v)) {
+    std::vector<const Value*> todo{v};
+    std::set<const Value*> seen;
+    while (!todo.empty()) {
+      const Value* u = todo.back();
+      todo.pop_back();
+      if (!u || !u->producer || !seen.insert(u).second) continue;
+      if (u->producer->op == "input"_op && is_floating(u->type.dtype)) {
+        im_.refused = true;
+        fail(ErrorCode::unsupported,
+             "input {} ('{}') is computed from the floating-point model input '{}'; spore resolves control flow at "
+             "compile time and would compile the model once per input value, so it refuses this model (control "
+             "inputs computed from integer or bool model inputs, such as a flag or a sample rate, are specialised "
+             "per value)",
+             i, node.input(i), u->name);
+      }
+      for (const Value* w : u->producer->inputs) todo.push_back(w);
+    }
+  }
+  return const_in(i);
 }
 
 std::vector<int64_t> NodeCtx::ints_in(int i) const {
@@ -1039,7 +1072,10 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string
   try {
     for (const auto& n : gp.node()) im.emit_node(n, scope, opsets, 0);
   } catch (const Error&) {
-    if (report) report->needs_values.assign(im.needed_inputs.begin(), im.needed_inputs.end());
+    if (report) {
+      report->needs_values.assign(im.needed_inputs.begin(), im.needed_inputs.end());
+      report->refused = im.refused;
+    }
     throw;
   }
   std::vector<Value*> outs;

@@ -60,6 +60,9 @@ class NodeCtx {
   // The value of a constant input (initializer, Constant node or folded subgraph); error naming the input
   // otherwise (spore needs it at import time).
   const Tensor& const_in(int i) const;
+  // A control-flow input (If's cond, Loop's M and cond): const_in, except that one computed from a floating-point
+  // model input is refused (OnnxImportReport::refused), since binding it would compile a plan per input value.
+  const Tensor& control_in(int i) const;
   bool is_const(Value* v) const;
   std::vector<int64_t> ints_in(int i) const;     // constant integer input as a list
   std::vector<double> floats_in(int i) const;   // constant input as doubles

@@ -21,6 +21,16 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
+// Whether this CPU runs the kernels' AVX-512 builds. A test comparing them with the AVX2 builds skips without it:
+// it would compare AVX2 with itself.
+inline bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                      __builtin_cpu_supports("avx512vl"); }
+#define SPORE_SKIP_WITHOUT_AVX512()                                                                          \
+  do {                                                                                                      \
+    if (!::spore::cpu::test::cpu_has_avx512())                                                              \
+      GTEST_SKIP() << "this CPU has no AVX-512 (F/BW/VL): only the AVX2 build runs here, nothing to compare"; \
+  } while (0)
+
 // Index of (n, c, y, x) in an nChw8c buffer ([N, C/8, h, w, 8]) with C channels.
 inline size_t nchw8c_at(int64_t n, int64_t c, int64_t y, int64_t x, int64_t C, int64_t h, int64_t w) {
   return static_cast<size_t>((((n * (C / 8) + c / 8) * h + y) * w + x) * 8 + c % 8);

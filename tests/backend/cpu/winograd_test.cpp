@@ -248,6 +248,7 @@ TEST(Winograd, BatchInvariant) {
 // the same add/sub/fma sequence. SPORE_WINOGRAD_AVX512=0 (read per call) forces AVX2. C = 24 takes the 8-channel
 // input transform beside the 16-channel kernels; O = 40 ends on an 8-channel slice (8-channel output transform).
 TEST(Winograd, SameBitsWithAndWithoutAvx512) {
+  SPORE_SKIP_WITHOUT_AVX512();
   const char* saved = std::getenv("SPORE_WINOGRAD_AVX512");
   const std::string saved_value = saved ? saved : "";
   for (int m : {2, 4})

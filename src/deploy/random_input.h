@@ -1,5 +1,5 @@
 #pragma once
-// Seeded random model inputs for `spore run` and `spore bench`: the same (seed, input index) gives the
+// Seeded random model inputs (`spore run`, `bench`, `profile`, `check-ops`): the same (seed, input index) gives the
 // same tensor on every machine and thread count (Philox, keyed by element index).
 #include <cstdint>
 #include <vector>
@@ -7,7 +7,7 @@
 #include "base/rng.h"
 #include "tensor/tensor.h"
 
-namespace spore::cli {
+namespace spore::deploy {
 
 // Floats: standard normal. Integers: uniform in [0, 10) (inputs of integer type are usually indices or
 // token ids, so small non-negative values keep gathers and embeddings in range). Bool: fair coin.
@@ -21,4 +21,4 @@ inline Tensor random_input(const Shape& shape, DType dtype, uint64_t seed, uint6
   return Tensor::from_doubles(v, shape, dtype);
 }
 
-}  // namespace spore::cli
+}  // namespace spore::deploy
