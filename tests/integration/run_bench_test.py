@@ -247,6 +247,23 @@ def main():
     p = ok("bench", ir, "--time-s", "0.2")
     if "p99" not in p.stdout or "samples/s" not in p.stdout:
         fail("bench text output", p)
+    # bench on a given tensor (--input, as run takes it): the batch comes from the file, the JSON names the input.
+    p = ok("bench", sp, "--input", f"x={x_npy}", "--no-random", "--iters", "10", "--json")
+    j = json.loads(p.stdout)
+    if j["batch"] != B or j.get("inputs") != [{"name": "x", "dtype": "f32", "shape": [B, D], "file": x_npy}]:
+        fail(f"bench --input: batch {j.get('batch')} (want {B}), inputs {j.get('inputs')}", p)
+    if "specialization" not in j:
+        fail("bench --json lacks 'specialization'", p)
+    p = ok("bench", sp, "--batch", "3", "--iters", "10", "--json")
+    if json.loads(p.stdout)["inputs"][0]["file"] is not None:
+        fail("bench on random inputs must give file null", p)
+    expect_error(["bench", sp, "--no-random"], "x")
+    p = spore("bench", sp, "--input", f"x={x_npy}", "--find-max-batch", "--max-memory", "1GB")
+    if p.returncode == 0 or "--find-max-batch" not in p.stderr:
+        fail("bench --input with --find-max-batch must be refused", p)
+    # profile and check-ops take --input too.
+    p = ok("profile", sp, "--input", f"x={x_npy}", "--iters", "2", "--no-trace")
+    p = ok("check-ops", sp, "--input", f"x={x_npy}")
 
     # Errors: one line, non-zero exit, naming the input or file.
     x_bad = os.path.join(tmp, "x_bad.npy")
