@@ -220,7 +220,10 @@ void register_fused_ops(OpRegistry& r) {
       .choice("pad_mode", {"pad", "same", "valid"})
       .attr("pool", AttrKind::str, std::string("none"))
       .attr("src_layout", AttrKind::str, std::string("nchw"))
-      .attr("dst_layout", AttrKind::str, std::string("nchw"));
+      .attr("dst_layout", AttrKind::str, std::string("nchw"))
+      // precise: f32 error at PyTorch's level against float64 (Winograd at most F(2x2, 3x3)); fast: the backend
+      // may trade precision for speed (Winograd F(4x4, 3x3)). Set by the layout pass (PassOptions::fast_conv).
+      .choice("conv_algo", {"precise", "fast"});
   epilogue_attrs(conv);
   conv.dtypes(dtypes::floating)
       .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::low)

@@ -197,6 +197,7 @@ class LayoutPass final : public Pass {
       }
       if (o.residual >= 0) ins[static_cast<size_t>(o.residual)] = to_blocked(ins[static_cast<size_t>(o.residual)]);
       a.set("dst_layout", std::string("nchw8c"));
+      if (opts.fast_conv) a.set("conv_algo", std::string("fast"));
       replace_blocked(n, build_node(g, "conv2d_fused"_op, std::move(ins), a, n->name));  // a plain conv2d: no epilogue
     }
     // A spatial reduction of a chain's exit (the global mean before a classifier) reduces the blocked tensor over H, W

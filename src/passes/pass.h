@@ -30,6 +30,9 @@ struct PassOptions {
   // The graph only runs inference (a deployed model): the inference-only passes fold batch_norm into the
   // preceding conv2d/linear and remove dropout. Training graphs (graph mode steps) leave it off.
   bool inference = false;
+  // The layout pass marks the blocked convs it makes conv_algo=fast (Winograd F(4x4, 3x3) where it needs fewer
+  // multiplies than F(2x2); looser f32 error). Off (the default): conv_algo=precise.
+  bool fast_conv = false;
   // Rematerialization (set_context recompute): the rematerialize pass recomputes cheap activations at their late
   // uses; off by default.
   bool recompute = false;

@@ -95,6 +95,7 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
   po.max_memory = o.max_memory;
   po.inference = o.inference;
   po.recompute = o.recompute;
+  po.fast_conv = o.fast_conv;
   if (o.backend == Backend::null) po.disabled.push_back("fold_constants");  // null kernels compute nothing
   MemoryPlanInfo memory_info;
   po.memory_info = &memory_info;

@@ -35,6 +35,9 @@ struct CompileOptions {
   // Off for plans whose steps' work changes from run to run with state the graph does not show (LLM decode: the
   // attention over a growing KV cache - a mode picked at 10 cached tokens is wrong at 500).
   bool calibrate_threads = true;
+  // PassOptions::fast_conv: 3x3 convs may use Winograd F(4x4, 3x3) (fewer multiplies, ~3x the f32 error of the
+  // default against float64: docs/PERFORMANCE.md). Off: the default is as accurate as PyTorch's f32 convs.
+  bool fast_conv = false;
 };
 
 class Plan {

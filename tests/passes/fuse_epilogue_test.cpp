@@ -41,7 +41,7 @@ TEST(FuseEpilogue, ConvResidualReluBecomesOneNodeKeepingTheOutputName) {
   EXPECT_EQ(print_graph(*g),
             "graph @g(%x: f32[1,2,5,5], %w: f32[3,2,3,3], %b: f32[3], %r: f32[1,3,5,5]) {\n"
             "  %y = conv2d_fused(%x, %w, %b, %r) {activation=\"relu\", alpha=0.01, approximate=\"none\", beta=0.5, "
-            "dilation=[1,1], dst_layout=\"nchw\", groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], "
+            "conv_algo=\"precise\", dilation=[1,1], dst_layout=\"nchw\", groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], "
             "pool=\"none\", residual=true, src_layout=\"nchw\", stride=[1,1]} : f32[1,3,5,5] !name=\"conv1\"\n"
             "  return %y\n"
             "}\n");
@@ -110,7 +110,7 @@ TEST(FuseEpilogue, ConvReluMaxPoolBecomesOneNode) {
   EXPECT_EQ(print_graph(*g),
             "graph @g(%x: f32[2,2,7,9], %w: f32[4,2,3,3], %b: f32[4]) {\n"
             "  %p = conv2d_fused(%x, %w, %b) {activation=\"relu\", alpha=0.01, approximate=\"none\", beta=0.5, "
-            "dilation=[1,1], dst_layout=\"nchw\", groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], "
+            "conv_algo=\"precise\", dilation=[1,1], dst_layout=\"nchw\", groups=1, max=inf, min=-inf, pad_mode=\"pad\", padding=[1,1,1,1], "
             "pool=\"max2x2\", residual=false, src_layout=\"nchw\", stride=[1,1]} : f32[2,4,3,4]\n"
             "  %q = max_pool2d(%p) {kernel=[2,2], stride=[1,1]} : f32[2,4,2,3]\n"
             "  return %q\n"

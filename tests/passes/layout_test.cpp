@@ -138,6 +138,42 @@ TEST(Layout, BlockedPlanMatchesThePlainPlanTheReferenceAndItselfOnAnyThreadCount
   }
 }
 
+// conv_algo: the default (precise) keeps 3x3 convs at Winograd F(2x2) or exact; CompileOptions::fast_conv marks the
+// blocked convs fast, which lets 32x32 convs take F(4x4) (fewer multiplies, looser rounding). Against a float64 run
+// of the same graph the precise plan is closer than the fast one, and within f32 accumulation error.
+TEST(Layout, PreciseConvsByDefaultFastOnlyWhenAsked) {
+  const auto chain = [](DType t) {
+    std::mt19937 rng(33);
+    auto g = std::make_unique<Graph>("chain32");
+    Value* x = g->add_input(TensorType::of(t, {1, 32, 32, 32}), "x");
+    const Attrs pad{{"padding", V{1, 1, 1, 1}}};
+    Value* v = x;
+    for (int i = 0; i < 4; ++i) {
+      Value* w = g->add_constant(random_tensor(rng, {32, 32, 3, 3}, t, -0.1, 0.1));
+      Value* b = g->add_constant(random_tensor(rng, {32}, t));
+      v = build_node(*g, "relu"_op, {build_node(*g, "conv2d"_op, {v, w, b}, pad)->output(0)}, {})->output(0);
+    }
+    g->set_outputs({v});
+    verify_graph(*g);
+    return g;
+  };
+  CompileOptions fast_opts = inference(true);
+  fast_opts.fast_conv = true;
+  Plan precise = compile_plan(chain(DType::f32), inference(true));
+  Plan fast = compile_plan(chain(DType::f32), fast_opts);
+  Plan f64 = compile_plan(chain(DType::f64), inference(true));
+  EXPECT_EQ(count_op(precise.graph(), "conv2d_fused"_op, "conv_algo", "fast"), 0);
+  EXPECT_GE(count_op(fast.graph(), "conv2d_fused"_op, "conv_algo", "fast"), 3);
+  std::mt19937 rng(34);
+  const Tensor x = random_tensor(rng, {1, 32, 32, 32}, DType::f32);
+  const Tensor want = f64.run(std::vector<Tensor>{ops::cast(x, DType::f64)}).at(0);
+  const double e_precise = max_rel_diff(precise.run(std::vector<Tensor>{x}).at(0), want);
+  const double e_fast = max_rel_diff(fast.run(std::vector<Tensor>{x}).at(0), want);
+  std::printf("max |y - y64| / max|y64|: precise %.2e, fast %.2e\n", e_precise, e_fast);
+  EXPECT_LT(e_precise, 1e-5);
+  EXPECT_LT(e_precise, e_fast);  // the fast plan did take F(4x4)
+}
+
 // Batch composition never changes a row's bits: a deep conv stack whose layers sit where the kernel choice used to
 // depend on the batch (Winograd's rule counted the batch's tiles: 256 channels at 14x14, 512 at 7x7) plus two
 // depthwise convs, run on one image and as row 1 of a batch of 3, on 1 and 2 threads, and against the reference.

@@ -148,6 +148,8 @@ int cmd_bench(int argc, char** argv) {
                                    "values (floats N(0,1), integers in [0, 10), bools a fair coin)")
                         ->allow_extra_args(false);
   app.add_flag("--no-random", no_random, "every input must be given with --input (no random inputs)");
+  bool fast_conv = false;
+  app.add_flag("--fast-conv", fast_conv, "3x3 convs may use Winograd F(4x4,3x3): faster, ~3x the f32 error of the default against float64 (docs/PERFORMANCE.md)");
   app.add_option("--seed", seed, "seed of the random inputs (default 0)");
   app.add_option("--memory-optimize-level", memory_level,
                  "0: every intermediate its own buffer, 1: liveness-based reuse (default), 2: also in place and "
@@ -179,6 +181,7 @@ int cmd_bench(int argc, char** argv) {
   CompileOptions copts;
   copts.memory_optimize_level = memory_level;
   copts.opt_level = opt_level;
+  copts.fast_conv = fast_conv;
   copts.disabled_passes = disabled_passes;
   const size_t cap = max_mem_opt->count() ? parse_bytes(max_memory_text) : 0;
   auto t0 = clock_type::now();
@@ -258,6 +261,7 @@ int cmd_bench(int argc, char** argv) {
                                 {"io_bytes", planned.io},
                                 {"memory_optimize_level", memory_level},
                                 {"opt_level", opt_level},
+                                {"fast_conv", fast_conv},
                                 {"kernels", plan.num_kernels()},
                                 {"iters", static_cast<int64_t>(lat.size())},
                                 {"warmup", warmup},

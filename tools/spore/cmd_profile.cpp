@@ -211,6 +211,8 @@ int cmd_profile(int argc, char** argv) {
                                    "random values (floats N(0,1), integers in [0, 10), bools a fair coin)")
                         ->allow_extra_args(false);
   app.add_option("--seed", seed, "seed of the random inputs and labels (default 0)");
+  bool fast_conv = false;
+  app.add_flag("--fast-conv", fast_conv, "3x3 convs may use Winograd F(4x4,3x3): faster, ~3x the f32 error of the default against float64 (docs/PERFORMANCE.md)");
   app.add_option("--opt-level", opt_level, "graph optimization level: 0 no simplification or fusion, 1 the whole pipeline (default)")
       ->check(CLI::Range(0, 3));
   app.add_option("--memory-optimize-level", memory_level, "memory planning level 0, 1 (default) or 2")->check(CLI::Range(0, 2));
@@ -238,6 +240,7 @@ int cmd_profile(int argc, char** argv) {
   }
   CompileOptions copts;
   copts.opt_level = opt_level;
+  copts.fast_conv = fast_conv;
   copts.memory_optimize_level = memory_level;
   // Inference runs through a deploy::Session (dims bound from the inputs, as `spore run`); training builds a step
   // graph from the model graph.

@@ -61,6 +61,8 @@ int cmd_run(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_option("--batch", batch, "size of a symbolic first dim of random inputs (default 1)")->check(CLI::PositiveNumber);
   app.add_flag("--no-random", no_random, "every input must be given with --input (no random inputs)");
+  bool fast_conv = false;
+  app.add_flag("--fast-conv", fast_conv, "3x3 convs may use Winograd F(4x4,3x3): faster, ~3x the f32 error of the default against float64 (docs/PERFORMANCE.md)");
   app.add_option("--output", output_dir, "write <output name>.npy for every output into this directory");
   app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "seed of the random inputs (default 0)");
@@ -73,6 +75,7 @@ int cmd_run(int argc, char** argv) {
 
   auto t0 = std::chrono::steady_clock::now();
   deploy::SessionOptions sopts;
+  sopts.compile.fast_conv = fast_conv;
   sopts.input_dims = input_dims_of(parse_input_shapes(shape_specs));
   deploy::Session session(model, sopts);
   const std::vector<deploy::SessionInput>& model_inputs = session.inputs();

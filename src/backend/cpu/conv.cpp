@@ -836,9 +836,12 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   if (winograd_on && src_blocked && dst_blocked && w.dtype() == DType::f32 && x.is_contiguous() &&
       w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       winograd_qualifies(wg, rule)) {
-    note_kernel_impl(winograd_tile(wg) == 4 ? "winograd_f4x4" : "winograd_f2x2");
+    // conv_algo=precise (the default) keeps F(2x2): F(4x4)'s f32 error against float64 is ~3x ORT's on resnet50 and
+    // fcn_resnet50 (docs/PERFORMANCE.md); conv_algo=fast (--fast-conv) allows it.
+    const int max_tile = a.has("conv_algo") && a.s("conv_algo") == "fast" ? 4 : 2;
+    note_kernel_impl(winograd_tile(wg, max_tile) == 4 ? "winograd_f4x4" : "winograd_f2x2");
     winograd_conv2d_nchw8c(wg, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
-                           y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue, fused);
+                           y.data<float>(), weights_constant ? w.storage() : nullptr, epilogue, fused, max_tile);
     return true;
   }
   // Depthwise convs of a chain (groups = C = O: the mobile nets): depthwise_blocked.h.

@@ -461,9 +461,10 @@ bool winograd_qualifies(const WinogradConv& g, WinogradRule rule) {
   return std::max(g.c, g.o) <= 256 && tiles * 1024 > co;
 }
 
-int winograd_tile(const WinogradConv& g) {
+int winograd_tile(const WinogradConv& g, int max_tile) {
   if (const char* e = std::getenv("SPORE_WINOGRAD_TILE"); e && (e[0] == '2' || e[0] == '4') && e[1] == 0)
     return e[0] - '0';
+  if (max_tile < 4) return 2;
   // The tile with fewer GEMM multiplies for this output size, counting the padding tiles: F(4x4) does 36 per tile
   // of 16 outputs, F(2x2) 16 per 4 (32x32: 2304 vs 4096; 5x5: a tie, kept on F(2x2); 2x2: 36 vs 16).
   const auto tiles = [&](int64_t m) { return ((g.oh + m - 1) / m) * ((g.ow + m - 1) / m); };
@@ -473,13 +474,13 @@ int winograd_tile(const WinogradConv& g) {
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
                             const std::shared_ptr<Storage>& weights_owner,
                             const std::function<void(int64_t offset, int64_t count)>* epilogue,
-                            const StoreEpilogue* fused) {
+                            const StoreEpilogue* fused, int max_tile) {
   SPORE_CHECK(winograd_qualifies(g, WinogradRule::supported), ErrorCode::unsupported,
               "winograd conv: needs a 3x3 kernel, stride 1, dilation 1, groups 1 and C, O multiples of 8 "
               "(got C={} O={} kernel {}x{} stride {}x{} dilation {}x{} groups {})",
               g.c, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups);
   if (g.n == 0 || g.oh <= 0 || g.ow <= 0) return;
-  const int m = winograd_tile(g);
+  const int m = winograd_tile(g, max_tile);
   Plan p{g, (g.oh + m - 1) / m, (g.ow + m - 1) / m, 0, 0, m, (m + 2) * (m + 2)};
   p.tiles_per_image = p.tiles_h * p.tiles_w;
   const int64_t tiles = g.n * p.tiles_per_image;

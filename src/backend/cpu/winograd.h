@@ -31,8 +31,10 @@ struct WinogradConv {
 enum class WinogradRule { supported, beats_onednn_avx2, beats_onednn_avx512 };
 bool winograd_qualifies(const WinogradConv& g, WinogradRule rule);
 
-// The output tile size winograd_conv2d_nchw8c uses for this conv: 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)).
-int winograd_tile(const WinogradConv& g);
+// The output tile size winograd_conv2d_nchw8c uses for this conv: 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)), at most
+// max_tile (2: conv_algo=precise, F(2x2)'s f32 error is PyTorch's; 4: conv_algo=fast, F(4x4) where it needs fewer
+// multiplies, ~3x that error). SPORE_WINOGRAD_TILE=2|4 overrides both (tests, A/B runs).
+int winograd_tile(const WinogradConv& g, int max_tile = 4);
 
 // y[N, O/8, OH, OW, 8] = conv2d(x[N, C/8, H, W, 8], w[O, C, 3, 3]) + bias[O] (bias may be null); contiguous
 // buffers. Throws unsupported unless winograd_qualifies(g, WinogradRule::supported). weights_owner: the storage
@@ -46,6 +48,6 @@ int winograd_tile(const WinogradConv& g);
 void winograd_conv2d_nchw8c(const WinogradConv& g, const float* x, const float* w, const float* bias, float* y,
                             const std::shared_ptr<Storage>& weights_owner = nullptr,
                             const std::function<void(int64_t offset, int64_t count)>* epilogue = nullptr,
-                            const StoreEpilogue* fused = nullptr);
+                            const StoreEpilogue* fused = nullptr, int max_tile = 4);
 
 }  // namespace spore::cpu
