@@ -5,9 +5,10 @@
 // groups 1, dilation 1, O a multiple of 8 (and C too for a blocked source). conv2d_blocked (conv.cpp) runs it
 // instead of oneDNN (SPORE_CONV_DIRECT=0 keeps oneDNN, read per call).
 //
-// Lanes are output channels: 16 per AVX-512 vector, 8 per AVX2 vector. Every output element is its bias (or +0)
-// followed by one fma per in-image tap, in the order (input channel block, kernel row, kernel column, channel in
-// the block); taps in the padding are skipped. That sequence depends on nothing else - not the ISA, the register
+// Lanes are output channels: 16 per AVX-512 vector, 8 per AVX2 vector. Every output element sums its in-image taps
+// in the order (input channel block, kernel row, kernel column, channel in the block), taps in the padding skipped,
+// in groups of direct_group_blocks input channel blocks: the first group by fma from the bias (or +0), each later
+// one by fma from +0, the group sums added left to right. That sequence depends on nothing else - not the ISA, the register
 // tiling, the thread count or the batch - so the AVX-512 and AVX2 builds give the same bits, on any machine, and
 // an image's outputs do not depend on the rest of the batch.
 #include <cstdint>
@@ -21,6 +22,14 @@ class Storage;
 }
 
 namespace spore::cpu {
+
+// Input channel blocks (of 8) per summation group: about 128 taps (1x1: 16 blocks, 3x3: 2, 5x5 and up: 1). One
+// chain over a deep reduction (a 1x1 over 1024 channels) had about twice the f32 error against float64 of ORT's
+// blocked sums on the torchvision exports; groups cut it to the order of sqrt(taps * group).
+// static: internal linkage, so no copy built for one ISA can be the one another file links to.
+static constexpr int64_t direct_group_blocks(int64_t kh, int64_t kw) {
+  return (16 + kh * kw / 2) / (kh * kw) > 0 ? (16 + kh * kw / 2) / (kh * kw) : 1;
+}
 
 struct DirectBlockedConv {
   int64_t n, c, h, w, o;                              // batch, input channels, input height and width, output channels

@@ -4,7 +4,7 @@
 // exported-and-reimported LSTM changed its outputs), and at the transformer encoder's sizes (K 128-512, N 128-512)
 // it ran at 40 GFLOP/s (32 rows) to 95 GFLOP/s (1024 rows) on one core when capped at AVX2.
 //
-// Lanes are output columns: every output is +0, then one fma per k in increasing k, then + bias - a sequence
+// Lanes are output columns: every output is its grouped sum of the k products (kGemmGroupK), then + bias - a sequence
 // that depends on nothing but K, so the AVX-512 (12 rows x 32 columns per tile) and AVX2 (6 x 16) builds give the
 // same bits, on any machine, for any thread count, and a row's outputs do not depend on the rest of the batch.
 // w is packed into column panels [N/NR][K][NR] (kept for plan constants, constant_cache.h).
@@ -16,6 +16,11 @@ class Storage;
 }
 
 namespace spore::cpu {
+
+// Every output's K products are summed in groups of kGemmGroupK: each group from +0 by fma in increasing k, then
+// the group sums left to right, then + bias (MLAS sums in K blocks of 128 too; its f32 error against float64 on the
+// torchvision exports was half of a single chain's).
+inline constexpr int64_t kGemmGroupK = 128;
 
 // weights_owner: w's storage when w is a plan constant (its packed copy is then kept); null: packed per call.
 // w_kn: w is [K, N] row-major (matmul's B) instead of [N, K]; the packed panels, hence the bits, are the same.

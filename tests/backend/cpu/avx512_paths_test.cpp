@@ -12,6 +12,7 @@
 // The conv test is skipped where the CPU has no AVX-512F (the other paths are what every other test covers there).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +22,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_test_util.h"
+#include "backend/cpu/gemm_linear.h"
 #include "base/thread_pool.h"
 #include "ops/registry.h"
 #include "tensor/tensor.h"
@@ -213,6 +215,36 @@ TEST(Avx512Paths, OwnLinearKernelsAreAccurateAndBatchInvariant) {
       EnvGuard off(isa_env, "0");
       expect_linear_close(x, w, bias ? &b : nullptr, run("linear"_op, ins, {}));
     }
+  }
+}
+
+// The GEMM sums K in groups of kGemmGroupK (gemm_linear.h): each group from +0 by fma in increasing k, the group
+// sums left to right, then + bias. Scalar std::fma in that order gives every output's bits, in both ISA builds; a
+// single chain over K (the kernel before the groups) differs from it.
+TEST(Avx512Paths, GemmSumsKInTheDocumentedGroups) {
+  ThreadsGuard guard;
+  const int64_t m = 13, k = 2 * kGemmGroupK + 44, n = 40;
+  const Tensor x = random_tensor({m, k}, 71), w = random_tensor({n, k}, 72), b = random_tensor({n}, 73);
+  std::vector<float> want(static_cast<size_t>(m * n)), chain(want.size());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const float* xr = x.data<float>() + i * k;
+      const float* wr = w.data<float>() + j * k;
+      float total = 0.0f, one = 0.0f;
+      for (int64_t k0 = 0; k0 < k; k0 += kGemmGroupK) {
+        float part = 0.0f;
+        for (int64_t kk = k0; kk < std::min(k, k0 + kGemmGroupK); ++kk) part = std::fma(xr[kk], wr[kk], part);
+        total = k0 == 0 ? part : total + part;
+      }
+      for (int64_t kk = 0; kk < k; ++kk) one = std::fma(xr[kk], wr[kk], one);
+      want[static_cast<size_t>(i * n + j)] = total + b.data<float>()[j];
+      chain[static_cast<size_t>(i * n + j)] = one + b.data<float>()[j];
+    }
+  EXPECT_NE(std::memcmp(want.data(), chain.data(), want.size() * sizeof(float)), 0) << "the test tells the orders apart";
+  for (bool avx2 : {false, true}) {
+    EnvGuard isa("SPORE_LINEAR_GEMM", avx2 ? "avx2" : "");
+    const Tensor y = run("linear"_op, {x, w, b}, {});
+    EXPECT_EQ(std::memcmp(y.data<float>(), want.data(), want.size() * sizeof(float)), 0) << (avx2 ? "AVX2" : "best ISA");
   }
 }
 

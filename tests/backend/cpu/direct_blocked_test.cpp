@@ -198,5 +198,52 @@ TEST(DirectBlocked, FusedEpilogueHasTheBitsOfTheSeparateOps) {
   set_threads(saved);
 }
 
+// Each output sums its taps in groups of direct_group_blocks input channel blocks (direct_blocked.h): the first group
+// by fma from the bias, each later one from +0, the group sums added left to right. Scalar std::fma in that order
+// gives every output's bits in both ISA builds (a 1x1 over 34 channel blocks: groups of 16, 16, 2; a 3x3 over 5
+// with edge columns: 2, 2, 1), and a single chain (the kernel before the groups) differs from it.
+TEST(DirectBlocked, SumsTheTapsInTheDocumentedGroups) {
+  uint32_t seed = 301;
+  for (const Case& c : {Case{1, 272, 32, 5, 7, 1, 1, 1, 1, 0, 0, 0, 0}, Case{2, 40, 16, 6, 9, 3, 3, 1, 1, 1, 1, 1, 1}}) {
+    SCOPED_TRACE(c.name());
+    const Problem p = make(c, seed += 5);
+    const DirectBlockedConv& g = p.g;
+    const int64_t group = direct_group_blocks(g.kh, g.kw);
+    std::vector<float> want(p.y_size()), chain(p.y_size());
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t o = 0; o < g.o; ++o)
+        for (int64_t oy = 0; oy < g.oh; ++oy)
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            float total = 0.0f, part = p.b[static_cast<size_t>(o)], one = part;
+            for (int64_t cb = 0; cb < g.c / 8; ++cb) {
+              if (cb > 0 && cb % group == 0) {
+                total = cb == group ? part : total + part;
+                part = 0.0f;
+              }
+              for (int64_t i = 0; i < g.kh; ++i)
+                for (int64_t j = 0; j < g.kw; ++j)
+                  for (int64_t cc = 0; cc < 8; ++cc) {
+                    const int64_t iy = oy * g.sh + i - g.pad_top, ix = ox * g.sw + j - g.pad_left, ch = cb * 8 + cc;
+                    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                    const float xv = p.x[test::nchw8c_at(n, ch, iy, ix, g.c, g.h, g.w)];
+                    const float wv = p.w[static_cast<size_t>(((o * g.c + ch) * g.kh + i) * g.kw + j)];
+                    part = std::fma(xv, wv, part);
+                    one = std::fma(xv, wv, one);
+                  }
+            }
+            const size_t at = test::nchw8c_at(n, o, oy, ox, g.o, g.oh, g.ow);
+            want[at] = g.c / 8 > group ? total + part : part;
+            chain[at] = one;
+          }
+    EXPECT_NE(want, chain) << "the test tells the orders apart";
+    for (bool avx2 : {false, true}) {
+      if (avx2) setenv("SPORE_CONV_DIRECT_ISA", "avx2", 1);
+      const std::vector<float> y = run(p, true);
+      unsetenv("SPORE_CONV_DIRECT_ISA");
+      EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(float)), 0) << (avx2 ? "AVX2" : "best ISA");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spore::cpu
