@@ -27,7 +27,9 @@ namespace {
 #undef SPORE_DB_LANES
 }  // namespace
 
-void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1) { rows_impl(j, n, oy0, oy1); }
+void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi, float* tot) {
+  rows_impl(j, n, oy0, oy1, t_lo, t_hi, tot);
+}
 }  // namespace detail
 
 namespace {
@@ -51,6 +53,14 @@ void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, int64_t
           for (int64_t l = 0; l < lanes; ++l)
             *dst++ = cb * 8 + cc < g.c ? w[((t * lanes + l) * g.c + cb * 8 + cc) * ks + k] : 0.0f;
   });
+}
+
+// The calling thread's scratch for a task's running group sums, kept between calls (a fresh allocation per call
+// would page-fault on every run).
+float* group_sums(size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
 }
 
 }  // namespace
@@ -87,23 +97,44 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
   const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y, epi, 0, o16};
   const detail::DirectJob tail{&g, g.plain_src, x, wp + o16 * per_channel, bias, y, epi, o16, g.o};
   if (fused) epilogue = nullptr;  // applied in the row kernels' stores
-  // Tasks of whole output rows of one image, ~16 per image at most (any split gives the same bits).
-  const int64_t per = std::max<int64_t>(1, num_chunks(g.oh, 16));
+  // Tasks: (image, output channel chunk, row chunk); any split gives the same bits. A task reads the packed weights of
+  // its channels once per row chunk (block pairs outermost, direct_blocked_tiles.inc; one pair's panel stays in L2
+  // across the rows) and its image's input once. Where the weights outweigh an image's input (deep convs at small
+  // sizes: resnet50's 512 -> 2048 1x1 at 7x7 reads 4 MB of weights for 100 KB of input) a task takes a whole image,
+  // and at batch < 4 a quarter of the channels (tasks for the threads); else ~16 row chunks per image over all
+  // channels, as the chain's other convs split their rows. Measured on resnet50's 7x7 layers at batch 1: rows as tasks
+  // re-read the weights per row, 65 GFLOP/s against oneDNN's 150; whole images 155.
+  const int64_t blocks = o16 / lanes;  // L-lane blocks of the main job
+  const int64_t w_bytes = g.o * per_channel * static_cast<int64_t>(sizeof(float));
+  const int64_t in_bytes = (g.plain_src ? g.c : (g.c + 7) / 8 * 8) * g.h * g.w * static_cast<int64_t>(sizeof(float));
+  int64_t ochunks = 1, per = std::max<int64_t>(1, num_chunks(g.oh, 16));
+  if (w_bytes > in_bytes) {
+    ochunks = std::max<int64_t>(1, std::min(blocks / 2, num_chunks(4, g.n)));
+    per = g.oh;
+  }
   const int64_t chunks = num_chunks(g.oh, per);
+  const int64_t blocks_per = num_chunks(num_chunks(blocks, ochunks), 2) * 2;  // whole block pairs
+  ochunks = std::max<int64_t>(1, num_chunks(blocks, blocks_per));
   parallel_for(
-      g.n * chunks,
+      g.n * ochunks * chunks,
       [&](int64_t task) {
-        const int64_t n = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
+        const int64_t n = task / (ochunks * chunks), oc = task / chunks % ochunks, rc = task % chunks;
+        const int64_t oy0 = rc * per, oy1 = std::min(g.oh, oy0 + per);
+        const int64_t t_lo = oc * blocks_per, t_hi = std::min(blocks, t_lo + blocks_per);
+        const bool last = oc == ochunks - 1;  // also runs the 8-lane tail (O % 16 == 8)
+        float* tot = group_sums(static_cast<size_t>((oy1 - oy0) * g.ow * 2 * lanes));
         if (wide) {
-          detail::direct_rows_avx512(job, n, oy0, oy1);
-          if (o16 < g.o) detail::direct_rows_avx512_8(tail, n, oy0, oy1);
+          detail::direct_rows_avx512(job, n, oy0, oy1, t_lo, t_hi, tot);
+          if (last && o16 < g.o) detail::direct_rows_avx512_8(tail, n, oy0, oy1, o16 / 8, g.o / 8, tot);
         } else {
-          detail::direct_rows_avx2(job, n, oy0, oy1);
+          detail::direct_rows_avx2(job, n, oy0, oy1, t_lo, t_hi, tot);
         }
-        if (epilogue)  // rows oy0 .. oy1 of each output block plane of image n
-          for (int64_t ob = 0; ob < g.o / 8; ++ob)
+        if (epilogue) {  // rows oy0 .. oy1 of the task's 8-channel output block planes of image n
+          const int64_t ob_lo = t_lo * lanes / 8, ob_hi = last ? g.o / 8 : t_hi * lanes / 8;
+          for (int64_t ob = ob_lo; ob < ob_hi; ++ob)
             (*epilogue)(((n * (g.o / 8) + ob) * g.oh + oy0) * g.ow * 8, (oy1 - oy0) * g.ow * 8);
-      });  // rows in image order, as the chain's other convs split them
+        }
+      });  // image-major, as the chain's other convs split them
 }
 
 }  // namespace spore::cpu

@@ -28,7 +28,7 @@ namespace spore::cpu {
 // blocked sums on the torchvision exports; groups cut it to the order of sqrt(taps * group).
 // static: internal linkage, so no copy built for one ISA can be the one another file links to.
 static constexpr int64_t direct_group_blocks(int64_t kh, int64_t kw) {
-  return (16 + kh * kw / 2) / (kh * kw) > 0 ? (16 + kh * kw / 2) / (kh * kw) : 1;
+  return kh * kw >= 8 ? 1 : 8 / (kh * kw);
 }
 
 struct DirectBlockedConv {
@@ -66,11 +66,15 @@ struct DirectJob {
   StoreEpilogue epi;  // applied as each output vector is stored
   int64_t o_begin = 0, o_end = 0;  // the output channels computed (multiples of L)
 };
-// Output rows [oy0, oy1) of image n, output channels [o_begin, o_end): AVX2, AVX-512 with 16 lanes, and the
-// AVX-512 build's 8-lane blocks (the last 8 channels when O % 16 == 8).
-void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1);
-void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1);
-void direct_rows_avx512_8(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1);
+// Output rows [oy0, oy1) of image n, the L-lane output blocks [t_lo, t_hi) (block t = channels [t*L, t*L + L), within
+// the job's [o_begin / L, o_end / L)): AVX2, AVX-512 with 16 lanes, and the AVX-512 build's 8-lane blocks (the last 8 channels
+// when O % 16 == 8).
+// tot: scratch for the running group sums, (oy1 - oy0) * OW * 2 * L floats.
+void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi, float* tot);
+void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
+                        float* tot);
+void direct_rows_avx512_8(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
+                          float* tot);
 }  // namespace detail
 
 }  // namespace spore::cpu

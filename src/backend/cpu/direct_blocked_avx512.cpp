@@ -33,8 +33,14 @@ namespace {
 }  // namespace
 }  // namespace lanes8
 
-void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1) { rows_impl(j, n, oy0, oy1); }
-void direct_rows_avx512_8(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1) { lanes8::rows_impl(j, n, oy0, oy1); }
+void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
+                        float* tot) {
+  rows_impl(j, n, oy0, oy1, t_lo, t_hi, tot);
+}
+void direct_rows_avx512_8(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
+                          float* tot) {
+  lanes8::rows_impl(j, n, oy0, oy1, t_lo, t_hi, tot);
+}
 
 }  // namespace spore::cpu::detail
 

@@ -20,7 +20,7 @@ namespace spore::cpu {
 // Every output's K products are summed in groups of kGemmGroupK: each group from +0 by fma in increasing k, then
 // the group sums left to right, then + bias (MLAS sums in K blocks of 128 too; its f32 error against float64 on the
 // torchvision exports was half of a single chain's).
-inline constexpr int64_t kGemmGroupK = 128;
+inline constexpr int64_t kGemmGroupK = 64;
 
 // weights_owner: w's storage when w is a plan constant (its packed copy is then kept); null: packed per call.
 // w_kn: w is [K, N] row-major (matmul's B) instead of [N, K]; the packed panels, hence the bits, are the same.

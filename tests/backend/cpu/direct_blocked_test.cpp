@@ -108,6 +108,10 @@ const std::vector<Case>& cases() {
       {2, 3, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, true},   // an RGB stem from NCHW
       {1, 12, 16, 11, 9, 3, 3, 2, 2, 1, 1, 1, 1, true},   // NCHW, 8 + 4 channels
       {1, 1, 8, 28, 28, 5, 5, 1, 1, 2, 2, 2, 2, true},    // one channel
+      // Weights outweighing the input: tasks split the output channels (whole images each)
+      {1, 256, 96, 3, 5, 3, 3, 1, 1, 1, 1, 1, 1},    // three chunks of two 16-lane blocks, every column an edge
+      {2, 128, 72, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1},    // two chunks, the 8-lane tail with the last
+      {2, 512, 64, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},    // 1x1: rows as one run of pixels, two chunks
   };
   return c;
 }
