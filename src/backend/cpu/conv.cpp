@@ -871,8 +871,13 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   // on the batch. SPORE_CONV_DIRECT=1 takes the direct kernel wherever it can run (A/B measurements), =0 never.
   static const bool onednn_avx512 = dnnl::get_effective_cpu_isa() > dnnl::cpu_isa::avx2 &&
                                     dnnl::get_effective_cpu_isa() != dnnl::cpu_isa::avx2_vnni;
+  // Also every stride-1 1x1 conv over <= 256 input channels: with the output-channel task split, the rows tiled as
+  // one run of pixels and summation groups outermost (direct_blocked.h), measured per layer on resnet50 at batch 1
+  // and 8: 256->64 at 56x56 0.70-0.77 of oneDNN's time, 256->128 0.84-0.91, 128->512 at 28x28 0.89-1.01, 256->1024
+  // at 14x14 1.00-1.02; with 512 input channels 1.05-1.10, 1024-2048 1.04-1.3 (those stay on oneDNN).
   const bool direct_pays = !onednn_avx512 || dg.plain_src || g.c * g.kh * g.kw <= 72 || g.o <= 40 ||
-                           g.oh * g.ow * g.c * g.o * g.kh * g.kw <= (int64_t{5} << 20);
+                           g.oh * g.ow * g.c * g.o * g.kh * g.kw <= (int64_t{5} << 20) ||
+                           (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.c <= 256);
   const char* direct_env = std::getenv("SPORE_CONV_DIRECT");
   const bool direct_forced = direct_env && std::string_view(direct_env) == "1";
   if (!(direct_env && std::string_view(direct_env) == "0") && (direct_pays || direct_forced) && dst_blocked && g.groups == 1 &&

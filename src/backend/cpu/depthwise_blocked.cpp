@@ -23,18 +23,19 @@ struct Row {
   const DepthwiseBlockedConv& g;
   const float* xc;   // the input plane of this image and channel block
   const float* wc;   // its packed weights [kH][kW][8]
-  __m256 bias;
+  const float* bias; // its 8 biases, or null
   const float* res;  // the residual row (StoreEpilogue) or null
   bool relu;
   float* y;          // the output row
   int64_t iy0;       // input row of kernel row 0 (may be outside the image)
   int64_t i0, i1;    // kernel rows whose input row is inside the image: i0 <= i < i1 (dilation-strided)
+  int64_t xstride, wstride, ystride;  // from one channel block to the next (detail::DepthwiseRow)
 };
 
-inline void store(const Row& r, int64_t ox, __m256 v) {
-  if (r.res) v = _mm256_add_ps(v, _mm256_loadu_ps(r.res + ox * 8));
+inline void store(const Row& r, int64_t k, int64_t ox, __m256 v) {
+  if (r.res) v = _mm256_add_ps(v, _mm256_loadu_ps(r.res + k * r.ystride + ox * 8));
   if (r.relu) v = _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ), v);
-  _mm256_storeu_ps(r.y + ox * 8, v);
+  _mm256_storeu_ps(r.y + k * r.ystride + ox * 8, v);
 }
 
 bool use_avx512() {
@@ -43,12 +44,16 @@ bool use_avx512() {
   return has && !(e && std::string_view(e) == "avx2");
 }
 
-// P output pixels from ox0, every tap inside the image (Edge false) or checked per tap (Edge true, P = 1).
-template <int P, bool Edge>
+// P output pixels from ox0 of CB channel blocks, every tap inside the image (Edge false) or checked per tap (Edge
+// true, P = 1).
+template <int P, bool Edge, int CB>
 inline void tile(const Row& r, int64_t ox0) {
   const DepthwiseBlockedConv& g = r.g;
-  __m256 acc[P];
-  for (int p = 0; p < P; ++p) acc[p] = r.bias;
+  __m256 acc[CB][P];
+  for (int k = 0; k < CB; ++k) {
+    const __m256 b = r.bias ? _mm256_loadu_ps(r.bias + k * 8) : _mm256_setzero_ps();
+    for (int p = 0; p < P; ++p) acc[k][p] = b;
+  }
   // Edge (P = 1): the kernel columns whose input column is inside the image, j0 <= j < j1, found once.
   const int64_t x0 = ox0 * g.sw - g.pad_left;
   int64_t j0 = 0, j1 = g.kw;
@@ -58,13 +63,25 @@ inline void tile(const Row& r, int64_t ox0) {
   }
   for (int64_t i = r.i0; i < r.i1; ++i) {
     const float* row = r.xc + (r.iy0 + i * g.dh) * g.w * 8;
-    for (int64_t j = j0; j < j1; ++j) {
-      const __m256 wv = _mm256_loadu_ps(r.wc + (i * g.kw + j) * 8);
-      for (int p = 0; p < P; ++p)
-        acc[p] = _mm256_fmadd_ps(_mm256_loadu_ps(row + (x0 + p * g.sw + j * g.dw) * 8), wv, acc[p]);
-    }
+    for (int64_t j = j0; j < j1; ++j)
+      for (int k = 0; k < CB; ++k) {
+        const __m256 wv = _mm256_loadu_ps(r.wc + k * r.wstride + (i * g.kw + j) * 8);
+        for (int p = 0; p < P; ++p)
+          acc[k][p] = _mm256_fmadd_ps(_mm256_loadu_ps(row + k * r.xstride + (x0 + p * g.sw + j * g.dw) * 8), wv, acc[k][p]);
+      }
   }
-  for (int p = 0; p < P; ++p) store(r, ox0 + p, acc[p]);
+  for (int k = 0; k < CB; ++k)
+    for (int p = 0; p < P; ++p) store(r, k, ox0 + p, acc[k][p]);
+}
+
+template <int P, bool Edge>
+inline void tile_cbs(const Row& r, int cbs, int64_t ox0) {
+  switch (cbs) {
+    case 4: return tile<P, Edge, 4>(r, ox0);
+    case 3: return tile<P, Edge, 3>(r, ox0);
+    case 2: return tile<P, Edge, 2>(r, ox0);
+    default: return tile<P, Edge, 1>(r, ox0);
+  }
 }
 
 }  // namespace
@@ -104,32 +121,39 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
   const int64_t ox_lo = std::min(g.ow, (g.pad_left + g.sw - 1) / g.sw);
   const int64_t last = g.w - 1 - span + g.pad_left;  // the largest ox * sw with the window inside
   const int64_t ox_hi = last < 0 ? ox_lo : std::max(ox_lo, std::min(g.ow, last / g.sw + 1));
-  // Tasks: rows of one (image, channel block) plane, ~4K outputs each (any split gives the same bits).
+  // Tasks: rows of up to 4 channel blocks of one image, ~4K outputs per block (any split gives the same bits).
+  constexpr int64_t kCb = 4;
+  const int64_t groups = (cb_n + kCb - 1) / kCb;
   const int64_t per = std::max<int64_t>(1, std::min(g.oh, 512 / g.ow));
   const int64_t chunks = (g.oh + per - 1) / per;
-  parallel_for(g.n * cb_n * chunks, [&](int64_t task) {
-    const int64_t plane = task / chunks, oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
-    const int64_t cb = plane % cb_n;
-    const int64_t out_at = (plane * g.oh + oy0) * g.ow * 8;
+  const int64_t xstride = g.h * g.w * 8, ystride = g.oh * g.ow * 8, wstride = ks * 8;
+  parallel_for(g.n * groups * chunks, [&](int64_t task) {
+    const int64_t n = task / (groups * chunks), grp = task / chunks % groups;
+    const int64_t oy0 = task % chunks * per, oy1 = std::min(g.oh, oy0 + per);
+    const int64_t cb = grp * kCb, cbs = std::min(kCb, cb_n - cb), plane = n * cb_n + cb;
     for (int64_t oy = oy0; oy < oy1; ++oy) {
       const int64_t iy0 = oy * g.sh - g.pad_top;
       int64_t i0 = 0, i1 = g.kh;
       while (i0 < g.kh && iy0 + i0 * g.dh < 0) ++i0;
       while (i1 > i0 && iy0 + (i1 - 1) * g.dh >= g.h) --i1;
       const int64_t at = (plane * g.oh + oy) * g.ow * 8;
-      const Row r{g,   x + plane * g.h * g.w * 8, wp + cb * ks * 8, bias ? _mm256_loadu_ps(bias + cb * 8) : _mm256_setzero_ps(),
-                  epi.residual ? epi.residual + at : nullptr, epi.relu, y + at, iy0, i0, i1};
+      const Row r{g,      x + plane * xstride, wp + cb * ks * 8, bias ? bias + cb * 8 : nullptr,
+                  epi.residual ? epi.residual + at : nullptr, epi.relu, y + at, iy0, i0, i1, xstride, wstride, ystride};
+      const int c = static_cast<int>(cbs);
       int64_t ox = 0;
-      for (; ox < ox_lo; ++ox) tile<1, true>(r, ox);
-      if (wide) {
-        const float* b = bias ? bias + cb * 8 : nullptr;
-        ox = detail::depthwise_interior_avx512({&g, r.xc, r.wc, b, r.res, r.relu, r.y, iy0, i0, i1}, ox, ox_hi);
+      for (; ox < ox_lo; ++ox) tile_cbs<1, true>(r, c, ox);
+      if (wide)
+        ox = detail::depthwise_interior_avx512({&g, r.xc, r.wc, r.bias, r.res, r.relu, r.y, iy0, i0, i1, c, xstride,
+                                                wstride, ystride}, ox, ox_hi);
+      for (; ox + 4 <= ox_hi; ox += 4) {
+        if (c == 1) tile<4, false, 1>(r, ox);
+        else tile_cbs<2, false>(r, c, ox), tile_cbs<2, false>(r, c, ox + 2);
       }
-      for (; ox + 4 <= ox_hi; ox += 4) tile<4, false>(r, ox);
-      for (; ox < ox_hi; ++ox) tile<1, false>(r, ox);
-      for (; ox < g.ow; ++ox) tile<1, true>(r, ox);
+      for (; ox < ox_hi; ++ox) tile_cbs<1, false>(r, c, ox);
+      for (; ox < g.ow; ++ox) tile_cbs<1, true>(r, c, ox);
     }
-    if (epilogue) (*epilogue)(out_at, (oy1 - oy0) * g.ow * 8);
+    if (epilogue)
+      for (int64_t k = 0; k < cbs; ++k) (*epilogue)(((plane + k) * g.oh + oy0) * g.ow * 8, (oy1 - oy0) * g.ow * 8);
   });
 }
 

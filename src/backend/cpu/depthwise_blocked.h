@@ -5,7 +5,7 @@
 // chain to stay blocked anyway.
 //
 // Lanes are the 8 channels of a block: one pixel per AVX2 vector (the baseline ISA, and the image borders), two
-// neighbouring pixels per AVX-512 vector (depthwise_blocked_avx512.cpp, the interior of each row where the CPU has
+// neighbouring pixels per AVX-512 vector, up to 4 channel blocks side by side (depthwise_blocked_avx512.cpp, the interior of each row where the CPU has
 // it; SPORE_CONV_DIRECT_ISA=avx2 forces AVX2, read per call). Every output element is its bias (or +0) followed by
 // one fma per in-image tap in (kernel row, kernel column) order; taps in the padding are skipped. That order
 // depends on nothing else (not the ISA, the tiling, the thread count or the batch), so an image's outputs never
@@ -49,6 +49,9 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
 
 namespace detail {
 // One output row of depthwise_blocked_conv for the per-ISA kernels.
+// One output row of `cbs` (1-4) consecutive channel blocks: block k's input plane, weights, biases and output (and
+// residual) row are xstride, wstride, 8 and ystride floats after block 0's. Their independent fma chains fill the
+// pipeline where a row is short (7x7 and 14x14 planes: one block's few pixels wait on fma latency).
 struct DepthwiseRow {
   const DepthwiseBlockedConv* g;
   const float* xc;    // the input plane of this image and channel block
@@ -59,9 +62,11 @@ struct DepthwiseRow {
   float* y;           // the output row
   int64_t iy0;        // input row of kernel row 0 (may be outside the image)
   int64_t i0, i1;     // kernel rows whose input row is inside the image: i0 <= i < i1 (dilation-strided)
+  int cbs = 1;
+  int64_t xstride = 0, wstride = 0, ystride = 0;
 };
-// Output pixels [ox0, ox1) of the row, every tap inside the image, two pixels per AVX-512 vector; returns the
-// first pixel not computed (an odd one left over).
+// Output pixels [ox0, ox1) of the row's blocks, every tap inside the image, two pixels per AVX-512 vector; returns
+// the first pixel not computed (an odd one left over).
 int64_t depthwise_interior_avx512(const DepthwiseRow& r, int64_t ox0, int64_t ox1);
 }  // namespace detail
 

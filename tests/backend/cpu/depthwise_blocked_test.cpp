@@ -48,6 +48,9 @@ const std::vector<Case>& cases() {
       {1, 8, 12, 27, 7, 7, 1, 3, 1, 1, 3, 3, 3, 3},     // 7x7, stride 3 across: the generic interior
       {2, 8, 4, 5, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2},       // pads wider than the interior
       {1, 16, 9, 112, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},    // no padding, long rows
+      {2, 40, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},      // 7x7 planes: 4 + 1 channel blocks side by side
+      {1, 56, 14, 14, 5, 5, 2, 2, 1, 1, 2, 2, 2, 2},    // 5x5 stride 2: 4 + 3 blocks
+      {1, 48, 6, 11, 3, 3, 2, 1, 1, 2, 1, 1, 1, 1},     // dilation 2 across (the generic interior), 4 + 2 blocks
   };
   return c;
 }
