@@ -1,7 +1,7 @@
 // ONNX Runtime (CPU, npm onnxruntime-node) latency of one ONNX model, reported with the same keys as
 // `spore bench --json`. Used by bench/peers/infer_vs_ort.py; inputs are seeded random data.
 //   node ort_bench.js MODEL.onnx --shape x:32,1,28,28 [--shape ...] --threads 1 --warmup 20 --iters 200 [--kernels]
-//       [--native] [--input-npy x=FILE.npy] [--save-output DIR]
+//       [--native] [--input-npy x=FILE.npy] [--save-output DIR] [--profile-out FILE]
 // The timed session never profiles (ORT's profiler records an event per node on every run): p50_ms... are the
 // wall clock of `await session.run` on it, which includes Node's binding overhead (tens of us) and so is an upper
 // bound on ORT's native time. --native adds a check from a second session, profiled and used only for that: ORT's
@@ -10,6 +10,8 @@
 // smaller of the two per repeat). The sessions alternate in blocks so both see the same machine state.
 // --input-npy feeds a .npy (float32, int64, int32 or bool; C order, little endian) instead of random data;
 // --save-output writes every output as DIR/<name>.npy (float32).
+// --profile-out writes the Chrome-trace profile of a second, profiled session (warm-up + as many runs as were
+// timed) to FILE: per-node kernel times for bench/peers/layers_vs_ort.py.
 // --kernels adds "kernels": the node kernels ORT ran in one run, counted from its profile (a second session with
 // profiling on, not the timed one).
 'use strict';
@@ -36,6 +38,7 @@ function parseArgs(argv) {
       const v = argv[++i], j = v.indexOf('=');
       a.npy[v.slice(0, j)] = v.slice(j + 1);
     } else if (k === '--save-output') a.saveOutput = argv[++i];
+    else if (k === '--profile-out') a.profileOut = argv[++i];
     else if (!a.model) a.model = k;
     else throw new Error(`unknown argument ${k}`);
   }
@@ -160,6 +163,20 @@ async function main() {
     for (const name of session.outputNames) {
       const t = out[name];
       writeNpy(path.join(a.saveOutput, `${name}.npy`), t.dims, Float32Array.from(t.data, Number));
+    }
+  }
+  if (a.profileOut) {
+    const profDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ort_prof_'));
+    try {
+      const ps = await ort.InferenceSession.create(a.model, Object.assign({}, opts, {
+        enableProfiling: true, profileFilePrefix: path.join(profDir, 'prof') }));
+      for (let i = 0; i < a.warmup + times.length; i++) await ps.run(feeds);
+      ps.endProfiling();
+      const files = fs.readdirSync(profDir).filter((f) => f.endsWith('.json'));
+      if (files.length !== 1) throw new Error(`expected one profile file in ${profDir}, found ${files.length}`);
+      fs.copyFileSync(path.join(profDir, files[0]), a.profileOut);
+    } finally {
+      fs.rmSync(profDir, { recursive: true, force: true });
     }
   }
   let native = null;
