@@ -19,18 +19,8 @@
 namespace spore::cpu {
 namespace {
 
-struct Row {
-  const DepthwiseBlockedConv& g;
-  const float* xc;   // the input plane of this image and channel block
-  const float* wc;   // its packed weights [kH][kW][8]
-  const float* bias; // its 8 biases, or null
-  const float* res;  // the residual row (StoreEpilogue) or null
-  bool relu;
-  float* y;          // the output row
-  int64_t iy0;       // input row of kernel row 0 (may be outside the image)
-  int64_t i0, i1;    // kernel rows whose input row is inside the image: i0 <= i < i1 (dilation-strided)
-  int64_t xstride, wstride, ystride;  // from one channel block to the next (detail::DepthwiseRow)
-};
+// One output row of up to 4 channel blocks (depthwise_blocked.h), shared with the AVX-512 interior.
+using Row = detail::DepthwiseRow;
 
 inline void store(const Row& r, int64_t k, int64_t ox, __m256 v) {
   if (r.res) v = _mm256_add_ps(v, _mm256_loadu_ps(r.res + k * r.ystride + ox * 8));
@@ -48,7 +38,7 @@ bool use_avx512() {
 // true, P = 1).
 template <int P, bool Edge, int CB>
 inline void tile(const Row& r, int64_t ox0) {
-  const DepthwiseBlockedConv& g = r.g;
+  const DepthwiseBlockedConv& g = *r.g;
   __m256 acc[CB][P];
   for (int k = 0; k < CB; ++k) {
     const __m256 b = r.bias ? _mm256_loadu_ps(r.bias + k * 8) : _mm256_setzero_ps();
@@ -75,8 +65,8 @@ inline void tile(const Row& r, int64_t ox0) {
 }
 
 template <int P, bool Edge>
-inline void tile_cbs(const Row& r, int cbs, int64_t ox0) {
-  switch (cbs) {
+inline void tile_cbs(const Row& r, int64_t ox0) {
+  switch (r.cbs) {
     case 4: return tile<P, Edge, 4>(r, ox0);
     case 3: return tile<P, Edge, 3>(r, ox0);
     case 2: return tile<P, Edge, 2>(r, ox0);
@@ -137,20 +127,18 @@ void depthwise_blocked_conv(const DepthwiseBlockedConv& g, const float* x, const
       while (i0 < g.kh && iy0 + i0 * g.dh < 0) ++i0;
       while (i1 > i0 && iy0 + (i1 - 1) * g.dh >= g.h) --i1;
       const int64_t at = (plane * g.oh + oy) * g.ow * 8;
-      const Row r{g,      x + plane * xstride, wp + cb * ks * 8, bias ? bias + cb * 8 : nullptr,
-                  epi.residual ? epi.residual + at : nullptr, epi.relu, y + at, iy0, i0, i1, xstride, wstride, ystride};
       const int c = static_cast<int>(cbs);
+      const Row r{&g,      x + plane * xstride, wp + cb * ks * 8, bias ? bias + cb * 8 : nullptr,
+                  epi.residual ? epi.residual + at : nullptr, epi.relu, y + at, iy0, i0, i1, c, xstride, wstride, ystride};
       int64_t ox = 0;
-      for (; ox < ox_lo; ++ox) tile_cbs<1, true>(r, c, ox);
-      if (wide)
-        ox = detail::depthwise_interior_avx512({&g, r.xc, r.wc, r.bias, r.res, r.relu, r.y, iy0, i0, i1, c, xstride,
-                                                wstride, ystride}, ox, ox_hi);
+      for (; ox < ox_lo; ++ox) tile_cbs<1, true>(r, ox);
+      if (wide) ox = detail::depthwise_interior_avx512(r, ox, ox_hi);
       for (; ox + 4 <= ox_hi; ox += 4) {
         if (c == 1) tile<4, false, 1>(r, ox);
-        else tile_cbs<2, false>(r, c, ox), tile_cbs<2, false>(r, c, ox + 2);
+        else tile_cbs<2, false>(r, ox), tile_cbs<2, false>(r, ox + 2);
       }
-      for (; ox < ox_hi; ++ox) tile_cbs<1, false>(r, c, ox);
-      for (; ox < g.ow; ++ox) tile_cbs<1, true>(r, c, ox);
+      for (; ox < ox_hi; ++ox) tile_cbs<1, false>(r, ox);
+      for (; ox < g.ow; ++ox) tile_cbs<1, true>(r, ox);
     }
     if (epilogue)
       for (int64_t k = 0; k < cbs; ++k) (*epilogue)(((plane + k) * g.oh + oy0) * g.ow * 8, (oy1 - oy0) * g.ow * 8);

@@ -98,8 +98,8 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
   const detail::DirectJob tail{&g, g.plain_src, x, wp + o16 * per_channel, bias, y, epi, o16, g.o};
   if (fused) epilogue = nullptr;  // applied in the row kernels' stores
   // Tasks: (image, output channel chunk, row chunk); any split gives the same bits. A task reads the packed weights of
-  // its channels once per row chunk (block pairs outermost, direct_blocked_tiles.inc; one pair's panel stays in L2
-  // across the rows) and its image's input once. Where the weights outweigh an image's input (deep convs at small
+  // its channels once per row chunk (block pairs, then summation groups outermost, direct_blocked_tiles.inc: a group's
+  // weight slice stays in L1 across the rows) and its image's input once per block pair. Where the weights outweigh an image's input (deep convs at small
   // sizes: resnet50's 512 -> 2048 1x1 at 7x7 reads 4 MB of weights for 100 KB of input) a task takes a whole image,
   // and at batch < 4 a quarter of the channels (tasks for the threads); else ~16 row chunks per image over all
   // channels, as the chain's other convs split their rows. Measured on resnet50's 7x7 layers at batch 1: rows as tasks

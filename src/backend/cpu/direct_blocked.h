@@ -23,7 +23,7 @@ class Storage;
 
 namespace spore::cpu {
 
-// Input channel blocks (of 8) per summation group: about 128 taps (1x1: 16 blocks, 3x3: 2, 5x5 and up: 1). One
+// Input channel blocks (of 8) per summation group: about 64 taps (1x1: 8 blocks, 2x2: 2, 3x3 and up: 1). One
 // chain over a deep reduction (a 1x1 over 1024 channels) had about twice the f32 error against float64 of ORT's
 // blocked sums on the torchvision exports; groups cut it to the order of sqrt(taps * group).
 // static: internal linkage, so no copy built for one ISA can be the one another file links to.

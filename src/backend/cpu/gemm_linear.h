@@ -18,7 +18,7 @@ class Storage;
 namespace spore::cpu {
 
 // Every output's K products are summed in groups of kGemmGroupK: each group from +0 by fma in increasing k, then
-// the group sums left to right, then + bias (MLAS sums in K blocks of 128 too; its f32 error against float64 on the
+// the group sums left to right, then + bias (MLAS sums in K blocks too; its f32 error against float64 on the
 // torchvision exports was half of a single chain's).
 inline constexpr int64_t kGemmGroupK = 64;
 
