@@ -79,8 +79,40 @@ HWY_INLINE VF ErfF(DF d, VF v) {
   return hn::IfThenElse(hn::IsNaN(v), v, hn::Div(p, q));
 }
 
+// e^t for the denominator 1 + e^t of a sigmoid only. t is clamped to [-86.5, 88.76]: below, 1 + e^t rounds to 1
+// anyway; above, e^t overflows to inf as it should. So one power of two covers the range and no nan/inf fix-ups
+// are needed (a nan t gives a number: sigmoid passes nans through itself, silu and gelu carry them in the
+// numerator). 1.6x the speed of ExpF on AVX-512 (~20 ops a vector against ~32), which matters: EfficientNet-style
+// SiLU nets spend ~20 % of their time here. Error against e^t over [-20, 20]: max 7.4e-8, RMS 2.6e-8 (ExpF: 8.4e-8,
+// 2.8e-8); silu's mean error -2e-10 (ExpF's -4e-11).
+// t log2(e) is rounded to n by adding 1.5 * 2^23 (the integer lands in the low mantissa bits, round to nearest
+// even); r = t - n ln2 in two steps (Cody-Waite); e^r by Cephes' expf polynomial on |r| <= ln2 / 2; the scale
+// 2^n applied as (2 e^r) * 2^(n-1), so n = 128 still yields a normal float power of two and overflows correctly.
+HWY_INLINE VF ExpForSigmoid(DF d, VF t) {
+  const hn::RebindToSigned<DF> di;
+  t = hn::Min(hn::Max(t, hn::Set(d, -86.5f)), hn::Set(d, 88.76f));
+  const VF magic = hn::Set(d, 12582912.0f);  // 1.5 * 2^23
+  const VF nm = hn::MulAdd(t, hn::Set(d, 1.44269504088896341f), magic);
+  const VF n = hn::Sub(nm, magic);
+  VF r = hn::MulAdd(n, hn::Set(d, -0.693359375f), t);
+  r = hn::MulAdd(n, hn::Set(d, 2.12194440e-4f), r);
+  VF p = hn::Set(d, 1.9875691500e-4f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 8.3334519073e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 4.1665795894e-2f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
+  p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));  // Horner to the end: p r^2 + (r + 1) rounds r + 1 first and biases
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));  // silu's error by -9e-9 on average (this way: -2e-10, as ExpF)
+  // nm's bits are those of magic plus n; (n - 1 + 127) << 23 is the f32 2^(n-1) (n in [-125, 128]).
+  const auto bits = hn::Sub(hn::BitCast(di, nm), hn::Set(di, 0x4B400000 - 126));
+  return hn::Mul(hn::Add(p, p), hn::BitCast(d, hn::ShiftLeft<23>(bits)));
+}
+
 // x / (1 + e^-s): sigmoid (x = 1), silu, and gelu's tanh form (1 + tanh(u) = 2 sigmoid(2u)).
-HWY_INLINE VF DivOnePlusExpNeg(DF d, VF x, VF s) { return hn::Div(x, hn::Add(hn::Set(d, 1.0f), ExpF(d, hn::Neg(s)))); }
+HWY_INLINE VF DivOnePlusExpNeg(DF d, VF x, VF s) {
+  return hn::Div(x, hn::Add(hn::Set(d, 1.0f), ExpForSigmoid(d, hn::Neg(s))));
+}
 
 // Highway's sin/cos are accurate for |x| <= 39000; beyond (and for inf) lanes fall back to libm.
 template <bool kSin>
@@ -113,7 +145,8 @@ void UnaryF32(UnaryOp op, const float* x, float* y, size_t n, UnaryParams p) {
     case UnaryOp::reciprocal: return Apply(x, y, n, [&](DF, VF v) { return hn::Div(one, v); });
     // <= 1 ULP over all f32 (hn::Tanh: 3) and faster; see include/spore/kernels/tanh_f32.h.
     case UnaryOp::tanh: return Apply(x, y, n, [](DF d, VF v) { return spore::kernels::HWY_NAMESPACE::TanhF32(d, v); });
-    case UnaryOp::sigmoid: return Apply(x, y, n, [&](DF d, VF v) { return DivOnePlusExpNeg(d, one, v); });
+    case UnaryOp::sigmoid:  // ExpForSigmoid clamps a nan to a number; silu and gelu carry it in the numerator
+      return Apply(x, y, n, [&](DF d, VF v) { return hn::IfThenElse(hn::IsNaN(v), v, DivOnePlusExpNeg(d, one, v)); });
     case UnaryOp::relu: return Apply(x, y, n, [&](DF, VF v) { return hn::IfThenZeroElse(hn::Lt(v, zero), v); });
     case UnaryOp::leaky_relu:
       return Apply(x, y, n, [&](DF, VF v) { return hn::IfThenElse(hn::Lt(v, zero), hn::Mul(v, a), v); });
