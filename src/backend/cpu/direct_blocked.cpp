@@ -41,7 +41,7 @@ bool use_avx512(const DirectBlockedConv& g) {
 }
 
 // Output channels [o_begin, o_end) (multiples of L): wp[t][cb][i][j][cc][l] = w[o_begin + t*L + l][cb*8 + cc][i][j]
-// (0 past C).
+// (0 past C and past O).
 void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, int64_t o_begin, int64_t o_end, float* wp) {
   const int64_t blocks = (o_end - o_begin) / lanes, cb_n = (g.c + 7) / 8, ks = g.kh * g.kw;
   parallel_for(blocks, [&](int64_t b) {
@@ -51,7 +51,7 @@ void pack_weights(const DirectBlockedConv& g, const float* w, int lanes, int64_t
       for (int64_t k = 0; k < ks; ++k)
         for (int64_t cc = 0; cc < 8; ++cc)
           for (int64_t l = 0; l < lanes; ++l)
-            *dst++ = cb * 8 + cc < g.c ? w[((t * lanes + l) * g.c + cb * 8 + cc) * ks + k] : 0.0f;
+            *dst++ = cb * 8 + cc < g.c && t * lanes + l < g.o ? w[((t * lanes + l) * g.c + cb * 8 + cc) * ks + k] : 0.0f;
   });
 }
 
@@ -78,24 +78,26 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
                          const StoreEpilogue* fused) {
   const bool wide = use_avx512(g);
   const int lanes = wide ? 16 : 8;
-  // AVX-512: 16-lane blocks for the first o16 channels, the AVX-512 build's 8-lane kernel for the last 8 when
-  // O % 16 == 8 (the mobile nets' 24- and 40-channel projections); the fma sequence is the same either way.
-  const int64_t o16 = wide ? g.o / 16 * 16 : g.o;
+  // AVX-512 with O % 16 == 8 (the mobile nets' 24- and 40-channel projections): the last 16-lane block is half
+  // used, its upper lanes zero weights and bias, so the block pair is one pass over the input (an 8-lane second
+  // pass broadcast every input value again: 144 -> 24 at 56x56 took 257 us against ORT's 140). The fma sequence
+  // of each stored output is the same either way.
+  const int64_t o_pad = (g.o + lanes - 1) / lanes * lanes;
   const int64_t per_channel = (g.c + 7) / 8 * 8 * g.kh * g.kw;
-  const size_t floats = static_cast<size_t>(g.o * per_channel);
+  const size_t floats = static_cast<size_t>(o_pad * per_channel);
   std::shared_ptr<Storage> kept;
   std::vector<float> local;
   const std::string key = fmt::format("direct_blocked:{}:{}x{}x{}x{}", lanes, g.o, g.c, g.kh, g.kw);
   const float* wp = derived_floats(
-      weights_owner, w, key, floats,
-      [&](float* buf) {
-        pack_weights(g, w, lanes, 0, o16, buf);
-        if (o16 < g.o) pack_weights(g, w, 8, o16, g.o, buf + o16 * per_channel);
-      },
-      kept, local);
+      weights_owner, w, key, floats, [&](float* buf) { pack_weights(g, w, lanes, 0, o_pad, buf); }, kept, local);
+  std::vector<float> bias_pad;
+  if (bias && o_pad > g.o) {
+    bias_pad.assign(bias, bias + g.o);
+    bias_pad.resize(static_cast<size_t>(o_pad), 0.0f);
+    bias = bias_pad.data();
+  }
   const StoreEpilogue epi = fused ? *fused : StoreEpilogue{};
-  const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y, epi, 0, o16};
-  const detail::DirectJob tail{&g, g.plain_src, x, wp + o16 * per_channel, bias, y, epi, o16, g.o};
+  const detail::DirectJob job{&g, g.plain_src, x, wp, bias, y, epi, 0, o_pad};
   if (fused) epilogue = nullptr;  // applied in the row kernels' stores
   // Tasks: (image, output channel chunk, row chunk); any split gives the same bits. A task reads the packed weights of
   // its channels once per row chunk (block pairs, then summation groups outermost, direct_blocked_tiles.inc: a group's
@@ -104,7 +106,7 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
   // and at batch < 4 a quarter of the channels (tasks for the threads); else ~16 row chunks per image over all
   // channels, as the chain's other convs split their rows. Measured on resnet50's 7x7 layers at batch 1: rows as tasks
   // re-read the weights per row, 65 GFLOP/s against oneDNN's 150; whole images 155.
-  const int64_t blocks = o16 / lanes;  // L-lane blocks of the main job
+  const int64_t blocks = o_pad / lanes;  // L-lane blocks
   const int64_t w_bytes = g.o * per_channel * static_cast<int64_t>(sizeof(float));
   const int64_t in_bytes = (g.plain_src ? g.c : (g.c + 7) / 8 * 8) * g.h * g.w * static_cast<int64_t>(sizeof(float));
   int64_t ochunks = 1, per = std::max<int64_t>(1, num_chunks(g.oh, 16));
@@ -121,16 +123,11 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
         const int64_t n = task / (ochunks * chunks), oc = task / chunks % ochunks, rc = task % chunks;
         const int64_t oy0 = rc * per, oy1 = std::min(g.oh, oy0 + per);
         const int64_t t_lo = oc * blocks_per, t_hi = std::min(blocks, t_lo + blocks_per);
-        const bool last = oc == ochunks - 1;  // also runs the 8-lane tail (O % 16 == 8)
         float* tot = group_sums(static_cast<size_t>((oy1 - oy0) * g.ow * 2 * lanes));
-        if (wide) {
-          detail::direct_rows_avx512(job, n, oy0, oy1, t_lo, t_hi, tot);
-          if (last && o16 < g.o) detail::direct_rows_avx512_8(tail, n, oy0, oy1, o16 / 8, g.o / 8, tot);
-        } else {
-          detail::direct_rows_avx2(job, n, oy0, oy1, t_lo, t_hi, tot);
-        }
+        if (wide) detail::direct_rows_avx512(job, n, oy0, oy1, t_lo, t_hi, tot);
+        else detail::direct_rows_avx2(job, n, oy0, oy1, t_lo, t_hi, tot);
         if (epilogue) {  // rows oy0 .. oy1 of the task's 8-channel output block planes of image n
-          const int64_t ob_lo = t_lo * lanes / 8, ob_hi = last ? g.o / 8 : t_hi * lanes / 8;
+          const int64_t ob_lo = t_lo * lanes / 8, ob_hi = std::min(g.o / 8, t_hi * lanes / 8);
           for (int64_t ob = ob_lo; ob < ob_hi; ++ob)
             (*epilogue)(((n * (g.o / 8) + ob) * g.oh + oy0) * g.ow * 8, (oy1 - oy0) * g.ow * 8);
         }

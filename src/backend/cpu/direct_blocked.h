@@ -55,7 +55,7 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
 namespace detail {
 // One call's operands for the per-ISA row kernels (direct_blocked_tiles.inc). wp: w's output channels
 // [o_begin, o_end) packed per L-lane output block as [blocks][ceil(C/8)][kH][kW][8][L] (L = 8 for AVX2, 16 for
-// AVX-512; channels past C are zero).
+// AVX-512; input channels past C and output channels past O are zero); bias (or null): o_end floats, zero past O.
 struct DirectJob {
   const DirectBlockedConv* g;
   bool plain;
@@ -67,14 +67,12 @@ struct DirectJob {
   int64_t o_begin = 0, o_end = 0;  // the output channels computed (multiples of L)
 };
 // Output rows [oy0, oy1) of image n, the L-lane output blocks [t_lo, t_hi) (block t = channels [t*L, t*L + L), within
-// the job's [o_begin / L, o_end / L)): AVX2, AVX-512 with 16 lanes, and the AVX-512 build's 8-lane blocks (the last 8 channels
-// when O % 16 == 8).
+// the job's [o_begin / L, o_end / L)): AVX2, and AVX-512 with 16 lanes (when O % 16 == 8, the last block's upper 8 lanes
+// compute zeros from zero weights and bias and are not stored).
 // tot: scratch for the running group sums, (oy1 - oy0) * OW * 2 * L floats.
 void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi, float* tot);
 void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
                         float* tot);
-void direct_rows_avx512_8(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
-                          float* tot);
 }  // namespace detail
 
 }  // namespace spore::cpu

@@ -102,7 +102,7 @@ const std::vector<Case>& cases() {
       {3, 16, 32, 9, 11, 1, 1, 1, 1, 0, 0, 0, 0},    // 1x1 stride 1, odd sizes
       {1, 8, 16, 13, 30, 5, 5, 1, 1, 2, 2, 2, 2},    // wide rows: several pixel tiles and a remainder
       {2, 8, 8, 15, 17, 3, 3, 2, 2, 0, 0, 0, 0},     // O = 8: one 8-lane block (the AVX2 build on any CPU)
-      {1, 24, 24, 10, 10, 3, 3, 1, 2, 1, 1, 0, 2},   // O = 24: 16 + 8 lanes; asymmetric stride and pads
+      {1, 24, 24, 10, 10, 3, 3, 1, 2, 1, 1, 0, 2},   // O = 24: a 16-lane block and a half-used one; asymmetric stride and pads
       {1, 8, 32, 20, 20, 7, 7, 2, 2, 3, 3, 3, 3},    // 7x7 stride 2: several edge columns
       {2, 16, 48, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2},     // pads wider than the interior: every column is an edge
       {2, 3, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, true},   // an RGB stem from NCHW
@@ -110,7 +110,7 @@ const std::vector<Case>& cases() {
       {1, 1, 8, 28, 28, 5, 5, 1, 1, 2, 2, 2, 2, true},    // one channel
       // Weights outweighing the input: tasks split the output channels (whole images each)
       {1, 256, 96, 3, 5, 3, 3, 1, 1, 1, 1, 1, 1},    // three chunks of two 16-lane blocks, every column an edge
-      {2, 128, 72, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1},    // two chunks, the 8-lane tail with the last
+      {2, 128, 72, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1},    // two chunks, the last one ending in a half-used block
       {2, 512, 64, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},    // 1x1: rows as one run of pixels, two chunks
   };
   return c;
