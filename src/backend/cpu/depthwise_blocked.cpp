@@ -48,8 +48,7 @@ inline void tile(const Row& r, int64_t ox0) {
   const int64_t x0 = ox0 * g.sw - g.pad_left;
   int64_t j0 = 0, j1 = g.kw;
   if (Edge) {
-    j0 = x0 >= 0 ? 0 : std::min(g.kw, (-x0 + g.dw - 1) / g.dw);
-    j1 = g.w - x0 <= 0 ? 0 : std::clamp((g.w - x0 + g.dw - 1) / g.dw, j0, g.kw);
+    detail::in_image_columns(g, x0, j0, j1);
   }
   for (int64_t i = r.i0; i < r.i1; ++i) {
     const float* row = r.xc + (r.iy0 + i * g.dh) * g.w * 8;

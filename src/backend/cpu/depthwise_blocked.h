@@ -65,6 +65,20 @@ struct DepthwiseRow {
   int cbs = 1;
   int64_t xstride = 0, wstride = 0, ystride = 0;
 };
+// The kernel columns [j0, j1) whose input column x0 + j * dw lies inside the image (x0: the window's first input
+// column, possibly negative); no division for dilation 1.
+inline void in_image_columns(const DepthwiseBlockedConv& g, int64_t x0, int64_t& j0, int64_t& j1) {
+  if (g.dw == 1) {
+    j0 = x0 >= 0 ? 0 : (-x0 < g.kw ? -x0 : g.kw);
+    j1 = g.w - x0 <= 0 ? 0 : (g.w - x0 < g.kw ? g.w - x0 : g.kw);
+  } else {
+    j0 = x0 >= 0 ? 0 : (-x0 + g.dw - 1) / g.dw;
+    if (j0 > g.kw) j0 = g.kw;
+    j1 = g.w - x0 <= 0 ? 0 : (g.w - x0 + g.dw - 1) / g.dw;
+    if (j1 > g.kw) j1 = g.kw;
+  }
+  if (j1 < j0) j1 = j0;
+}
 // Output pixels [ox0, ox1) of the row's blocks, every tap inside the image, two pixels per AVX-512 vector; returns
 // the first pixel not computed (an odd one left over).
 int64_t depthwise_interior_avx512(const DepthwiseRow& r, int64_t ox0, int64_t ox1);
