@@ -14,7 +14,8 @@
 // - conv2d_fused (or a plain conv2d, which becomes a conv2d_fused without epilogue) in f32 with groups 1 or
 //   depthwise (groups = C = O), pool none, a static 4-D output whose channels divide by 8;
 // - linked by a data edge (input or residual) to another such conv, or through a pool or a channel concat
-//   (Inception's lone 1x1 branch). A lone conv would only trade oneDNN's internal reorders for our own.
+//   (Inception's lone 1x1 branch), or alone over <= 4 input channels (a stem; otherwise a lone conv would only
+//   trade oneDNN's internal reorders for our own).
 // Between the convs, max/avg pools of a chain value pool the blocked tensor (their `layout` = nchw8c, the plain
 // kernels' bits), a channel concat of chain values concatenates the blocked twins along C/8, and squeeze-excite's
 // x * s (s [N, C, 1, 1]) multiplies the blocked x by s reshaped to [N, C/8, 1, 1, 8].
@@ -94,6 +95,12 @@ class LayoutPass final : public Pass {
       if (touching.size() >= 2)
         for (size_t i : touching) keep[i] = true;
     }
+    // ... or alone, where it reads few channels (an RGB stem): its plain kernel is im2col + one sgemm per image,
+    // which runs on one thread at batch 1 (googlenet's 7x7 stem in an int8 model, where no other conv is f32: 2.7 ms
+    // at 1 and 2 threads), while the direct kernel reads NCHW into the blocked layout in row tasks, and a max pool
+    // after it pools the blocked tensor.
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (cands[i]->attrs.i("groups") == 1 && cands[i]->input(0)->type.dims[1].size <= 4) keep[i] = true;
     if (std::none_of(keep.begin(), keep.end(), [](bool b) { return b; })) return false;
 
     std::map<const Value*, Value*> blocked;  // NCHW value -> its blocked twin

@@ -405,6 +405,32 @@ TEST(Layout, PoolsAndChannelConcatsOfTheChainStayBlocked) {
   expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 3, 19, 19}, 6);
 }
 
+// A stem conv over 3 channels with no other conv to chain to (an int8 model keeps its RGB stem f32, the convs after it
+// are int8): it runs blocked anyway (the direct kernel, row tasks, instead of one im2col sgemm per image), its max
+// pool pools the blocked tensor, and one reorder leaves after the pool. Same values as the plain plan.
+std::unique_ptr<Graph> lone_stem() {
+  std::mt19937 rng(41);
+  auto g = std::make_unique<Graph>("lone_stem");
+  Value* x = g->add_input(TensorType::of(DType::f32, {2, 3, 19, 19}), "x");
+  const auto w = [&](const Shape& sh) { return g->add_constant(random_tensor(rng, sh, DType::f32, -0.3, 0.3)); };
+  Value* c = build_node(*g, "conv2d"_op, {x, w({16, 3, 3, 3}), w({16})}, Attrs{{"padding", V{1, 1, 1, 1}}})->output(0);
+  Value* r = build_node(*g, "relu"_op, {c}, {})->output(0);
+  Value* m = build_node(*g, "max_pool2d"_op, {r}, Attrs{{"kernel", V{3, 3}}, {"stride", V{2, 2}}, {"ceil_mode", true}})->output(0);
+  g->set_outputs({build_node(*g, "sigmoid"_op, {m}, {})->output(0)});
+  verify_graph(*g);
+  return g;
+}
+
+TEST(Layout, ALoneStemConvAndItsPoolRunBlocked) {
+  Plan blocked = compile_plan(lone_stem(), inference(true));
+  Plan plain = compile_plan(lone_stem(), inference(false));
+  Plan ref = compile_plan(lone_stem(), inference(true, Backend::reference));
+  EXPECT_EQ(count_op(blocked.graph(), "conv2d_fused"_op, "dst_layout", "nchw8c"), 1);
+  EXPECT_EQ(count_op(blocked.graph(), "max_pool2d"_op, "layout", "nchw8c"), 1);
+  EXPECT_EQ(count_op(blocked.graph(), "transpose"_op), 1);
+  expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 3, 19, 19}, 7);
+}
+
 TEST(Layout, TrainingGraphsAndLowPrecisionAreLeftAlone) {
   {
     CompileOptions o;  // not inference: a training step's convs keep NCHW (and their bits)
