@@ -8,6 +8,8 @@
 // Integer accumulation is exact, so the result does not depend on how oneDNN splits work across threads.
 // qconv2d with few input channels runs the f32 conv on integer values, which is exact there (use_exact_f32).
 // Geometries oneDNN declines, and inputs its kernels would saturate on (see onednn_exact), run int32 loops.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -237,10 +239,52 @@ QConvPrim make_qconv_prim(const QConvGeom& g, memory::data_type src_dt, const dn
   return p;
 }
 
+// y[n, o, p] = src[n, p, o] + bias[o] (bias may be null): oneDNN's nhwc int8 conv output back to NCHW with the bias
+// added in the same pass (the values y = acc * scale + bias of a reorder followed by scale_bias, one pass over y
+// fewer). 8x8 blocks transposed in AVX2 registers; tasks of 8 channels x 512 pixels of an image.
+void nhwc_to_nchw_bias(const float* src, float* y, const float* bias, int64_t n, int64_t o, int64_t hw) {
+  constexpr int64_t kPix = 512;
+  const int64_t ob = num_chunks(o, 8), pb = num_chunks(hw, kPix);
+  parallel_for(n * ob * pb, [&](int64_t t) {
+    const int64_t img = t / (ob * pb), o0 = t / pb % ob * 8, p0 = t % pb * kPix;
+    const int64_t p1 = std::min(hw, p0 + kPix), oc = std::min<int64_t>(8, o - o0);
+    const float* s = src + img * hw * o;
+    float* d = y + img * o * hw;
+    int64_t p = p0;
+    if (oc == 8)
+      for (; p + 8 <= p1; p += 8) {
+        __m256 r[8];
+        for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(s + (p + k) * o + o0);
+        const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+        const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+        const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+        const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+        const __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                             _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                             _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                             _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+        for (int k = 0; k < 8; ++k) {
+          const __m256 v = bias ? _mm256_add_ps(c[k], _mm256_set1_ps(bias[o0 + k])) : c[k];
+          _mm256_storeu_ps(d + (o0 + k) * hw + p, v);
+        }
+      }
+    for (; p < p1; ++p)
+      for (int64_t k = 0; k < oc; ++k) {
+        const float v = s[p * o + o0 + k];
+        d[(o0 + k) * hw + p] = bias ? v + bias[o0 + k] : v;
+      }
+  });
+}
+
 // w_owner: w's storage when it is a plan constant; its reordered copy (with the compensation) is then kept
-// (constant_cache.h) under `key` instead of reordered on every call.
-void exec_qconv(const QConvPrim& p, const Tensor& x, const Tensor& w, const Tensor& y,
-                const std::shared_ptr<Storage>& w_owner, std::string_view key) {
+// (constant_cache.h) under `key` instead of reordered on every call. Returns whether the bias was added (the nhwc
+// output's reorder adds it; otherwise the caller does).
+bool exec_qconv(const QConvPrim& p, const Tensor& x, const Tensor& w, const Tensor& y,
+                const std::shared_ptr<Storage>& w_owner, std::string_view key, const float* bias) {
   note_kernel_impl(p.impl);
   dnnl::stream& s = dnnl_stream();
   memory xs = user_memory(p.user_src, x), ws = user_memory(p.user_wei, w), ys = user_memory(p.user_dst, y);
@@ -255,8 +299,15 @@ void exec_qconv(const QConvPrim& p, const Tensor& x, const Tensor& w, const Tens
     wm = reordered_weights(ws, p.wei, w_owner, w.raw_data(), fmt::format("onednn_qconv_weights:{}", key), kept, wei_buf);
   if (p.dst != p.user_dst) ym = scratch_memory(p.dst, dst_buf);
   p.prim.execute(s, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
+  const memory::dims& d = p.user_dst.dims();
+  if (p.dst != p.user_dst && p.dst == memory::desc(d, memory::data_type::f32, tag::nhwc)) {
+    s.wait();
+    nhwc_to_nchw_bias(static_cast<const float*>(ym.get_data_handle()), y.data<float>(), bias, d[0], d[1], d[2] * d[3]);
+    return true;
+  }
   if (p.dst != p.user_dst) dnnl::reorder(ym, ys).execute(s, ym, ys);
   s.wait();
+  return false;
 }
 
 // Plain loops: one task per output (image, channel) plane, int32 sums; padded taps contribute nothing.
@@ -372,13 +423,14 @@ void qconv2d_kernel(KernelContext& k) {
       return std::nullopt;  // a geometry or zero point oneDNN does not implement here: the loops handle it
     }
   });
+  bool biased = false;
   if (p)
-    exec_qconv(*p, x, k.in(3), k.out(0), (k.constant_inputs >> 3) & 1 ? k.in(3).storage() : nullptr, key);
+    biased = exec_qconv(*p, x, k.in(3), k.out(0), (k.constant_inputs >> 3) & 1 ? k.in(3).storage() : nullptr, key, bias);
   else if (u8)
     qconv_loops(g, x.data<uint8_t>(), zp, k.in(3).data<int8_t>(), scales, y);
   else
     qconv_loops(g, x.data<int8_t>(), zp, k.in(3).data<int8_t>(), scales, y);
-  if (bias) scale_bias(y, nullptr, bias, g.n, g.o, g.oh * g.ow);
+  if (bias && !biased) scale_bias(y, nullptr, bias, g.n, g.o, g.oh * g.ow);
 }
 
 struct QMatmulPrim {
