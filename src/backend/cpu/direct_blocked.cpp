@@ -123,7 +123,7 @@ void direct_blocked_conv(const DirectBlockedConv& g, const float* x, const float
         const int64_t n = task / (ochunks * chunks), oc = task / chunks % ochunks, rc = task % chunks;
         const int64_t oy0 = rc * per, oy1 = std::min(g.oh, oy0 + per);
         const int64_t t_lo = oc * blocks_per, t_hi = std::min(blocks, t_lo + blocks_per);
-        float* tot = group_sums(static_cast<size_t>((oy1 - oy0) * g.ow * 2 * lanes));
+        float* tot = group_sums(static_cast<size_t>((oy1 - oy0) * g.ow * (wide ? 4 : 2) * lanes));  // kMaxV blocks
         if (wide) detail::direct_rows_avx512(job, n, oy0, oy1, t_lo, t_hi, tot);
         else detail::direct_rows_avx2(job, n, oy0, oy1, t_lo, t_hi, tot);
         if (epilogue) {  // rows oy0 .. oy1 of the task's 8-channel output block planes of image n

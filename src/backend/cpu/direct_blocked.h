@@ -69,7 +69,7 @@ struct DirectJob {
 // Output rows [oy0, oy1) of image n, the L-lane output blocks [t_lo, t_hi) (block t = channels [t*L, t*L + L), within
 // the job's [o_begin / L, o_end / L)): AVX2, and AVX-512 with 16 lanes (when O % 16 == 8, the last block's upper 8 lanes
 // compute zeros from zero weights and bias and are not stored).
-// tot: scratch for the running group sums, (oy1 - oy0) * OW * 2 * L floats.
+// tot: scratch for the running group sums, (oy1 - oy0) * OW * 4 * L floats with AVX-512, 2 * L with AVX2.
 void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi, float* tot);
 void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
                         float* tot);
