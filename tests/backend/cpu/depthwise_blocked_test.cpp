@@ -51,6 +51,9 @@ const std::vector<Case>& cases() {
       {2, 40, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},      // 7x7 planes: 4 + 1 channel blocks side by side
       {1, 56, 14, 14, 5, 5, 2, 2, 1, 1, 2, 2, 2, 2},    // 5x5 stride 2: 4 + 3 blocks
       {1, 48, 6, 11, 3, 3, 2, 1, 1, 2, 1, 1, 1, 1},     // dilation 2 across (the generic interior), 4 + 2 blocks
+      {1, 16, 15, 18, 3, 3, 1, 1, 2, 1, 2, 1, 2, 1},    // dilation 2 down only: the pair interior, rows 2 apart
+      {1, 8, 9, 21, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0},      // stride 2, no padding: the last tap is the plane's last pixel
+      {1, 8, 9, 23, 5, 5, 2, 2, 1, 1, 0, 0, 0, 0},      // the same with 5x5
   };
   return c;
 }
