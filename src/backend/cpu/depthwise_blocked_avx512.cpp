@@ -24,12 +24,12 @@ inline __m512 pair(const float* px, int64_t step) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(px)), _mm256_loadu_ps(px + step * 8), 1);
 }
 
-// 2P output pixels from ox0 of CB channel blocks. KW, SW: the kernel width and stride when fixed at compile time
-// (then dilation 1, and every address is a constant offset from the row's), else 0.
-template <int KW, int SW, int P, int CB>
+// 2P output pixels from ox0 of CB channel blocks, any kernel width, stride and dilation (the 3x3 / 5x5 convs at
+// stride 1 or 2 take `pairs` below), each tap's pair loaded from memory.
+template <int P, int CB>
 inline void tile(const DepthwiseRow& r, int64_t ox0) {
   const DepthwiseBlockedConv& g = *r.g;
-  const int64_t kw = KW > 0 ? KW : g.kw, sw = SW > 0 ? SW : g.sw, dw = KW > 0 ? 1 : g.dw;
+  const int64_t kw = g.kw, sw = g.sw, dw = g.dw;
   __m512 acc[CB][P];
   for (int k = 0; k < CB; ++k) {
     const __m512 b = r.bias ? _mm512_broadcast_f32x8(_mm256_loadu_ps(r.bias + k * 8)) : _mm512_setzero_ps();
@@ -57,22 +57,22 @@ inline void tile(const DepthwiseRow& r, int64_t ox0) {
 }
 
 // One channel block: 8 pixels a tile; several: up to 8 accumulators (CB blocks x P pixel pairs).
-template <int KW, int SW, int CB>
+template <int CB>
 int64_t interior_cb(const DepthwiseRow& r, int64_t ox0, int64_t ox1) {
   int64_t ox = ox0;
   if constexpr (CB == 1) {
-    for (; ox + 8 <= ox1; ox += 8) tile<KW, SW, 4, 1>(r, ox);
+    for (; ox + 8 <= ox1; ox += 8) tile<4, 1>(r, ox);
     if (ox + 6 <= ox1) {
-      tile<KW, SW, 3, 1>(r, ox);
+      tile<3, 1>(r, ox);
       ox += 6;
     } else if (ox + 4 <= ox1) {
-      tile<KW, SW, 2, 1>(r, ox);
+      tile<2, 1>(r, ox);
       ox += 4;
     }
   } else {
-    for (; ox + 4 <= ox1; ox += 4) tile<KW, SW, 2, CB>(r, ox);
+    for (; ox + 4 <= ox1; ox += 4) tile<2, CB>(r, ox);
   }
-  for (; ox + 2 <= ox1; ox += 2) tile<KW, SW, 1, CB>(r, ox);
+  for (; ox + 2 <= ox1; ox += 2) tile<1, CB>(r, ox);
   return ox;
 }
 
@@ -151,13 +151,12 @@ int64_t interior_pairs(const DepthwiseRow& r, int64_t ox0, int64_t ox1) {
   return ox0 + 2 * n;
 }
 
-template <int KW, int SW>
 int64_t interior(const DepthwiseRow& r, int64_t ox0, int64_t ox1) {
   switch (r.cbs) {
-    case 4: return interior_cb<KW, SW, 4>(r, ox0, ox1);
-    case 3: return interior_cb<KW, SW, 3>(r, ox0, ox1);
-    case 2: return interior_cb<KW, SW, 2>(r, ox0, ox1);
-    default: return interior_cb<KW, SW, 1>(r, ox0, ox1);
+    case 4: return interior_cb<4>(r, ox0, ox1);
+    case 3: return interior_cb<3>(r, ox0, ox1);
+    case 2: return interior_cb<2>(r, ox0, ox1);
+    default: return interior_cb<1>(r, ox0, ox1);
   }
 }
 
@@ -172,7 +171,7 @@ int64_t interior_any(const DepthwiseRow& r, int64_t ox0, int64_t ox1) {
       default: return interior_pairs<5, 2>(r, ox0, ox1);
     }
   }
-  return interior<0, 0>(r, ox0, ox1);
+  return interior(r, ox0, ox1);
 }
 
 }  // namespace
