@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/families.h"
+#include "backend/cpu/transpose8.h"
 #include "base/thread_pool.h"
 #include "ops/attention.h"
 
@@ -91,24 +92,10 @@ void transpose_into(const float* k, float* kt, int64_t lk, int64_t d) {
   for (; j + 8 <= lk; j += 8) {
     int64_t p = 0;
     for (; p + 8 <= d; p += 8) {
-      __m256 r[8], t[8];
+      __m256 r[8];
       for (int x = 0; x < 8; ++x) r[x] = _mm256_loadu_ps(k + (j + x) * d + p);
-      for (int x = 0; x < 8; x += 2) {
-        t[x] = _mm256_unpacklo_ps(r[x], r[x + 1]);
-        t[x + 1] = _mm256_unpackhi_ps(r[x], r[x + 1]);
-      }
-      for (int x = 0; x < 8; x += 4) {
-        r[x] = _mm256_shuffle_ps(t[x], t[x + 2], 0x44);
-        r[x + 1] = _mm256_shuffle_ps(t[x], t[x + 2], 0xEE);
-        r[x + 2] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0x44);
-        r[x + 3] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0xEE);
-      }
-      // r[0..3]: columns p+{0,1,2,3} of rows j..j+3 (low half) and p+{4..7} (high half); r[4..7] rows j+4..j+7.
-      const int cols[4] = {0, 1, 2, 3};
-      for (int x = 0; x < 4; ++x) {
-        _mm256_storeu_ps(kt + (p + cols[x]) * lk + j, _mm256_permute2f128_ps(r[x], r[x + 4], 0x20));
-        _mm256_storeu_ps(kt + (p + cols[x] + 4) * lk + j, _mm256_permute2f128_ps(r[x], r[x + 4], 0x31));
-      }
+      transpose8(r);  // r[x]: column p + x of rows j..j+7
+      for (int x = 0; x < 8; ++x) _mm256_storeu_ps(kt + (p + x) * lk + j, r[x]);
     }
     for (; p < d; ++p)
       for (int x = 0; x < 8; ++x) kt[p * lk + j + x] = k[(j + x) * d + p];

@@ -19,6 +19,7 @@
 #include "backend/cpu/elementwise_simd.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
+#include "backend/cpu/transpose8.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
@@ -253,20 +254,9 @@ void nhwc_to_nchw_bias(const float* src, float* y, const float* bias, int64_t n,
     int64_t p = p0;
     if (oc == 8)
       for (; p + 8 <= p1; p += 8) {
-        __m256 r[8];
-        for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(s + (p + k) * o + o0);
-        const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-        const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-        const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-        const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-        const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-        const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-        const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-        const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-        const __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
-                             _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
-                             _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
-                             _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+        __m256 c[8];
+        for (int k = 0; k < 8; ++k) c[k] = _mm256_loadu_ps(s + (p + k) * o + o0);
+        transpose8(c);
         for (int k = 0; k < 8; ++k) {
           const __m256 v = bias ? _mm256_add_ps(c[k], _mm256_set1_ps(bias[o0 + k])) : c[k];
           _mm256_storeu_ps(d + (o0 + k) * hw + p, v);

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/byte_copy.h"
 #include "backend/cpu/families.h"
+#include "backend/cpu/transpose8.h"
 #include "ops/pad_index.h"
 #include "base/thread_pool.h"
 
@@ -35,25 +36,12 @@ void copy_strided_run(char* d, int64_t ds, const char* s, int64_t ss, int64_t n)
   for (int64_t j = 0; j < n; ++j) store<T>(d + j * ds, load<T>(s + j * ss));
 }
 #ifdef __AVX2__
-// 8x8 block of 4-byte elements transposed in registers (the build baseline is AVX2); shuffles move bits
-// unchanged, so this serves every 4-byte dtype.
+// 8x8 block of 4-byte elements transposed in registers (transpose8.h; the build baseline is AVX2).
 inline void transpose8x8_b32(char* d, int64_t dr, const char* s, int64_t sr) {
-  __m256 r[8], t[8];
+  __m256 r[8];
   for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(s + j * sr));
-  for (int j = 0; j < 8; j += 2) {
-    t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
-    t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
-  }
-  for (int h = 0; h < 8; h += 4) {
-    r[h + 0] = _mm256_shuffle_ps(t[h + 0], t[h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[h + 1] = _mm256_shuffle_ps(t[h + 0], t[h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(reinterpret_cast<float*>(d + i * dr), _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(reinterpret_cast<float*>(d + (i + 4) * dr), _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
+  transpose8(r);
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(reinterpret_cast<float*>(d + i * dr), r[i]);
 }
 #endif
 
