@@ -136,19 +136,30 @@ class LayoutPass final : public Pass {
     // conv that follows reads blocked input instead of a reorder of x. Same products, so the same bits.
     const auto se_rescale = [&](Node* n) {
       if (n->op != "mul"_op || n->inputs.size() != 2 || n->outputs.size() != 1) return false;
-      const int xi = blocked.count(n->input(0)) ? 0 : blocked.count(n->input(1)) ? 1 : -1;
+      // x is the blocked operand of the output's shape; s may be a chain value too (torchvision writes scale * x, and
+      // the FCs that make the scale form a chain of their own when their channels divide by 8).
+      const auto is_x = [&](int i) {
+        const Value* v = n->input(i);
+        return blocked.count(v) && v->type.dtype == DType::f32 && static_dims(v->type, 4) &&
+               static_dims(n->output(0)->type, 4) && v->type.dims == n->output(0)->type.dims;
+      };
+      const int xi = is_x(0) ? 0 : is_x(1) ? 1 : -1;
       if (xi < 0) return false;
       Value* x = n->input(xi);
       Value* sv = n->input(1 - xi);
       const TensorType& xt = x->type;
       const TensorType& st = sv->type;
-      if (xt.dtype != DType::f32 || st.dtype != DType::f32 || !static_dims(st, 4) || !static_dims(n->output(0)->type, 4) ||
-          st.dims[0].size != xt.dims[0].size || st.dims[1].size != xt.dims[1].size || st.dims[2].size != 1 ||
-          st.dims[3].size != 1 || n->output(0)->type.dims[1].size != xt.dims[1].size)
+      if (st.dtype != DType::f32 || !static_dims(st, 4) || st.dims[0].size != xt.dims[0].size ||
+          st.dims[1].size != xt.dims[1].size || st.dims[2].size != 1 || st.dims[3].size != 1)
         return false;
       const int64_t nb = xt.dims[0].size, c = xt.dims[1].size;
-      Node* sb = build_node(g, "reshape"_op, {sv}, Attrs{{"shape", V{nb, c / fused::kChannelBlock, 1, 1, fused::kChannelBlock}}});
-      std::vector<Value*> ins{blocked[x], sb->output(0)};
+      // s's blocked twin where it has one ([N, C/8, 1, 1, 8] already), else s reshaped.
+      Value* s_blocked =
+          blocked.count(sv) ? blocked[sv]
+                            : build_node(g, "reshape"_op, {sv},
+                                         Attrs{{"shape", V{nb, c / fused::kChannelBlock, 1, 1, fused::kChannelBlock}}})
+                                  ->output(0);
+      std::vector<Value*> ins{blocked[x], s_blocked};
       if (xi == 1) std::swap(ins[0], ins[1]);
       replace_blocked(n, build_node(g, "mul"_op, std::move(ins), {}, n->name));
       return true;

@@ -329,8 +329,10 @@ void expect_blocked_plain_and_reference_agree(Plan& blocked, Plan& plain, Plan& 
 
 // Squeeze-excite (mobilenet_v3, efficientnet): x * sigmoid(fc(fc(mean(x)))) between a depthwise conv and the
 // projection conv stays blocked - the scale [N, C, 1, 1] is reshaped, not reordered, so the only reorder left is
-// the chain's exit - and gives the plain plan's values (and the reference's), on 1 and 2 threads.
-std::unique_ptr<Graph> squeeze_excite() {
+// the chain's exit - and gives the plain plan's values (and the reference's), on 1 and 2 threads. scale_first:
+// sc * d, as torchvision writes it (the FCs' 8 and 16 channels make them a blocked chain of their own, so both
+// operands of the mul are chain values; the image is the one of the output's shape).
+std::unique_ptr<Graph> squeeze_excite(bool scale_first) {
   std::mt19937 rng(12);
   auto g = std::make_unique<Graph>("se");
   Value* x = g->add_input(TensorType::of(DType::f32, {2, 8, 10, 10}), "x");
@@ -342,7 +344,7 @@ std::unique_ptr<Graph> squeeze_excite() {
   Value* m = build_node(*g, "reduce_mean"_op, {d}, Attrs{{"axes", V{2, 3}}, {"keepdims", true}})->output(0);
   Value* f = build_node(*g, "relu"_op, {build_node(*g, "conv2d"_op, {m, w({8, 16, 1, 1}), w({8})}, {})->output(0)}, {})->output(0);
   Value* sc = build_node(*g, "sigmoid"_op, {build_node(*g, "conv2d"_op, {f, w({16, 8, 1, 1}), w({16})}, {})->output(0)}, {})->output(0);
-  Value* y = build_node(*g, "mul"_op, {d, sc}, {})->output(0);
+  Value* y = build_node(*g, "mul"_op, scale_first ? std::vector<Value*>{sc, d} : std::vector<Value*>{d, sc}, {})->output(0);
   Value* z = build_node(*g, "conv2d"_op, {y, w({16, 16, 1, 1}), w({16})}, {}, "project")->output(0);
   g->set_outputs({z});
   verify_graph(*g);
@@ -350,21 +352,24 @@ std::unique_ptr<Graph> squeeze_excite() {
 }
 
 TEST(Layout, SqueezeExciteRescaleStaysInTheChain) {
-  Plan blocked = compile_plan(squeeze_excite(), inference(true));
-  Plan plain = compile_plan(squeeze_excite(), inference(false));
-  Plan ref = compile_plan(squeeze_excite(), inference(true, Backend::reference));
-  // Reorders of H x W images: only the exit after "project" (the FCs' 1x1 outputs may reorder, at no cost).
-  int image_reorders = 0, blocked_muls = 0;
-  for (const Node* n : blocked.graph().nodes()) {
-    if (n->dead) continue;
-    if (n->inputs.empty()) continue;
-    const Shape s = n->input(0)->type.shape();
-    if (n->op == "transpose"_op && s.size() == 5 && s[2] * s[3] > 1) ++image_reorders;
-    if (n->op == "mul"_op && n->output(0)->type.rank() == 5) ++blocked_muls;
+  for (const bool scale_first : {false, true}) {
+    SCOPED_TRACE(scale_first ? "sc * x" : "x * sc");
+    Plan blocked = compile_plan(squeeze_excite(scale_first), inference(true));
+    Plan plain = compile_plan(squeeze_excite(scale_first), inference(false));
+    Plan ref = compile_plan(squeeze_excite(scale_first), inference(true, Backend::reference));
+    // Reorders of H x W images: only the exit after "project" (the FCs' 1x1 outputs may reorder, at no cost).
+    int image_reorders = 0, blocked_muls = 0;
+    for (const Node* n : blocked.graph().nodes()) {
+      if (n->dead) continue;
+      if (n->inputs.empty()) continue;
+      const Shape s = n->input(0)->type.shape();
+      if (n->op == "transpose"_op && s.size() == 5 && s[2] * s[3] > 1) ++image_reorders;
+      if (n->op == "mul"_op && n->output(0)->type.rank() == 5) ++blocked_muls;
+    }
+    EXPECT_EQ(image_reorders, 1);
+    EXPECT_EQ(blocked_muls, 1);
+    expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 8, 10, 10}, 3);
   }
-  EXPECT_EQ(image_reorders, 1);
-  EXPECT_EQ(blocked_muls, 1);
-  expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 8, 10, 10}, 3);
 }
 
 // An Inception block (GoogLeNet): stem conv, 3x3/2 max pool (ceil), branches 1x1 | 1x1 -> 3x3 | 3x3/1 max pool ->

@@ -875,9 +875,15 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   // one run of pixels and summation groups outermost (direct_blocked.h), measured per layer on resnet50 at batch 1
   // and 8: 256->64 at 56x56 0.70-0.77 of oneDNN's time, 256->128 0.84-0.91, 128->512 at 28x28 0.89-1.01, 256->1024
   // at 14x14 1.00-1.02; with 512 input channels 1.05-1.10, 1024-2048 1.04-1.3 (those stay on oneDNN).
+  // Since the 4-block tiles (session 23, per layer on 9 exports, 1 thread / 2 threads): every 1x1 whose weights are
+  // at most 1M floats - mnasnet's and mobilenet_v2's 480-1152 -> 80-320 projections 0.85-1.0 / 0.54-0.89, googlenet's
+  // 480-832-channel 1x1s 0.72-1.02 / 0.49-0.80, resnet50's 1024 -> 256, 512 -> 2048 and 2048 -> 512 0.99-1.03 /
+  // 0.75-0.89 (oneDNN's 1x1s gain 1.1-1.3x from a second thread at 7x7-14x14, the direct kernel 1.6-2x); resnet50's
+  // 1024 -> 2048 (2M) 1.13 / 1.0 stays on oneDNN.
   const bool direct_pays = !onednn_avx512 || dg.plain_src || g.c * g.kh * g.kw <= 72 || g.o <= 40 ||
                            g.oh * g.ow * g.c * g.o * g.kh * g.kw <= (int64_t{5} << 20) ||
-                           (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.c <= 256);
+                           (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.c <= 256) ||
+                           (g.kh == 1 && g.kw == 1 && g.c * g.o <= (int64_t{1} << 20));
   const char* direct_env = std::getenv("SPORE_CONV_DIRECT");
   const bool direct_forced = direct_env && std::string_view(direct_env) == "1";
   if (!(direct_env && std::string_view(direct_env) == "0") && (direct_pays || direct_forced) && dst_blocked && g.groups == 1 &&
