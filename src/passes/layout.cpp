@@ -49,11 +49,19 @@ bool static_dims(const TensorType& t, int rank) {
 bool is_candidate(const Node& n) {
   if ((n.op != "conv2d_fused"_op && n.op != "conv2d"_op) || n.outputs.size() != 1) return false;
   const Attrs& a = n.attrs;
-  // groups 1, or depthwise (groups = C = O: backend/cpu/depthwise_blocked.h)
+  // groups 1, depthwise (groups = C = O: backend/cpu/depthwise_blocked.h), or groups of whole channel blocks
+  // (C/groups and O/groups multiples of 8, dilation 1: regnet's 8-channel groups, direct_blocked.h)
   const int64_t groups = a.i("groups");
-  if (groups != 1 && !(static_dims(n.input(0)->type, 4) && groups == n.input(0)->type.dims[1].size &&
-                       static_dims(n.output(0)->type, 4) && groups == n.output(0)->type.dims[1].size))
-    return false;
+  if (groups != 1) {
+    if (!static_dims(n.input(0)->type, 4) || !static_dims(n.output(0)->type, 4)) return false;
+    const int64_t c = n.input(0)->type.dims[1].size, o = n.output(0)->type.dims[1].size;
+    const bool depthwise = groups == c && groups == o;
+    const auto& dil = a.ints("dilation");
+    const bool whole_blocks = c % groups == 0 && o % groups == 0 && (c / groups) % fused::kChannelBlock == 0 &&
+                              (o / groups) % fused::kChannelBlock == 0 &&
+                              std::all_of(dil.begin(), dil.end(), [](int64_t d) { return d == 1; });
+    if (!depthwise && !whole_blocks) return false;
+  }
   if (n.op == "conv2d_fused"_op && (a.s("pool") != "none" || a.s("src_layout") != "nchw" || a.s("dst_layout") != "nchw"))
     return false;
   const TensorType& y = n.output(0)->type;
@@ -207,7 +215,8 @@ class LayoutPass final : public Pass {
       std::vector<Value*> ins = n->inputs;
       Attrs a = n->attrs;
       // A depthwise conv reads only blocked input: an NCHW one is reordered into the chain.
-      const bool depthwise = n->attrs.i("groups") != 1;
+      const bool depthwise = n->attrs.i("groups") != 1 && n->attrs.i("groups") == n->input(0)->type.dims[1].size &&
+                             n->attrs.i("groups") == n->output(0)->type.dims[1].size;
       const bool src_blocked = blocked.count(ins[0]) != 0 || depthwise;
       if (src_blocked) {
         ins[0] = to_blocked(ins[0]);  // its blocked twin (made here only for a depthwise conv's NCHW input)

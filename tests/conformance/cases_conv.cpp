@@ -45,6 +45,10 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
                   .attr("pad_mode", std::string("valid"))
                   .attr("padding", V{3, 3, 3, 3}));
   c.push_back(OpCase("conv2d/pointwise", "conv2d"_op, {{2, 33, 7, 7}, {17, 33, 1, 1}, {17}}).tol(2));
+  // A 1x1 conv over one pixel (squeeze-excite's FCs) runs as a linear layer: the dot kernel (<= 16 outputs) and the
+  // GEMM (more outputs, and a reduction shorter than 16).
+  c.push_back(OpCase("conv2d/one_pixel_few_outputs", "conv2d"_op, {{3, 40, 1, 1}, {12, 40, 1, 1}, {12}}));
+  c.push_back(OpCase("conv2d/one_pixel_many_outputs", "conv2d"_op, {{2, 6, 1, 1}, {40, 6, 1, 1}, {40}}));
   c.push_back(OpCase("conv2d/deep_small_spatial", "conv2d"_op, {{1, 256, 3, 3}, {16, 256, 3, 3}, {16}})
                   .attr("padding", V{1, 1, 1, 1})
                   .tol(8));

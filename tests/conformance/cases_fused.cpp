@@ -46,6 +46,11 @@ void add_fused_cases(CaseList& c, ErrorList& e) {
                   .attr("residual", true));
   c.push_back(OpCase("conv2d_fused/onednn_residual_only", cf, {{1, 8, 10, 10}, {16, 8, 1, 1}, {16}, {1, 16, 10, 10}})
                   .attr("residual", true));
+  c.push_back(OpCase("conv2d_fused/one_pixel_sigmoid", cf, {{2, 24, 1, 1}, {72, 24, 1, 1}, {72}})
+                  .attr("activation", std::string("sigmoid")));
+  c.push_back(OpCase("conv2d_fused/one_pixel_residual_silu", cf, {{3, 72, 1, 1}, {10, 72, 1, 1}, {10}, {3, 10, 1, 1}})
+                  .attr("activation", std::string("silu"))
+                  .attr("residual", true));
   c.push_back(OpCase("conv2d_fused/groups_same_tanh", cf, {{2, 6, 9, 9}, {9, 2, 3, 3}, {9}})
                   .attr("groups", int64_t{3})
                   .attr("pad_mode", std::string("same"))

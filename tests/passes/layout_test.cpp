@@ -4,6 +4,8 @@
 // and f32 guards.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -369,6 +371,48 @@ TEST(Layout, SqueezeExciteRescaleStaysInTheChain) {
     EXPECT_EQ(image_reorders, 1);
     EXPECT_EQ(blocked_muls, 1);
     expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 8, 10, 10}, 3);
+  }
+}
+
+// A RegNet block: 1x1, a grouped 3x3 (8 channels per group, stride 2 and 1), 1x1 with a residual. The grouped convs
+// join the chain (each group is whole channel blocks), so the only image reorder is the exit; groups of 4 channels
+// (not whole blocks) stay NCHW. Same values as the plain plan and the reference, on 1 and 2 threads.
+std::unique_ptr<Graph> grouped_block(int64_t group_width) {
+  std::mt19937 rng(23);
+  auto g = std::make_unique<Graph>("grouped");
+  Value* x = g->add_input(TensorType::of(DType::f32, {2, 16, 12, 12}), "x");
+  const auto w = [&](const Shape& sh) { return g->add_constant(random_tensor(rng, sh, DType::f32, -0.3, 0.3)); };
+  const auto conv = [&](Value* in, int64_t c, int64_t o, int64_t k, int64_t stride, int64_t groups) {
+    const int64_t p = k / 2;
+    Value* v = build_node(*g, "conv2d"_op, {in, w({o, c / groups, k, k}), w({o})},
+                          Attrs{{"padding", V{p, p, p, p}}, {"stride", V{stride, stride}}, {"groups", groups}})
+                   ->output(0);
+    return build_node(*g, "relu"_op, {v}, {})->output(0);
+  };
+  Value* a = conv(x, 16, 32, 1, 1, 1);
+  Value* b = conv(a, 32, 32, 3, 2, 32 / group_width);
+  Value* c = conv(b, 32, 32, 3, 1, 32 / group_width);
+  Value* d = build_node(*g, "conv2d"_op, {c, w({32, 32, 1, 1}), w({32})}, {})->output(0);
+  g->set_outputs({build_node(*g, "add"_op, {d, b}, {})->output(0)});
+  verify_graph(*g);
+  return g;
+}
+
+TEST(Layout, GroupedConvsOfWholeChannelBlocksStayInTheChain) {
+  for (const int64_t width : {8, 16, 4}) {
+    SCOPED_TRACE(fmt::format("{} channels per group", width));
+    Plan blocked = compile_plan(grouped_block(width), inference(true));
+    Plan plain = compile_plan(grouped_block(width), inference(false));
+    Plan ref = compile_plan(grouped_block(width), inference(true, Backend::reference));
+    int grouped_blocked = 0;
+    for (const Node* n : blocked.graph().nodes())
+      if (!n->dead && n->op == "conv2d_fused"_op && n->attrs.i("groups") > 1 && n->attrs.s("dst_layout") == "nchw8c")
+        ++grouped_blocked;
+    EXPECT_EQ(grouped_blocked, width % 8 == 0 ? 2 : 0);
+    if (width % 8 == 0) {
+      EXPECT_EQ(count_op(blocked.graph(), "transpose"_op), 1);
+    }
+    expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 16, 12, 12}, 9);
   }
 }
 

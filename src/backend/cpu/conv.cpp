@@ -22,6 +22,7 @@
 #include "backend/cpu/depthwise_blocked.h"
 #include "backend/cpu/direct_blocked.h"
 #include "backend/cpu/families.h"
+#include "backend/cpu/gemm_linear.h"
 #include "backend/cpu/onednn_util.h"
 #include "backend/cpu/winograd.h"
 #include "base/thread_pool.h"
@@ -742,6 +743,25 @@ std::optional<ConvPrim> onednn_conv_prim(const ConvGeom& g, DType t, bool bias, 
   });
 }
 
+// A 1x1 conv over one pixel (squeeze-excite's FCs, [N, C, 1, 1] -> [N, O, 1, 1]) is a linear layer: x [N, C] @ w
+// [O, C]^T + bias by linear_f32 (gemm_linear.h), whose bits depend on C alone. A oneDNN primitive call cost ~9-50 us
+// for these few thousand multiply-adds (efficientnet_b0's 32 SE FCs: ~0.4 ms of a 9 ms run). The blocked layout
+// [N, C/8, 1, 1, 8] of one pixel is [N, C] already, so either layout qualifies.
+bool is_one_pixel_linear(const ConvGeom& g) {
+  return g.groups == 1 && g.kh == 1 && g.kw == 1 && g.h == 1 && g.w == 1 && g.oh == 1 && g.ow == 1;
+}
+
+void one_pixel_linear(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                      bool weights_constant) {
+  linear_f32(g.n, g.c, g.o, x.data<float>(), w.data<float>(), false, bias ? bias->data<float>() : nullptr,
+             y.data<float>(), weights_constant ? w.storage() : nullptr);
+}
+
+bool one_pixel_operands(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  return x.dtype() == DType::f32 && w.dtype() == DType::f32 && y.dtype() == DType::f32 && x.is_contiguous() &&
+         w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous()));
+}
+
 template <bool transpose>
 void conv_kernel(KernelContext& k) {
   const ConvGeom g = conv_geom(k, transpose);
@@ -772,6 +792,15 @@ void conv_kernel(KernelContext& k) {
       if (epi) epi->applied = true;
       return;
     }
+  }
+  if (!transpose && t == DType::f32 && is_one_pixel_linear(g) && (!epi || !epi->pooled) &&
+      one_pixel_operands(k.in(0), k.in(1), bias, k.out(0))) {
+    one_pixel_linear(g, k.in(0), k.in(1), bias, k.out(0), (k.constant_inputs >> 1) & 1);
+    if (epi) {
+      epi->fn(0, k.out(0).numel());
+      epi->applied = true;
+    }
+    return;
   }
   // Depthwise (groups = C = O) outside a blocked chain: depthwise_blocked.h's kernel between two reorders.
   if (!transpose && t == DType::f32 && g.groups > 1 && g.groups == g.c && g.o == g.c) {
@@ -822,6 +851,11 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   SPORE_CHECK(y.dtype() == DType::f32, ErrorCode::unsupported, "[conv2d_fused] blocked layouts are f32 only, got {}",
               dtype_name(y.dtype()));
   if (y.numel() == 0) return true;
+  if (is_one_pixel_linear(g) && one_pixel_operands(x, w, bias, y)) {
+    one_pixel_linear(g, x, w, bias, y, weights_constant);
+    if (epilogue) (*epilogue)(0, y.numel());
+    return true;
+  }
   // Winograd F(2x2,3x3) / F(4x4,3x3) (winograd.h) where it is measured to beat oneDNN (the rule depends on oneDNN's ISA cap,
   // onednn_util.cpp); SPORE_CONV_WINOGRAD=0 keeps oneDNN (A/B benchmarks).
   static const bool winograd_on = [] {
@@ -858,7 +892,8 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   // The other convs of a blocked chain (strided, 1x1, the stem from NCHW): spore's direct kernel (direct_blocked.h;
   // same bits with AVX2 and AVX-512), SPORE_CONV_DIRECT=0 keeps oneDNN.
   const DirectBlockedConv dg{g.n,  g.c,  g.h,          g.w,          g.o,         g.oh, g.ow,
-                             g.kh, g.kw, g.sh,         g.sw,         g.ph.begin,  g.pw.begin, !src_blocked};
+                             g.kh, g.kw, g.sh,         g.sw,         g.ph.begin,  g.pw.begin, !src_blocked,
+                             g.groups};
   // Against oneDNN's AVX-512 kernels (brgconv) the direct kernel wins where a conv is small enough for per-call
   // overhead to dominate, or where its reduction is short. Measured per layer on a Zen 5 (1 thread, every conv of 14
   // torchvision exports at batch 1 and 8, SPORE_CONV_DIRECT=1 against the rule): direct won up to ~5M multiply-adds
@@ -883,10 +918,10 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   const bool direct_pays = !onednn_avx512 || dg.plain_src || g.c * g.kh * g.kw <= 72 || g.o <= 40 ||
                            g.oh * g.ow * g.c * g.o * g.kh * g.kw <= (int64_t{5} << 20) ||
                            (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.c <= 256) ||
-                           (g.kh == 1 && g.kw == 1 && g.c * g.o <= (int64_t{1} << 20));
+                           (g.kh == 1 && g.kw == 1 && g.c * g.o <= (int64_t{1} << 20)) || g.groups > 1;
   const char* direct_env = std::getenv("SPORE_CONV_DIRECT");
   const bool direct_forced = direct_env && std::string_view(direct_env) == "1";
-  if (!(direct_env && std::string_view(direct_env) == "0") && (direct_pays || direct_forced) && dst_blocked && g.groups == 1 &&
+  if (!(direct_env && std::string_view(direct_env) == "0") && (direct_pays || direct_forced) && dst_blocked &&
       g.dh == 1 && g.dw == 1 && w.dtype() == DType::f32 && x.is_contiguous() && w.is_contiguous() &&
       y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous())) &&
       direct_blocked_supported(dg)) {

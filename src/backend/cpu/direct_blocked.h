@@ -2,7 +2,8 @@
 // Direct f32 convolution into the blocked layout nChw8c ([N, O/8, OH, OW, 8], passes/layout.cpp) from nChw8c
 // ([N, C/8, H, W, 8]) or plain NCHW (a chain's first conv, e.g. 3-channel images), for the convs of a chain that
 // Winograd does not take: strided 3x3, 1x1 (strided or not), the stem; any kernel size, padding and stride;
-// groups 1, dilation 1, O a multiple of 8 (and C too for a blocked source). conv2d_blocked (conv.cpp) runs it
+// dilation 1, O/groups a multiple of 8 (and C/groups too for a blocked source: each group's channels are whole
+// blocks, so a group is a conv of its own over a slice of the blocks - regnet's 8-channel groups). conv2d_blocked (conv.cpp) runs it
 // instead of oneDNN (SPORE_CONV_DIRECT=0 keeps oneDNN, read per call).
 //
 // Lanes are output channels: 16 per AVX-512 vector, 8 per AVX2 vector. Every output element sums its in-image taps
@@ -36,10 +37,11 @@ struct DirectBlockedConv {
   int64_t oh, ow, kh, kw, sh, sw;                     // output size, kernel size, stride
   int64_t pad_top, pad_left;                          // zero padding before the image (the end padding follows from oh, ow)
   bool plain_src = false;                             // x is NCHW (any C) instead of nChw8c
+  int64_t groups = 1;                                 // grouped conv: each group's C/groups and O/groups channels
 };
 
-// Whether direct_blocked_conv computes this conv (O, and C unless plain_src, multiples of 8; kernel and stride >= 1,
-// pads >= 0).
+// Whether direct_blocked_conv computes this conv (O/groups, and C/groups unless plain_src, multiples of 8; kernel and
+// stride >= 1, pads >= 0).
 bool direct_blocked_supported(const DirectBlockedConv& g);
 
 // y = conv2d(x, w [O, C, kH, kW]) + bias [O] (bias may be null), y blocked, both contiguous. weights_owner: w's
@@ -57,7 +59,7 @@ namespace detail {
 // [o_begin, o_end) packed per L-lane output block as [blocks][ceil(C/8)][kH][kW][8][L] (L = 8 for AVX2, 16 for
 // AVX-512; input channels past C and output channels past O are zero); bias (or null): o_end floats, zero past O.
 struct DirectJob {
-  const DirectBlockedConv* g;
+  const DirectBlockedConv* g;  // one group's conv (groups 1): x, y and the residual start at the group's channels
   bool plain;
   const float* x;
   const float* wp;
@@ -65,6 +67,7 @@ struct DirectJob {
   float* y;
   StoreEpilogue epi;  // applied as each output vector is stored
   int64_t o_begin = 0, o_end = 0;  // the output channels computed (multiples of L)
+  int64_t x_image = 0, y_image = 0;  // floats per image of x and of y (and the residual): all groups' channels
 };
 // Output rows [oy0, oy1) of image n, the L-lane output blocks [t_lo, t_hi) (block t = channels [t*L, t*L + L), within
 // the job's [o_begin / L, o_end / L)): AVX2, and AVX-512 with 16 lanes (when O % 16 == 8, the last block's upper 8 lanes
@@ -73,6 +76,9 @@ struct DirectJob {
 void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi, float* tot);
 void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
                         float* tot);
+// 8 lanes inside the AVX-512 target (32 registers: 24-pixel tiles): a conv (group) with 8 output channels.
+void direct_rows_avx512_8(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
+                          float* tot);
 }  // namespace detail
 
 }  // namespace spore::cpu

@@ -35,12 +35,13 @@ using test::set_threads;
 struct Case {
   int64_t n, c, o, h, w, kh, kw, sh, sw, pt, pl, pb, pr;
   bool plain = false;  // x in NCHW
+  int64_t groups = 1;
   DirectBlockedConv geom() const {
-    return {n, c, h, w, o, (h + pt + pb - kh) / sh + 1, (w + pl + pr - kw) / sw + 1, kh, kw, sh, sw, pt, pl, plain};
+    return {n, c, h, w, o, (h + pt + pb - kh) / sh + 1, (w + pl + pr - kw) / sw + 1, kh, kw, sh, sw, pt, pl, plain, groups};
   }
   std::string name() const {
-    return fmt::format("n{} c{} o{} {}x{} k{}x{} s{},{} pads {},{},{},{}{}", n, c, o, h, w, kh, kw, sh, sw, pt, pl, pb,
-                       pr, plain ? " plain" : "");
+    return fmt::format("n{} c{} o{} {}x{} k{}x{} s{},{} pads {},{},{},{}{} groups {}", n, c, o, h, w, kh, kw, sh, sw, pt,
+                       pl, pb, pr, plain ? " plain" : "", groups);
   }
 };
 
@@ -53,7 +54,7 @@ struct Problem {
 Problem make(const Case& c, uint32_t seed) {
   const DirectBlockedConv g = c.geom();
   return {g, random_floats(static_cast<size_t>(g.n * g.c * g.h * g.w), seed),
-          random_floats(static_cast<size_t>(g.o * g.c * g.kh * g.kw), seed + 1), random_floats(static_cast<size_t>(g.o), seed + 2)};
+          random_floats(static_cast<size_t>(g.o * g.c / g.groups * g.kh * g.kw), seed + 1), random_floats(static_cast<size_t>(g.o), seed + 2)};
 }
 
 std::vector<float> run(const Problem& p, bool bias, const std::shared_ptr<Storage>& owner = nullptr,
@@ -66,7 +67,8 @@ std::vector<float> run(const Problem& p, bool bias, const std::shared_ptr<Storag
 void expect_matches_reference(const Problem& p, bool bias, const std::vector<float>& y) {
   const DirectBlockedConv& g = p.g;
   constexpr double u = 1.0 / (1 << 24);
-  const double k = static_cast<double>(g.c * g.kh * g.kw) + 1;
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;  // each output reads its group's cg channels
+  const double k = static_cast<double>(cg * g.kh * g.kw) + 1;
   const double gamma = k * u / (1 - k * u);
   int64_t failures = 0;
   for (int64_t n = 0; n < g.n; ++n)
@@ -74,15 +76,16 @@ void expect_matches_reference(const Problem& p, bool bias, const std::vector<flo
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           double ref = bias ? p.b[static_cast<size_t>(o)] : 0.0, mag = std::abs(ref);
-          for (int64_t c = 0; c < g.c; ++c)
+          for (int64_t cl = 0; cl < cg; ++cl)
             for (int64_t i = 0; i < g.kh; ++i)
               for (int64_t j = 0; j < g.kw; ++j) {
+                const int64_t c = o / og * cg + cl;
                 const int64_t iy = oy * g.sh + i - g.pad_top, ix = ox * g.sw + j - g.pad_left;
                 if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
                 const size_t xi = g.plain_src ? static_cast<size_t>(((n * g.c + c) * g.h + iy) * g.w + ix)
                                               : test::nchw8c_at(n, c, iy, ix, g.c, g.h, g.w);
                 const double t = static_cast<double>(p.x[xi]) *
-                                 p.w[static_cast<size_t>(((o * g.c + c) * g.kh + i) * g.kw + j)];
+                                 p.w[static_cast<size_t>(((o * cg + cl) * g.kh + i) * g.kw + j)];
                 ref += t;
                 mag += std::abs(t);
               }
@@ -112,6 +115,12 @@ const std::vector<Case>& cases() {
       {1, 256, 96, 3, 5, 3, 3, 1, 1, 1, 1, 1, 1},    // three chunks of two 16-lane blocks, every column an edge
       {2, 128, 72, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1},    // two chunks, the last one ending in a half-used block
       {2, 512, 64, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},    // 1x1: rows as one run of pixels, two chunks
+      // Grouped: each group a conv over its own channel blocks
+      {2, 48, 48, 12, 12, 3, 3, 2, 2, 1, 1, 1, 1, false, 6},  // regnet's 8-channel groups (the 8-lane build)
+      {1, 64, 64, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1, false, 2},    // 32 per group: two 16-lane blocks each
+      {2, 48, 48, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1, false, 2},    // 24 per group: a half-used 16-lane block each
+      {1, 16, 32, 6, 6, 1, 1, 1, 1, 0, 0, 0, 0, false, 2},    // 1x1 grouped, 8 -> 16 per group
+      {1, 12, 16, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, true, 2},   // an NCHW source, 6 channels per group
   };
   return c;
 }
