@@ -24,6 +24,7 @@
 #include "backend/cpu/families.h"
 #include "backend/cpu/gemm_linear.h"
 #include "backend/cpu/onednn_util.h"
+#include "backend/cpu/pointwise_nchw.h"
 #include "backend/cpu/winograd.h"
 #include "base/thread_pool.h"
 
@@ -757,6 +758,11 @@ void one_pixel_linear(const ConvGeom& g, const Tensor& x, const Tensor& w, const
              y.data<float>(), weights_constant ? w.storage() : nullptr);
 }
 
+bool pointwise_on() {
+  const char* e = std::getenv("SPORE_CONV_POINTWISE");
+  return !(e && std::string_view(e) == "0");
+}
+
 bool one_pixel_operands(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
   return x.dtype() == DType::f32 && w.dtype() == DType::f32 && y.dtype() == DType::f32 && x.is_contiguous() &&
          w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous()));
@@ -800,6 +806,22 @@ void conv_kernel(KernelContext& k) {
       epi->fn(0, k.out(0).numel());
       epi->applied = true;
     }
+    return;
+  }
+  // A 1x1 stride-1 conv on NCHW (outside a blocked chain: ShuffleNet's convs over 58/116 channels, DenseNet's
+  // transitions): pointwise_nchw.h, pixels in the lanes. Measured per layer against oneDNN's brgconv (1 / 2 threads):
+  // shufflenet's 58 -> 58 at 28x28 0.45 / 0.36 of its time, 24 -> 58 at 56x56 0.33 / 0.29, 116 -> 116 at 28x28 0.61 /
+  // 0.48, densenet's 256 -> 128 at 56x56 0.70, 1024 -> 512 at 14x14 0.98; at 7x7 (49 pixels in 4 vectors of 16) the
+  // 464 -> 1024 took 1.22 / 0.73, so images under 128 pixels keep oneDNN unless the conv is small.
+  // SPORE_CONV_POINTWISE=0 keeps oneDNN everywhere (A/B runs).
+  if (!transpose && t == DType::f32 && g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 &&
+      (g.oh * g.ow >= 128 || g.c * g.o <= (int64_t{1} << 17)) &&
+      g.ph.begin == 0 && g.ph.end == 0 && g.pw.begin == 0 && g.pw.end == 0 && (!epi || !epi->pooled) &&
+      pointwise_on() && one_pixel_operands(k.in(0), k.in(1), bias, k.out(0))) {
+    note_kernel_impl("pointwise_nchw");
+    pointwise_nchw_conv(PointwiseConv{g.n, g.c, g.o, g.oh * g.ow}, k.in(0).data<float>(), k.in(1).data<float>(),
+                        bias ? bias->data<float>() : nullptr, k.out(0).data<float>(), epi ? &epi->fn : nullptr);
+    if (epi) epi->applied = true;
     return;
   }
   // Depthwise (groups = C = O) outside a blocked chain: depthwise_blocked.h's kernel between two reorders.
