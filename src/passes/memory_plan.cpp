@@ -20,10 +20,13 @@
 // node), and what would lower it: a higher level (with the bytes it would need) or a smaller batch.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "ops/registry.h"
 #include "passes/pass.h"
+#include "tensor/storage.h"
+#include "tensor/tensor.h"
 
 namespace spore {
 namespace {
@@ -43,10 +46,40 @@ int64_t aligned_bytes(const TensorType& t) {
 
 bool is_reshape_like(OpId op) { return op_registry().get(op).traits.has(Trait::reshape); }
 
+// The byte offset at which a view op's output (slice: a run of whole rows, e.g. one step of an RNN's input
+// projection) lies contiguously in its input's bytes, if it does: what the op's eager view gives, computed on
+// metadata only (a tensor over a storage that is never read).
+std::optional<int64_t> contiguous_view_bytes(const Node& n) {
+  if (n.inputs.size() != 1 || n.outputs.size() != 1) return std::nullopt;
+  const OpDef& def = op_registry().get(n.op);
+  if (!def.traits.has(Trait::view) || def.traits.has(Trait::reshape) || !def.view) return std::nullopt;
+  const TensorType& it = n.inputs[0]->type;
+  const TensorType& ot = n.outputs[0]->type;
+  if (!it.is_static() || !ot.is_static() || it.dtype != ot.dtype || ot.numel() == 0) return std::nullopt;
+  static char never_read;
+  const size_t bytes = static_cast<size_t>(it.numel()) * dtype_size(it.dtype);
+  const Shape shape = it.shape();
+  const Tensor x = Tensor::from_storage(Storage::wrap(&never_read, bytes), shape, contiguous_strides(shape), 0, it.dtype);
+  Tensor v;
+  try {
+    v = def.view(std::span<const Tensor>(&x, 1), n.attrs, ot);
+  } catch (const Error&) {
+    return std::nullopt;  // attributes the view cannot read: the kernel runs (and reports them)
+  }
+  if (!v.defined() || !v.is_contiguous() || v.shape() != ot.shape()) return std::nullopt;
+  return v.offset() * static_cast<int64_t>(dtype_size(it.dtype));
+}
+
 // The buffers of a graph at a level, before placement.
+struct Shared {
+  Value* v;
+  size_t buf;
+  int64_t bytes;  // where v starts in the buffer (a contiguous view's offset; 0 for aliases and in-place outputs)
+};
+
 struct Buffers {
   std::vector<Buf> bufs;
-  std::vector<std::pair<Value*, size_t>> shared;  // values placed on another value's buffer
+  std::vector<Shared> shared;  // values placed on another value's buffer
   int64_t num_inplace = 0;
   int64_t num_steps = 0;
 };
@@ -59,6 +92,7 @@ Buffers collect_buffers(Graph& g, int level) {
   r.num_steps = static_cast<int64_t>(order.size());
   std::map<const Value*, size_t> buf_of;  // value -> its buffer
   std::set<const Value*> input_views;      // level >= 1: reshapes of graph inputs, run as views (is_input_view)
+  std::map<const Value*, int64_t> at_bytes;  // values that start inside their buffer (contiguous views)
   for (Node* n : order) {
     const OpDef& def = op_registry().get(n->op);
     if (def.traits.has(Trait::graph_structure)) continue;
@@ -76,22 +110,42 @@ Buffers collect_buffers(Graph& g, int level) {
         input_views.insert(v);  // no buffer: the plan reads the graph input's bytes with this shape
         continue;
       }
+      const auto start_of = [&](const Value* x) {
+        const auto it = at_bytes.find(x);
+        return it == at_bytes.end() ? int64_t{0} : it->second;
+      };
       auto in = same_bytes && oi == 0 ? buf_of.find(n->inputs[0]) : buf_of.end();
       if (in != buf_of.end() && level >= 1 && is_reshape_like(n->op) && n->inputs.size() == 1) {
         // Same bytes in the same order: share the input's buffer and keep it alive for this value's users.
         r.bufs[in->second].last = std::max(r.bufs[in->second].last, last);
         buf_of[v] = in->second;
-        r.shared.emplace_back(v, in->second);
+        const int64_t at = start_of(n->inputs[0]);
+        if (at != 0) at_bytes[v] = at;
+        r.shared.push_back({v, in->second, at});
         continue;
+      }
+      // A contiguous run of the input's bytes (a slice of whole rows): the output is those bytes, on 64-byte
+      // boundaries (kernels may assume aligned buffers), and the input's buffer stays alive for its users.
+      if (level >= 1 && oi == 0) {
+        const auto whole = buf_of.find(n->inputs.empty() ? nullptr : n->inputs[0]);
+        if (whole != buf_of.end())
+          if (const auto off = contiguous_view_bytes(*n); off && (start_of(n->inputs[0]) + *off) % 64 == 0) {
+            r.bufs[whole->second].last = std::max(r.bufs[whole->second].last, last);
+            buf_of[v] = whole->second;
+            const int64_t at = start_of(n->inputs[0]) + *off;
+            if (at != 0) at_bytes[v] = at;
+            r.shared.push_back({v, whole->second, at});
+            continue;
+          }
       }
       // In place: input 0's buffer has no reader after this node (its live range, which already covers
       // every alias defined so far, ends here), so output 0 may overwrite it. Views are left out: their
       // kernel is a copy, and copying a buffer onto itself gains nothing.
       if (in != buf_of.end() && level >= 2 && def.traits.has(Trait::inplace_ok) && !def.traits.has(Trait::view) &&
-          r.bufs[in->second].last == pos[n]) {
+          r.bufs[in->second].last == pos[n] && start_of(n->inputs[0]) == 0) {
         r.bufs[in->second].last = last;
         buf_of[v] = in->second;
-        r.shared.emplace_back(v, in->second);
+        r.shared.push_back({v, in->second, 0});
         ++r.num_inplace;
         continue;
       }
@@ -201,8 +255,11 @@ bool is_input_view(const Graph& g, const Node& n) {
 }
 
 bool is_arena_alias(const Node& n) {
-  return is_reshape_like(n.op) && n.inputs.size() == 1 && n.outputs.size() == 1 && n.outputs[0]->arena_offset >= 0 &&
-         n.inputs[0]->arena_offset == n.outputs[0]->arena_offset;
+  if (n.inputs.size() != 1 || n.outputs.size() != 1 || n.outputs[0]->arena_offset < 0 || n.inputs[0]->arena_offset < 0)
+    return false;
+  if (is_reshape_like(n.op)) return n.inputs[0]->arena_offset == n.outputs[0]->arena_offset;
+  const auto off = contiguous_view_bytes(n);
+  return off && n.inputs[0]->arena_offset + *off == n.outputs[0]->arena_offset;
 }
 
 MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory) {
@@ -264,7 +321,7 @@ MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory) {
                info.arena_bytes, max_memory, level, worst_step, r.num_steps, info.live_peak_bytes, top, options);
   }
   for (Buf& b : bufs) b.v->arena_offset = b.offset;
-  for (auto& [v, b] : r.shared) v->arena_offset = bufs[b].offset;
+  for (const Shared& sh : r.shared) sh.v->arena_offset = bufs[sh.buf].offset + sh.bytes;
   return info;
 }
 

@@ -136,7 +136,9 @@ struct MemoryPlanInfo {
 MemoryPlanInfo plan_memory(Graph& g, int level, size_t max_memory);
 // At level >= 1 a reshape-like node (reshape, flatten, squeeze, unsqueeze) of an intermediate value gets its
 // output placed on its input's bytes (the input's live range grows to cover the output's users): the plan
-// runs no kernel for it. True for such a node after planning.
+// runs no kernel for it. So does a view op (slice) whose output is a contiguous run of its input's bytes starting on
+// a 64-byte boundary (one step of an RNN's input projection): it is placed on those bytes. True for such a node
+// after planning.
 bool is_arena_alias(const Node& n);
 // At level >= 1 a reshape-like node of a graph input (or of such a view), whose output is not a graph output,
 // gets no buffer: the plan hands its users the input's bytes with the output's shape and runs no kernel for it.

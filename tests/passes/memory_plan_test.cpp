@@ -211,7 +211,7 @@ std::unique_ptr<Graph> random_graph(uint64_t seed) {
           // Prefer recent values so chains (where in-place applies) are common.
           const Tensor a = pool[pool.size() - 1 - pick(std::min<size_t>(pool.size(), 3))];
           const Tensor b = pool[pick(pool.size())];
-          switch (rng() % 11) {
+          switch (rng() % 12) {
             case 0: pool.push_back(ops::relu(a)); break;
             case 1: pool.push_back(ops::tanh(a)); break;
             case 2: pool.push_back(ops::neg(a)); break;
@@ -222,7 +222,14 @@ std::unique_ptr<Graph> random_graph(uint64_t seed) {
             case 7: pool.push_back(ops::reshape(ops::relu(ops::reshape(a, {16, 8})), {8, 16})); break;
             case 8: pool.push_back(ops::add(ops::reduce_sum(a, {1}, true), b)); break;
             case 9: pool.push_back(ops::matmul(ops::matmul(a, b, false, true), ops::transpose(ops::reshape(b, {16, 8}), {1, 0}))); break;
-            default: pool.push_back(ops::mul(ops::exp(ops::neg(ops::mul(a, a))), a)); break;
+            case 10: pool.push_back(ops::mul(ops::exp(ops::neg(ops::mul(a, a))), a)); break;
+            default: {  // row slices (views of the arena at 256-byte offsets) and 16-byte rows (misaligned: copies)
+              const Tensor rows = ops::reshape(a, {32, 4});
+              const Tensor rot = ops::concat({ops::slice(rows, {1}, {32}, {0}), ops::slice(rows, {0}, {1}, {0})}, 0);
+              const Tensor swap = ops::concat({ops::slice(b, {4}, {8}, {0}), ops::tanh(ops::slice(b, {0}, {4}, {0}))}, 0);
+              pool.push_back(ops::add(ops::reshape(rot, {8, 16}), swap));
+              break;
+            }
           }
         }
         std::vector<Tensor> out{pool.back()};
@@ -242,6 +249,51 @@ TEST(MemoryPlanLevels, RandomGraphsGiveTheSameBitsAtEveryLevel) {
     sum2 += arena[2];
   }
   EXPECT_LT(sum2, sum0);
+}
+
+// A slice that is a contiguous run of its input's bytes on a 64-byte boundary (a block of whole rows) is placed on
+// those bytes and runs no kernel; a strided slice (columns) or one starting off the boundary is a copy with its own
+// buffer. No value is written in place over an offset view.
+TEST(MemoryPlanLevels, ContiguousRowSlicesAreViewsOfTheirInput) {
+  for (int level : {1, 2}) {
+    SCOPED_TRACE(level);
+    auto g = parse(
+        "graph @g(%x: f32[4,16], %w: f32[16,16]) {\n"
+        "  %m = matmul(%x, %w) : f32[4,16]\n"
+        "  %r1 = slice(%m) {starts=[1], ends=[2], axes=[0], steps=[]} : f32[1,16]\n"
+        "  %r23 = slice(%m) {starts=[2], ends=[4], axes=[0], steps=[]} : f32[2,16]\n"
+        "  %cols = slice(%m) {starts=[3], ends=[7], axes=[1], steps=[]} : f32[4,4]\n"
+        "  %q = reshape(%m) {shape=[16,4]} : f32[16,4]\n"
+        "  %odd = slice(%q) {starts=[1], ends=[2], axes=[0], steps=[]} : f32[1,4]\n"
+        "  %e = exp(%r1) : f32[1,16]\n"
+        "  %t = tanh(%r23) : f32[2,16]\n"
+        "  %n = neg(%cols) : f32[4,4]\n"
+        "  %o = relu(%odd) : f32[1,4]\n"
+        "  return %e, %t, %n, %o\n"
+        "}\n");
+    plan_memory(*g, level, 0);
+    expect_valid_plan(*g);
+    std::map<std::string, const Node*> by;
+    for (const Node* n : g->nodes()) by[n->output(0)->name] = n;
+    const int64_t m = by["m"]->output(0)->arena_offset;
+    EXPECT_TRUE(is_arena_alias(*by["r1"]));
+    EXPECT_EQ(by["r1"]->output(0)->arena_offset, m + 64);
+    EXPECT_TRUE(is_arena_alias(*by["r23"]));
+    EXPECT_EQ(by["r23"]->output(0)->arena_offset, m + 128);
+    EXPECT_FALSE(is_arena_alias(*by["cols"]));
+    EXPECT_FALSE(is_arena_alias(*by["odd"]));  // 16 bytes in
+  }
+  auto g = parse(
+      "graph @g(%x: f32[4,16], %w: f32[16,16]) {\n"
+      "  %m = matmul(%x, %w) : f32[4,16]\n"
+      "  %r1 = slice(%m) {starts=[1], ends=[2], axes=[0], steps=[]} : f32[1,16]\n"
+      "  %r0 = slice(%m) {starts=[0], ends=[1], axes=[0], steps=[]} : f32[1,16]\n"
+      "  %a = exp(%r0) : f32[1,16]\n"
+      "  %b = tanh(%r1) : f32[1,16]\n"
+      "  %c = add(%a, %b) : f32[1,16]\n"
+      "  return %c\n"
+      "}\n");
+  expect_levels_bit_identical(*g, 5);
 }
 
 TEST(MemoryPlanLevels, MlpTrainingStepO2NeedsAtMostHalfOfO0) {

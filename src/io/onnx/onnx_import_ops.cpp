@@ -1192,6 +1192,21 @@ EmitFn rnn(Cell cell) {
     auto chunk = [&](Value* v, int64_t k, int axis) {  // the k-th H-wide slice along `axis`
       return c.op("slice"_op, {v}, {{"starts", Ints{k * H}}, {"ends", Ints{(k + 1) * H}}, {"axes", Ints{axis}}, {"steps", Ints{}}});
     };
+    // The G gates of a [B, G*H] step value, each [B, H]. At B = 1 each is a contiguous run of the value's bytes (the
+    // memory plan makes the slices views); for B > 1 one transpose to [G, B, H] makes them so (one copy instead of
+    // G strided slice copies).
+    auto gates_of = [&](Value* v) {
+      std::vector<Value*> out;
+      if (B == 1) {
+        for (int64_t k = 0; k < G; ++k) out.push_back(chunk(v, k, 1));
+        return out;
+      }
+      Value* t = c.op("transpose"_op, {c.op("reshape"_op, {v}, {{"shape", Ints{B, G, H}}})}, {{"perm", Ints{1, 0, 2}}});
+      for (int64_t k = 0; k < G; ++k)
+        out.push_back(c.op("squeeze"_op, {c.op("slice"_op, {t}, {{"starts", Ints{k}}, {"ends", Ints{k + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}})},
+                           {{"axes", Ints{0}}}));
+      return out;
+    };
     V ys, hs, cs;
     for (int64_t d = 0; d < dirs; ++d) {
       const bool reverse = direction == "reverse" || d == 1;
@@ -1221,10 +1236,11 @@ EmitFn rnn(Cell cell) {
                          {{"axes", Ints{0}}});  // [B, G*H]
         if (cell == Cell::lstm) {
           Value* gates = c.op("add"_op, {xt, c.op("matmul"_op, {h, R}, {{"transpose_b", true}})});
-          Value* gi = chunk(gates, 0, 1);
-          Value* go = chunk(gates, 1, 1);
-          Value* gf = chunk(gates, 2, 1);
-          Value* gc = chunk(gates, 3, 1);
+          const std::vector<Value*> gs = gates_of(gates);
+          Value* gi = gs[0];
+          Value* go = gs[1];
+          Value* gf = gs[2];
+          Value* gc = gs[3];
           if (P) {
             gi = c.op("add"_op, {gi, c.op("mul"_op, {chunk(P, 0, 0), cst})});
             gf = c.op("add"_op, {gf, c.op("mul"_op, {chunk(P, 2, 0), cst})});
