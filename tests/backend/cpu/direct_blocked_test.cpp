@@ -115,6 +115,8 @@ const std::vector<Case>& cases() {
       {1, 256, 96, 3, 5, 3, 3, 1, 1, 1, 1, 1, 1},    // three chunks of two 16-lane blocks, every column an edge
       {2, 128, 72, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1},    // two chunks, the last one ending in a half-used block
       {2, 512, 64, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},    // 1x1: rows as one run of pixels, two chunks
+      {1, 64, 80, 9, 9, 1, 1, 1, 1, 0, 0, 0, 0},     // 5 16-lane blocks: a 3-block tile and a 2-block one
+      {2, 16, 40, 8, 6, 3, 3, 2, 2, 1, 1, 1, 1},     // 2.5 blocks: a 3-block tile whose last block is half used
       // Grouped: each group a conv over its own channel blocks
       {2, 48, 48, 12, 12, 3, 3, 2, 2, 1, 1, 1, 1, false, 6},  // regnet's 8-channel groups (the 8-lane build)
       {1, 64, 64, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1, false, 2},    // 32 per group: two 16-lane blocks each
