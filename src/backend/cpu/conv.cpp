@@ -745,17 +745,45 @@ std::optional<ConvPrim> onednn_conv_prim(const ConvGeom& g, DType t, bool bias, 
 }
 
 // A 1x1 conv over one pixel (squeeze-excite's FCs, [N, C, 1, 1] -> [N, O, 1, 1]) is a linear layer: x [N, C] @ w
-// [O, C]^T + bias by linear_f32 (gemm_linear.h), whose bits depend on C alone. A oneDNN primitive call cost ~9-50 us
+// [O, C]^T + bias, computed here with double sums (dot8_f64), whose bits depend on C alone. A oneDNN primitive call cost ~9-50 us
 // for these few thousand multiply-adds (efficientnet_b0's 32 SE FCs: ~0.4 ms of a 9 ms run). The blocked layout
 // [N, C/8, 1, 1, 8] of one pixel is [N, C] already, so either layout qualifies.
 bool is_one_pixel_linear(const ConvGeom& g) {
   return g.groups == 1 && g.kh == 1 && g.kw == 1 && g.h == 1 && g.w == 1 && g.oh == 1 && g.ow == 1;
 }
 
-void one_pixel_linear(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
-                      bool weights_constant) {
-  linear_f32(g.n, g.c, g.o, x.data<float>(), w.data<float>(), false, bias ? bias->data<float>() : nullptr,
-             y.data<float>(), weights_constant ? w.storage() : nullptr);
+// Each output in double: 8 lanes (lane l sums the products of c = l mod 8 in increasing c by fma), the lanes added
+// pairwise ((0+4)+(2+6))+((1+5)+(3+7)), then the bias, rounded to f32 once. The squeeze-excite scale multiplies whole
+// feature maps, so its error reaches every output of the block; these FCs are a few thousand multiply-adds.
+double dot8_f64(const float* w, const float* x, int64_t c) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();  // lanes 0-3, 4-7
+  int64_t i = 0;
+  for (; i + 8 <= c; i += 8) {
+    const __m256 wv = _mm256_loadu_ps(w + i), xv = _mm256_loadu_ps(x + i);
+    a0 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(wv)), _mm256_cvtps_pd(_mm256_castps256_ps128(xv)), a0);
+    a1 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(wv, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1)), a1);
+  }
+  alignas(32) double l[8];
+  _mm256_store_pd(l, a0);
+  _mm256_store_pd(l + 4, a1);
+  for (; i < c; ++i) l[i % 8] = std::fma(static_cast<double>(w[i]), static_cast<double>(x[i]), l[i % 8]);
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+void one_pixel_linear(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, bool) {
+  const float* xp = x.data<float>();
+  const float* wp = w.data<float>();
+  const float* bp = bias ? bias->data<float>() : nullptr;
+  float* yp = y.data<float>();
+  constexpr int64_t kPer = 32;  // outputs per task
+  const int64_t chunks = num_chunks(g.o, kPer);
+  parallel_for(g.n * chunks, [&](int64_t t) {
+    const int64_t n = t / chunks, o0 = t % chunks * kPer, o1 = std::min(g.o, o0 + kPer);
+    for (int64_t o = o0; o < o1; ++o) {
+      const double d = dot8_f64(wp + o * g.c, xp + n * g.c, g.c);
+      yp[n * g.o + o] = static_cast<float>(bp ? d + static_cast<double>(bp[o]) : d);
+    }
+  });
 }
 
 bool pointwise_on() {

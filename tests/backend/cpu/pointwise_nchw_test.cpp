@@ -17,6 +17,8 @@
 #include "backend/cpu/cpu_test_util.h"
 #include "backend/cpu/pointwise_nchw.h"
 #include "base/thread_pool.h"
+#include "ops/ops.h"
+#include "tensor/tensor.h"
 
 namespace spore::cpu {
 namespace {
@@ -175,3 +177,21 @@ TEST(PointwiseNchw, SameBitsForAnyThreadCountAndBatchAndEveryElementEpilogued) {
 
 }  // namespace
 }  // namespace spore::cpu
+
+namespace spore {
+namespace {
+
+// A 1x1 conv over one pixel (squeeze-excite's FCs) sums in double (conv.cpp's one-pixel path): 1e8 + 1 - 1e8 is 1,
+// where an f32 chain gives 0, and the bias is added before the one rounding to f32.
+TEST(OnePixelConv, SumsInDoubleAndRoundsOnce) {
+  const Tensor x = Tensor::from_vector<float>({1e8f, 1.0f, -1e8f, 0.5f, 1e8f, 0.25f, -1e8f, 0.125f, 3.0f}, {1, 9, 1, 1});
+  const Tensor w = Tensor::from_vector<float>(std::vector<float>(18, 1.0f), {2, 9, 1, 1});
+  const Tensor b = Tensor::from_vector<float>({0.0f, 1e-9f}, {2});
+  const Tensor y = ops::conv2d(x, w, b).contiguous();
+  const float* yp = y.data<float>();
+  EXPECT_EQ(yp[0], 4.875f);
+  EXPECT_EQ(yp[1], static_cast<float>(4.875 + static_cast<double>(1e-9f)));
+}
+
+}  // namespace
+}  // namespace spore
