@@ -11,14 +11,16 @@
 // of conv2d_fused are elementwise, so they run on the blocked buffers unchanged.
 //
 // Which convs:
-// - conv2d_fused (or a plain conv2d, which becomes a conv2d_fused without epilogue) in f32 with groups 1 or
-//   depthwise (groups = C = O), pool none, a static 4-D output whose channels divide by 8;
+// - conv2d_fused (or a plain conv2d, which becomes a conv2d_fused without epilogue) in f32 with groups 1,
+//   depthwise (groups = C = O), or groups of whole 8-channel blocks (dilation 1), pool none, a static 4-D output
+//   whose channels divide by 8;
 // - linked by a data edge (input or residual) to another such conv, or through a pool or a channel concat
 //   (Inception's lone 1x1 branch), or alone over <= 4 input channels (a stem; otherwise a lone conv would only
 //   trade oneDNN's internal reorders for our own).
 // Between the convs, max/avg pools of a chain value pool the blocked tensor (their `layout` = nchw8c, the plain
 // kernels' bits), a channel concat of chain values concatenates the blocked twins along C/8, and squeeze-excite's
-// x * s (s [N, C, 1, 1]) multiplies the blocked x by s reshaped to [N, C/8, 1, 1, 8].
+// x * s or s * x (s [N, C, 1, 1]) multiplies the blocked x by s reshaped to [N, C/8, 1, 1, 8] (or by s's blocked twin
+// when the FCs that make s are a chain of their own).
 // A conv takes a blocked input only when that input is already blocked (produced inside the chain). The first
 // conv of a chain (e.g. the 3-channel stem) reads NCHW, except a depthwise one, whose input is reordered. A global mean/sum/max over H, W of a chain's exit reduces
 // the blocked tensor directly (its [N, C/8, 8] result is [N, C]), so a classifier head needs no reorder.
