@@ -34,14 +34,16 @@ void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, i
 
 namespace {
 
-// The build a conv (group) runs: 16 lanes with AVX-512, 8 lanes with AVX-512's 32 registers where O < 16, else AVX2.
+// The build a conv (group) runs: 16 lanes with AVX-512, 8 lanes with AVX-512's 32 registers where O < 16 and the
+// source is blocked (the grouped convs of a chain; an 8-channel conv from NCHW is rare enough for the AVX2 build, and
+// leaving it out halves that build's code), else AVX2.
 enum class DirectIsa { avx2, avx512_8, avx512 };
 DirectIsa direct_isa(const DirectBlockedConv& g) {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vl");
   const char* e = std::getenv("SPORE_CONV_DIRECT_ISA");
   if (!has || (e && std::string_view(e) == "avx2")) return DirectIsa::avx2;
-  return g.o >= 16 ? DirectIsa::avx512 : DirectIsa::avx512_8;
+  return g.o >= 16 ? DirectIsa::avx512 : g.plain_src ? DirectIsa::avx2 : DirectIsa::avx512_8;
 }
 
 // Output channels [o_begin, o_end) (multiples of L): wp[t][cb][i][j][cc][l] = w[o_begin + t*L + l][cb*8 + cc][i][j]

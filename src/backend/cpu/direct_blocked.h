@@ -76,7 +76,8 @@ struct DirectJob {
 void direct_rows_avx2(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi, float* tot);
 void direct_rows_avx512(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
                         float* tot);
-// 8 lanes inside the AVX-512 target (32 registers: 24-pixel tiles): a conv (group) with 8 output channels.
+// 8 lanes inside the AVX-512 target (32 registers: 16-pixel tiles): a conv (group) with 8 output channels from a
+// blocked source.
 void direct_rows_avx512_8(const DirectJob& j, int64_t n, int64_t oy0, int64_t oy1, int64_t t_lo, int64_t t_hi,
                           float* tot);
 }  // namespace detail
