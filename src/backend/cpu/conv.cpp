@@ -22,7 +22,6 @@
 #include "backend/cpu/depthwise_blocked.h"
 #include "backend/cpu/direct_blocked.h"
 #include "backend/cpu/families.h"
-#include "backend/cpu/gemm_linear.h"
 #include "backend/cpu/onednn_util.h"
 #include "backend/cpu/pointwise_nchw.h"
 #include "backend/cpu/winograd.h"
@@ -745,9 +744,9 @@ std::optional<ConvPrim> onednn_conv_prim(const ConvGeom& g, DType t, bool bias, 
 }
 
 // A 1x1 conv over one pixel (squeeze-excite's FCs, [N, C, 1, 1] -> [N, O, 1, 1]) is a linear layer: x [N, C] @ w
-// [O, C]^T + bias, computed here with double sums (dot8_f64), whose bits depend on C alone. A oneDNN primitive call cost ~9-50 us
-// for these few thousand multiply-adds (efficientnet_b0's 32 SE FCs: ~0.4 ms of a 9 ms run). The blocked layout
-// [N, C/8, 1, 1, 8] of one pixel is [N, C] already, so either layout qualifies.
+// [O, C]^T + bias, computed here with double sums (dot8_f64), whose bits depend on C alone. A oneDNN primitive call
+// cost ~9-50 us for these few thousand multiply-adds (efficientnet_b0's 32 SE FCs: ~0.4 ms of a 9 ms run). The blocked
+// layout [N, C/8, 1, 1, 8] of one pixel is [N, C] already, so either layout qualifies.
 bool is_one_pixel_linear(const ConvGeom& g) {
   return g.groups == 1 && g.kh == 1 && g.kw == 1 && g.h == 1 && g.w == 1 && g.oh == 1 && g.ow == 1;
 }
@@ -770,7 +769,8 @@ double dot8_f64(const float* w, const float* x, int64_t c) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
-void one_pixel_linear(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, bool) {
+void one_pixel_linear(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  note_kernel_impl("dot_f64");
   const float* xp = x.data<float>();
   const float* wp = w.data<float>();
   const float* bp = bias ? bias->data<float>() : nullptr;
@@ -829,7 +829,7 @@ void conv_kernel(KernelContext& k) {
   }
   if (!transpose && t == DType::f32 && is_one_pixel_linear(g) && (!epi || !epi->pooled) &&
       one_pixel_operands(k.in(0), k.in(1), bias, k.out(0))) {
-    one_pixel_linear(g, k.in(0), k.in(1), bias, k.out(0), (k.constant_inputs >> 1) & 1);
+    one_pixel_linear(g, k.in(0), k.in(1), bias, k.out(0));
     if (epi) {
       epi->fn(0, k.out(0).numel());
       epi->applied = true;
@@ -902,7 +902,7 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
               dtype_name(y.dtype()));
   if (y.numel() == 0) return true;
   if (is_one_pixel_linear(g) && one_pixel_operands(x, w, bias, y)) {
-    one_pixel_linear(g, x, w, bias, y, weights_constant);
+    one_pixel_linear(g, x, w, bias, y);
     if (epilogue) (*epilogue)(0, y.numel());
     return true;
   }

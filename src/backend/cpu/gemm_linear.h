@@ -28,14 +28,6 @@ inline constexpr int64_t kGemmGroupK = 64;
 void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y,
                  const std::shared_ptr<Storage>& weights_owner = nullptr, bool w_kn = false);
 
-// Every f32 y[M, N] = x[M, K] @ W + bias, whichever op asked (linear, matmul, their fused and staged forms, a 1x1
-// conv over one pixel): a dot kernel for N <= 16 (K >= 16), gemm_linear for the rest (linalg.cpp). Both fix each
-// output's summation order from K alone, so the bits do not depend on the op, W's layout ([N, K], or [K, N] with
-// w_kn), M, a row's place in the batch, the thread count or the ISA. x is [M, K] row-major. owner: W's storage when
-// W is a plan constant (derived copies are then kept).
-void linear_f32(int64_t m, int64_t k, int64_t n, const float* x, const float* w, bool w_kn, const float* bias,
-                float* y, const std::shared_ptr<Storage>& owner);
-
 namespace detail {
 struct GemmJob {
   int64_t m, k, n;

@@ -274,9 +274,11 @@ void few_outputs_linear(DotIsa isa, int64_t m, int64_t k, int64_t n, const float
   });
 }
 
-}  // namespace
-
-// gemm_linear.h.
+// Every f32 y[M, N] = x[M, K] @ W + bias, whichever op asked (linear, matmul, their fused and staged forms) and
+// whichever layout W has ([N, K] for linear and matmul's transpose_b, [K, N] otherwise): the dot kernel above for
+// N <= 16 (K >= 16), spore's GEMM (gemm_linear.h) for the rest. Both fix each output's summation order from K
+// alone, so the bits do not depend on the op, W's layout, M, a row's place in the batch, the thread count or the
+// ISA. x is [M, K] row-major. owner: W's storage when W is a plan constant (derived copies are then kept).
 void linear_f32(int64_t m, int64_t k, int64_t n, const float* x, const float* w, bool w_kn, const float* bias,
                 float* y, const std::shared_ptr<Storage>& owner) {
   if (const DotIsa isa = few_outputs_isa(n, k); isa != DotIsa::off) {
@@ -290,8 +292,6 @@ void linear_f32(int64_t m, int64_t k, int64_t n, const float* x, const float* w,
   note_kernel_impl("gemm");
   gemm_linear(m, k, n, x, w, bias, y, owner, w_kn);
 }
-
-namespace {
 
 // f32 matmul over matmul_geom's batches (broadcast by offsets): A is used in place when its rows are contiguous,
 // else (transpose_a) copied to [M, K]; B in place as [K, N] or [N, K].
