@@ -791,7 +791,7 @@ bool pointwise_on() {
   return !(e && std::string_view(e) == "0");
 }
 
-bool one_pixel_operands(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+bool plain_f32_operands(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
   return x.dtype() == DType::f32 && w.dtype() == DType::f32 && y.dtype() == DType::f32 && x.is_contiguous() &&
          w.is_contiguous() && y.is_contiguous() && (!bias || (bias->dtype() == DType::f32 && bias->is_contiguous()));
 }
@@ -828,7 +828,7 @@ void conv_kernel(KernelContext& k) {
     }
   }
   if (!transpose && t == DType::f32 && is_one_pixel_linear(g) && (!epi || !epi->pooled) &&
-      one_pixel_operands(k.in(0), k.in(1), bias, k.out(0))) {
+      plain_f32_operands(k.in(0), k.in(1), bias, k.out(0))) {
     one_pixel_linear(g, k.in(0), k.in(1), bias, k.out(0));
     if (epi) {
       epi->fn(0, k.out(0).numel());
@@ -845,7 +845,7 @@ void conv_kernel(KernelContext& k) {
   if (!transpose && t == DType::f32 && g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 &&
       (g.oh * g.ow >= 128 || g.c * g.o <= (int64_t{1} << 17)) &&
       g.ph.begin == 0 && g.ph.end == 0 && g.pw.begin == 0 && g.pw.end == 0 && (!epi || !epi->pooled) &&
-      pointwise_on() && one_pixel_operands(k.in(0), k.in(1), bias, k.out(0))) {
+      pointwise_on() && plain_f32_operands(k.in(0), k.in(1), bias, k.out(0))) {
     note_kernel_impl("pointwise_nchw");
     pointwise_nchw_conv(PointwiseConv{g.n, g.c, g.o, g.oh * g.ow}, k.in(0).data<float>(), k.in(1).data<float>(),
                         bias ? bias->data<float>() : nullptr, k.out(0).data<float>(), epi ? &epi->fn : nullptr);
@@ -901,7 +901,7 @@ bool conv2d_blocked(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
   SPORE_CHECK(y.dtype() == DType::f32, ErrorCode::unsupported, "[conv2d_fused] blocked layouts are f32 only, got {}",
               dtype_name(y.dtype()));
   if (y.numel() == 0) return true;
-  if (is_one_pixel_linear(g) && one_pixel_operands(x, w, bias, y)) {
+  if (is_one_pixel_linear(g) && plain_f32_operands(x, w, bias, y)) {
     one_pixel_linear(g, x, w, bias, y);
     if (epilogue) (*epilogue)(0, y.numel());
     return true;
