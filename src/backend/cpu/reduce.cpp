@@ -209,15 +209,18 @@ void reduce_cols(const A* x, A* y, int64_t outer, int64_t r, int64_t inner) {
   auto fold_rows = [&](A* acc, int64_t o, int64_t t0, int64_t w, int64_t j0, int64_t j1) {
     // A few columns (a blocked tensor's 8 channels over H, W: the mobile nets' squeeze-excite pools) fold in
     // registers, not by one dispatched call per row; sum and product are lane-wise, so the bits are fold's.
+    // An f32 sum folds in double: these are global average pools (squeeze-excite, the classifier's pool) whose
+    // f32 running sum over H*W positive values drifted by up to ~20 ulp, more than the conv before it.
     if constexpr (std::is_floating_point_v<A> && (kOp == op_sum || kOp == op_prod)) {
       if (w == 8) {
-        A a[8];
-        std::fill(a, a + 8, identity<A, kOp>());
+        using S = std::conditional_t<std::is_same_v<A, float> && kOp == op_sum, double, A>;
+        S a[8];
+        std::fill(a, a + 8, identity<S, kOp>());
         for (int64_t j = j0; j < j1; ++j) {
           const A* row = x + (o * r + j) * inner + t0;
-          for (int c = 0; c < 8; ++c) a[c] = op2<A, kOp>(a[c], row[c]);
+          for (int c = 0; c < 8; ++c) a[c] = op2<S, kOp>(a[c], static_cast<S>(row[c]));
         }
-        std::copy(a, a + 8, acc);
+        for (int c = 0; c < 8; ++c) acc[c] = static_cast<A>(a[c]);
         return;
       }
     }

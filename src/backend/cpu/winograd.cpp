@@ -20,8 +20,8 @@
 // while after each region; pool workers competing with them for the cores made the ResNet bench at 2 threads much
 // slower than running on the team.
 //
-// Determinism and batch invariance by construction: an element of M_k is one FMA chain over c = 0..C-1 in
-// order, computed the same way by every micro-kernel variant (any tile count, 16 or 8 channels, AVX2 or
+// Determinism and batch invariance by construction: an element of M_k is the sum, left to right, of FMA chains
+// over groups of 16 channels in c order (kWinoGroup), computed the same way by every micro-kernel variant (any tile count, 16 or 8 channels, AVX2 or
 // AVX-512); the transforms are fixed formulas of one tile's window (zero outside the image), and a window's
 // values never depend on other images. So which tiles share a block, a micro-kernel call or a thread changes no
 // bits, and the block size T may depend on the batch size and thread count (it does: for load balance).
@@ -59,6 +59,11 @@ constexpr int kMR = detail::kWinogradMR;  // tiles per group: one AVX-512 micro-
 constexpr int kNR = detail::kWinogradNR;  // output channels per micro-kernel call (two ymm, one zmm)
 // V and U hold 16 or 36 planes (one per k) used side by side, kPlanePad floats apart (winograd_f4.h).
 constexpr int64_t kPlanePad = detail::kWinogradPlanePad;
+// Input channels per summation group of the transformed-domain GEMMs. One FMA chain over all C had ~1.5x (C = 64)
+// to 2.5x (C = 256) the f32 error against float64 of ORT's conv on resnet layers (M's values are large against
+// the outputs A^T M A makes of them, so their rounding dominates); groups of 16 summed left to right bring it to
+// ORT's (measured per layer: bench note in docs/PERFORMANCE.md, session 24).
+constexpr int64_t kWinoGroup = 16;
 
 // A per-thread buffer of floats, 64-byte aligned, grown on demand and kept between calls (a fresh
 // allocation per call would page-fault on every run).
@@ -165,32 +170,41 @@ void transform_weights_f4(const float* w, int64_t C, int64_t O, float* U, bool s
   });
 }
 
-// m[i][0..NB*8) = sum_{c < C} v[i*C + c] * u[c*NB*8 + ..] for i < MR, one FMA chain per element in c order.
+// m[i][0..NB*8) = sum_{c < C} v[i*C + c] * u[c*NB*8 + ..] for i < MR, in summation groups of kWinoGroup channels
+// (winograd_group_sum): each group one FMA chain from +0 in c order, the group sums added left to right (here
+// through m, which stays in L1: the 16 AVX2 registers hold the 12 accumulators and the operands only).
 // Named accumulators (not an array): GCC spilled an array of them to the stack on every iteration.
 template <int MR, int NB>
 void gemm_kernel(const float* __restrict v, int64_t C, const float* __restrict u, float* __restrict m) {
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
-  __m256 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
-  const float *v0 = v, *v1 = v + C, *v2 = v + 2 * C, *v3 = v + 3 * C, *v4 = v + 4 * C, *v5 = v + 5 * C;
-  for (int64_t c = 0; c < C; ++c, u += NB * 8) {
-    const __m256 b0 = _mm256_load_ps(u), b1 = NB > 1 ? _mm256_load_ps(u + 8) : b0;
+  for (int64_t c0 = 0; c0 < C; c0 += kWinoGroup) {
+    const int64_t c1 = std::min(C, c0 + kWinoGroup);
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
+    __m256 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+    const float *v0 = v, *v1 = v + C, *v2 = v + 2 * C, *v3 = v + 3 * C, *v4 = v + 4 * C, *v5 = v + 5 * C;
+    const float* uc = u + c0 * NB * 8;
+    for (int64_t c = c0; c < c1; ++c, uc += NB * 8) {
+      const __m256 b0 = _mm256_load_ps(uc), b1 = NB > 1 ? _mm256_load_ps(uc + 8) : b0;
 #define SPORE_WINO_ROW(i)                                 \
   if constexpr (MR > i) {                                 \
     const __m256 a = _mm256_broadcast_ss(v##i + c);       \
     a##i##0 = _mm256_fmadd_ps(a, b0, a##i##0);            \
     if constexpr (NB > 1) a##i##1 = _mm256_fmadd_ps(a, b1, a##i##1); \
   }
-    SPORE_WINO_ROW(0)
-    SPORE_WINO_ROW(1)
-    SPORE_WINO_ROW(2)
-    SPORE_WINO_ROW(3)
-    SPORE_WINO_ROW(4)
-    SPORE_WINO_ROW(5)
+      SPORE_WINO_ROW(0)
+      SPORE_WINO_ROW(1)
+      SPORE_WINO_ROW(2)
+      SPORE_WINO_ROW(3)
+      SPORE_WINO_ROW(4)
+      SPORE_WINO_ROW(5)
 #undef SPORE_WINO_ROW
+    }
+    const __m256 acc[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NB; ++j) {
+        float* mp = m + i * kNR + j * 8;
+        _mm256_store_ps(mp, c0 == 0 ? acc[i][j] : _mm256_add_ps(_mm256_load_ps(mp), acc[i][j]));
+      }
   }
-  const __m256 acc[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NB; ++j) _mm256_store_ps(m + i * kNR + j * 8, acc[i][j]);
 }
 
 using GemmFn = void (*)(const float*, int64_t, const float*, float*);
@@ -204,23 +218,31 @@ constexpr GemmFn kGemm[7] = {nullptr,
                              gemm_kernel<6, NB>};
 
 // The same products with AVX-512 (zmm: 16 channels per register, the tile's value an embedded broadcast), up
-// to 12 tiles per call. Each element is still one FMA chain over c in order, so the bits equal the AVX2
+// to 12 tiles per call. Each element is the same group sums added in the same order, so the bits equal the AVX2
 // kernel's: the ISA changes speed, not results.
 template <int MR>
 __attribute__((target("avx512f"))) void gemm_kernel_512(const float* __restrict v, int64_t C,
                                                           const float* __restrict u, float* __restrict m,
                                                           const float* next_u) {
-  __m512 acc[MR];
+  __m512 tot[MR];  // the group sums so far (32 registers: 12 of them, 12 accumulators, U's row)
 #pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < C; ++c) {
-    _mm_prefetch(reinterpret_cast<const char*>(next_u + c * kNR), _MM_HINT_T0);
-    const __m512 b = _mm512_load_ps(u + c * kNR);
+  for (int i = 0; i < MR; ++i) tot[i] = _mm512_setzero_ps();  // set by the first group; zeroed for the compiler
+  for (int64_t c0 = 0; c0 < C; c0 += kWinoGroup) {
+    const int64_t c1 = std::min(C, c0 + kWinoGroup);
+    __m512 acc[MR];
 #pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(v[i * C + c]), b, acc[i]);
+    for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t c = c0; c < c1; ++c) {
+      _mm_prefetch(reinterpret_cast<const char*>(next_u + c * kNR), _MM_HINT_T0);
+      const __m512 b = _mm512_load_ps(u + c * kNR);
+#pragma GCC unroll 12
+      for (int i = 0; i < MR; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(v[i * C + c]), b, acc[i]);
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) tot[i] = c0 == 0 ? acc[i] : _mm512_add_ps(tot[i], acc[i]);
   }
 #pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) _mm512_store_ps(m + i * kNR, acc[i]);
+  for (int i = 0; i < MR; ++i) _mm512_store_ps(m + i * kNR, tot[i]);
 }
 
 using Gemm512Fn = void (*)(const float*, int64_t, const float*, float*, const float*);

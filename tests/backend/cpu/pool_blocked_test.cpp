@@ -6,7 +6,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -99,6 +102,44 @@ TEST(PoolBlocked, SameBitsAsTheNchwKernels) {
       if (!(std::isnan(r[i]) && std::isnan(w[i]))) {
         ASSERT_NEAR(r[i], w[i], 1e-6 * (1 + std::abs(w[i]))) << i;
       }
+  }
+}
+
+// The global average pool of a blocked chain (passes/layout.cpp turns it into reduce_mean over H, W of [N, C/8, H,
+// W, 8]): each channel's f32 values sum in double, so the mean is the float64 mean rounded twice (the sum to f32,
+// then the division) - within 1 ulp. A running f32 sum over 56 x 56 positive values drifted by ~20 ulp (more than
+// the conv before it: squeezenet's and the resnets' output error against float64 was twice ORT's from it). Also
+// reduce_sum, which takes the same fold: within half an ulp of the double sum.
+TEST(PoolBlocked, GlobalMeanOfABlockedTensorSumsInDouble) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> d(0.0f, 1.0f);
+  const int64_t n = 2, cb = 3, h = 56, w = 56;
+  Tensor x = Tensor::empty({n, cb, h, w, 8}, DType::f32);
+  float* px = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) px[i] = d(rng);
+  for (OpId op : {"reduce_mean"_op, "reduce_sum"_op}) {
+    SCOPED_TRACE(op_name(op));
+    auto g = std::make_unique<Graph>("gap");
+    Value* in = g->add_input(TensorType::of(DType::f32, x.shape()), "x");
+    g->set_outputs({build_node(*g, op, {in}, Attrs{{"axes", V{2, 3}}, {"keepdims", false}})->output(0)});
+    CompileOptions o;
+    o.inference = true;
+    Plan p = compile_plan(std::move(g), o);
+    const Tensor y = p.run({&x, 1})[0];
+    ASSERT_EQ(y.shape(), (Shape{n, cb, 8}));
+    const float* py = y.data<float>();
+    int64_t worst_ulps = 0;
+    for (int64_t i = 0; i < n * cb; ++i)
+      for (int64_t c = 0; c < 8; ++c) {
+        double sum = 0;
+        for (int64_t q = 0; q < h * w; ++q) sum += px[(i * h * w + q) * 8 + c];
+        const float want = op == "reduce_mean"_op ? static_cast<float>(sum / static_cast<double>(h * w))
+                                                  : static_cast<float>(sum);
+        const float got = py[i * 8 + c];
+        const int64_t ulps = std::abs(static_cast<int64_t>(std::bit_cast<int32_t>(got)) - std::bit_cast<int32_t>(want));
+        worst_ulps = std::max(worst_ulps, ulps);
+      }
+    EXPECT_LE(worst_ulps, op == "reduce_mean"_op ? 1 : 0);
   }
 }
 

@@ -194,6 +194,37 @@ TEST(Winograd, MatchesFloat64DirectConv) {
   }
 }
 
+// The transformed-domain GEMMs sum in groups of 16 channels (winograd.cpp, kWinoGroup): M's values are large
+// against the outputs A^T M A makes of them, so their rounding dominates F(2x2)'s error, and one FMA chain over
+// all C grew it with C. Relative RMS error against float64 of F(2x2) at C = 256 on these uniform inputs (observed:
+// one chain 4.8e-7, groups 2.1e-7): it must stay below 3e-7.
+TEST(Winograd, SummationGroupsKeepTheErrorOfADeepConvNearADirectOnes) {
+  ForceTile force(2);
+  const Geom g{1, 256, 16, 8, 8, 1, 1, 1, 1};
+  const Problem p = make_problem(g, true, 91);
+  const std::vector<float> y = run(p);
+  double err2 = 0, ref2 = 0;
+  for (int64_t o = 0; o < g.o; ++o)
+    for (int64_t oy = 0; oy < g.h; ++oy)
+      for (int64_t ox = 0; ox < g.w; ++ox) {
+        double ref = p.b[static_cast<size_t>(o)];
+        for (int64_t c = 0; c < g.c; ++c)
+          for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 3; ++j) {
+              const int64_t iy = oy + i - 1, ix = ox + j - 1;
+              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+              ref += static_cast<double>(p.x[test::nchw8c_at(0, c, iy, ix, g.c, g.h, g.w)]) *
+                     p.w[static_cast<size_t>((o * g.c + c) * 9 + i * 3 + j)];
+            }
+        const double got = y[test::nchw8c_at(0, o, oy, ox, g.o, g.h, g.w)];
+        err2 += (got - ref) * (got - ref);
+        ref2 += ref * ref;
+      }
+  const double rel_rms = std::sqrt(err2 / ref2);
+  std::printf("F(2x2,3x3) C=256: relative RMS error against float64 %.2e\n", rel_rms);
+  EXPECT_LT(rel_rms, 3e-7);
+}
+
 TEST(Winograd, SameBitsForAnyThreadCount) {
   ThreadsGuard guard;
   // Sizes whose blocks split across the team in several ways; the last two have tiles for one micro-kernel group
