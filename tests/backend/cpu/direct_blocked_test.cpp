@@ -213,41 +213,48 @@ TEST(DirectBlocked, FusedEpilogueHasTheBitsOfTheSeparateOps) {
   set_threads(saved);
 }
 
-// Each output sums its taps in groups of direct_group_blocks input channel blocks (direct_blocked.h): the first group
-// by fma from the bias, each later one from +0, the group sums added left to right. Scalar std::fma in that order
-// gives every output's bits in both ISA builds (a 1x1 over 34 channel blocks: groups of 16, 16, 2; a 3x3 over 5
-// with edge columns: 2, 2, 1), and a single chain (the kernel before the groups) differs from it.
+// Each output sums its taps in groups of direct_group_blocks input channel blocks and, within them, of
+// direct_group_rows kernel rows (direct_blocked.h): the first group by fma from the bias, each later one from +0, the
+// group sums added left to right. Scalar std::fma in that order gives every output's bits in both ISA builds (a 1x1
+// over 34 channel blocks: groups of 16, 16, 2; a 3x3 over 5 with edge columns: 2, 2, 1; a 7x7 RGB stem from NCHW:
+// kernel rows 0-2, 3-5, 6; a 5x5 over 2 blocks: one row a group), and a single chain (the kernel before the groups)
+// differs from it.
 TEST(DirectBlocked, SumsTheTapsInTheDocumentedGroups) {
   uint32_t seed = 301;
-  for (const Case& c : {Case{1, 272, 32, 5, 7, 1, 1, 1, 1, 0, 0, 0, 0}, Case{2, 40, 16, 6, 9, 3, 3, 1, 1, 1, 1, 1, 1}}) {
+  for (const Case& c : {Case{1, 272, 32, 5, 7, 1, 1, 1, 1, 0, 0, 0, 0}, Case{2, 40, 16, 6, 9, 3, 3, 1, 1, 1, 1, 1, 1},
+                        Case{1, 3, 16, 23, 21, 7, 7, 2, 2, 3, 3, 3, 3, true}, Case{1, 16, 16, 9, 8, 5, 5, 1, 1, 2, 2, 2, 2}}) {
     SCOPED_TRACE(c.name());
     const Problem p = make(c, seed += 5);
     const DirectBlockedConv& g = p.g;
-    const int64_t group = direct_group_blocks(g.kh, g.kw);
+    const int64_t cb_n = (g.c + 7) / 8, group = direct_group_blocks(g.kh, g.kw);
+    const int64_t krows = direct_group_rows(g.kh, g.kw, g.plain_src ? std::min<int64_t>(8, g.c) : 8);
     std::vector<float> want(p.y_size()), chain(p.y_size());
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t o = 0; o < g.o; ++o)
         for (int64_t oy = 0; oy < g.oh; ++oy)
           for (int64_t ox = 0; ox < g.ow; ++ox) {
-            float total = 0.0f, part = p.b[static_cast<size_t>(o)], one = part;
-            for (int64_t cb = 0; cb < g.c / 8; ++cb) {
-              if (cb > 0 && cb % group == 0) {
-                total = cb == group ? part : total + part;
-                part = 0.0f;
+            float total = 0.0f, one = p.b[static_cast<size_t>(o)];
+            bool first = true;
+            for (int64_t cb0 = 0; cb0 < cb_n; cb0 += group)
+              for (int64_t k0 = 0; k0 < g.kh; k0 += krows) {
+                float part = first ? p.b[static_cast<size_t>(o)] : 0.0f;
+                for (int64_t cb = cb0; cb < std::min(cb_n, cb0 + group); ++cb)
+                  for (int64_t i = k0; i < std::min(g.kh, k0 + krows); ++i)
+                    for (int64_t j = 0; j < g.kw; ++j)
+                      for (int64_t cc = 0; cc < 8 && cb * 8 + cc < g.c; ++cc) {
+                        const int64_t iy = oy * g.sh + i - g.pad_top, ix = ox * g.sw + j - g.pad_left, ch = cb * 8 + cc;
+                        if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                        const float xv = p.x[g.plain_src ? static_cast<size_t>(((n * g.c + ch) * g.h + iy) * g.w + ix)
+                                                         : test::nchw8c_at(n, ch, iy, ix, g.c, g.h, g.w)];
+                        const float wv = p.w[static_cast<size_t>(((o * g.c + ch) * g.kh + i) * g.kw + j)];
+                        part = std::fma(xv, wv, part);
+                        one = std::fma(xv, wv, one);
+                      }
+                total = first ? part : total + part;
+                first = false;
               }
-              for (int64_t i = 0; i < g.kh; ++i)
-                for (int64_t j = 0; j < g.kw; ++j)
-                  for (int64_t cc = 0; cc < 8; ++cc) {
-                    const int64_t iy = oy * g.sh + i - g.pad_top, ix = ox * g.sw + j - g.pad_left, ch = cb * 8 + cc;
-                    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-                    const float xv = p.x[test::nchw8c_at(n, ch, iy, ix, g.c, g.h, g.w)];
-                    const float wv = p.w[static_cast<size_t>(((o * g.c + ch) * g.kh + i) * g.kw + j)];
-                    part = std::fma(xv, wv, part);
-                    one = std::fma(xv, wv, one);
-                  }
-            }
             const size_t at = test::nchw8c_at(n, o, oy, ox, g.o, g.oh, g.ow);
-            want[at] = g.c / 8 > group ? total + part : part;
+            want[at] = total;
             chain[at] = one;
           }
     EXPECT_NE(want, chain) << "the test tells the orders apart";
