@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """f32 error of spore, ONNX Runtime and PyTorch against a float64 PyTorch run of the same seeded torchvision export.
 
-    /usr/bin/python3 bench/peers/precision_vs_f64.py [--all | fcn_resnet50 resnet50 ...]
+    /usr/bin/python3 bench/peers/precision_vs_f64.py [--batch 8] [--all | fcn_resnet50 resnet50 ...]
 
 Rebuilds each model exactly as export_torchvision.py does (its build(): seed, BN re-estimation), runs it in float64
-and float32 on NAME.x1.npy, runs `spore run` (default, and --fast-conv) and ORT (ort_bench.js --save-output) on NAME.onnx, and prints the
+and float32 on NAME.x1.npy (--batch 8: NAME.x8.npy, 8 seeded images), runs `spore run` (default, and --fast-conv) and ORT (ort_bench.js --save-output) on NAME.onnx, and prints the
 worst |a - b| / (1e-4 + 1e-3 |b|) (tv_vs_ort.py's check metric) and the relative RMS error for each pair, and
-spore's default against issue 40's bound, 1.25 x min(ORT, PyTorch f32), on the worst-element metric. Needs the exports (export_torchvision.py)
+spore's default against issue 40's bound, 1.25 x min(ORT, PyTorch f32), on both. The relative RMS error (the whole
+output's) is the criterion docs/PERFORMANCE.md reports since session 24: the worst element of 1000 (or 8000) logits
+moves 10-25 % with any change of summation order at these error levels, for every engine, so single models crossed
+a bound on it both ways from run to run of kernel choices; the RMS moves a few percent. Needs the exports (export_torchvision.py)
 and the peers (setup.sh). Set SPORE_WINOGRAD_TILE=2 / SPORE_CONV_WINOGRAD=0 to see what a kernel choice costs.
 """
 import math
@@ -42,14 +45,20 @@ def spore_out(model, xp, d, *flags):
 
 
 def main():
-    names = sys.argv[1:]
+    args = sys.argv[1:]
+    batch = 1
+    if "--batch" in args:  # NAME.x8.npy: 8 seeded images, the worst element over 8000 outputs instead of 1000
+        i = args.index("--batch")
+        batch = int(args[i + 1])
+        del args[i:i + 2]
+    names = args
     if names in ([], ["--all"]):  # every base export (not the opset re-exports) with a seeded input
         names = sorted(f[:-5] for f in os.listdir(TV) if f.endswith(".json") and "_op" not in f
-                       and os.path.exists(os.path.join(TV, f[:-5] + ".x1.npy")))
+                       and os.path.exists(os.path.join(TV, f[:-5] + f".x{batch}.npy")))
     worst = []
     for name in names:
         m, _ = ex.build(name)
-        xp = os.path.join(TV, f"{name}.x1.npy")
+        xp = os.path.join(TV, f"{name}.x{batch}.npy")
         x = np.load(xp)
         with torch.no_grad():
             t32 = m(torch.from_numpy(x)).numpy().astype(np.float64)
@@ -62,19 +71,24 @@ def main():
              "--iters", "1"])
         o = np.load(os.path.join(d, "o", "y.npy")).astype(np.float64)
         e_s, e_f, e_o, e_t = metric(s, t64), metric(sf, t64), metric(o, t64), metric(t32, t64)
-        bound = 1.25 * min(e_o, e_t)
-        ratio = e_s / bound if bound > 0 else (0.0 if e_s == 0 else math.inf)
-        worst.append((ratio, name))
-        print(f"{name}: vs float64: spore {e_s:.3f} (--fast-conv {e_f:.3f})  ORT {e_o:.3f}  PyTorch f32 {e_t:.3f} | "
-              f"rel. RMS spore {rms(s, t64):.2e} (--fast-conv {rms(sf, t64):.2e}) ORT {rms(o, t64):.2e} "
-              f"PyTorch {rms(t32, t64):.2e} | "
-              f"spore / (1.25 min(ORT, PyTorch)) {ratio:.2f} {'ok' if e_s <= bound else 'ABOVE'} | "
+        r_s, r_f, r_o, r_t = rms(s, t64), rms(sf, t64), rms(o, t64), rms(t32, t64)
+
+        def against_bound(e, lo):
+            bound = 1.25 * lo
+            return e / bound if bound > 0 else (0.0 if e == 0 or not math.isfinite(e) else math.inf)
+
+        ratio, ratio_rms = against_bound(e_s, min(e_o, e_t)), against_bound(r_s, min(r_o, r_t))
+        worst.append((ratio, ratio_rms, name))
+        print(f"{name}: vs float64: worst element spore {e_s:.3f} (--fast-conv {e_f:.3f})  ORT {e_o:.3f}  "
+              f"PyTorch f32 {e_t:.3f} | rel. RMS spore {r_s:.2e} (--fast-conv {r_f:.2e}) ORT {r_o:.2e} "
+              f"PyTorch {r_t:.2e} | spore / (1.25 min(ORT, PyTorch)): RMS {ratio_rms:.2f} "
+              f"{'ok' if ratio_rms <= 1 else 'ABOVE'}, worst element {ratio:.2f} {'ok' if ratio <= 1 else 'ABOVE'} | "
               f"spore vs ORT {metric(s, o):.2f}, PyTorch f32 vs ORT {metric(t32, o):.2f}", flush=True)
     if worst:
-        w = max(worst)
-        print(f"{sum(r <= 1 for r, _ in worst)} of {len(worst)} at or below 1.25 min(ORT, PyTorch f32); worst {w[1]} "
-              f"{w[0]:.2f}x that bound")
-
+        for k, what in ((1, "relative RMS error"), (0, "worst element")):
+            w = max(worst, key=lambda t: t[k])
+            print(f"{what}: {sum(t[k] <= 1 for t in worst)} of {len(worst)} at or below 1.25 min(ORT, PyTorch f32); "
+                  f"worst {w[2]} {w[k]:.2f}x that bound")
 
 if __name__ == "__main__":
     main()
