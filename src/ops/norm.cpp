@@ -21,18 +21,28 @@ void check_epsilon(const InferContext& c) {
   c.check(eps >= 0, ErrorCode::invalid_argument, "epsilon must be >= 0, got {}", eps);
 }
 
+// layout "nchw8c" (set by passes/layout.cpp inside a blocked chain): x is [N, C/8, H, W, 8], the parameters [C].
 std::vector<TensorType> infer_batch_norm(const InferContext& c) {
   infer::common_dtype(c);
   check_epsilon(c);
+  const std::string layout = c.attrs.has("layout") ? c.attrs.s("layout") : std::string("nchw");
+  c.check(layout == "nchw" || layout == "nchw8c", ErrorCode::invalid_argument,
+          "layout must be \"nchw\" or \"nchw8c\", got \"{}\"", layout);
   const auto& x = c.in(0).dims;
+  Dim channels = x.size() >= 2 ? x[1] : Dim(0);
+  if (layout == "nchw8c") {
+    c.check(x.size() == 5 && x[4].is_static() && x[4].size == 8 && x[1].is_static(), ErrorCode::shape_mismatch,
+            "layout nchw8c needs x as [N, C/8, H, W, 8], got {}", dims_str(x));
+    channels = Dim(x[1].size * 8);
+  }
   c.check(x.size() >= 2, ErrorCode::shape_mismatch,
           "x must have rank >= 2 ([N,C,...]), got {}", dims_str(x));
   static const char* names[] = {"x", "scale", "bias", "mean", "var"};
   for (int i = 1; i < 5; ++i) {
     const auto& p = c.in(i).dims;
     c.check(
-        p.size() == 1 && dims_compatible(p[0], x[1]), ErrorCode::shape_mismatch,
-        "{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p));
+        p.size() == 1 && dims_compatible(p[0], channels), ErrorCode::shape_mismatch,
+        "{} must be [{}] (the channels of x {}), got {}", names[i], channels.str(), dims_str(x), dims_str(p));
   }
   return {c.in(0)};
 }
@@ -115,6 +125,8 @@ Ints non_channel_axes(int rank) {
 }
 
 Grads batch_norm_grad(const GradContext& c) {
+  SPORE_CHECK(!c.attrs.has("layout") || c.attrs.s("layout") == "nchw", ErrorCode::unsupported,
+              "[batch_norm] no gradient for layout {} (an inference-only rewrite)", c.attrs.s("layout"));
   const Tensor &x = c.inputs[0], &g = c.output_grads[0];
   const int rk = x.rank();
   const Tensor scale = channel_view(c.inputs[1], rk), mean = channel_view(c.inputs[3], rk);
@@ -213,6 +225,7 @@ void register_norm_ops(OpRegistry& r) {
       .doc("Inference batch norm over channel axis 1: (x - mean) / sqrt(var + epsilon) * scale + bias.")
       .inputs({"x", "scale", "bias", "mean", "var"})
       .attr("epsilon", AttrKind::f64, 1e-5)
+      .attr("layout", AttrKind::str, std::string("nchw"))
       .dtypes(dtypes::floating)
       .traits(TraitSet(), FusionKind::broadcast, AmpPolicy::keep_f32)
       .infer(infer_batch_norm)

@@ -85,23 +85,46 @@ class LayoutPass final : public Pass {
         index[n] = static_cast<int>(cands.size());
         cands.push_back(n);
       }
+    // Nodes the chain passes through when their input is blocked (norm_or_unary below): a batch norm, an elementwise
+    // op of one input. Edges between convs are followed through runs of them (DenseNet's concat -> BN -> relu -> conv).
+    const auto pass_through = [](const Node* n) {
+      if (n->dead || n->inputs.empty() || n->outputs.size() != 1) return false;
+      if (n->op == "batch_norm"_op) return n->inputs.size() == 5;
+      const OpDef& def = op_registry().get(n->op);
+      return n->inputs.size() == 1 && def.fusion == FusionKind::elementwise && def.traits.has(Trait::elementwise);
+    };
+    const auto producer_of = [&](const Value* v) -> const Node* {
+      const Node* p = v->producer;
+      while (p && pass_through(p)) p = p->input(0)->producer;
+      return p;
+    };
+    // The candidate users of v, through pass-through nodes.
+    const auto users_of = [&](const Value* v, std::vector<size_t>& out) {
+      std::vector<const Value*> todo{v};
+      while (!todo.empty()) {
+        const Value* cur = todo.back();
+        todo.pop_back();
+        for (const Use& u : cur->uses) {
+          if (index.count(u.user)) out.push_back(static_cast<size_t>(index[u.user]));
+          else if (u.index == 0 && pass_through(u.user)) todo.push_back(u.user->output(0));
+        }
+      }
+    };
     // Keep the convs that share a data edge with another candidate.
     std::vector<bool> keep(cands.size(), false);
     for (size_t i = 0; i < cands.size(); ++i)
       for (const Value* in : cands[i]->inputs) {
-        const Node* p = in->producer;
+        const Node* p = producer_of(in);
         if (p && index.count(p)) keep[i] = keep[static_cast<size_t>(index[p])] = true;
       }
     // ... or through a pool or a channel concat (GoogLeNet's Inception blocks: a branch's lone 1x1 conv meets the
-    // others only in their concat).
+    // others only in their concat; DenseNet's transitions meet their block only through its last concat).
     for (const Node* n : g.nodes()) {
       if (n->dead || (n->op != "max_pool2d"_op && n->op != "avg_pool2d"_op && n->op != "concat"_op)) continue;
       std::vector<size_t> touching;
       for (const Value* in : n->inputs)
-        if (in->producer && index.count(in->producer)) touching.push_back(static_cast<size_t>(index[in->producer]));
-      for (const Value* out : n->outputs)
-        for (const Use& u : out->uses)
-          if (index.count(u.user)) touching.push_back(static_cast<size_t>(index[u.user]));
+        if (const Node* p = producer_of(in); p && index.count(p)) touching.push_back(static_cast<size_t>(index[p]));
+      for (const Value* out : n->outputs) users_of(out, touching);
       if (touching.size() >= 2)
         for (size_t i : touching) keep[i] = true;
     }
@@ -202,11 +225,35 @@ class LayoutPass final : public Pass {
       }
       return false;
     };
+    // A pre-activation batch norm of a chain value and an elementwise op of one input (DenseNet's BN -> relu between
+    // its blocks' concats and convs: each dense layer reordered the concat to NCHW for them, and its 1x1 then read
+    // NCHW) run on the blocked tensor: the batch norm with layout "nchw8c" (its channel's fma per element, the NCHW
+    // kernel's bits), the elementwise op as it is (layout-blind).
+    const auto norm_or_unary = [&](Node* n) {
+      if (n->outputs.size() != 1 || n->inputs.empty() || !blocked.count(n->input(0)) ||
+          n->output(0)->type.dtype != DType::f32 || n->input(0)->type.dtype != DType::f32 ||
+          !static_dims(n->output(0)->type, 4) || n->output(0)->type.dims != n->input(0)->type.dims)
+        return false;
+      if (n->op == "batch_norm"_op && n->inputs.size() == 5 && (!n->attrs.has("layout") || n->attrs.s("layout") == "nchw")) {
+        std::vector<Value*> ins = n->inputs;
+        ins[0] = blocked[n->input(0)];
+        Attrs a = n->attrs;
+        a.set("layout", std::string("nchw8c"));
+        replace_blocked(n, build_node(g, "batch_norm"_op, std::move(ins), a, n->name));
+        return true;
+      }
+      const OpDef& def = op_registry().get(n->op);
+      if (n->inputs.size() == 1 && def.fusion == FusionKind::elementwise && def.traits.has(Trait::elementwise)) {
+        replace_blocked(n, build_node(g, n->op, {blocked[n->input(0)]}, n->attrs, n->name));
+        return true;
+      }
+      return false;
+    };
     for (Node* n : std::vector<Node*>(g.nodes())) {
       if (n->dead) continue;
       const auto at = index.find(n);
       if (at == index.end()) {
-        if (!se_rescale(n)) pool_or_concat(n);
+        if (!se_rescale(n) && !pool_or_concat(n)) norm_or_unary(n);
         continue;
       }
       const size_t i = static_cast<size_t>(at->second);

@@ -4,7 +4,7 @@
 //   x*1, 1*x, x/1, x-(+0), x+(-0), (-0)+x   (integer x: any zero; float x+(+0) is NOT removed: -0 + +0 = +0)
 //   neg(neg x); transpose(transpose x) -> one transpose (or x when the composed perm is the identity)
 //   reshape-like(reshape-like x) -> one reshape (reshape, flatten, squeeze, unsqueeze), or x if the shape is x's
-//   reshape/flatten/squeeze/unsqueeze/expand/transpose/slice(step 1) whose output type equals its input's
+//   reshape/flatten/squeeze/unsqueeze/expand/transpose/slice(step 1)/pad(all zero) whose output type equals its input's
 //   cast to the own dtype; cast(cast(x: A -> B) -> A) when A -> B is lossless (f32 -> f64 -> f32, ...)
 //   identity; dropout that is off (training=false or p=0)
 // A constant operand counts only by value (every element equal to 1 / 0) and only when the op's output type
@@ -169,6 +169,13 @@ RewriteSet make_rules() {
     const Attrs a = normalized(n);  // kept alive: ints() returns a reference into it
     for (int64_t s : a.ints("steps"))
       if (s != 1) return false;
+    return true;
+  }));
+  // Every pad zero (PyTorch's exporter writes one before DenseNet's AveragePool): a copy of x, in every mode.
+  rules.add(same_type_noop("noop_pad", "pad(x)", [](const Node* n) {
+    const Attrs a = normalized(n);
+    for (int64_t p : a.ints("pads"))
+      if (p != 0) return false;
     return true;
   }));
   rules.add(same_type_noop("noop_cast", "cast(x)"));

@@ -454,6 +454,53 @@ TEST(Layout, PoolsAndChannelConcatsOfTheChainStayBlocked) {
   expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 3, 19, 19}, 6);
 }
 
+// DenseNet: each layer is concat -> batch norm -> relu -> 1x1 conv -> 3x3 conv, the transition batch norm -> relu -> 1x1
+// -> a zero pad (PyTorch's export) -> 2x2 average pool. The batch norms and relus run on the blocked tensors (layout
+// nchw8c), the transition joins the chain through them, and the next block's concat stays blocked: the only image
+// reorder is the exit. Same values as the plain plan and the reference, on 1 and 2 threads.
+std::unique_ptr<Graph> dense_block() {
+  std::mt19937 rng(41);
+  auto g = std::make_unique<Graph>("dense");
+  Value* x = g->add_input(TensorType::of(DType::f32, {2, 3, 12, 12}), "x");
+  const auto w = [&](const Shape& sh, double lo = -0.3, double hi = 0.3) {
+    return g->add_constant(random_tensor(rng, sh, DType::f32, lo, hi));
+  };
+  const auto bn_relu = [&](Value* in, int64_t c) {
+    Value* b = build_node(*g, "batch_norm"_op, {in, w({c}, 0.5, 1.5), w({c}), w({c}), w({c}, 0.5, 2.0)}, {})->output(0);
+    return build_node(*g, "relu"_op, {b}, {})->output(0);
+  };
+  const auto conv = [&](Value* in, int64_t c, int64_t o, int64_t k) {
+    const int64_t p = k / 2;
+    return build_node(*g, "conv2d"_op, {in, w({o, c, k, k})}, Attrs{{"padding", V{p, p, p, p}}})->output(0);
+  };
+  const auto layer = [&](Value* in, int64_t c) { return conv(bn_relu(conv(bn_relu(in, c), c, 16, 1), 16), 16, 8, 3); };
+  std::vector<Value*> feats{conv(x, 3, 16, 3)};
+  int64_t c = 16;
+  for (int i = 0; i < 2; ++i, c += 8) {
+    Value* cat = feats.size() == 1 ? feats[0] : build_node(*g, "concat"_op, feats, Attrs{{"axis", int64_t{1}}})->output(0);
+    feats.push_back(layer(cat, c));
+  }
+  Value* cat = build_node(*g, "concat"_op, feats, Attrs{{"axis", int64_t{1}}})->output(0);
+  Value* t = conv(bn_relu(cat, c), c, 16, 1);
+  Value* padded = build_node(*g, "pad"_op, {t}, Attrs{{"pads", V{0, 0, 0, 0, 0, 0, 0, 0}}})->output(0);
+  Value* pooled = build_node(*g, "avg_pool2d"_op, {padded}, Attrs{{"kernel", V{2, 2}}, {"stride", V{2, 2}}})->output(0);
+  Value* next = build_node(*g, "concat"_op, {pooled, layer(pooled, 16)}, Attrs{{"axis", int64_t{1}}})->output(0);
+  g->set_outputs({bn_relu(next, 24)});
+  verify_graph(*g);
+  return g;
+}
+
+TEST(Layout, DenseBlocksBatchNormsAndActivationsStayBlocked) {
+  Plan blocked = compile_plan(dense_block(), inference(true));
+  Plan plain = compile_plan(dense_block(), inference(false));
+  Plan ref = compile_plan(dense_block(), inference(true, Backend::reference));
+  EXPECT_EQ(count_op(blocked.graph(), "transpose"_op), 1);
+  EXPECT_EQ(count_op(blocked.graph(), "batch_norm"_op, "layout", "nchw8c"), count_op(blocked.graph(), "batch_norm"_op));
+  EXPECT_EQ(count_op(blocked.graph(), "avg_pool2d"_op, "layout", "nchw8c"), 1);
+  EXPECT_EQ(count_op(blocked.graph(), "pad"_op), 0);
+  expect_blocked_plain_and_reference_agree(blocked, plain, ref, {2, 3, 12, 12}, 12);
+}
+
 // A stem conv over 3 channels with no other conv to chain to (an int8 model keeps its RGB stem f32, the convs after it
 // are int8): it runs blocked anyway (the direct kernel, row tasks, instead of one im2col sgemm per image), its max
 // pool pools the blocked tensor, and one reorder leaves after the pool. Same values as the plain plan.

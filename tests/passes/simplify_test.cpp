@@ -214,6 +214,24 @@ TEST(Simplify, NoOpSliceExpandIdentityDropout) {
       "}\n");
 }
 
+// A pad of zero on every side copies its input (PyTorch writes one before DenseNet's AveragePool); any nonzero pad,
+// or a crop, is work.
+TEST(Simplify, AllZeroPadIsANoOp) {
+  EXPECT_EQ(simplified("graph @g(%x: f32[1,2,3,3]) {\n"
+                       "  %a = pad(%x) {mode=\"constant\", pads=[0,0,0,0,0,0,0,0]} : f32[1,2,3,3]\n"
+                       "  %b = relu(%a) : f32[1,2,3,3]\n"
+                       "  return %b\n"
+                       "}\n"),
+            "graph @g(%x: f32[1,2,3,3]) {\n"
+            "  %b = relu(%x) : f32[1,2,3,3]\n"
+            "  return %b\n"
+            "}\n");
+  expect_unchanged("graph @g(%x: f32[1,2,3,3]) {\n"
+                   "  %a = pad(%x) {mode=\"constant\", pads=[0,0,1,0,0,0,-1,0]} : f32[1,2,3,3]\n"
+                   "  return %a\n"
+                   "}\n");
+}
+
 TEST(Simplify, GraphOutputsKeepTheirNames) {
   // The output %y is rewritten to %h, which takes the name y.
   EXPECT_EQ(simplified(std::string(

@@ -1,6 +1,8 @@
 // CPU kernels of the norm family. f32 batch_norm and layer_norm run own loops; rms_norm, group_norm,
 // dropout and every f64 kernel run loops over independent rows (statistics summed in double, in index
 // order, so any thread count gives the same bits). f16/bf16 are staged through f32.
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
@@ -68,10 +70,15 @@ void loops_batch_norm(KernelContext& k) {
 // f32: y = x * a[c] + b[c] with a, b per channel from the statistics in double (as loops_batch_norm), rows of
 // `inner` contiguous elements in parallel, one fma per element. oneDNN's primitive on this [N, C, inner] view ran
 // its reference kernel: 0.44 GB/s, 69% of densenet121 (pre-activation BN, not foldable into a conv).
+// layout nchw8c (a blocked chain, passes/layout.cpp): x is [N, C/8, H, W, 8]; each element gets its channel's
+// a, b by the same fma, so the bits are the NCHW kernel's.
 void batch_norm_kernel(KernelContext& k) {
-  if (k.out(0).dtype() == DType::f64) return loops_batch_norm<double>(k);
+  const bool blocked = k.attrs.has("layout") && k.attrs.s("layout") == "nchw8c";
+  if (k.out(0).dtype() == DType::f64 && !blocked) return loops_batch_norm<double>(k);
+  SPORE_CHECK(k.out(0).dtype() == DType::f32 || !blocked, ErrorCode::unsupported,
+              "[batch_norm] layout nchw8c is f32 only, got {}", dtype_name(k.out(0).dtype()));
   const Tensor& xt = k.in(0);
-  const int64_t n = xt.dim(0), c = xt.dim(1), inner = n * c != 0 ? xt.numel() / (n * c) : 0;
+  const int64_t n = xt.dim(0), c = blocked ? xt.dim(1) * 8 : xt.dim(1), inner = n * c != 0 ? xt.numel() / (n * c) : 0;
   if (xt.numel() == 0) return;
   const double eps = k.attrs.f("epsilon");
   const float *scale = k.in(1).data<float>(), *shift = k.in(2).data<float>();
@@ -83,6 +90,18 @@ void batch_norm_kernel(KernelContext& k) {
   }
   const float* x = xt.data<float>();
   float* y = k.out(0).data<float>();
+  if (blocked) {  // planes of [H, W, 8]: lane l of block cb is channel cb * 8 + l
+    const int64_t blocks = c / 8;
+    for_rows(n * blocks, inner * 8, [&](int64_t r) {
+      const float* ar = a.data() + (r % blocks) * 8;
+      const float* br = b.data() + (r % blocks) * 8;
+      const float* xr = x + r * inner * 8;
+      float* yr = y + r * inner * 8;
+      const __m256 av = _mm256_loadu_ps(ar), bv = _mm256_loadu_ps(br);  // lane l: the fma of std::fma
+      for (int64_t i = 0; i < inner; ++i) _mm256_storeu_ps(yr + i * 8, _mm256_fmadd_ps(_mm256_loadu_ps(xr + i * 8), av, bv));
+    });
+    return;
+  }
   for_rows(n * c, inner, [&](int64_t r) {
     const float ar = a[r % c], br = b[r % c];
     const float* xr = x + r * inner;

@@ -8,15 +8,17 @@
 namespace spore::reference {
 namespace {
 
+// layout nchw8c: x is [N, C/8, H, W, 8], lane l of block cb is channel cb * 8 + l.
 void batch_norm_kernel(KernelContext& k) {
   const Tensor& xt = k.in(0);
-  const int64_t c = xt.dim(1);
+  const bool blocked = k.attrs.has("layout") && k.attrs.s("layout") == "nchw8c";
+  const int64_t c = blocked ? xt.dim(1) * 8 : xt.dim(1);
   const int64_t inner = xt.numel() / std::max<int64_t>(xt.dim(0) * c, 1);
   const double eps = k.attrs.f("epsilon");
   const auto x = xt.to_doubles(), scale = k.in(1).to_doubles(), bias = k.in(2).to_doubles();
   const auto mean = k.in(3).to_doubles(), var = k.in(4).to_doubles();
   for (int64_t i = 0; i < xt.numel(); ++i) {
-    const int64_t ch = (i / inner) % c;
+    const int64_t ch = blocked ? (i / (inner * 8)) % (c / 8) * 8 + i % 8 : (i / inner) % c;
     put(k.out(0), i, (x[i] - mean[ch]) / std::sqrt(var[ch] + eps) * scale[ch] + bias[ch]);
   }
 }
