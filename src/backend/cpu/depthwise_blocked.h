@@ -64,6 +64,7 @@ struct DepthwiseRow {
   int64_t i0, i1;     // kernel rows whose input row is inside the image: i0 <= i < i1 (dilation-strided)
   int cbs = 1;
   int64_t xstride = 0, wstride = 0, ystride = 0;
+  bool stream = false;  // the input outgrows the caches: the AVX-512 interior prefetches the rows below its window
 };
 // The kernel columns [j0, j1) whose input column x0 + j * dw lies inside the image (x0: the window's first input
 // column, possibly negative); no division for dilation 1.
