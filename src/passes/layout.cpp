@@ -232,22 +232,19 @@ class LayoutPass final : public Pass {
     const auto norm_or_unary = [&](Node* n) {
       if (n->outputs.size() != 1 || n->inputs.empty() || !blocked.count(n->input(0)) ||
           n->output(0)->type.dtype != DType::f32 || n->input(0)->type.dtype != DType::f32 ||
-          !static_dims(n->output(0)->type, 4) || n->output(0)->type.dims != n->input(0)->type.dims)
+          !static_dims(n->output(0)->type, 4) || n->output(0)->type.dims != n->input(0)->type.dims || !pass_through(n))
         return false;
-      if (n->op == "batch_norm"_op && n->inputs.size() == 5 && (!n->attrs.has("layout") || n->attrs.s("layout") == "nchw")) {
-        std::vector<Value*> ins = n->inputs;
-        ins[0] = blocked[n->input(0)];
-        Attrs a = n->attrs;
-        a.set("layout", std::string("nchw8c"));
-        replace_blocked(n, build_node(g, "batch_norm"_op, std::move(ins), a, n->name));
-        return true;
-      }
-      const OpDef& def = op_registry().get(n->op);
-      if (n->inputs.size() == 1 && def.fusion == FusionKind::elementwise && def.traits.has(Trait::elementwise)) {
+      if (n->op != "batch_norm"_op) {
         replace_blocked(n, build_node(g, n->op, {blocked[n->input(0)]}, n->attrs, n->name));
         return true;
       }
-      return false;
+      if (n->attrs.has("layout") && n->attrs.s("layout") != "nchw") return false;
+      std::vector<Value*> ins = n->inputs;
+      ins[0] = blocked[n->input(0)];
+      Attrs a = n->attrs;
+      a.set("layout", std::string("nchw8c"));
+      replace_blocked(n, build_node(g, "batch_norm"_op, std::move(ins), a, n->name));
+      return true;
     };
     for (Node* n : std::vector<Node*>(g.nodes())) {
       if (n->dead) continue;
