@@ -32,6 +32,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "llm/generate.h"
+#include "llm/json_constraint.h"
 #include "llm/model.h"
 #include "ops/backend.h"
 #include "runtime/plan.h"
@@ -83,6 +84,7 @@ struct Engine::Impl {
     int64_t cached = 0;  // prompt tokens that came from the prefix cache
     bool prompt_cached_in = false;  // the prompt's blocks went into the prefix cache
     bool looked_up = false;         // the prefix cache was asked for this prompt
+    std::optional<JsonMatcher> json;  // constrained decoding
     Sampler sampler{SamplerConfig{}};
     StopMatcher stops{{}};
     std::string decoded;
@@ -128,6 +130,71 @@ struct Engine::Impl {
   double ema_total_ms = 1000;
 
   std::vector<std::unique_ptr<Seq>> slots;  // loop thread only
+
+  // Constrained decoding: every token's bytes (empty for control tokens, which are never allowed), the tokens by
+  // first byte, and whether a token is plain string content (no quote, backslash or control byte). Built on the
+  // first constrained request.
+  std::vector<std::string> tok_text;
+  std::vector<std::vector<int32_t>> by_first;
+  std::vector<char> plain;
+  std::vector<float> masked;
+
+  void build_token_table() {
+    if (!tok_text.empty()) return;
+    const Tokenizer& tk = m.tokenizer();
+    const int64_t V = m.config().n_vocab;
+    tok_text.resize(static_cast<size_t>(V));
+    by_first.assign(256, {});
+    plain.assign(static_cast<size_t>(V), 0);
+    for (int64_t i = 0; i < V && i < tk.vocab_size(); ++i) {
+      const auto id = static_cast<int32_t>(i);
+      const TokenType t = tk.token_type(id);
+      if (t == TokenType::control || t == TokenType::unknown || t == TokenType::unused) continue;
+      std::string text = tk.token_to_text(id);
+      if (text.empty()) continue;
+      bool pl = true;
+      for (unsigned char ch : text) pl = pl && ch >= 0x20 && ch != '"' && ch != '\\';
+      plain[static_cast<size_t>(i)] = pl;
+      by_first[static_cast<unsigned char>(text[0])].push_back(id);
+      tok_text[static_cast<size_t>(i)] = std::move(text);
+    }
+  }
+
+  // The logits with every token the constraint refuses at -inf (end-of-generation only where the document is
+  // complete). Returns false when no token is allowed.
+  bool mask_logits(const Seq& q, const float* row) {
+    build_token_table();
+    const int64_t V = m.config().n_vocab;
+    masked.assign(static_cast<size_t>(V), -INFINITY);
+    const JsonMatcher& jm = *q.json;
+    bool any = false;
+    const auto allow = [&](int32_t id) {
+      masked[static_cast<size_t>(id)] = row[id];
+      any = true;
+    };
+    const bool free_string = jm.in_free_string();
+    for (int b = 0; b < 256; ++b) {
+      const auto& ids = by_first[static_cast<size_t>(b)];
+      if (ids.empty()) continue;
+      JsonMatcher first = jm;
+      if (!first.feed(std::string_view(reinterpret_cast<const char*>(&b), 1))) continue;
+      for (int32_t id : ids) {
+        const std::string& t = tok_text[static_cast<size_t>(id)];
+        if (t.size() == 1 || (free_string && plain[static_cast<size_t>(id)])) {
+          allow(id);
+          continue;
+        }
+        JsonMatcher x = first;
+        if (x.feed(std::string_view(t).substr(1))) allow(id);
+      }
+    }
+    if (jm.complete()) {
+      const Tokenizer& tk = m.tokenizer();
+      for (int64_t i = 0; i < V && i < tk.vocab_size(); ++i)
+        if (tk.is_eog(static_cast<int32_t>(i))) allow(static_cast<int32_t>(i));
+    }
+    return any;
+  }
   std::atomic<bool> is_ready{false};
   std::exception_ptr start_error;
   std::condition_variable ready_cv;
@@ -549,7 +616,16 @@ struct Engine::Impl {
       }
       if (p.pick < 0) continue;
       const float* row = lg + p.pick * V;
-      const int32_t id = q.sampler.sample(std::span<const float>(row, static_cast<size_t>(V)), q.tokens);
+      const float* dist = row;
+      if (q.json) {
+        if (!mask_logits(q, row)) {
+          finish(std::move(slots[static_cast<size_t>(q.slot)]), "error",
+                 "constrained decoding: no token of the vocabulary continues the JSON output");
+          continue;
+        }
+        dist = masked.data();
+      }
+      const int32_t id = q.sampler.sample(std::span<const float>(dist, static_cast<size_t>(V)), q.tokens);
       q.sampler.accept(id);
       if (!q.has_first) {
         q.has_first = true;
@@ -564,8 +640,9 @@ struct Engine::Impl {
       q.tokens.push_back(id);
       ++q.generated;
       ++new_tokens;
+      if (q.json) q.json->feed(tok_text[static_cast<size_t>(id)]);  // allowed by mask_logits, so it continues
       emit_token(q, id, row);
-      if (q.stops.stopped()) finish(std::move(sp), "stop");
+      if (q.stops.stopped() || (q.json && q.json->closed())) finish(std::move(sp), "stop");
       else if (q.generated >= q.r.max_tokens || static_cast<int64_t>(q.tokens.size()) >= C) finish(std::move(sp), "length");
     }
     std::lock_guard<std::mutex> lk(mu);
@@ -710,6 +787,11 @@ uint64_t Engine::submit(Request r) {
   q->sampler = Sampler(r.sampler);
   q->stops = StopMatcher(r.stop);
   q->t_submit = clock_t_::now();
+  if (r.json) {
+    SPORE_CHECK(I.m.has_tokenizer(), ErrorCode::invalid_argument,
+                "constrained decoding needs the model's tokenizer, and '{}' has none", I.m.path());
+    q->json.emplace(r.json);
+  }
   q->r = std::move(r);
   std::lock_guard<std::mutex> lk(I.mu);
   const auto refuse = [&](const std::string& why) {

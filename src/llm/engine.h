@@ -30,6 +30,7 @@
 namespace spore::llm {
 
 class Model;
+class JsonConstraint;
 
 struct EngineOptions {
   int64_t slots = 4;          // sequences decoded together (`spore serve --parallel`)
@@ -58,6 +59,9 @@ struct Request {
   bool ignore_eos = false;
   int64_t logprobs = -1;         // -1: none; k >= 0: each token's logprob and the k most likely alternatives
   double timeout_s = 0;          // > 0: cancelled (finish "timeout") when not finished this long after submit
+  // Constrained decoding (llm/json_constraint.h): only tokens that keep the output a prefix of a document the
+  // constraint accepts are sampled; the request finishes ("stop") when the document closes. Needs a tokenizer.
+  std::shared_ptr<const JsonConstraint> json;
   // Called on the engine's thread for every event of this request, last a `done` (always exactly one).
   std::function<void(const Event&)> on_event;
 };
