@@ -5,6 +5,7 @@
 //   build/bench/llm_engine_bench MODEL.gguf --clients 1,4,16 --parallel 4 --prompt 64 --gen 32 --requests 2
 //
 // Prompts are distinct per request (no prefix-cache hits unless --shared-prefix N gives them N common tokens).
+// --json-object constrains every request to a JSON object (the cost of token masking).
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "llm/engine.h"
+#include "llm/json_constraint.h"
 #include "llm/model.h"
 #include "runtime/runtime.h"
 
@@ -47,13 +49,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: llm_engine_bench MODEL [--clients 1,4,16] [--parallel N] [--prompt N] [--gen N] "
                  "[--requests R per client] [--threads T] [--kv-type f16] [--step-tokens N] [--shared-prefix N] "
-                 "[--json]\n");
+                 "[--json-object] [--json]\n");
     return 2;
   }
   std::string model = argv[1], kv = "f16";
   std::vector<int64_t> clients{1, 4, 16};
   int64_t parallel = 4, prompt = 64, gen = 32, requests = 2, threads = 2, step = 128, shared = 0;
-  bool json = false;
+  bool json = false, json_object = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     const auto next = [&]() -> std::string {
@@ -73,6 +75,7 @@ int main(int argc, char** argv) {
     else if (a == "--step-tokens") step = std::stoll(next());
     else if (a == "--shared-prefix") shared = std::stoll(next());
     else if (a == "--json") json = true;
+    else if (a == "--json-object") json_object = true;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -115,6 +118,7 @@ int main(int argc, char** argv) {
             }
             q.max_tokens = gen;
             q.ignore_eos = true;
+            if (json_object) q.json = llm::JsonConstraint::any_object();
             std::mutex wm;
             std::condition_variable cv;
             bool done = false;

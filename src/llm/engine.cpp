@@ -131,33 +131,25 @@ struct Engine::Impl {
 
   std::vector<std::unique_ptr<Seq>> slots;  // loop thread only
 
-  // Constrained decoding: every token's bytes (empty for control tokens, which are never allowed), the tokens by
-  // first byte, and whether a token is plain string content (no quote, backslash or control byte). Built on the
-  // first constrained request.
+  // Constrained decoding: every token's bytes (empty for control tokens, which are never allowed) and the mask
+  // walker over them. Built on the first constrained request.
   std::vector<std::string> tok_text;
-  std::vector<std::vector<int32_t>> by_first;
-  std::vector<char> plain;
+  std::unique_ptr<JsonTokenMask> token_mask;
   std::vector<float> masked;
+  std::vector<int32_t> allowed_ids;
 
   void build_token_table() {
-    if (!tok_text.empty()) return;
+    if (token_mask) return;
     const Tokenizer& tk = m.tokenizer();
     const int64_t V = m.config().n_vocab;
-    tok_text.resize(static_cast<size_t>(V));
-    by_first.assign(256, {});
-    plain.assign(static_cast<size_t>(V), 0);
+    tok_text.assign(static_cast<size_t>(V), std::string());
     for (int64_t i = 0; i < V && i < tk.vocab_size(); ++i) {
       const auto id = static_cast<int32_t>(i);
       const TokenType t = tk.token_type(id);
       if (t == TokenType::control || t == TokenType::unknown || t == TokenType::unused) continue;
-      std::string text = tk.token_to_text(id);
-      if (text.empty()) continue;
-      bool pl = true;
-      for (unsigned char ch : text) pl = pl && ch >= 0x20 && ch != '"' && ch != '\\';
-      plain[static_cast<size_t>(i)] = pl;
-      by_first[static_cast<unsigned char>(text[0])].push_back(id);
-      tok_text[static_cast<size_t>(i)] = std::move(text);
+      tok_text[static_cast<size_t>(i)] = tk.token_to_text(id);
     }
+    token_mask = std::make_unique<JsonTokenMask>(tok_text);
   }
 
   // The logits with every token the constraint refuses at -inf (end-of-generation only where the document is
@@ -172,22 +164,9 @@ struct Engine::Impl {
       masked[static_cast<size_t>(id)] = row[id];
       any = true;
     };
-    const bool free_string = jm.in_free_string();
-    for (int b = 0; b < 256; ++b) {
-      const auto& ids = by_first[static_cast<size_t>(b)];
-      if (ids.empty()) continue;
-      JsonMatcher first = jm;
-      if (!first.feed(std::string_view(reinterpret_cast<const char*>(&b), 1))) continue;
-      for (int32_t id : ids) {
-        const std::string& t = tok_text[static_cast<size_t>(id)];
-        if (t.size() == 1 || (free_string && plain[static_cast<size_t>(id)])) {
-          allow(id);
-          continue;
-        }
-        JsonMatcher x = first;
-        if (x.feed(std::string_view(t).substr(1))) allow(id);
-      }
-    }
+    allowed_ids.clear();
+    token_mask->accepted(jm, allowed_ids);
+    for (int32_t id : allowed_ids) allow(id);
     if (jm.complete()) {
       const Tokenizer& tk = m.tokenizer();
       for (int64_t i = 0; i < V && i < tk.vocab_size(); ++i)
@@ -332,6 +311,8 @@ struct Engine::Impl {
 
   void warm_up() {
     const auto t0 = clock_t_::now();
+    // The constrained-decoding token table too, so a first JSON-mode request does not pay for it.
+    if (o.warm_up && m.has_tokenizer()) build_token_table();
     for (int64_t t = 1; t <= max_t; t *= 2) {
       plan_for(t, false);
       if (o.warm_up) run_step(t, false, {}, {}, {}, {});

@@ -708,4 +708,50 @@ bool JsonMatcher::closed() const {
   return !alts_.empty();
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// token masks
+
+JsonTokenMask::JsonTokenMask(const std::vector<std::string>& texts) : texts_(texts) {
+  for (size_t i = 0; i < texts_.size(); ++i) {
+    const std::string& t = texts_[i];
+    if (t.empty()) continue;
+    const auto id = static_cast<int32_t>(i);
+    sorted_.push_back({t, id});
+    bool plain = true;
+    for (unsigned char ch : t) plain = plain && ch >= 0x20 && ch != '"' && ch != '\\';
+    (plain ? plain_ : other_).push_back(id);
+  }
+  std::sort(sorted_.begin(), sorted_.end(),
+            [](const Entry& a, const Entry& b) { return a.text != b.text ? a.text < b.text : a.id < b.id; });
+}
+
+void JsonTokenMask::walk(size_t lo, size_t hi, size_t depth, const JsonMatcher& m, std::vector<int32_t>& out) const {
+  // Tokens that end here come first in the sorted range.
+  while (lo < hi && sorted_[lo].text.size() == depth) out.push_back(sorted_[lo++].id);
+  while (lo < hi) {
+    const auto b = static_cast<unsigned char>(sorted_[lo].text[depth]);
+    // The group of tokens with this byte at `depth`: binary search for its end.
+    const size_t end = static_cast<size_t>(
+        std::partition_point(sorted_.begin() + static_cast<std::ptrdiff_t>(lo), sorted_.begin() + static_cast<std::ptrdiff_t>(hi),
+                             [&](const Entry& e) { return static_cast<unsigned char>(e.text[depth]) == b; }) -
+        sorted_.begin());
+    JsonMatcher next = m;
+    const char ch = static_cast<char>(b);
+    if (next.feed(std::string_view(&ch, 1))) walk(lo, end, depth + 1, next, out);
+    lo = end;
+  }
+}
+
+void JsonTokenMask::accepted(const JsonMatcher& m, std::vector<int32_t>& out) const {
+  if (m.in_free_string()) {
+    out.insert(out.end(), plain_.begin(), plain_.end());
+    for (int32_t id : other_) {
+      JsonMatcher x = m;
+      if (x.feed(texts_[static_cast<size_t>(id)])) out.push_back(id);
+    }
+    return;
+  }
+  walk(0, sorted_.size(), 0, m, out);
+}
+
 }  // namespace spore::llm

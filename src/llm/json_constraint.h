@@ -82,4 +82,25 @@ class JsonMatcher {
   std::vector<Stack> alts_;
 };
 
+// The tokens a matcher accepts next, fast: token texts sorted, walked as an implicit trie (a group of tokens that
+// share a prefix is tried once per byte of the prefix, and dropped at the first byte the matcher refuses); inside
+// a free string, tokens without a quote, backslash or control byte are accepted without a walk.
+class JsonTokenMask {
+ public:
+  // texts[id]: the bytes token id appends to the output; empty ones are never accepted.
+  explicit JsonTokenMask(const std::vector<std::string>& texts);
+  // Appends the ids of every token m accepts as its next token.
+  void accepted(const JsonMatcher& m, std::vector<int32_t>& out) const;
+
+ private:
+  struct Entry {
+    std::string_view text;
+    int32_t id;
+  };
+  std::vector<std::string> texts_;
+  std::vector<Entry> sorted_;          // by text
+  std::vector<int32_t> plain_, other_;  // string-safe tokens, the rest (non-empty)
+  void walk(size_t lo, size_t hi, size_t depth, const JsonMatcher& m, std::vector<int32_t>& out) const;
+};
+
 }  // namespace spore::llm
