@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds llama.cpp (the commit shipped inside node-llama-cpp@3.21.1) and spore's llama_ref tool, offline.
 #   bash bench/peers/llama/build.sh            # idempotent: re-running only rebuilds what changed
-# Env: JOBS (default 2), LLAMA_BUILD_DIR (default bench/peers/llama/build).
+# Env: JOBS (default 2), LLAMA_BUILD_DIR (default bench/peers/llama/build), LLAMA_SERVER=1 also builds llama-server
+# (bench/peers/serve_vs_llamacpp.py; its web UI is off, so nothing is downloaded).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -31,15 +32,18 @@ if command -v ccache >/dev/null; then
 fi
 if [ ! -f "$build/build.ninja" ]; then
     echo "== configuring $build"
-    # Server/cli/app off: llama-cli links the whole server, and the server's UI step would try to download.
+    # The server is configured with its web UI off (LLAMA_BUILD_UI / LLAMA_USE_PREBUILT_UI would download it) and
+    # built only with LLAMA_SERVER=1; app off.
     cmake -S src -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
         -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-        -DBUILD_SHARED_LIBS=OFF
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+        -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF
 fi
+targets=(llama llama-bench llama-completion llama-quantize)
+[ "${LLAMA_SERVER:-0}" = 1 ] && targets+=(llama-server)
 echo "== building llama.cpp (-j$jobs)"
 start=$(date +%s)
-nice ninja -C "$build" -j"$jobs" llama llama-bench llama-completion llama-quantize
+nice ninja -C "$build" -j"$jobs" "${targets[@]}"
 echo "== llama.cpp built in $(( $(date +%s) - start )) s"
 
 # llama_ref: spore's logits/greedy-decode reference, linked against the static libraries above.
