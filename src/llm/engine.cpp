@@ -682,7 +682,7 @@ struct Engine::Impl {
       update_gauges();
       if (!step()) {
         std::unique_lock<std::mutex> lk(mu);
-        if (stopping && queue.empty() && idle()) break;
+        if (stopping && queue.empty() && idle() && jobs.empty()) break;
         // Wake for new work, cancellations, jobs, or to check timeouts / the shutdown deadline.
         cv.wait_for(lk, std::chrono::milliseconds(50),
                     [&] { return !queue.empty() || !jobs.empty() || stopping; });
