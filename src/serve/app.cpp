@@ -140,9 +140,7 @@ int run_serve(const ServeConfig& c) {
         server.attach_tensor(tm);
         tm->wait_ready();
         note(fmt::format("model '{}' ({}): {} inputs, {} outputs, dynamic batching {}; loaded and warmed up in {:.0f} ms",
-                         m.name, m.path, tm->inputs().size(), tm->outputs().size(),
-                         tm->batchable() ? fmt::format("on (max {} rows, {} ms)", c.max_batch, c.batch_delay_ms)
-                                         : (c.batching ? "off (no shared dynamic batch dim)" : "off"),
+                         m.name, m.path, tm->inputs().size(), tm->outputs().size(), tm->batching_note(),
                          tm->startup_ms()));
         tensors.push_back(std::move(tm));
       }

@@ -11,6 +11,7 @@
 #include "llm/engine.h"
 #include "serve/llm_backend.h"
 #include "serve/server.h"
+#include "serve/tensor_model.h"
 
 namespace spore::serve {
 
@@ -27,7 +28,7 @@ struct ServeConfig {
   double timeout_s = 0;         // per generation request (0: none)
   double shutdown_deadline_s = 30;
   // Tensor models.
-  bool batching = false;
+  Batching batching = Batching::auto_;
   int64_t max_batch = 8;
   double batch_delay_ms = 2.0;
   int threads = 0;              // spore's thread pool (0: all cores)

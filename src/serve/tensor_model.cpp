@@ -75,7 +75,14 @@ TensorModel::TensorModel(TensorModelOptions o, Metrics& metrics) : o_(std::move(
   }
   for (const TensorMeta& m : outputs_)
     ok = ok && m.type.rank() > 0 && !m.type.dims[0].is_static() && m.type.dims[0].sym == sym;
-  batchable_ = o_.batching && ok;
+  batchable_ = o_.batching != Batching::off && ok;
+  batching_note_ = o_.batching == Batching::off ? "off (--batching off)"
+                   : ok ? "on"
+                        : "off (the inputs and outputs do not share one dynamic first dim)";
+  if (batchable_ && o_.batching == Batching::auto_ && !o_.warm_up) {  // nothing measured: do not merge
+    batchable_ = false;
+    batching_note_ = "off (auto needs the warm-up to check batch invariance)";
+  }
   startup_ms_ = ms_between(t0, Clock::now());
   metrics_.set("spore:infer_queue_length", {{"model", o_.name}}, 0);
   worker_ = std::thread([this] { worker(); });
@@ -102,34 +109,77 @@ nlohmann::json TensorModel::metadata() const {
           {"parameters", {{"dynamic_batching", batchable_.load()}, {"max_batch_size", batchable_ ? o_.max_batch : 0}}}};
 }
 
-// Runs on the worker before it takes requests: compiles (and runs once) the plans the first requests will need.
+std::string TensorModel::batching_note() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return batching_note_;
+}
+
+// Runs on the worker before it takes requests: compiles (and runs once) the plans the first requests will need - batch
+// 1 and, when merging is possible, every size up to max_batch. For `auto` the same runs check batch invariance: rows
+// 0..b-1 of one fixed random batch, run merged, must equal each row run alone.
 void TensorModel::warm() {
   const auto t0 = Clock::now();
-  std::vector<int64_t> sizes = {1};
-  if (batchable_)
-    for (int64_t b = 2; b <= o_.max_batch; ++b) sizes.push_back(b);
-  for (int64_t b : sizes) {
-    std::vector<Tensor> xs;
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      Shape s;
-      for (size_t d = 0; d < inputs_[i].type.dims.size(); ++d) {
-        const Dim& dim = inputs_[i].type.dims[d];
-        if (dim.is_static()) s.push_back(dim.size);
-        else if (d == 0) s.push_back(b);
-        else SPORE_FAIL(ErrorCode::invalid_argument,
-                        "model '{}': input '{}' dim {} ({}) is dynamic: the server cannot warm it up; fix it with "
-                        "--input-shape when converting (spore convert)", o_.name, inputs_[i].name, d, dim.sym);
-      }
-      xs.push_back(deploy::random_input(s, inputs_[i].type.dtype, 0, i));
+  const int64_t top = batchable_ ? o_.max_batch : 1;
+  std::vector<Tensor> full;  // per input: `top` rows
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    Shape s;
+    for (size_t d = 0; d < inputs_[i].type.dims.size(); ++d) {
+      const Dim& dim = inputs_[i].type.dims[d];
+      if (dim.is_static()) s.push_back(dim.size);
+      else if (d == 0) s.push_back(top);
+      else SPORE_FAIL(ErrorCode::invalid_argument,
+                      "model '{}': input '{}' dim {} ({}) is dynamic: the server cannot warm it up; fix it with "
+                      "--input-shape when converting (spore convert)", o_.name, inputs_[i].name, d, dim.sym);
     }
-    const std::vector<Tensor> ys = session_->run(xs);
+    full.push_back(deploy::random_input(s, inputs_[i].type.dtype, 0, i));
+  }
+  auto first_rows = [&](int64_t b) {
+    std::vector<Tensor> xs;
+    for (size_t i = 0; i < full.size(); ++i)
+      xs.push_back(inputs_[i].type.dims[0].is_static() ? full[i] : full[i].slice(0, 0, b).contiguous());
+    return xs;
+  };
+  auto row = [&](int64_t r) {
+    std::vector<Tensor> xs;
+    for (size_t i = 0; i < full.size(); ++i)
+      xs.push_back(inputs_[i].type.dims[0].is_static() ? full[i] : full[i].slice(0, r, r + 1).contiguous());
+    return xs;
+  };
+  std::vector<std::vector<Tensor>> singles;
+  for (int64_t r = 0; r < top; ++r) {
+    std::vector<Tensor> xs = row(r);
+    singles.push_back(session_->run(xs));
     if (outputs_.empty()) {  // no symbolic graph: the plan's output types
       const deploy::Specialization& sp = session_->specialize(xs);
-      for (size_t k = 0; k < ys.size(); ++k)
-        outputs_.push_back({sp.plan.graph().outputs()[k]->name, TensorType::of(ys[k].dtype(), ys[k].shape())});
+      for (size_t k = 0; k < singles.back().size(); ++k)
+        outputs_.push_back({sp.plan.graph().outputs()[k]->name,
+                            TensorType::of(singles.back()[k].dtype(), singles.back()[k].shape())});
     }
   }
-  if (!session_->value_inputs().empty()) batchable_ = false;  // inputs compiled in by value: one plan per value
+  std::string differs;
+  for (int64_t b = 2; b <= top; ++b) {
+    const std::vector<Tensor> ys = session_->run(first_rows(b));
+    for (int64_t r = 0; r < b && differs.empty(); ++r)
+      for (size_t k = 0; k < ys.size() && differs.empty(); ++k)
+        if (!ys[k].slice(0, r, r + 1).contiguous().bit_equal(singles[static_cast<size_t>(r)][k]))
+          differs = fmt::format("output '{}' of row {} differs between a batch of {} and a run alone", outputs_[k].name,
+                                r, b);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!session_->value_inputs().empty()) {  // inputs compiled in by value: one plan per value, no merging
+    batchable_ = false;
+    batching_note_ = "off (the model takes some inputs as compile-time values)";
+  } else if (batchable_ && !differs.empty()) {
+    if (o_.batching == Batching::auto_) {
+      batchable_ = false;
+      batching_note_ = "off: the model is not batch-invariant (" + differs + "); --batching on merges anyway";
+    } else {
+      batching_note_ = "on (forced; NOT batch-invariant: " + differs + ")";
+    }
+  } else if (batchable_) {
+    batching_note_ = fmt::format("on (max {} rows, {} ms; merged rows checked bit-identical to single runs)",
+                                 o_.max_batch, o_.batch_delay_ms);
+  }
   startup_ms_ += ms_between(t0, Clock::now());
 }
 

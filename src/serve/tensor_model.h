@@ -1,12 +1,13 @@
 #pragma once
 // A tensor model (.onnx / .spore / text IR) served over KServe v2: a deploy::Session run by one worker thread that
-// takes requests from a bounded queue. With dynamic batching on, concurrent requests whose inputs share every dim
-// but the first (a dynamic batch dim the outputs share) are merged along dim 0 into one run, at most `max_batch`
-// rows, waiting at most `batch_delay_ms` for company, and the outputs are split back.
+// takes requests from a bounded queue. With dynamic batching, concurrent requests whose inputs share every dim but
+// the first (a dynamic batch dim the outputs share) are merged along dim 0 into one run, at most `max_batch` rows,
+// the first waiting at most `batch_delay_ms` for company, and the outputs are split back.
 //
-// Batching is opt-in: spore's conv/matmul kernels are not batch-invariant (docs/DESIGN: oneDNN takes a GEMV path for
-// one row and a GEMM path for several), so a merged request's outputs may differ in the last bits from the same
-// request run alone. tests/serve/tensor_model_test.cpp measures it on the bundled models.
+// A merged request must get the bits it would get alone. That holds only if every kernel of the model is
+// batch-invariant (docs/DESIGN.md: oneDNN's GEMV and GEMM paths are not), so `auto` (the default) measures it at
+// warm-up: each batch size 2..max_batch is run on rows whose single-row results are known, and batching turns on only
+// if every row is bit-identical. `on` merges regardless (faster, outputs may differ in the last bits); `off` never.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -32,10 +33,12 @@ class Session;
 
 namespace spore::serve {
 
+enum class Batching { off, on, auto_ };
+
 struct TensorModelOptions {
   std::string name;
   std::string path;
-  bool batching = false;
+  Batching batching = Batching::auto_;
   int64_t max_batch = 8;        // rows per merged run
   double batch_delay_ms = 2.0;  // how long the first request of a batch waits for others
   int64_t max_queue = 64;       // requests waiting; one more is refused (503)
@@ -53,8 +56,10 @@ class TensorModel {
   bool ready() const;
   void wait_ready();  // rethrows a warm-up failure
   double startup_ms() const { return startup_ms_; }
-  // True when concurrent requests may be merged (batching on and the model has a shared dynamic batch dim).
+  // True when concurrent requests are merged (batching allowed, the model has a shared dynamic batch dim, and, for
+  // `auto`, the warm-up found merged rows bit-identical to single runs). `batching_note()` says why or why not.
   bool batchable() const { return batchable_; }
+  std::string batching_note() const;
 
   const std::vector<TensorMeta>& inputs() const { return inputs_; }
   const std::vector<TensorMeta>& outputs() const { return outputs_; }
@@ -86,6 +91,7 @@ class TensorModel {
   std::unique_ptr<deploy::Session> session_;
   std::vector<TensorMeta> inputs_, outputs_;
   std::atomic<bool> batchable_{false};
+  std::string batching_note_;  // written by the warm-up, read after ready
   double startup_ms_ = 0;
 
   mutable std::mutex mu_;

@@ -16,7 +16,7 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app("spore serve: serve LLMs (.gguf or a Hugging Face folder) over the OpenAI API and tensor models "
                "(.onnx, .spore) over KServe v2, with /health, /metrics and a JSON access log (docs/SERVE.md)",
                "spore serve");
-  std::string model, kv_type = "f16", max_memory_text, max_body_text = "32MiB", batching = "off";
+  std::string model, kv_type = "f16", max_memory_text, max_body_text = "32MiB", batching = "auto";
   std::vector<std::string> named;
   serve::ServeConfig c;
   app.add_option("model", model, "the model to serve: .gguf / Hugging Face folder (LLM) or .onnx / .spore (tensors)");
@@ -51,9 +51,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-body", max_body_text, "largest request body, e.g. 32MiB (bigger: 413)")->capture_default_str();
   app.add_option("--chat-template", c.chat_template, "chat template to use instead of the model's: llama3, chatml or "
                                                      "deepseek-r1");
-  app.add_option("--batching", batching, "tensor models: merge concurrent requests into one run (on/off; off by "
-                                         "default: spore's kernels are not batch-invariant, docs/SERVE.md)")
-      ->check(CLI::IsMember({"on", "off"}))
+  app.add_option("--batching", batching, "tensor models: merge concurrent requests into one run. auto: only when the "
+                                         "warm-up finds merged outputs bit-identical to single runs; on: always; off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--max-batch", c.max_batch, "tensor models: rows per merged run")
       ->check(CLI::PositiveNumber)
@@ -95,7 +95,7 @@ int cmd_serve(int argc, char** argv) {
     SPORE_FAIL(ErrorCode::invalid_argument, "--max-body '{}': expected a size such as 32MiB or 1000000", max_body_text);
   }
   c.server.access_log = !no_access_log;
-  c.batching = batching == "on";
+  c.batching = batching == "on" ? serve::Batching::on : batching == "off" ? serve::Batching::off : serve::Batching::auto_;
   c.llm_factory = serve::make_engine_backend;
   return serve::run_serve(c);
 }
