@@ -240,7 +240,10 @@ class Generation {
   void record(AccessRecord& log) {
     const Labels ml = {{"model", model_}};
     for (const Choice& c : choices_) {
-      if (c.last.finish_reason.empty()) continue;  // cancelled before it ended (client gone): no done event read
+      if (c.last.finish_reason.empty()) {  // cancelled before it ended (the client left): no done event was read
+        if (c.submitted) metrics_.add("spore:request_success_total", {{"model", model_}, {"finished_reason", "cancelled"}});
+        continue;
+      }
       metrics_.add("spore:request_success_total", {{"model", model_}, {"finished_reason", c.last.finish_reason}});
       metrics_.observe("spore:e2e_request_latency_seconds", ml, c.last.total_ms / 1000.0);
       metrics_.observe("spore:request_queue_time_seconds", ml, c.last.queue_ms / 1000.0);
