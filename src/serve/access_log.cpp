@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "serve/openai_response.h"
 
 namespace spore::serve {
 
@@ -25,8 +24,8 @@ std::string utc_now() {
 double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 }  // namespace
 
-nlohmann::json access_json(const AccessRecord& r) {
-  nlohmann::json j;
+nlohmann::ordered_json access_json(const AccessRecord& r) {
+  nlohmann::ordered_json j;
   j["ts"] = utc_now();
   j["id"] = r.id;
   j["method"] = r.method;
@@ -47,7 +46,8 @@ nlohmann::json access_json(const AccessRecord& r) {
 
 void AccessLog::write(const AccessRecord& r) {
   if (!enabled_) return;
-  const std::string line = dump_json(access_json(r)) + "\n";
+  const std::string line =
+      access_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);

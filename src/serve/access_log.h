@@ -20,7 +20,7 @@ struct AccessRecord {
   double queue_ms = -1, ttft_ms = -1, total_ms = 0;                          // -1: not measured (left out)
 };
 
-nlohmann::json access_json(const AccessRecord& r);
+nlohmann::ordered_json access_json(const AccessRecord& r);  // keys in the order above
 
 class AccessLog {
  public:

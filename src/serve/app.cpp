@@ -104,7 +104,7 @@ int run_serve(const ServeConfig& c) {
   const int port = server.bind();
   std::printf("listening on http://%s:%d\n", c.server.host.c_str(), port);
   std::fflush(stdout);
-  std::thread http([&] { server.run(); });
+  server.start();
 
   std::vector<std::shared_ptr<LlmService>> llms;
   std::vector<std::shared_ptr<TensorModel>> tensors;
@@ -165,7 +165,7 @@ int run_serve(const ServeConfig& c) {
   for (auto& s : llms) stoppers.emplace_back([&s, &c] { s->backend().shutdown(c.shutdown_deadline_s); });
   for (auto& t : tensors) stoppers.emplace_back([&t] { t->stop(); });
   for (std::thread& t : stoppers) t.join();
-  http.join();
+  server.wait();
   note(fmt::format("stopped in {:.0f} ms", ms_since(t_stop)));
   return failed ? 1 : 0;
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -83,6 +84,8 @@ struct Server::Impl {
   std::vector<std::string> order;
   std::map<std::string, ModelEntry> models;
   std::atomic<bool> draining{false};
+  std::atomic<bool> started{false}, finished{false};
+  std::thread thread;  // the accept loop (start() .. wait())
   std::atomic<uint64_t> counter{0};
   std::vector<RouteInfo> known;
   const int64_t started_unix =
@@ -486,7 +489,12 @@ struct Server::Impl {
 };
 
 Server::Server(ServerOptions o) : impl_(std::make_unique<Impl>(std::move(o))) {}
-Server::~Server() = default;
+Server::~Server() {
+  if (impl_->thread.joinable()) {
+    begin_shutdown();
+    impl_->thread.join();
+  }
+}
 
 Metrics& Server::metrics() { return impl_->metrics; }
 AccessLog& Server::access_log() { return impl_->log; }
@@ -529,11 +537,27 @@ int Server::bind() {
   return port;
 }
 
-void Server::run() { impl_->svr.listen_after_bind(); }
+void Server::start() {
+  Impl& m = *impl_;
+  m.started = true;
+  m.thread = std::thread([&m] {
+    m.svr.listen_after_bind();
+    m.finished = true;
+  });
+}
+
+void Server::wait() {
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
 
 void Server::begin_shutdown() {
-  impl_->draining = true;
-  impl_->svr.stop();
+  Impl& m = *impl_;
+  m.draining = true;
+  // httplib's stop() does nothing until listen has started: a shutdown right after start() (a model that fails to
+  // load at once) waits for it, or wait() would never return.
+  for (int i = 0; i < 10000 && m.started && !m.finished && !m.svr.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  m.svr.stop();
 }
 
 bool Server::all_ready() const { return impl_->all_ready(); }

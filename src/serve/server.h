@@ -6,7 +6,7 @@
 //   serve::Server s({.host = "127.0.0.1", .port = 0});
 //   s.declare_model("tiny", serve::ModelKind::llm);
 //   int port = s.bind();                  // then print "listening on ..."
-//   std::thread t([&] { s.run(); });      // serves until begin_shutdown()
+//   s.start();                            // serves on its own thread until begin_shutdown(); s.wait() joins it
 //   s.attach_llm(std::make_shared<serve::LlmService>(...));
 #include <cstddef>
 #include <cstdint>
@@ -50,8 +50,9 @@ class Server {
   void attach_tensor(std::shared_ptr<TensorModel> m);
   void mark_failed(const std::string& name, const std::string& why);  // /health reports it; requests get 503
 
-  int bind();  // opens the socket; returns the port (an Error naming host:port if it cannot)
-  void run();  // serves until begin_shutdown(); returns when every connection's handler has finished
+  int bind();    // opens the socket; returns the port (an Error naming host:port if it cannot)
+  void start();  // serves on a thread of its own until begin_shutdown()
+  void wait();   // returns when the server has stopped and every connection's handler has finished
   // Stops accepting connections; requests that arrive on open connections get 503; /health answers 503.
   void begin_shutdown();
   bool all_ready() const;

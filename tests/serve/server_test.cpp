@@ -38,7 +38,6 @@ std::optional<llm::Tokenizer> tiny_tokenizer() {
 // A server on a free port, serving until the fixture goes away.
 struct Running {
   std::unique_ptr<Server> server;
-  std::thread thread;
   int port = 0;
   FakeBackend* fake = nullptr;
 
@@ -49,7 +48,7 @@ struct Running {
   }
   void start() {
     port = server->bind();
-    thread = std::thread([this] { server->run(); });
+    server->start();
   }
   void add_llm(const llm::Tokenizer& tok, FakeBackend::Options fo = {}) {
     server->declare_model("tiny", ModelKind::llm);
@@ -63,11 +62,9 @@ struct Running {
     return c;
   }
   ~Running() {
-    if (thread.joinable()) {
-      server->begin_shutdown();
-      if (fake) fake->shutdown(0);
-      thread.join();
-    }
+    server->begin_shutdown();
+    if (fake) fake->shutdown(0);
+    server->wait();
   }
 };
 
