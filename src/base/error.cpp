@@ -12,6 +12,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::parse_error: return "parse_error";
     case ErrorCode::io_error: return "io_error";
     case ErrorCode::not_found: return "not_found";
+    case ErrorCode::unavailable: return "unavailable";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";

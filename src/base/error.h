@@ -19,6 +19,7 @@ enum class ErrorCode {
   parse_error,
   io_error,
   not_found,
+  unavailable,  // the service cannot take it now (a full queue, shutting down): retry later
   internal,
 };
 

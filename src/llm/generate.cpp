@@ -224,8 +224,6 @@ const float* Session::feed_steps(std::span<const int32_t> tokens, std::vector<fl
   return last;
 }
 
-namespace {
-// Length of the longest prefix of s that ends on a UTF-8 character boundary.
 size_t utf8_complete(const std::string& s) {
   size_t n = s.size();
   for (size_t back = 1; back <= 4 && back <= n; ++back) {
@@ -236,7 +234,6 @@ size_t utf8_complete(const std::string& s) {
   }
   return n;
 }
-}  // namespace
 
 GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, const GenerateOptions& o,
                         const std::function<void(const std::string&)>& on_text,

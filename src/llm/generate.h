@@ -136,6 +136,9 @@ GenerateResult generate(Session& s, const std::vector<int32_t>& prompt, const Ge
                         const std::function<void(const std::string&)>& on_text = {},
                         const std::function<void(int32_t, std::span<const float>)>& on_logits = {});
 
+// Length of the longest prefix of s that ends on a UTF-8 character boundary (text safe to show while streaming).
+size_t utf8_complete(const std::string& s);
+
 // Bytes of memory the machine can give (MemAvailable), 0 when unknown.
 int64_t available_memory();
 

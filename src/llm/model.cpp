@@ -318,22 +318,34 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
               ErrorCode::unsupported, "KV cache type {} is not supported (f32, f16, bf16, i8)", dtype_name(o.kv_dtype));
   const bool i8 = o.kv_dtype == DType::i8;
   const size_t per_layer = i8 ? 4 : 2;  // k, v cache inputs (and their row scales)
+  SPORE_CHECK(o.slots >= 0 && o.picks >= 1, ErrorCode::invalid_argument,
+              "step graph needs slots >= 0 and picks >= 1, got {} and {}", o.slots, o.picks);
+  const bool pooled = o.slots > 0, picks = !o.all_logits && !o.hidden;
   std::vector<TensorType> types{TensorType(DType::i64, {T}), TensorType(DType::i64, {T})};
   std::vector<std::string> names{"tokens", "positions"};
-  if (!o.all_logits) {
-    types.emplace_back(DType::i64, std::vector<Dim>{1});
+  if (pooled) {
+    types.emplace_back(DType::i64, std::vector<Dim>{T});
+    names.emplace_back("slots");
+  }
+  const size_t last_at = types.size();
+  if (picks) {
+    types.emplace_back(DType::i64, std::vector<Dim>{o.picks});
     names.emplace_back("last");
   }
   const size_t kv0 = types.size();
+  const auto cache_dims = [&](std::vector<Dim> d) {
+    if (pooled) d.insert(d.begin(), Dim(o.slots));
+    return d;
+  };
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    types.emplace_back(o.kv_dtype, std::vector<Dim>{Hkv, C, D});
+    types.emplace_back(o.kv_dtype, cache_dims({Hkv, C, D}));
     names.push_back("k_cache_" + std::to_string(l));
-    types.emplace_back(o.kv_dtype, std::vector<Dim>{Hkv, C, D});
+    types.emplace_back(o.kv_dtype, cache_dims({Hkv, C, D}));
     names.push_back("v_cache_" + std::to_string(l));
     if (i8) {
-      types.emplace_back(DType::f32, std::vector<Dim>{Hkv, C});
+      types.emplace_back(DType::f32, cache_dims({Hkv, C}));
       names.push_back("k_scale_" + std::to_string(l));
-      types.emplace_back(DType::f32, std::vector<Dim>{Hkv, C});
+      types.emplace_back(DType::f32, cache_dims({Hkv, C}));
       names.push_back("v_scale_" + std::to_string(l));
     }
   }
@@ -361,7 +373,9 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
         ks = in[at + 2];
         vs = in[at + 3];
       }
-      Tensor att = ops::attention_kv(q, in[at], in[at + 1], k, v, pos, scale, ks, vs);
+      std::optional<Tensor> slots;
+      if (pooled) slots = in[2];
+      Tensor att = ops::attention_kv(q, in[at], in[at + 1], k, v, pos, scale, ks, vs, slots);
       x = ops::add(x, lin(ops::reshape(att, {T, H * D}), w.wo));
       h = ops::rms_norm(x, w.ffn_norm, -1, c.rms_eps);
       Tensor ff = ops::mul(ops::silu(lin(h, w.w_gate)), lin(h, w.w_up));
@@ -369,9 +383,9 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
       kv.push_back(k);
       kv.push_back(v);
     }
-    if (!o.all_logits) x = ops::embedding(x, in[2]);
+    if (picks) x = ops::embedding(x, in[last_at]);
     x = ops::rms_norm(x, output_norm_, -1, c.rms_eps);
-    std::vector<Tensor> out{lin(x, output_)};
+    std::vector<Tensor> out{o.hidden ? x : lin(x, output_)};
     out.insert(out.end(), kv.begin(), kv.end());
     return out;
   };

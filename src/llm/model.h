@@ -49,7 +49,13 @@ struct StepOptions {
   int64_t tokens = 1;  // T: tokens per step (1 = decode)
   int64_t ctx = 0;     // KV cache length C
   DType kv_dtype = DType::f32;
-  bool all_logits = false;  // logits of every row [T, V] instead of the row `last` picks [1, V]
+  bool all_logits = false;  // logits of every row [T, V] instead of the rows `last` picks [picks, V]
+  int64_t picks = 1;        // rows of `last`: logits for that many rows (continuous batching: one per sequence)
+  // Pooled caches for continuous batching (llm/engine.h): 0 = one sequence, caches [Hkv, C, D]; S > 0 = caches
+  // [S, Hkv, C, D] (i8 scales [S, Hkv, C]) and an input `slots` i64 [T] after `positions` (ops::attention_kv).
+  int64_t slots = 0;
+  // Instead of logits, the final hidden states after the output norm, f32 [T, n_embd] (embeddings); no `last`.
+  bool hidden = false;
 };
 
 class Model {
@@ -72,10 +78,11 @@ class Model {
     return 2 * cfg_.n_layer * cfg_.n_head_kv * row;
   }
 
-  // The graph of one step. Inputs: tokens i64 [T], positions i64 [T] (consecutive), last i64 [1] (the row whose
-  // logits to return; absent with all_logits), then k_cache_l, v_cache_l [Hkv, C, D] for every layer, each layer's
-  // pair followed, for an i8 cache, by its row scales k_scale_l, v_scale_l f32 [Hkv, C]. Outputs:
-  // logits f32 [1, V] (or [T, V]), then k_new_l, v_new_l f32 [T, Hkv, D] for every layer, which the caller writes into
+  // The graph of one step. Inputs: tokens i64 [T], positions i64 [T] (consecutive), with o.slots > 0 slots i64 [T],
+  // last i64 [picks] (the rows whose logits to return; absent with all_logits or hidden), then k_cache_l, v_cache_l
+  // [Hkv, C, D] (pooled: [S, Hkv, C, D]) for every layer, each layer's pair followed, for an i8 cache, by its row
+  // scales k_scale_l, v_scale_l f32 [Hkv, C] ([S, Hkv, C]). Outputs: logits f32 [picks, V] (or [T, V]; hidden: the
+  // normed hidden states [T, E]), then k_new_l, v_new_l f32 [T, Hkv, D] for every layer, which the caller writes into
   // its cache at the step's positions.
   std::unique_ptr<Graph> step_graph(const StepOptions& o) const;
 

@@ -1,6 +1,7 @@
 // The LLM ops (ops/llm_ops.h): schemas, shape inference, cost; ids in ir/op_list.inc like every op.
 #include "ops/llm_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/dispatch.h"
@@ -230,39 +231,58 @@ std::vector<TensorType> infer_attention_kv(const InferContext& c) {
                                    kc.dtype == DType::i8),
           ErrorCode::dtype_mismatch, "k_cache and v_cache must share a dtype of f32, f16, bf16 or i8, got {} and {}",
           dtype_name(kc.dtype), dtype_name(vc.dtype));
-  // Row scales: exactly with an i8 cache, f32 [Hkv, C] like the cache's first two dims.
+  // A pooled cache [S, Hkv, C, D] (one [Hkv, C, D] cache per sequence slot) comes with `slots` i64 [T], the last
+  // input; a single cache [Hkv, C, D] without it.
+  c.check(kc.dims.size() == 3 || kc.dims.size() == 4, ErrorCode::shape_mismatch,
+          "k_cache must be [kv_heads, ctx, head_dim] or, pooled, [slots, kv_heads, ctx, head_dim], got {}",
+          dims_str(kc.dims));
+  const bool pooled = kc.dims.size() == 4;
+  const size_t lead = pooled ? 1 : 0;  // dims before [Hkv, C, D]
+  const int n_extra = c.num_inputs() - 6 - (pooled ? 1 : 0);  // row scales
+  // Row scales: exactly with an i8 cache, f32 [(S,) Hkv, C] like the cache's leading dims.
   const bool i8 = kc.dtype == DType::i8;
-  c.check(i8 || c.num_inputs() == 6, ErrorCode::invalid_argument,
+  c.check(i8 || n_extra == 0, ErrorCode::invalid_argument,
           "k_scale / v_scale are only for an i8 cache, but the cache is {}", dtype_name(kc.dtype));
-  c.check(!i8 || c.num_inputs() == 8, ErrorCode::invalid_argument,
-          "an i8 cache needs k_scale and v_scale f32 [kv_heads, ctx], got {} of them", c.num_inputs() - 6);
-  if (i8 && kc.dims.size() == 3)
+  c.check(!i8 || n_extra == 2, ErrorCode::invalid_argument,
+          "an i8 cache needs k_scale and v_scale f32 [{}kv_heads, ctx], got {} of them", pooled ? "slots, " : "",
+          n_extra);
+  if (i8)
     for (int i = 6; i < 8; ++i) {
       const TensorType& s = c.in(i);
-      c.check(s.dtype == DType::f32 && s.dims.size() == 2 && dims_compatible(s.dims[0], kc.dims[0]) &&
-                  dims_compatible(s.dims[1], kc.dims[1]),
-              ErrorCode::shape_mismatch, "{} must be f32 [{}, {}] (kv_heads, ctx of the cache), got {} {}",
-              i == 6 ? "k_scale" : "v_scale", kc.dims[0].str(), kc.dims[1].str(), dtype_name(s.dtype),
-              dims_str(s.dims));
+      bool ok = s.dtype == DType::f32 && s.dims.size() == lead + 2;
+      for (size_t e = 0; ok && e < lead + 2; ++e) ok = dims_compatible(s.dims[e], kc.dims[e]);
+      std::string want;
+      for (size_t e = 0; e < lead + 2; ++e) want += (e ? ", " : "") + kc.dims[e].str();
+      c.check(ok, ErrorCode::shape_mismatch, "{} must be f32 [{}] ({}kv_heads, ctx of the cache), got {} {}",
+              i == 6 ? "k_scale" : "v_scale", want, pooled ? "slots, " : "", dtype_name(s.dtype), dims_str(s.dims));
     }
   c.check(q.dims.size() == 3, ErrorCode::shape_mismatch, "q must be [T, heads, head_dim], got {}", dims_str(q.dims));
-  c.check(kc.dims.size() == 3 && vc.dims.size() == 3, ErrorCode::shape_mismatch,
-          "k_cache and v_cache must be [kv_heads, ctx, head_dim], got {} and {}", dims_str(kc.dims), dims_str(vc.dims));
+  c.check(vc.dims.size() == kc.dims.size(), ErrorCode::shape_mismatch,
+          "k_cache and v_cache must have the same rank, got {} and {}", dims_str(kc.dims), dims_str(vc.dims));
   c.check(kn.dims.size() == 3 && vn.dims.size() == 3, ErrorCode::shape_mismatch,
           "k_new and v_new must be [T, kv_heads, head_dim], got {} and {}", dims_str(kn.dims), dims_str(vn.dims));
   bool ok = true;
-  for (int i = 0; i < 3; ++i) ok = ok && dims_compatible(kc.dims[i], vc.dims[i]) && dims_compatible(kn.dims[i], vn.dims[i]);
-  ok = ok && dims_compatible(kn.dims[0], q.dims[0]) && dims_compatible(kn.dims[1], kc.dims[0]) &&
-       dims_compatible(kn.dims[2], q.dims[2]) && dims_compatible(kc.dims[2], q.dims[2]);
+  for (size_t i = 0; i < kc.dims.size(); ++i) ok = ok && dims_compatible(kc.dims[i], vc.dims[i]);
+  for (int i = 0; i < 3; ++i) ok = ok && dims_compatible(kn.dims[i], vn.dims[i]);
+  const Dim& hkv = kc.dims[lead];
+  ok = ok && dims_compatible(kn.dims[0], q.dims[0]) && dims_compatible(kn.dims[1], hkv) &&
+       dims_compatible(kn.dims[2], q.dims[2]) && dims_compatible(kc.dims[lead + 2], q.dims[2]);
   c.check(ok, ErrorCode::shape_mismatch,
-          "shapes disagree: q {} [T, Hq, D], k_cache {} / v_cache {} [Hkv, C, D], k_new {} / v_new {} [T, Hkv, D]",
-          dims_str(q.dims), dims_str(kc.dims), dims_str(vc.dims), dims_str(kn.dims), dims_str(vn.dims));
-  if (q.dims[1].is_static() && kc.dims[0].is_static())
-    c.check(kc.dims[0].size > 0 && q.dims[1].size % kc.dims[0].size == 0, ErrorCode::shape_mismatch,
-            "q heads {} must be a multiple of kv heads {}", q.dims[1].size, kc.dims[0].size);
+          "shapes disagree: q {} [T, Hq, D], k_cache {} / v_cache {} [{}Hkv, C, D], k_new {} / v_new {} [T, Hkv, D]",
+          dims_str(q.dims), dims_str(kc.dims), dims_str(vc.dims), pooled ? "S, " : "", dims_str(kn.dims),
+          dims_str(vn.dims));
+  if (q.dims[1].is_static() && hkv.is_static())
+    c.check(hkv.size > 0 && q.dims[1].size % hkv.size == 0, ErrorCode::shape_mismatch,
+            "q heads {} must be a multiple of kv heads {}", q.dims[1].size, hkv.size);
   c.check(p.dtype == DType::i64 && p.dims.size() == 1 && dims_compatible(p.dims[0], q.dims[0]),
           ErrorCode::shape_mismatch, "positions must be i64 [{}], got {} {}", q.dims[0].str(), dtype_name(p.dtype),
           dims_str(p.dims));
+  if (pooled) {
+    const TensorType& sl = c.in(c.num_inputs() - 1);
+    c.check(sl.dtype == DType::i64 && sl.dims.size() == 1 && dims_compatible(sl.dims[0], q.dims[0]),
+            ErrorCode::shape_mismatch, "slots (with a pooled cache, the last input) must be i64 [{}], got {} {}",
+            q.dims[0].str(), dtype_name(sl.dtype), dims_str(sl.dims));
+  }
   return {q};
 }
 
@@ -274,7 +294,7 @@ OpCost attention_kv_cost(std::span<const TensorType> ins, std::span<const Tensor
   if (ins[0].is_static() && ins[1].is_static()) {
     const auto q = ins[0].shape();
     const auto kc = ins[1].shape();
-    c.flops = 4.0 * static_cast<double>(q[0] * q[1] * q[2]) * static_cast<double>(kc[1]);
+    c.flops = 4.0 * static_cast<double>(q[0] * q[1] * q[2]) * static_cast<double>(kc[kc.size() - 2]);
   }
   return c;
 }
@@ -325,14 +345,51 @@ void register_llm_ops(OpRegistry& r) {
   r.def("attention_kv"_op)
       .doc("causal GQA attention of q [T, Hq, D] over a KV cache [Hkv, C, D] (rows before positions[0]) and the "
            "new rows k_new/v_new [T, Hkv, D]; an i8 cache comes with row scales k_scale/v_scale [Hkv, C]; the cache "
-           "is read, not written")
-      .inputs({"q", "k_cache", "v_cache", "k_new", "v_new", "positions", "k_scale?", "v_scale?"})
+           "is read, not written. Pooled: caches [S, Hkv, C, D] (scales [S, Hkv, C]) and slots i64 [T] as the last "
+           "input; each run of tokens with the same slot is one sequence (consecutive positions), slot -1 a padding "
+           "row (output 0)")
+      .inputs({"q", "k_cache", "v_cache", "k_new", "v_new", "positions", "k_scale?", "v_scale?", "slots?"})
       .attr("scale", AttrKind::f64, 1.0)
       .dtypes(DTypeSet{DType::f32})
       .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_attention_kv)
       .cost(attention_kv_cost);
 }
+
+namespace llm_ops {
+
+std::vector<AttentionRun> attention_runs(const int64_t* positions, const int64_t* slots, int64_t t_n,
+                                         int64_t n_slots, int64_t ctx) {
+  std::vector<AttentionRun> runs;
+  std::vector<char> seen(static_cast<size_t>(std::max<int64_t>(n_slots, 0)), 0);
+  for (int64_t t = 0; t < t_n;) {
+    const int64_t slot = slots ? slots[t] : 0;
+    SPORE_CHECK(slot >= -1 && slot < n_slots, ErrorCode::invalid_argument,
+                "attention_kv: slots[{}] = {} is outside the pool of {} slots (-1 marks padding)", t, slot, n_slots);
+    int64_t end = t + 1;
+    while (end < t_n && (slots ? slots[end] : 0) == slot) ++end;
+    AttentionRun r{slot, positions[t], t, end - t};
+    if (slot >= 0) {
+      SPORE_CHECK(!seen[static_cast<size_t>(slot)], ErrorCode::invalid_argument,
+                  "attention_kv: slot {} appears in two separate runs of tokens (again at token {})", slot, t);
+      seen[static_cast<size_t>(slot)] = 1;
+      SPORE_CHECK(r.p0 >= 0 && r.p0 <= ctx, ErrorCode::invalid_argument,
+                  "attention_kv: positions[{}] = {} is outside the cache of {} rows", t, r.p0, ctx);
+      for (int64_t u = t + 1; u < end; ++u)
+        SPORE_CHECK(positions[u] == r.p0 + (u - t), ErrorCode::invalid_argument,
+                    "attention_kv: positions must be consecutive within a sequence: positions[{}] = {} but "
+                    "positions[{}] = {}", u, positions[u], t, r.p0);
+      SPORE_CHECK(r.p0 + r.count <= ctx, ErrorCode::invalid_argument,
+                  "attention_kv: positions {}..{} run past the cache of {} rows, where the new keys could not be "
+                  "stored", r.p0, r.p0 + r.count - 1, ctx);
+    }
+    runs.push_back(r);
+    t = end;
+  }
+  return runs;
+}
+
+}  // namespace llm_ops
 
 namespace ops {
 
@@ -365,7 +422,7 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_
 
 Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k_new,
                     const Tensor& v_new, const Tensor& positions, double scale, const std::optional<Tensor>& k_scale,
-                    const std::optional<Tensor>& v_scale) {
+                    const std::optional<Tensor>& v_scale, const std::optional<Tensor>& slots) {
   std::vector<Tensor> in{q, k_cache, v_cache, k_new, v_new, positions};
   SPORE_CHECK(k_scale.has_value() == v_scale.has_value(), ErrorCode::invalid_argument,
               "attention_kv: give both k_scale and v_scale or neither (got only {})", k_scale ? "k_scale" : "v_scale");
@@ -373,6 +430,7 @@ Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
     in.push_back(*k_scale);
     in.push_back(*v_scale);
   }
+  if (slots) in.push_back(*slots);
   return call1("attention_kv"_op, in, Attrs{{"scale", scale}});
 }
 

@@ -38,6 +38,16 @@ DType weight_dtype(WeightFormat f);
 // K (values per row) from a row of `bytes` bytes; nullopt when bytes is not a whole number of blocks.
 std::optional<int64_t> row_values(WeightFormat f, int64_t bytes);
 
+// The sequences of one attention_kv call: tokens [first, first + count) belong to slot `slot` (0 for a single cache,
+// -1 for padding rows) at positions p0, p0 + 1, ... Both kernels split their tokens with this; it checks what the op
+// promises (consecutive positions within a run, the new rows fit the cache, a slot in one run only, slots in
+// [-1, n_slots)) and names the offending token. slots == nullptr: one cache, one run.
+struct AttentionRun {
+  int64_t slot, p0, first, count;
+};
+std::vector<AttentionRun> attention_runs(const int64_t* positions, const int64_t* slots, int64_t t_n,
+                                         int64_t n_slots, int64_t ctx);
+
 }  // namespace llm_ops
 
 namespace ops {
@@ -67,9 +77,15 @@ Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_
 // dtype first (i8: llm_ops::kv_quantize_row), so a token gives the same bits whether its keys come from the cache or
 // from this call. GQA: q head h reads kv head h / (Hq / Hkv). Output [T, Hq, D]. The cache is only read: the caller
 // writes k_new / v_new into it after the run.
+// Pooled (continuous batching, llm/engine.h): k_cache, v_cache [S, Hkv, C, D] hold one cache per sequence slot (i8
+// scales [S, Hkv, C]) and `slots` i64 [T] says which slot each token belongs to. A run of consecutive tokens with the
+// same slot s is one sequence: its positions are consecutive from p0, and its token t sees slot s's cache rows
+// [0, p0) and the run's new rows up to itself. A slot may appear in one run only; slot -1 marks a padding row, whose
+// output is 0 and which reads nothing. A token's result has the same bits as in the single-cache form.
 Tensor attention_kv(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k_new,
                     const Tensor& v_new, const Tensor& positions, double scale,
-                    const std::optional<Tensor>& k_scale = {}, const std::optional<Tensor>& v_scale = {});
+                    const std::optional<Tensor>& k_scale = {}, const std::optional<Tensor>& v_scale = {},
+                    const std::optional<Tensor>& slots = {});
 
 }  // namespace ops
 

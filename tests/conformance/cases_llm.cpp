@@ -83,6 +83,28 @@ void add_llm_cases(CaseList& c, ErrorList& e) {
     }
   }
 
+  // Pooled caches [S, Hkv, C, D] with slots i64 [T] (continuous batching): one sequence in slot 1 of 3 (several
+  // sequences in one call and padding rows: tests/llm/llm_attention_test.cpp).
+  for (DT cache : {DT::f32, DT::f16, DT::bf16, DT::i8}) {
+    const int64_t t = 3, hq = 4, hkv = 2, d = 16, ctx = 24, p0 = 7;
+    std::vector<Shape> shapes{{t, hq, d}, {3, hkv, ctx, d}, {3, hkv, ctx, d}, {t, hkv, d}, {t, hkv, d}, {t}};
+    if (cache == DT::i8) {
+      shapes.push_back({3, hkv, ctx});
+      shapes.push_back({3, hkv, ctx});
+    }
+    const int slots_at = static_cast<int>(shapes.size());
+    shapes.push_back({t});
+    OpCase oc(std::string("attention_kv/pooled_") + std::string(dtype_name(cache)), "attention_kv"_op, shapes);
+    oc.attr("scale", 1.0 / 4).input_dtype(1, cache).input_dtype(2, cache).input_dtype(5, DT::i64)
+        .gen(5, Gen::consecutive(p0)).input_dtype(slots_at, DT::i64).gen(slots_at, Gen::integers(1, 2)).only(f32)
+        .tol(2);
+    if (cache == DT::i8) {
+      oc.gen(1, Gen::integers(-127, 128)).gen(2, Gen::integers(-127, 128));
+      oc.gen(6, Gen::positive(0.001, 0.02)).gen(7, Gen::positive(0.001, 0.02));
+    }
+    c.push_back(oc);
+  }
+
   // ---- errors
   using EC = ErrorCode;
   e.push_back({"linear_blockq/bad_format", "linear_blockq"_op, {{2, 32}, {3, 32}}, {DT::f32, DT::f32},

@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "ops/llm_kv_quant.h"
 #include "ops/llm_ops.h"
+#include "ops/ops.h"
 #include "runtime/runtime.h"
 #include "test_util.h"
 
@@ -438,6 +439,128 @@ TEST(LlmAttentionKv, BadPositionsAndHeadsAreErrors) {
     KvInputs bad = make_kv(DType::f32, 1, 6, 4, d, ctx, 0, 800);
     m = testing::error_of([&] { run_kv(bad, 1.0); });
     EXPECT_NE(m.find("multiple of kv heads"), std::string::npos) << m;
+  }
+}
+
+// The pooled form (continuous batching): three sequences of different lengths and offsets, in slots 2, 0 and 3 of a
+// 4-slot pool, plus padding rows, in one call. Each sequence's rows must have the bits of a single-cache call on its
+// own slot (the CPU kernel), be close to the reference's pooled result, and padding rows must be 0.
+TEST(LlmAttentionKv, PooledSequencesEqualSeparateCallsBitForBit) {
+  init();
+  const int64_t hq = 4, hkv = 2, d = 24, ctx = 40, S = 4;
+  struct SeqSpec {
+    int64_t slot, p0, t;
+  };
+  const SeqSpec seqs[] = {{2, 17, 1}, {0, 0, 6}, {3, 30, 3}};
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8}) {
+    SCOPED_TRACE(dtype_name(dt));
+    // Per-slot single caches, then the pool stacks them: [S, Hkv, C, D].
+    std::vector<KvInputs> single;
+    for (int64_t s = 0; s < S; ++s) single.push_back(make_kv(dt, 1, hq, hkv, d, ctx, 35, 900 + 10 * s));
+    const auto stack = [&](auto get) {
+      std::vector<Tensor> parts;
+      for (int64_t s = 0; s < S; ++s) parts.push_back(ops::unsqueeze(get(single[static_cast<size_t>(s)]), {0}));
+      return ops::concat(parts, 0);
+    };
+    KvInputs pool;
+    pool.kc = stack([](const KvInputs& x) { return x.kc; });
+    pool.vc = stack([](const KvInputs& x) { return x.vc; });
+    if (dt == DType::i8) {
+      pool.ks = stack([](const KvInputs& x) { return *x.ks; });
+      pool.vs = stack([](const KvInputs& x) { return *x.vs; });
+    }
+    // The batch: the three sequences' new rows, then 2 padding rows.
+    const int64_t pad = 2;
+    int64_t t_all = pad;
+    for (const SeqSpec& q : seqs) t_all += q.t;
+    std::vector<float> q_all, kn_all, vn_all;
+    std::vector<int64_t> pos_all, slot_all;
+    std::vector<KvInputs> alone;
+    for (const SeqSpec& q : seqs) {
+      KvInputs in = make_kv(dt, q.t, hq, hkv, d, ctx, q.p0, 1000 + 7 * q.slot);
+      const KvInputs& c = single[static_cast<size_t>(q.slot)];
+      in.kc = c.kc;
+      in.vc = c.vc;
+      in.ks = c.ks;
+      in.vs = c.vs;
+      for (const Tensor* x : {&in.q, &in.kn, &in.vn}) {
+        auto& dst = x == &in.q ? q_all : x == &in.kn ? kn_all : vn_all;
+        const std::vector<float> v = floats(*x);
+        dst.insert(dst.end(), v.begin(), v.end());
+      }
+      for (int64_t i = 0; i < q.t; ++i) {
+        pos_all.push_back(q.p0 + i);
+        slot_all.push_back(q.slot);
+      }
+      alone.push_back(in);
+    }
+    for (int64_t i = 0; i < pad; ++i) {
+      q_all.insert(q_all.end(), static_cast<size_t>(hq * d), 0.5f);
+      kn_all.insert(kn_all.end(), static_cast<size_t>(hkv * d), 0.25f);
+      vn_all.insert(vn_all.end(), static_cast<size_t>(hkv * d), 0.75f);
+      pos_all.push_back(0);
+      slot_all.push_back(-1);
+    }
+    const Tensor q = f32_tensor(q_all, {t_all, hq, d}), kn = f32_tensor(kn_all, {t_all, hkv, d}),
+                 vn = f32_tensor(vn_all, {t_all, hkv, d});
+    const Tensor pos = Tensor::from_vector<int64_t>(pos_all, {t_all}),
+                 slots = Tensor::from_vector<int64_t>(slot_all, {t_all});
+    const double scale = 3.0 / std::sqrt(static_cast<double>(d));
+    Tensor cpu, ref;
+    {
+      BackendScope scope(Backend::cpu);
+      cpu = ops::attention_kv(q, pool.kc, pool.vc, kn, vn, pos, scale, pool.ks, pool.vs, slots);
+    }
+    {
+      BackendScope scope(Backend::reference);
+      ref = ops::attention_kv(q, pool.kc, pool.vc, kn, vn, pos, scale, pool.ks, pool.vs, slots);
+    }
+    const std::vector<float> got = floats(cpu), want_ref = floats(ref);
+    int64_t row = 0;
+    for (size_t i = 0; i < alone.size(); ++i) {
+      Tensor one;
+      {
+        BackendScope scope(Backend::cpu);
+        one = run_kv(alone[i], scale);
+      }
+      const std::vector<float> w = floats(one);
+      for (size_t e = 0; e < w.size(); ++e) {
+        const size_t at = static_cast<size_t>(row * hq * d) + e;
+        ASSERT_EQ(got[at], w[e]) << "sequence " << i << " element " << e;
+        ASSERT_NEAR(got[at], want_ref[at], 4e-6) << "sequence " << i << " element " << e;
+      }
+      row += seqs[i].t;
+    }
+    for (size_t at = static_cast<size_t>(row * hq * d); at < got.size(); ++at) {
+      ASSERT_EQ(got[at], 0.0f) << "padding element " << at;
+      ASSERT_EQ(want_ref[at], 0.0f) << "padding element " << at;
+    }
+  }
+}
+
+TEST(LlmAttentionKv, BadPooledSlotsAreErrors) {
+  init();
+  const int64_t hq = 2, hkv = 1, d = 8, ctx = 10;
+  for (Backend be : {Backend::reference, Backend::cpu}) {
+    BackendScope scope(be);
+    const Tensor pool = Tensor::zeros({3, hkv, ctx, d}, DType::f32);
+    const auto msg = [&](std::vector<int64_t> slots, std::vector<int64_t> pos) {
+      const auto t = static_cast<int64_t>(slots.size());
+      const Tensor q = Tensor::zeros({t, hq, d}, DType::f32), kn = Tensor::zeros({t, hkv, d}, DType::f32);
+      return testing::error_of([&] {
+        ops::attention_kv(q, pool, pool, kn, kn, Tensor::from_vector<int64_t>(pos, {t}), 1.0, {}, {},
+                          Tensor::from_vector<int64_t>(slots, {t}));
+      });
+    };
+    EXPECT_EQ(msg({1, 1, 0, -1}, {4, 5, 0, 0}), "");
+    std::string m = msg({1, 3}, {0, 0});
+    EXPECT_NE(m.find("slots[1] = 3 is outside the pool of 3 slots"), std::string::npos) << m;
+    m = msg({1, 0, 1}, {0, 0, 1});
+    EXPECT_NE(m.find("slot 1 appears in two separate runs"), std::string::npos) << m;
+    m = msg({2, 2}, {3, 5});
+    EXPECT_NE(m.find("consecutive within a sequence: positions[1] = 5"), std::string::npos) << m;
+    m = msg({0, 0}, {9, 10});
+    EXPECT_NE(m.find("run past the cache of 10 rows"), std::string::npos) << m;
   }
 }
 

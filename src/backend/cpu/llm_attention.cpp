@@ -17,6 +17,9 @@
 //      holds j = l mod 8, j ascending (the scores are padded to a multiple of 8 with -inf, whose exp is 0);
 //   3. out[d] = (sum_j e_j v_j[d]) * (1 / sum), each element one FMA chain over j ascending.
 // Nothing depends on where a key came from, on T or on the thread count; parallel_for never splits j.
+// A pooled cache [S, Hkv, C, D] (continuous batching) is split into runs of tokens, one per sequence
+// (llm_ops::attention_runs), and each run's tokens are computed against their slot's cache exactly as in a
+// single-cache call: a token's bits do not depend on which other sequences share the call.
 // An i8 cache (row j stands for sc_j * q_j, ops/llm_kv_quant.h; the new rows are quantized by the same function that
 // writes the cache) runs the same steps on the int8 values, converted to f32 exactly, with each row's scale applied
 // once per row instead of once per element: s_j = (scale * dot(q, kq_j)) * ksc_j, and step 3 weighs row j by
@@ -234,8 +237,8 @@ inline void accumulate_v(const float* const* w, int64_t j0, const elem_t<C>* bas
 }
 
 struct KvView {
-  const void* cache;  // [Hkv, C, D], cache dtype
-  const void* fresh;  // [T, Hkv, D], rounded to the cache dtype
+  const void* cache = nullptr;  // [Hkv, C, D], cache dtype (a pooled cache: the slot's)
+  const void* fresh = nullptr;  // [T, Hkv, D], rounded to the cache dtype (pooled: from the run's first row)
   const float* cache_scale = nullptr;  // i8: [Hkv, C]
   const float* fresh_scale = nullptr;  // i8: [T, Hkv]
 };
@@ -373,37 +376,51 @@ void attention_kv_kernel(KernelContext& k) {
   const Tensor& kc = k.in(1);
   const Tensor& vc = k.in(2);
   const Tensor& pos = k.in(5);
+  const bool pooled = kc.shape().size() == 4;  // [S, Hkv, C, D] with slots i64 [T] as the last input
+  const size_t lead = pooled ? 1 : 0;
   Geometry g;
   g.t_n = q.shape()[0];
   g.hq = q.shape()[1];
   g.d = q.shape()[2];
-  g.hkv = kc.shape()[0];
-  g.ctx = kc.shape()[1];
+  g.hkv = kc.shape()[lead];
+  g.ctx = kc.shape()[lead + 1];
   g.group = g.hq / g.hkv;
+  g.p0 = 0;
   if (g.t_n == 0) return;
-  const int64_t* ps = pos.data<int64_t>();
-  g.p0 = ps[0];
-  SPORE_CHECK(g.p0 >= 0 && g.p0 <= g.ctx, ErrorCode::invalid_argument,
-              "attention_kv: positions[0] = {} is outside the cache of {} rows (k_cache [{}, {}, {}])", g.p0, g.ctx,
-              g.hkv, g.ctx, g.d);
-  for (int64_t t = 1; t < g.t_n; ++t)
-    SPORE_CHECK(ps[t] == g.p0 + t, ErrorCode::invalid_argument,
-                "attention_kv: positions must be consecutive: positions[{}] = {} but positions[0] = {}", t, ps[t],
-                g.p0);
-  SPORE_CHECK(g.p0 + g.t_n <= g.ctx, ErrorCode::invalid_argument,
-              "attention_kv: positions {}..{} run past the cache of {} rows, where the new keys could not be stored",
-              g.p0, g.p0 + g.t_n - 1, g.ctx);
+  const int64_t n_slots = pooled ? kc.shape()[0] : 1;
+  const std::vector<llm_ops::AttentionRun> runs = llm_ops::attention_runs(
+      pos.data<int64_t>(), pooled ? k.in(k.num_inputs() - 1).data<int64_t>() : nullptr, g.t_n, n_slots, g.ctx);
   if (g.d == 0 || g.hq == 0) return;
   const DType cdt = kc.dtype();
-  KvView kv{kc.raw_data(), nullptr}, vv{vc.raw_data(), nullptr};
-  kv.fresh = fresh_rows(k, k.in(3), cdt, &kv.fresh_scale);
-  vv.fresh = fresh_rows(k, k.in(4), cdt, &vv.fresh_scale);
-  if (cdt == DType::i8) {
-    kv.cache_scale = k.in(6).data<float>();
-    vv.cache_scale = k.in(7).data<float>();
+  const void* fresh_k = nullptr;
+  const void* fresh_v = nullptr;
+  const float* fresh_ks = nullptr;
+  const float* fresh_vs = nullptr;
+  fresh_k = fresh_rows(k, k.in(3), cdt, &fresh_ks);
+  fresh_v = fresh_rows(k, k.in(4), cdt, &fresh_vs);
+  // One view of the cache and the new rows per run: the slot's [Hkv, C, D] cache and the run's first new row, so
+  // a token of a run is computed exactly as token (t - first) of a single-cache call with p0 = the run's p0.
+  const int64_t esize = static_cast<int64_t>(dtype_size(cdt));
+  const int64_t slot_elems = g.hkv * g.ctx * g.d, slot_rows = g.hkv * g.ctx;
+  std::vector<KvView> kvs(runs.size()), vvs(runs.size());
+  std::vector<int64_t> run_of(static_cast<size_t>(g.t_n));
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const llm_ops::AttentionRun& run = runs[r];
+    for (int64_t t = run.first; t < run.first + run.count; ++t) run_of[static_cast<size_t>(t)] = static_cast<int64_t>(r);
+    if (run.slot < 0) continue;
+    const int64_t s = run.slot;
+    kvs[r].cache = static_cast<const uint8_t*>(kc.raw_data()) + s * slot_elems * esize;
+    vvs[r].cache = static_cast<const uint8_t*>(vc.raw_data()) + s * slot_elems * esize;
+    kvs[r].fresh = static_cast<const uint8_t*>(fresh_k) + run.first * g.hkv * g.d * esize;
+    vvs[r].fresh = static_cast<const uint8_t*>(fresh_v) + run.first * g.hkv * g.d * esize;
+    if (cdt == DType::i8) {
+      kvs[r].cache_scale = k.in(6).data<float>() + s * slot_rows;
+      vvs[r].cache_scale = k.in(7).data<float>() + s * slot_rows;
+      kvs[r].fresh_scale = fresh_ks + run.first * g.hkv;
+      vvs[r].fresh_scale = fresh_vs + run.first * g.hkv;
+    }
   }
   const float scale = static_cast<float>(k.attrs.f("scale"));
-  const float* qs = q.data<float>();
   float* ys = k.out(0).data<float>();
   // Tasks: (token, kv head, slice of that head's q heads), slices of at most 4 heads, as even as possible (a
   // group of 7 is 4 + 3). The split depends only on the shapes.
@@ -414,11 +431,23 @@ void attention_kv_kernel(KernelContext& k) {
       const int64_t t = task / (g.hkv * slices), kvh = task / slices % g.hkv, sl = task % slices;
       const int64_t base = g.group / slices, extra = g.group % slices;
       const int64_t h0 = kvh * g.group + sl * base + std::min(sl, extra);
-      switch (base + (sl < extra ? 1 : 0)) {
-        case 1: attend<C, 1>(g, qs, kv, vv, t, h0, scale, ys); break;
-        case 2: attend<C, 2>(g, qs, kv, vv, t, h0, scale, ys); break;
-        case 3: attend<C, 3>(g, qs, kv, vv, t, h0, scale, ys); break;
-        default: attend<C, 4>(g, qs, kv, vv, t, h0, scale, ys); break;
+      const int64_t nh = base + (sl < extra ? 1 : 0);
+      const auto r = static_cast<size_t>(run_of[static_cast<size_t>(t)]);
+      const llm_ops::AttentionRun& rn = runs[r];
+      if (rn.slot < 0) {  // padding row
+        std::memset(ys + (t * g.hq + h0) * g.d, 0, static_cast<size_t>(nh * g.d) * sizeof(float));
+        return;
+      }
+      Geometry gr = g;
+      gr.p0 = rn.p0;
+      const int64_t tl = t - rn.first;  // the token's index within its sequence's new rows
+      const float* qs = q.data<float>() + rn.first * g.hq * g.d;
+      float* yr = ys + rn.first * g.hq * g.d;
+      switch (nh) {
+        case 1: attend<C, 1>(gr, qs, kvs[r], vvs[r], tl, h0, scale, yr); break;
+        case 2: attend<C, 2>(gr, qs, kvs[r], vvs[r], tl, h0, scale, yr); break;
+        case 3: attend<C, 3>(gr, qs, kvs[r], vvs[r], tl, h0, scale, yr); break;
+        default: attend<C, 4>(gr, qs, kvs[r], vvs[r], tl, h0, scale, yr); break;
       }
     });
   };

@@ -44,9 +44,10 @@ void rope_kernel(KernelContext& k) {
   }
 }
 
-// attention_kv: checks the positions (consecutive from p0, the new rows fit the cache), then per (token, q head)
-// the causal softmax attention over cache rows [0, p0) and new rows [0, t], new rows rounded to the cache dtype. An i8
-// element stands for llm_ops::kv_dequantize(q, its row's scale); new rows are quantized with kv_quantize_row.
+// attention_kv: splits the tokens into sequences (llm_ops::attention_runs checks the positions and slots), then per
+// (token, q head) the causal softmax attention over its slot's cache rows [0, p0) and its sequence's new rows up to
+// itself, new rows rounded to the cache dtype. An i8 element stands for llm_ops::kv_dequantize(q, its row's scale);
+// new rows are quantized with kv_quantize_row. Padding rows (slot -1) give 0.
 void attention_kv_kernel(KernelContext& k) {
   const Tensor& q = k.in(0);
   const Tensor& kc = k.in(1);
@@ -54,20 +55,14 @@ void attention_kv_kernel(KernelContext& k) {
   const Tensor& kn = k.in(3);
   const Tensor& vn = k.in(4);
   const Tensor& pos = k.in(5);
+  const bool pooled = kc.shape().size() == 4;
+  const size_t lead = pooled ? 1 : 0;
   const int64_t t_n = q.shape()[0], hq = q.shape()[1], d = q.shape()[2];
-  const int64_t hkv = kc.shape()[0], ctx = kc.shape()[1];
+  const int64_t hkv = kc.shape()[lead], ctx = kc.shape()[lead + 1];
   if (t_n == 0) return;
-  const int64_t* ps = pos.data<int64_t>();
-  const int64_t p0 = ps[0];
-  SPORE_CHECK(p0 >= 0 && p0 <= ctx, ErrorCode::invalid_argument,
-              "attention_kv: positions[0] = {} is outside the cache of {} rows (k_cache [{}, {}, {}])", p0, ctx, hkv,
-              ctx, d);
-  for (int64_t t = 1; t < t_n; ++t)
-    SPORE_CHECK(ps[t] == p0 + t, ErrorCode::invalid_argument,
-                "attention_kv: positions must be consecutive: positions[{}] = {} but positions[0] = {}", t, ps[t], p0);
-  SPORE_CHECK(p0 + t_n <= ctx, ErrorCode::invalid_argument,
-              "attention_kv: positions {}..{} run past the cache of {} rows, where the new keys could not be stored",
-              p0, p0 + t_n - 1, ctx);
+  const auto runs = llm_ops::attention_runs(pos.data<int64_t>(),
+                                            pooled ? k.in(k.num_inputs() - 1).data<int64_t>() : nullptr, t_n,
+                                            pooled ? kc.shape()[0] : 1, ctx);
   const int64_t group = hq / hkv;
   const double scale = k.attrs.f("scale");
   const DType cdt = kc.dtype();
@@ -104,32 +99,40 @@ void attention_kv_kernel(KernelContext& k) {
       default: return v;
     }
   };
-  // Element e of key (which = 0) or value (which = 1) row j of kv head g.
-  const auto row_at = [&](int which, int64_t g, int64_t j, int64_t e) {
-    return j < p0 ? cache_at(which, (g * ctx + j) * d + e) : new_at(which, ((j - p0) * hkv + g) * d + e);
-  };
   const float* qs = q.data<float>();
   float* ys = k.out(0).data<float>();
   std::vector<double> s;
-  for (int64_t t = 0; t < t_n; ++t) {
-    const int64_t n = p0 + t + 1;  // keys 0..p0+t
-    s.assign(static_cast<size_t>(n), 0.0);
-    for (int64_t h = 0; h < hq; ++h) {
-      const int64_t g = h / group;
-      const float* qr = qs + (t * hq + h) * d;
-      double mx = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) {
-        double dot = 0;
-        for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(qr[e]) * row_at(0, g, j, e);
-        s[j] = scale * dot;
-        mx = std::max(mx, s[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
-      for (int64_t e = 0; e < d; ++e) {
-        double acc = 0;
-        for (int64_t j = 0; j < n; ++j) acc += s[j] * row_at(1, g, j, e);
-        ys[(t * hq + h) * d + e] = static_cast<float>(acc / sum);
+  for (const llm_ops::AttentionRun& run : runs) {
+    if (run.slot < 0) {
+      for (int64_t i = run.first * hq * d; i < (run.first + run.count) * hq * d; ++i) ys[i] = 0.0f;
+      continue;
+    }
+    const int64_t p0 = run.p0;
+    // Element e of key (which = 0) or value (which = 1) row j of kv head g, in this run's slot.
+    const auto row_at = [&](int which, int64_t g, int64_t j, int64_t e) {
+      return j < p0 ? cache_at(which, ((run.slot * hkv + g) * ctx + j) * d + e)
+                    : new_at(which, ((run.first + j - p0) * hkv + g) * d + e);
+    };
+    for (int64_t t = run.first; t < run.first + run.count; ++t) {
+      const int64_t n = p0 + (t - run.first) + 1;  // keys 0..P
+      s.assign(static_cast<size_t>(n), 0.0);
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t g = h / group;
+        const float* qr = qs + (t * hq + h) * d;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(qr[e]) * row_at(0, g, j, e);
+          s[j] = scale * dot;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        for (int64_t e = 0; e < d; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < n; ++j) acc += s[j] * row_at(1, g, j, e);
+          ys[(t * hq + h) * d + e] = static_cast<float>(acc / sum);
+        }
       }
     }
   }
