@@ -239,8 +239,8 @@ def raw_http_checks(s, key):
                  "spore:kv_cache_usage_perc{model=\"tiny\"}", "spore:prompt_tokens_total{model=\"tiny\"}",
                  "spore:generation_tokens_total{model=\"tiny\"}", "spore:time_to_first_token_seconds_bucket",
                  "spore:inter_token_latency_seconds_bucket", "spore:e2e_request_latency_seconds_count{model=\"tiny\"}",
-                 "spore:request_queue_time_seconds_bucket", "spore:request_success_total{finished_reason=\"length\",model=\"tiny\"}",
-                 "spore:request_success_total{finished_reason=\"cancelled\",model=\"tiny\"}",
+                 "spore:request_queue_time_seconds_bucket", "spore:request_success_total{model=\"tiny\",finished_reason=\"length\"}",
+                 "spore:request_success_total{model=\"tiny\",finished_reason=\"cancelled\"}",
                  "spore:prefix_cache_queries_total{model=\"tiny\"}", "spore:batch_size_bucket{model=\"tiny\",le=\"+Inf\"}"]:
         check(name in text, f"/metrics lacks {name}")
     print("ok - raw HTTP: malformed JSON, bad field, context, 413 (both), 405, 404, 401, slow and vanishing clients, /metrics")
