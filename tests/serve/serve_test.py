@@ -404,7 +404,9 @@ def mode_determinism(spore):
         s = Server(spore, ["--model", f"tiny={tiny}", "--parallel", "4", "--ctx", "512", "--threads", "2",
                            "--no-access-log"], tmp)
         try:
-            prompt = "The quick brown fox jumps over the lazy dog because"
+            # Long enough for several 16-token prefix-cache blocks: the first run is a miss, the later ones hits.
+            prompt = ("The quick brown fox jumps over the lazy dog because the dog was asleep in the warm afternoon "
+                      "sun, and the fox, who had been watching the farm for days, finally saw its chance to")
 
             def tokens(p, n=24, **kw):
                 st, _, j = s.json("POST", "/v1/completions", {"model": "tiny", "prompt": p, "max_tokens": n,
@@ -415,7 +417,7 @@ def mode_determinism(spore):
             alone = [tokens(prompt) for _ in range(16)]
             check(all(a == alone[0] for a in alone), "the same greedy prompt gave different tokens one at a time")
             others = ["In a hole in the ground there lived", "It was the best of times,", "Call me Ishmael.",
-                      "The quick brown fox jumps over the lazy cat because"]  # a shared prefix: a prefix-cache hit
+                      prompt[:120] + " and then the story changed"]  # shares a prefix: a prefix-cache hit
             results = [None] * 32
 
             def worker(i):
@@ -445,6 +447,9 @@ def mode_determinism(spore):
             for t in ts:
                 t.join()
             check(all(out[i] == a for i in range(0, 8, 2)), "a seeded request changed in company")
+            text = s.request("GET", "/metrics")[2].decode()
+            hits = re.search(r'spore:prefix_cache_hits_total\{model="tiny"\} (\d+)', text)
+            check(hits and int(hits.group(1)) > 0, "no prefix-cache hit happened: the test would not cover hits")
             print("ok - 16 greedy requests alone and 16 mixed with other prompts (and prefix-cache hits) gave identical "
                   "tokens; seeded sampling likewise")
         finally:
