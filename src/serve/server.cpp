@@ -197,10 +197,15 @@ struct Server::Impl {
       std::string body;
       if (reader) {
         bool too_big = false;
+        size_t dropped = 0;
         const bool ok = (*reader)([&](const char* d, size_t n) {
-          if (body.size() + n > o.max_body) {
+          if (too_big || body.size() + n > o.max_body) {
+            // Over the limit: keep reading (and dropping) a while, so a client still sending gets to read its 413
+            // instead of a reset connection; past 4x the limit, stop reading.
+            if (!too_big) body.clear();
             too_big = true;
-            return false;
+            dropped += n;
+            return dropped <= 4 * o.max_body;
           }
           body.append(d, n);
           return true;

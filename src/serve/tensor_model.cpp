@@ -268,9 +268,12 @@ void TensorModel::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
   const Labels l = {{"model", o_.name}};
   for (const auto& j : jobs) metrics_.observe("spore:infer_queue_time_seconds", l, ms_between(j->queued, start) / 1000.0);
   metrics_.observe("spore:infer_batch_size", l, static_cast<double>(jobs.size()));
+  // Outputs first, metrics next, answers last: a caller that reads /metrics after its answer sees its request.
+  std::vector<std::vector<Tensor>> outs(jobs.size());
+  std::exception_ptr failure;
   try {
     if (jobs.size() == 1) {
-      jobs[0]->done.set_value(session_->run(jobs[0]->inputs));
+      outs[0] = session_->run(jobs[0]->inputs);
     } else {
       std::vector<Tensor> merged;
       for (size_t i = 0; i < jobs[0]->inputs.size(); ++i) {
@@ -280,25 +283,22 @@ void TensorModel::run_batch(std::vector<std::unique_ptr<Job>>& jobs) {
       }
       const std::vector<Tensor> ys = session_->run(merged);
       int64_t row = 0;
-      for (const auto& j : jobs) {
-        std::vector<Tensor> mine;
-        for (const Tensor& y : ys) mine.push_back(y.slice(0, row, row + j->rows).clone());
-        row += j->rows;
-        j->done.set_value(std::move(mine));
+      for (size_t k = 0; k < jobs.size(); ++k) {
+        for (const Tensor& y : ys) outs[k].push_back(y.slice(0, row, row + jobs[k]->rows).clone());
+        row += jobs[k]->rows;
       }
     }
   } catch (...) {
-    for (auto& j : jobs) {
-      try {
-        j->done.set_exception(std::current_exception());
-      } catch (const std::future_error&) {  // already answered (the failure came while splitting)
-      }
-    }
+    failure = std::current_exception();
   }
   const auto end = Clock::now();
   for (const auto& j : jobs) {
     metrics_.add("spore:infer_requests_total", l);
     metrics_.observe("spore:infer_request_latency_seconds", l, ms_between(j->queued, end) / 1000.0);
+  }
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    if (failure) jobs[k]->done.set_exception(failure);
+    else jobs[k]->done.set_value(std::move(outs[k]));
   }
 }
 
