@@ -159,12 +159,15 @@ int run_serve(const ServeConfig& c) {
   if (signals.signal())
     note(fmt::format("{}: shutting down (in-flight requests get up to {:.0f} s)",
                      signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT", c.shutdown_deadline_s));
+  // Drain: new requests get 503 while the engines finish (or, past the deadline, cancel) what they run; then the
+  // streams write their last chunks and the socket closes.
   const auto t_stop = Clock::now();
   server.begin_shutdown();
   std::vector<std::thread> stoppers;
   for (auto& s : llms) stoppers.emplace_back([&s, &c] { s->backend().shutdown(c.shutdown_deadline_s); });
   for (auto& t : tensors) stoppers.emplace_back([&t] { t->stop(); });
   for (std::thread& t : stoppers) t.join();
+  server.stop(5.0);
   server.wait();
   note(fmt::format("stopped in {:.0f} ms", ms_since(t_stop)));
   return failed ? 1 : 0;

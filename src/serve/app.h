@@ -1,7 +1,7 @@
 #pragma once
 // `spore serve` as a function: opens the socket, loads and warms every model while /health answers 503, serves until
-// SIGTERM or SIGINT, then shuts down gracefully (stops accepting, lets in-flight requests finish within the deadline,
-// cancels the rest) and returns 0. tools/spore/cmd_serve.cpp only parses the command line into a ServeConfig.
+// SIGTERM or SIGINT, then shuts down gracefully (new requests get 503, in-flight ones finish within the deadline, the
+// rest are cancelled, the socket closes) and returns 0. tools/spore/cmd_serve.cpp only parses the command line into a ServeConfig.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -85,6 +85,7 @@ struct Server::Impl {
   std::map<std::string, ModelEntry> models;
   std::atomic<bool> draining{false};
   std::atomic<bool> started{false}, finished{false};
+  std::atomic<int64_t> streams{0};  // streaming responses in flight
   std::thread thread;  // the accept loop (start() .. wait())
   std::atomic<uint64_t> counter{0};
   std::vector<RouteInfo> known;
@@ -241,6 +242,7 @@ struct Server::Impl {
     rec.id = reply.log.id.empty() ? fmt::format("req-{}", counter.fetch_add(1)) : reply.log.id;
     if (reply.stream) {
       std::shared_ptr<ReplyStream> st = reply.stream;
+      ++streams;
       res.set_chunked_content_provider(
           reply.content_type,
           [st](size_t, httplib::DataSink& sink) {
@@ -257,6 +259,7 @@ struct Server::Impl {
             rec.total_ms = ms_since(t0);
             count(label, 200);
             log.write(rec);
+            --streams;
           });
       return;
     }
@@ -496,7 +499,7 @@ struct Server::Impl {
 Server::Server(ServerOptions o) : impl_(std::make_unique<Impl>(std::move(o))) {}
 Server::~Server() {
   if (impl_->thread.joinable()) {
-    begin_shutdown();
+    stop(0);
     impl_->thread.join();
   }
 }
@@ -555,11 +558,16 @@ void Server::wait() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-void Server::begin_shutdown() {
+void Server::begin_shutdown() { impl_->draining = true; }
+
+void Server::stop(double grace_s) {
   Impl& m = *impl_;
   m.draining = true;
-  // httplib's stop() does nothing until listen has started: a shutdown right after start() (a model that fails to
-  // load at once) waits for it, or wait() would never return.
+  // httplib ends chunked responses when the server stops: let the streams in flight write their last chunks first.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, grace_s) * 1000));
+  while (m.streams > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // stop() does nothing until listen has started: a stop right after start() (a model that fails to load at once)
+  // waits for it, or wait() would never return.
   for (int i = 0; i < 10000 && m.started && !m.finished && !m.svr.is_running(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   m.svr.stop();

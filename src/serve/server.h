@@ -6,7 +6,7 @@
 //   serve::Server s({.host = "127.0.0.1", .port = 0});
 //   s.declare_model("tiny", serve::ModelKind::llm);
 //   int port = s.bind();                  // then print "listening on ..."
-//   s.start();                            // serves on its own thread until begin_shutdown(); s.wait() joins it
+//   s.start();                            // serves on its own thread until stop(); s.wait() joins it
 //   s.attach_llm(std::make_shared<serve::LlmService>(...));
 #include <cstddef>
 #include <cstdint>
@@ -51,10 +51,13 @@ class Server {
   void mark_failed(const std::string& name, const std::string& why);  // /health reports it; requests get 503
 
   int bind();    // opens the socket; returns the port (an Error naming host:port if it cannot)
-  void start();  // serves on a thread of its own until begin_shutdown()
+  void start();  // serves on a thread of its own until stop()
   void wait();   // returns when the server has stopped and every connection's handler has finished
-  // Stops accepting connections; requests that arrive on open connections get 503; /health answers 503.
+  // Draining: new requests get 503 (Retry-After), /health answers 503; requests in flight go on.
   void begin_shutdown();
+  // Waits up to `grace_s` for the streaming responses in flight to end, then closes the socket and ends the accept
+  // loop (wait() returns once the last handler is done). Call it after the engines have finished their requests.
+  void stop(double grace_s);
   bool all_ready() const;
 
  private:

@@ -247,14 +247,21 @@ def raw_http_checks(s, key):
 
 
 def sigterm_mid_stream(s, key):
-    """SIGTERM while a stream is in flight: the stream still ends with [DONE], new connections are refused, exit 0."""
+    """SIGTERM while a stream is in flight: new requests get 503 (or find the socket closed), the stream still ends
+    with [DONE], exit 0."""
     c = s.connect()
-    c.request("POST", "/v1/chat/completions", json.dumps(chat_body(max_tokens=60, ignore_eos=True, stream=True)),
+    c.request("POST", "/v1/chat/completions", json.dumps(chat_body(max_tokens=400, ignore_eos=True, stream=True)),
               {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
     r = c.getresponse()
     check(r.status == 200, f"stream before SIGTERM: {r.status}")
     r.read(20)
     s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    try:
+        st, h, _ = s.request("POST", "/v1/chat/completions", chat_body(max_tokens=2), {"Authorization": f"Bearer {key}"})
+        check(st == 503 and h.get("retry-after"), f"a request while draining: {st} {h}")
+    except OSError:
+        pass  # the stream ended already and the socket is closed
     rest = r.read()
     check(rest.endswith(b"data: [DONE]\n\n"), f"in-flight stream cut by SIGTERM: {rest[-100:]!r}")
     code = s.stop()

@@ -64,6 +64,7 @@ struct Running {
   ~Running() {
     server->begin_shutdown();
     if (fake) fake->shutdown(0);
+    server->stop(5);
     server->wait();
   }
 };
