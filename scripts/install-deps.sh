@@ -7,6 +7,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config python3
       libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
       libprotobuf-dev protobuf-compiler libonnx-dev  # ONNX import/export
       libpcre2-dev  # tokenizer pre-split regexes
+      libcpp-httplib-dev  # spore serve's HTTP server
       python3-onnx  # tests check exported ONNX files with onnx.checker
       clang libclang-rt-dev libomp-dev  # libFuzzer (make fuzz); clang needs libomp for -fopenmp
       ocl-icd-opencl-dev  # dnnl-config.cmake calls find_package(OpenCL)

@@ -28,6 +28,8 @@ for upper, below in {
     "llm": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "io", "data"},
     # deployed models: load (io) + compile per input signature (runtime)
     "deploy": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "io"},
+    # the HTTP server: drives llm (the engine) and deploy (tensor models); knows HTTP and JSON, not kernels
+    "serve": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "io", "data", "llm", "deploy"},
 }.items():
     ALLOWED[upper] = below
 

@@ -26,6 +26,8 @@ constexpr Command commands[] = {
     {"tokenize", "token ids of a text with an LLM's tokenizer (.gguf or Hugging Face folder)", cmd_tokenize},
     {"generate", "generate text with a decoder LLM (.gguf or Hugging Face folder): streaming, sampling, KV cache",
      cmd_generate},
+    {"serve", "HTTP server: OpenAI API for LLMs, KServe v2 for tensor models, /health, /metrics (docs/SERVE.md)",
+     cmd_serve},
 };
 
 void usage(FILE* f) {

@@ -23,6 +23,7 @@ int cmd_bench(int argc, char** argv);
 int cmd_profile(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 int main_dispatch(int argc, char** argv);
 
