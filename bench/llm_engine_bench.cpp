@@ -161,6 +161,13 @@ int main(int argc, char** argv) {
         std::printf("clients %3lld: %6.1f tok/s  TTFT p50 %7.1f p99 %7.1f ms  ITL p50 %6.2f p99 %6.2f ms  (%zu requests)\n",
                     static_cast<long long>(c), tps, pct(ttft, 50), pct(ttft, 99), pct(itl, 50), pct(itl, 99),
                     e2e.size());
+      if (!json) {
+        const llm::EngineStats st = e.stats();
+        std::printf("             engine: %lld steps so far, batch sizes", static_cast<long long>(st.steps));
+        for (int64_t b : st.batch_hist) std::printf(" %lld", static_cast<long long>(b));
+        std::printf(" (1, 2, 3-4, 5-8, 9-16, 17-32, 33+), prefix-cache hits %lld of %lld prompt tokens\n",
+                    static_cast<long long>(st.prefix_cache_hits), static_cast<long long>(st.prefix_cache_queries));
+      }
       std::fflush(stdout);
     }
   } catch (const std::exception& x) {

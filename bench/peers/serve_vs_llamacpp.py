@@ -54,7 +54,7 @@ def wait_ready(port, path, timeout=300):
 
 
 def start_spore(model, a, port):
-    exe = os.path.join(ROOT, "build", "spore")
+    exe = a.spore
     cmd = [exe, "serve", model, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(a.parallel),
            "--threads", str(a.threads), "--ctx", str(a.ctx), "--max-queue", "4096"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), cmd
@@ -69,9 +69,18 @@ def start_llama(model, a, port):
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), cmd
 
 
+def model_id(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/v1/models")
+    return json.loads(c.getresponse().read())["data"][0]["id"]
+
+
+MODEL = {}
+
+
 def one_request(port, prompt, max_tokens):
     """Streams one completion; returns (ttft_s, [gaps_s], tokens)."""
-    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+    body = json.dumps({"model": MODEL[port], "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
                        "ignore_eos": True, "n_predict": max_tokens})
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.perf_counter()
@@ -146,6 +155,7 @@ def main():
     ap.add_argument("--prompt-words", type=int, default=60)
     ap.add_argument("--ctx", type=int, default=512, help="context per slot")
     ap.add_argument("--only", choices=["spore", "llama"], help="run one server")
+    ap.add_argument("--spore", default=os.path.join(ROOT, "build", "spore"), help="the spore binary")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     data = os.environ.get("SPORE_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
@@ -161,6 +171,7 @@ def main():
         proc, cmd = start(a.model, a, port)
         try:
             ready_s = wait_ready(port, "/health")
+            MODEL[port] = model_id(port)
             # warm-up: one request per slot, then one alone
             run_load(port, prompts[-8:], a.parallel, 1, 8)
             rows = []
