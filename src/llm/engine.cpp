@@ -122,6 +122,7 @@ struct Engine::Impl {
   std::deque<std::unique_ptr<Seq>> queue;  // waiting for a slot
   int64_t queued_tokens = 0;
   std::unordered_map<uint64_t, Seq*> live;  // queued and running, for cancel()
+  int64_t occupied = 0;                      // slots holding a sequence
   uint64_t next_id = 1;
   bool stopping = false;
   clock_t_::time_point stop_deadline;
@@ -465,6 +466,7 @@ struct Engine::Impl {
     {
       std::lock_guard<std::mutex> lk(mu);
       live.erase(q->id);
+      if (q->slot >= 0) --occupied;
       ++st.requests_finished;
       st.prompt_tokens += q->n_prompt;
       ema_total_ms = 0.9 * ema_total_ms + 0.1 * ev.total_ms;
@@ -509,6 +511,7 @@ struct Engine::Impl {
         queued_tokens -= q->n_prompt;
         q->slot = static_cast<int64_t>(s);
         q->t_admit = now;
+        ++occupied;
         slots[s] = std::move(q);
       }
     }
@@ -632,6 +635,7 @@ struct Engine::Impl {
     const int64_t bin = n_seqs <= 1 ? 0 : n_seqs <= 2 ? 1 : n_seqs <= 4 ? 2 : n_seqs <= 8 ? 3 : n_seqs <= 16 ? 4
                         : n_seqs <= 32 ? 5 : 6;
     ++st.batch_hist[static_cast<size_t>(bin)];
+    st.batch_sequences += n_seqs;
     return true;
   }
 
@@ -781,7 +785,9 @@ uint64_t Engine::submit(Request r) {
   };
   if (I.stopping) refuse("the server is shutting down");
   if (I.start_error) refuse("the engine failed to start");
-  if (static_cast<int64_t>(I.queue.size()) >= I.o.max_queue)
+  // Requests wait for a slot; a slot that is free now takes one at the next step without counting as queued.
+  const int64_t free_slots = I.S - I.occupied;
+  if (static_cast<int64_t>(I.queue.size()) >= I.o.max_queue + std::max<int64_t>(free_slots, 0))
     refuse(fmt::format("the queue is full: {} requests are waiting for a slot (--max-queue {})", I.queue.size(),
                        I.o.max_queue));
   if (I.queued_tokens + n > I.o.max_queued_tokens && !I.queue.empty())

@@ -40,7 +40,8 @@ struct EngineOptions {
   int64_t max_memory = 0;     // bytes for weights + every slot's KV rows + the prefix cache + activations; 0: the
                               // machine's available memory. What does not fit is refused at start, naming the flags.
   int64_t step_tokens = 128;  // token budget of one step: the running sequences' decode tokens plus a prefill chunk
-  int64_t max_queue = 64;     // requests waiting for a slot; one more is refused with Error(unavailable)
+  int64_t max_queue = 64;     // requests waiting for a slot (beyond the slots free now); one more is refused with
+                              // Error(unavailable); 0: take a request only when a slot is free
   int64_t max_queued_tokens = 0;   // prompt tokens waiting; 0: slots * ctx
   int64_t prefix_cache_bytes = -1;  // KV rows of shared prompt prefixes kept for reuse; -1: a quarter of the slots'
                                     // KV bytes, 0: off
@@ -101,6 +102,7 @@ struct EngineStats {
   int64_t steps = 0;
   // Steps by the number of sequences they advanced: [1], [2], [3-4], [5-8], [9-16], [17-32], [33+].
   std::vector<int64_t> batch_hist = std::vector<int64_t>(7, 0);
+  int64_t batch_sequences = 0;  // the sum over steps of the sequences each advanced (the histogram's _sum)
 };
 
 class Engine {

@@ -139,6 +139,7 @@ class Generation {
       r.ignore_eos = req_.ignore_eos;
       r.logprobs = req_.logprobs;
       r.timeout_s = timeout_s;
+      r.json = req_.json;
       std::shared_ptr<EventQueue> q = queue_;
       r.on_event = [q](const llm::Event& ev) { q->push(ev); };
       try {
@@ -652,7 +653,7 @@ void LlmService::register_collector() {
       acc += i < s.batch_hist.size() ? s.batch_hist[i] : 0;
       cum[i] = acc;
     }
-    m.set_histogram("spore:batch_size", l, cum, -1);
+    m.set_histogram("spore:batch_size", l, cum, static_cast<double>(s.batch_sequences));
   });
 }
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "llm/json_constraint.h"
 #include "serve/errors.h"
 #include "serve/json_fields.h"
 
@@ -125,10 +127,26 @@ void parse_common(const Fields& f, GenerationRequest& r, const ParseLimits& limi
   if (const json* rf = f.get("response_format")) {
     Fields rff(*rf, f.path("response_format"));
     const std::string type = rff.str("type").value_or("");
-    if (type == "json_object" || type == "json_schema")
-      bad_request(rff.path("type"), "constrained decoding is not supported by this server yet", "unsupported_parameter");
-    if (type != "text")
+    if (type == "json_object") {
+      r.json = llm::JsonConstraint::any_object();
+    } else if (type == "json_schema") {
+      const json* js = rff.get("json_schema");
+      if (js == nullptr || !js->is_object()) bad_request(rff.path("json_schema"), "an object with the schema is required");
+      Fields jf(*js, rff.path("json_schema"));
+      const json* schema = jf.get("schema");
+      if (schema == nullptr) bad_request(jf.path("schema"), "the schema is required");
+      try {
+        r.json = llm::JsonConstraint::compile(*schema, jf.path("schema"));
+      } catch (const spore::Error& e) {
+        // "<path>: why" - the path of the keyword is the parameter.
+        const std::string m = e.message();
+        const size_t at = m.find(": ");
+        bad_request(at == std::string::npos ? jf.path("schema") : m.substr(0, at),
+                    at == std::string::npos ? m : m.substr(at + 2), "unsupported_schema");
+      }
+    } else if (type != "text") {
       bad_request(rff.path("type"), fmt::format("'{}' is not a response format (text, json_object, json_schema)", type));
+    }
   }
 }
 

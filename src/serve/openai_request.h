@@ -1,10 +1,11 @@
 #pragma once
 // OpenAI API requests, parsed and validated without a model: /v1/completions, /v1/chat/completions,
 // /v1/embeddings, and llama-server's /tokenize and /detokenize. Every error is a 400 naming the field's JSON path
-// (serve/errors.h). What the server cannot honour fails closed (response_format json_object / json_schema,
-// tools, logit_bias, suffix, ...): a 400 that says so, never a silently different answer. Unknown fields are
-// ignored, as OpenAI does.
+// (serve/errors.h). What the server cannot honour fails closed (tools, logit_bias, suffix, a JSON schema keyword
+// constrained decoding cannot enforce, ...): a 400 that says so, never a silently different answer. Unknown fields
+// are ignored, as OpenAI does. response_format json_object / json_schema compile to an llm::JsonConstraint here.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,10 @@
 
 #include "llm/chat_template.h"
 #include "llm/sampling.h"
+
+namespace spore::llm {
+class JsonConstraint;
+}
 
 namespace spore::serve {
 
@@ -39,6 +44,7 @@ struct GenerationRequest {
   bool echo = false;                          // completions: the prompt's text comes first in `text`
   bool ignore_eos = false;                    // extension (llama-server, vLLM)
   std::string user;
+  std::shared_ptr<const llm::JsonConstraint> json;  // response_format json_object / json_schema (null: text)
 };
 
 struct ParseLimits {

@@ -134,16 +134,23 @@ TEST(OpenAIRequest, ErrorsNameTheJsonPath) {
   EXPECT_NE(e.message.find("expected a JSON object"), std::string::npos) << e.message;
 }
 
-TEST(OpenAIRequest, ConstrainedDecodingFailsClosed) {
+TEST(OpenAIRequest, ResponseFormatsCompileOrFailClosedNamingTheKeyword) {
   const json user = {{"role", "user"}, {"content", "x"}};
-  for (const char* type : {"json_object", "json_schema"}) {
-    json b = {{"messages", {user}}, {"response_format", {{"type", type}}}};
-    if (std::string(type) == "json_schema") b["response_format"]["json_schema"] = {{"name", "s"}, {"schema", json::object()}};
-    const HttpError e = error_of([&] { parse_chat_request(b); });
-    EXPECT_EQ(e.status, 400) << type;
-    EXPECT_EQ(e.param, "response_format.type");
-    EXPECT_EQ(e.message, "response_format.type: constrained decoding is not supported by this server yet");
-  }
+  EXPECT_TRUE(parse_chat_request({{"messages", {user}}, {"response_format", {{"type", "json_object"}}}}).json);
+  json b = {{"messages", {user}}, {"response_format", {{"type", "json_schema"}}}};
+  b["response_format"]["json_schema"] =
+      json::parse(R"({"name": "s", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}})");
+  EXPECT_TRUE(parse_chat_request(b).json);
+  b["response_format"]["json_schema"]["schema"]["properties"]["a"]["minimum"] = 3;
+  HttpError e = error_of([&] { parse_chat_request(b); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "response_format.json_schema.schema.properties.a.minimum");
+  EXPECT_NE(e.message.find("not supported by constrained decoding"), std::string::npos) << e.message;
+  b["response_format"]["json_schema"].erase("schema");
+  EXPECT_EQ(error_of([&] { parse_chat_request(b); }).param, "response_format.json_schema.schema");
+  e = error_of([&] { parse_chat_request({{"messages", {user}}, {"response_format", {{"type", "yaml"}}}}); });
+  EXPECT_EQ(e.param, "response_format.type");
+  EXPECT_FALSE(parse_chat_request({{"messages", {user}}}).json);
   // "text" is what the server does anyway.
   EXPECT_NO_THROW(parse_chat_request({{"messages", {user}}, {"response_format", {{"type", "text"}}}}));
   EXPECT_EQ(error_of([&] { parse_chat_request({{"messages", {user}}, {"tools", {{{"type", "function"}}}}}); }).param, "tools");
@@ -179,7 +186,7 @@ TEST(OpenAIRequest, CompletionPrompts) {
   EXPECT_EQ(err({{"prompt", "x"}, {"logprobs", 50}}).param, "logprobs");
   EXPECT_EQ(err({{"prompt", "x"}, {"suffix", "tail"}}).param, "suffix");
   EXPECT_EQ(err({{"prompt", "x"}, {"best_of", 3}}).param, "best_of");
-  EXPECT_EQ(err({{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}).param, "response_format.type");
+  EXPECT_EQ(err({{"prompt", "x"}, {"response_format", {{"type", "json"}}}}).param, "response_format.type");
 }
 
 TEST(OpenAIRequest, EmbeddingsTokenizeDetokenize) {

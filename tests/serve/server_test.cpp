@@ -138,8 +138,13 @@ TEST(Server, OpenAIRoutesAndErrorStatuses) {
                        R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
                            "json_schema": {"name": "a", "schema": {"type": "object"}}}})",
                        "application/json");
-  EXPECT_EQ(schema->status, 400);
-  EXPECT_EQ(error_body(schema)["message"], "response_format.type: constrained decoding is not supported by this server yet");
+  EXPECT_EQ(schema->status, 200);  // a schema the server can enforce
+  auto bad_schema = c.Post("/v1/chat/completions",
+                           R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+                               "json_schema": {"name": "a", "schema": {"type": "string", "format": "date"}}}})",
+                           "application/json");
+  EXPECT_EQ(bad_schema->status, 400);
+  EXPECT_EQ(error_body(bad_schema)["param"], "response_format.json_schema.schema.format");
 
   auto method = c.Get("/v1/chat/completions");
   EXPECT_EQ(method->status, 405);

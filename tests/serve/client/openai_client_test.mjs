@@ -161,13 +161,34 @@ await check('errors: 400 / 404 / 401 as APIError, and 4xx are not retried', asyn
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.type === 'invalid_request_error'
       && e.param === 'messages[0].content');
   assert.deepEqual(statuses, [400]);
-  await assert.rejects(retrying.chat.completions.create({ model: MODEL, messages, response_format: { type: 'json_object' } }),
-    (e) => e.status === 400 && /constrained decoding is not supported/.test(e.message));
+  await assert.rejects(retrying.chat.completions.create({ model: MODEL, messages, response_format: { type: 'json_schema',
+    json_schema: { name: 'x', schema: { type: 'object', properties: { id: { type: 'string', pattern: '^a' } } } } } }),
+  (e) => e.status === 400 && e.param === 'response_format.json_schema.schema.properties.id.pattern'
+    && /not supported by constrained decoding/.test(e.message));
   await assert.rejects(retrying.chat.completions.create({ model: 'no-such-model', messages }),
     (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
   const wrongKey = new OpenAI({ baseURL: BASE_URL, apiKey: 'wrong', maxRetries: 2, fetch: f });
   await assert.rejects(wrongKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
   assert.deepEqual(statuses, [400, 400, 404, 401]);
+});
+
+await check('response_format json_schema: the answer is a document of the schema, streamed or not', async () => {
+  const schema = { type: 'object', properties: { color: { enum: ['red', 'green', 'blue'] }, ok: { type: 'boolean' },
+    n: { type: 'array', items: { type: 'null' }, maxItems: 3 } }, required: ['color', 'ok', 'n'], additionalProperties: false };
+  const response_format = { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } };
+  const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 200, seed: 3, response_format });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const doc = JSON.parse(r.choices[0].message.content);
+  assert.ok(['red', 'green', 'blue'].includes(doc.color) && typeof doc.ok === 'boolean' && Array.isArray(doc.n), r.choices[0].message.content);
+  const stream = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 200, seed: 3, response_format, stream: true });
+  let text = '';
+  for await (const c of stream) text += c.choices[0]?.delta?.content ?? '';
+  assert.equal(text, r.choices[0].message.content);  // same seed, same tokens
+  const o = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 60, temperature: 0,
+    response_format: { type: 'json_object' } });
+  const t = o.choices[0].message.content;
+  assert.ok(t.trimStart().startsWith('{'), t);
+  if (o.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(t), 'object');
 });
 
 await check('a client that aborts mid-stream: the server cancels and keeps serving', async () => {
