@@ -12,6 +12,10 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config python3
       clang libclang-rt-dev libomp-dev  # libFuzzer (make fuzz); clang needs libomp for -fopenmp
       ocl-icd-opencl-dev  # dnnl-config.cmake calls find_package(OpenCL)
       dataset-fashion-mnist)  # the 60k Fashion-MNIST training split, used by the training acceptance test
+# Node.js and npm (the serve tests drive the server with the official openai npm client) from Debian only when the
+# machine has none of its own (a NodeSource nodejs bundles npm and conflicts with Debian's npm package).
+command -v node >/dev/null || pkgs+=(nodejs)
+command -v npm >/dev/null || pkgs+=(npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
