@@ -272,54 +272,35 @@ const Node* resolve(const Node* n) {
 }
 
 // Shared stand-ins for parts of "any value".
+Node make_node(Node::Kind k, const Node* items = nullptr, std::vector<std::string> literals = {}) {
+  Node x;
+  x.kind = k;
+  x.items = items;
+  x.literals = std::move(literals);
+  return x;
+}
+const Node* any_node() {
+  static const Node n = make_node(Node::any);
+  return &n;
+}
 const Node* any_string_node() {
-  static const Node n = [] {
-    Node x;
-    x.kind = Node::string;
-    return x;
-  }();
+  static const Node n = make_node(Node::string);
   return &n;
 }
 const Node* any_number_node() {
-  static const Node n = [] {
-    Node x;
-    x.kind = Node::number;
-    return x;
-  }();
-  return &n;
-}
-const Node* any_node() {
-  static const Node n = [] {
-    Node x;
-    x.kind = Node::any;
-    return x;
-  }();
+  static const Node n = make_node(Node::number);
   return &n;
 }
 const Node* any_object_node() {
-  static const Node n = [] {
-    Node x;
-    x.kind = Node::any_object;
-    return x;
-  }();
+  static const Node n = make_node(Node::any_object);
   return &n;
 }
 const Node* any_array_node() {
-  static const Node n = [] {
-    Node x;
-    x.kind = Node::array;
-    x.items = any_node();
-    return x;
-  }();
+  static const Node n = make_node(Node::array, any_node());
   return &n;
 }
 const Node* any_literal_node() {
-  static const Node n = [] {
-    Node x;
-    x.kind = Node::literal;
-    x.literals = {"true", "false", "null"};
-    return x;
-  }();
+  static const Node n = make_node(Node::literal, nullptr, {"true", "false", "null"});
   return &n;
 }
 
@@ -390,6 +371,15 @@ void step(Stack s, unsigned char c, std::vector<Stack>& out) {
           return;
         }
         const Node* n = resolve(f.node);
+        // The value starts here: the frame becomes the value's.
+        const auto open = [&](FrameKind k, uint8_t phase) {
+          f.node = n;
+          f.kind = k;
+          f.phase = phase;
+          f.count = 0;
+          f.seen = 0;
+          out.push_back(s);
+        };
         switch (n->kind) {
           case Node::any_of:
             for (const Node* a : n->alts) {
@@ -404,28 +394,13 @@ void step(Stack s, unsigned char c, std::vector<Stack>& out) {
             continue;
           case Node::object:
           case Node::any_object:
-            if (c != '{') return;
-            f.node = n;
-            f.kind = k_object;
-            f.phase = o_open;
-            f.seen = 0;
-            out.push_back(s);
+            if (c == '{') open(k_object, o_open);
             return;
           case Node::array:
-            if (c != '[') return;
-            f.node = n;
-            f.kind = k_array;
-            f.phase = a_open;
-            f.count = 0;
-            out.push_back(s);
+            if (c == '[') open(k_array, a_open);
             return;
           case Node::string:
-            if (c != '"') return;
-            f.node = n;
-            f.kind = k_string;
-            f.phase = 0;
-            f.count = 0;
-            out.push_back(s);
+            if (c == '"') open(k_string, 0);
             return;
           case Node::number:
           case Node::integer:

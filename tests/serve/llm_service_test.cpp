@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "serve_test_util.h"
 #include "fake_backend.h"
 #include "serve/errors.h"
 #include "serve/llm_service.h"
@@ -17,22 +18,10 @@
 namespace spore::serve {
 namespace {
 
+using testing::error_of;
+
 using nlohmann::json;
 using testing::FakeBackend;
-
-// The tiny Llama's tokenizer (the fake has no model, but real tokens make the text real).
-std::optional<llm::Tokenizer> tiny_tokenizer() {
-  const std::string path = spore::testing::shared_data_dir("gguf-models/llama-2-tiny-random.gguf");
-  if (!std::filesystem::exists(path)) return std::nullopt;
-  return llm::Tokenizer::load(path);
-}
-
-#define NEED_TOKENIZER(tok)                                                                   \
-  auto tok = tiny_tokenizer();                                                                \
-  if (!tok) {                                                                                 \
-    if (spore::testing::running_in_ci()) FAIL() << "shared data missing under CI=true";       \
-    GTEST_SKIP() << "shared data missing: gguf-models/llama-2-tiny-random.gguf";              \
-  }
 
 struct Svc {
   Metrics metrics;
@@ -82,18 +71,6 @@ std::string predicted(const FakeBackend& f, const llm::Tokenizer& tok, const std
   std::string s;
   for (int64_t i = 0; i < n; ++i) s += tok.token_to_text(f.token_at(r, i));
   return s;
-}
-
-template <typename F>
-HttpError error_of(F&& f) {
-  try {
-    f();
-  } catch (const RequestError& e) {
-    return e.error();
-  }
-  HttpError none;
-  none.status = 0;
-  return none;
 }
 
 TEST(LlmService, CompletionWholeAnswer) {

@@ -3,24 +3,16 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "serve_test_util.h"
 #include "serve/errors.h"
 #include "serve/openai_request.h"
 
 namespace spore::serve {
 namespace {
 
-using nlohmann::json;
+using testing::error_of;
 
-// The HttpError a parse throws (status 0 when it throws none).
-template <typename F>
-HttpError error_of(F&& f) {
-  try {
-    f();
-  } catch (const RequestError& e) {
-    return e.error();
-  }
-  return HttpError{0, "", "", "", "", 0};
-}
+using nlohmann::json;
 
 TEST(OpenAIRequest, ChatDefaultsAndFields) {
   const json body = {{"model", "tiny"},

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "serve_test_util.h"
 #include "fake_backend.h"
 #include "serve/llm_service.h"
 #include "serve/server.h"
@@ -21,19 +22,6 @@ namespace {
 
 using nlohmann::json;
 using testing::FakeBackend;
-
-std::optional<llm::Tokenizer> tiny_tokenizer() {
-  const std::string path = spore::testing::shared_data_dir("gguf-models/llama-2-tiny-random.gguf");
-  if (!std::filesystem::exists(path)) return std::nullopt;
-  return llm::Tokenizer::load(path);
-}
-
-#define NEED_TOKENIZER(tok)                                                             \
-  auto tok = tiny_tokenizer();                                                          \
-  if (!tok) {                                                                           \
-    if (spore::testing::running_in_ci()) FAIL() << "shared data missing under CI=true"; \
-    GTEST_SKIP() << "shared data missing: gguf-models/llama-2-tiny-random.gguf";        \
-  }
 
 // A server on a free port, serving until the fixture goes away.
 struct Running {

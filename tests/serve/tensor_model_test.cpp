@@ -10,6 +10,7 @@
 
 #include <spore/spore.h>
 
+#include "serve_test_util.h"
 #include "base/error.h"
 #include "deploy/session.h"
 #include "test_models.h"
@@ -21,6 +22,8 @@
 namespace spore::serve {
 namespace {
 
+using testing::error_of;
+
 using nlohmann::json;
 using namespace spore::serve::testing;  // NOLINT: the test models
 
@@ -28,18 +31,6 @@ Tensor rows(int64_t n, const Shape& row, int salt) {
   Shape s = row;
   s.insert(s.begin(), n);
   return spore::testing::patterned_tensor(s, DType::f32, salt);
-}
-
-template <typename F>
-HttpError error_of(F&& f) {
-  try {
-    f();
-  } catch (const RequestError& e) {
-    return e.error();
-  }
-  HttpError none;
-  none.status = 0;
-  return none;
 }
 
 std::vector<TensorMeta> x_meta() { return {{"x", TensorType(DType::f32, {Dim::symbol("batch"), Dim(3)})}}; }
