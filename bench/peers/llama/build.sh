@@ -40,7 +40,11 @@ if [ ! -f "$build/build.ninja" ]; then
         -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF
 fi
 targets=(llama llama-bench llama-completion llama-quantize)
-[ "${LLAMA_SERVER:-0}" = 1 ] && targets+=(llama-server)
+if [ "${LLAMA_SERVER:-0}" = 1 ]; then
+    # A build folder configured before the server was: turn it on (UI off), a cheap re-configure.
+    cmake -S src -B "$build" -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF >/dev/null
+    targets+=(llama-server)
+fi
 echo "== building llama.cpp (-j$jobs)"
 start=$(date +%s)
 nice ninja -C "$build" -j"$jobs" "${targets[@]}"
