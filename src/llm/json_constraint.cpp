@@ -279,29 +279,20 @@ Node make_node(Node::Kind k, const Node* items = nullptr, std::vector<std::strin
   x.literals = std::move(literals);
   return x;
 }
-const Node* any_node() {
-  static const Node n = make_node(Node::any);
-  return &n;
-}
-const Node* any_string_node() {
-  static const Node n = make_node(Node::string);
-  return &n;
-}
-const Node* any_number_node() {
-  static const Node n = make_node(Node::number);
-  return &n;
-}
-const Node* any_object_node() {
-  static const Node n = make_node(Node::any_object);
-  return &n;
-}
-const Node* any_array_node() {
-  static const Node n = make_node(Node::array, any_node());
-  return &n;
-}
-const Node* any_literal_node() {
-  static const Node n = make_node(Node::literal, nullptr, {"true", "false", "null"});
-  return &n;
+// The stand-in of one kind of "any value": any, string, number, any_object, array (of any) or literal (true, false,
+// null).
+const Node* stand_in(Node::Kind k) {
+  static const Node any = make_node(Node::any), str = make_node(Node::string), num = make_node(Node::number),
+                    obj = make_node(Node::any_object), arr = make_node(Node::array, &any),
+                    lit = make_node(Node::literal, nullptr, {"true", "false", "null"});
+  switch (k) {
+    case Node::string: return &str;
+    case Node::number: return &num;
+    case Node::any_object: return &obj;
+    case Node::array: return &arr;
+    case Node::literal: return &lit;
+    default: return &any;
+  }
 }
 
 using Stack = JsonMatcher::Stack;
@@ -389,8 +380,8 @@ void step(Stack s, unsigned char c, std::vector<Stack>& out) {
             }
             return;
           case Node::any:
-            f.node = c == '{' ? any_object_node() : c == '[' ? any_array_node() : c == '"' ? any_string_node()
-                     : (c == '-' || is_digit(c)) ? any_number_node() : any_literal_node();
+            f.node = c == '{' ? stand_in(Node::any_object) : c == '[' ? stand_in(Node::array) : c == '"' ? stand_in(Node::string)
+                     : (c == '-' || is_digit(c)) ? stand_in(Node::number) : stand_in(Node::literal);
             continue;
           case Node::object:
           case Node::any_object:
@@ -533,7 +524,7 @@ void step(Stack s, unsigned char c, std::vector<Stack>& out) {
             if (c != '"') return;
             if (any) {
               f.phase = o_key;
-              if (!push(s, any_string_node())) return;
+              if (!push(s, stand_in(Node::string))) return;
               continue;  // the string frame reads the quote
             }
             f.alive = unseen_keys(n, f.seen);
@@ -572,7 +563,7 @@ void step(Stack s, unsigned char c, std::vector<Stack>& out) {
             if (c != ':') return;
             f.phase = o_child;
             if (any) {
-              if (!push(s, any_node())) return;
+              if (!push(s, stand_in(Node::any))) return;
             } else {
               const auto i = static_cast<size_t>(f.next);
               f.seen |= uint64_t{1} << i;
