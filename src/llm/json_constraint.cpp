@@ -403,26 +403,12 @@ void step(Stack s, unsigned char c, std::vector<Stack>& out) {
             else return;
             out.push_back(s);
             return;
-          case Node::literal: {
-            uint64_t alive = 0;
-            for (size_t i = 0; i < n->literals.size(); ++i)
-              if (static_cast<unsigned char>(n->literals[i][0]) == c) alive |= uint64_t{1} << i;
-            if (alive == 0) return;
+          case Node::literal:  // every literal is a candidate; the k_literal case reads the byte
             f.node = n;
             f.kind = k_literal;
-            f.alive = alive;
-            f.count = 1;
-            // A one-character literal (a digit) may already be whole; keep both readings.
-            for (size_t i = 0; i < n->literals.size(); ++i)
-              if ((alive >> i & 1) && n->literals[i].size() == 1) {
-                Stack t = s;
-                pop_value(t);
-                out.push_back(t);
-                f.alive &= ~(uint64_t{1} << i);
-              }
-            if (f.alive) out.push_back(s);
-            return;
-          }
+            f.count = 0;
+            f.alive = n->literals.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << n->literals.size()) - 1;
+            continue;
           case Node::ref: return;  // resolved above
         }
         return;
@@ -434,11 +420,10 @@ void step(Stack s, unsigned char c, std::vector<Stack>& out) {
           if ((f.alive >> i & 1) && n->literals[i].size() > static_cast<size_t>(f.count) &&
               static_cast<unsigned char>(n->literals[i][static_cast<size_t>(f.count)]) == c)
             alive |= uint64_t{1} << i;
-        if (alive == 0) {
-          return;
-        }
+        if (alive == 0) return;
         ++f.count;
         f.alive = alive;
+        // A literal that is whole here ends the value, while longer ones may go on (enum 1 and 12): both readings.
         for (size_t i = 0; i < n->literals.size(); ++i)
           if ((alive >> i & 1) && n->literals[i].size() == static_cast<size_t>(f.count)) {
             Stack t = s;
