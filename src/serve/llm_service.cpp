@@ -610,7 +610,7 @@ void LlmService::declare_metrics(Metrics& m) {
   m.declare("spore:engine_requests_refused_total", MetricType::counter, "Requests the engine refused (queue full).");
   m.declare("spore:engine_requests_finished_total", MetricType::counter, "Requests the engine finished.");
   m.declare("spore:batch_size", MetricType::histogram,
-            "Sequences advanced per engine step (from the engine's step counts; no _sum).", {1, 2, 4, 8, 16, 32});
+            "Sequences advanced per engine step (from the engine's step counts).", {1, 2, 4, 8, 16, 32});
   m.declare("spore:request_success_total", MetricType::counter,
             "Finished generation choices by finish reason (stop, length, timeout, cancelled, error).");
   m.declare("spore:request_refused_total", MetricType::counter, "Generation requests answered 503 (queue full).");
