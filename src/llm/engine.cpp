@@ -475,7 +475,7 @@ struct Engine::Impl {
       live.erase(q->id);
       if (q->slot >= 0) --occupied;
       ++st.requests_finished;
-      st.prompt_tokens += q->n_prompt;
+      st.prompt_tokens += q->n_prompt - q->cached;  // prefilled: the prefix cache's tokens are not
       ema_total_ms = 0.9 * ema_total_ms + 0.1 * ev.total_ms;
     }
     try {

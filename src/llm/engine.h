@@ -98,7 +98,7 @@ struct EngineStats {
   int64_t prefix_cache_bytes = 0, prefix_cache_capacity_bytes = 0;
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;   // in prompt tokens looked up / found
   int64_t requests_finished = 0, requests_refused = 0;
-  int64_t prompt_tokens = 0, generation_tokens = 0;
+  int64_t prompt_tokens = 0, generation_tokens = 0;  // prompt tokens prefilled (prefix-cache hits excluded)
   int64_t steps = 0;
   // Steps by the number of sequences they advanced: [1], [2], [3-4], [5-8], [9-16], [17-32], [33+].
   std::vector<int64_t> batch_hist = std::vector<int64_t>(7, 0);
