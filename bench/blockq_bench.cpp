@@ -123,6 +123,18 @@ BENCHMARK(BM_linear_blockq)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// Decode steps of a continuous batch (spore serve): a few rows, one per sequence, on the FFN projections, 2 threads.
+void few_rows_args(benchmark::internal::Benchmark* b) {
+  for (int f : {1, 2, 3})
+    for (int64_t m : {1, 2, 4, 8, 16})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{4864, 896}, {896, 4864}}) b->Args({f, n, k, m, 2});
+}
+BENCHMARK(BM_linear_blockq)
+    ->Name("few_rows")
+    ->Apply(few_rows_args)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 struct Triad {
   int64_t n = 1 << 25;
   std::unique_ptr<double[]> a{new double[1 << 25]}, b{new double[1 << 25]}, c{new double[1 << 25]};
@@ -175,7 +187,10 @@ int main(int argc, char** argv) {
                          4.0 * static_cast<double>(m * (kk + n));
     const double gbs = bytes / sec / 1e9, gflops = 2.0 * static_cast<double>(m * n * kk) / sec / 1e9;
     const double stream = t == 1 ? s1 : s2;
-    if (m == 1 && stream > 0)
+    if (m > 1 && m <= 16)
+      std::fprintf(rep.out, "  rows    %-5s M=%-4lld N=%-6lld K=%-5lld threads=%lld: %8.3f ms %6.1f GB/s %6.1f GFLOP/s\n",
+                   fname, m, n, kk, t, sec * 1e3, gbs, gflops);
+    else if (m == 1 && stream > 0)
       std::fprintf(rep.out, "  decode  %-5s N=%-6lld K=%-5lld threads=%lld: %8.3f ms %6.1f GB/s = %3.0f%% of STREAM\n",
                    fname, n, kk, t, sec * 1e3, gbs, 100.0 * gbs / stream);
     else if (m == 1)

@@ -222,7 +222,8 @@ TEST_P(BlockqFormat, BatchAndThreadInvariant) {
   rows_equal(ops::linear_blockq(x.slice(0, 0, 37).contiguous(), w, name, bias), 0, "M=37");
   rows_equal(ops::linear_blockq(x.slice(0, 27, 64).contiguous(), w, name, bias), 27, "M=37 (rows 27..63)");
   rows_equal(ops::linear_blockq(x.slice(0, 10, 13).contiguous().view({1, 3, k}), w, name, bias), 10, "[1,3,K]");
-  // 2..17 rows: the decode steps of a continuous batch (AVX-512 Q8_0 runs 2..16 rows on the few-rows decode tiles).
+  // 2..17 rows: the decode steps of a continuous batch (AVX-512 runs 2..16 rows on the few-rows decode tiles: Q8_0's
+  // and the float formats' paired ones, odd counts padded).
   for (int64_t mm : {2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17})
     rows_equal(ops::linear_blockq(x.slice(0, 40, 40 + mm).contiguous(), w, name, bias), 40, "M=" + std::to_string(mm));
   set_threads(1);
@@ -244,7 +245,7 @@ TEST_P(BlockqFormat, Avx512BuildGivesAvx2Bits) {
   uint32_t seed = 300;
   for (int64_t k : quant ? std::vector<int64_t>{32, 896} : std::vector<int64_t>{13, 900})
     for (int64_t n : {13, 999})
-      for (int64_t m : {1, 2, 3, 4, 7, 8, 13, 16, 37, 64}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 37, 64}) {
         const Tensor x = floats(random_floats(static_cast<size_t>(m * k), seed, 4.0f), {m, k});
         const Tensor w = random_weight(f, n, k, seed + 1);
         const Tensor bias = floats(random_floats(static_cast<size_t>(n), seed + 2), {n});

@@ -39,13 +39,13 @@ void blockq_run_avx512(WeightFormat f, const BlockqProblem* problems, int count,
   BlockqProblem ps[kBlockqMaxProblems];
   std::copy(problems, problems + count, ps);
   const BlockqProblem& p = ps[0];
-  // Float formats from 8 rows on: x_f's rows interleaved in pairs for tile_f_pairs (this thread's scratch, kept
-  // between calls; the workers only read it during this call).
+  // Float formats from 2 rows on: x_f's rows interleaved in pairs for tile_f_pairs (this thread's scratch, kept
+  // between calls; the workers only read it during this call). An odd last row pairs with a copy of itself.
   thread_local std::vector<float> pairs;
   const bool fl = f == WeightFormat::f32 || f == WeightFormat::f16 || f == WeightFormat::bf16;
   const int64_t k8 = p.k / 8 * 8;
-  if (fl && m >= 8 && k8 > 0) {
-    const int64_t np = m / 2;
+  if (fl && m >= 2 && k8 > 0) {
+    const int64_t np = (m + 1) / 2;
     if (pairs.size() < static_cast<size_t>(np * 2 * k8)) pairs.resize(static_cast<size_t>(np * 2 * k8));
     float* dst = pairs.data();
     const float* x = p.x_f;
@@ -53,7 +53,7 @@ void blockq_run_avx512(WeightFormat f, const BlockqProblem* problems, int count,
     parallel_for(num_chunks(np, 8), [&](int64_t t) {
       for (int64_t j = t * 8; j < std::min(np, (t + 1) * 8); ++j) {
         const float* a = x + 2 * j * k;
-        const float* b = a + k;
+        const float* b = 2 * j + 1 < m ? a + k : a;
         float* d = dst + j * 2 * k8;
         for (int64_t i = 0; i < k8; i += 8) {
           _mm256_storeu_ps(d + 2 * i, _mm256_loadu_ps(a + i));
