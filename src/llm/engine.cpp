@@ -541,6 +541,26 @@ struct Engine::Impl {
     return true;
   }
 
+  // A step of `total` rows runs as bucket_of(total) rows. When the rows past the bucket below are fewer than the
+  // padding above (an ~80-token prompt chunk with 3 decode tokens: 83 rows would run as 96), the prompt chunks give
+  // those rows back from the last one (83 -> 80) and feed them in a later step, which is cheaper than computing
+  // the padding: a padded row costs a row's full compute, the rows moved to a decode step cost the same compute
+  // there and no weight pass of their own. A chunk never drops to zero, so every prompt still advances each step.
+  // Chunk boundaries change no output (prefill in chunks of any size gives the same rows).
+  static void trim_to_bucket(std::vector<std::pair<Seq*, int64_t>>& chunks, int64_t& total) {
+    if (chunks.empty() || total <= 1) return;
+    const int64_t up = bucket_of(total);
+    const int64_t down = total <= kBucketStep ? up / 2 : total / kBucketStep * kBucketStep;
+    int64_t cut = total - down;
+    if (up == total || up - total <= cut) return;
+    for (auto it = chunks.rbegin(); it != chunks.rend() && cut > 0; ++it) {
+      const int64_t give = std::min(cut, it->second - 1);
+      it->second -= give;
+      cut -= give;
+      total -= give;
+    }
+  }
+
   // One step over the running sequences. Returns false when there was nothing to run.
   bool step() {
     std::vector<int32_t> tok;
@@ -573,11 +593,16 @@ struct Engine::Impl {
     std::sort(pre.begin(), pre.end(), [](const Seq* a, const Seq* b) {
       return a->t_admit != b->t_admit ? a->t_admit < b->t_admit : a->id < b->id;
     });
+    std::vector<std::pair<Seq*, int64_t>> chunks;
+    int64_t total = static_cast<int64_t>(tok.size());
     for (Seq* q : pre) {
-      const int64_t left = o.step_tokens - static_cast<int64_t>(tok.size());
+      const int64_t left = o.step_tokens - total;
       if (left <= 0) break;
-      add(*q, std::min(left, static_cast<int64_t>(q->tokens.size()) - q->fed));
+      chunks.emplace_back(q, std::min(left, static_cast<int64_t>(q->tokens.size()) - q->fed));
+      total += chunks.back().second;
     }
+    trim_to_bucket(chunks, total);
+    for (auto& [q, n] : chunks) add(*q, n);
     if (tok.empty()) return false;
     const int64_t t = bucket_of(static_cast<int64_t>(tok.size()));
     std::vector<Tensor> out;
