@@ -421,7 +421,7 @@ std::vector<int32_t> LlmService::prompt_tokens(const PromptInput& p) const {
   return backend_->tokenizer().encode(p.text, /*add_special=*/true, /*parse_special=*/true);
 }
 
-Reply LlmService::generate(const json& body, bool chat) {
+Reply LlmService::generate(const json& body, bool chat, const std::function<bool()>& client_alive) {
   GenerationRequest req = chat ? parse_chat_request(body, o_.limits) : parse_completion_request(body, o_.limits);
   try {
     req.sampler.validate();
@@ -487,9 +487,22 @@ Reply LlmService::generate(const json& body, bool chat) {
     return r;
   }
 
+  // A whole-body reply waits for every choice; a client that hangs up meanwhile cancels them (checked at least
+  // every 100 ms), so its slot goes to the next request instead of generating an answer nobody reads.
+  auto last_check = std::chrono::steady_clock::now();
   while (!g->all_done()) {
     TimedEvent te;
-    g->next_event(te, std::chrono::milliseconds(1000));
+    g->next_event(te, std::chrono::milliseconds(100));
+    if (!client_alive || std::chrono::steady_clock::now() - last_check < std::chrono::milliseconds(100)) continue;
+    last_check = std::chrono::steady_clock::now();
+    if (!client_alive()) {
+      g->cancel_running();
+      Reply gone;
+      gone.status = 499;  // nginx's "client closed request": only the access log and the metrics see it
+      g->record(gone.log);
+      gone.log.error = "client disconnected";
+      return gone;
+    }
   }
   Reply r;
   g->record(r.log);

@@ -6,6 +6,7 @@
 // engine's callback pushes into, and the request's own thread drains it, so the engine never waits on a socket and
 // the metrics are updated by request threads only. A streaming client that goes away cancels its engine requests.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,7 +38,9 @@ class LlmService {
   // A note for the start-up log when the chat template was not recognized ("" otherwise).
   const std::string& chat_note() const { return chat_note_; }
 
-  Reply generate(const nlohmann::json& body, bool chat);  // /v1/completions, /v1/chat/completions
+  // /v1/completions, /v1/chat/completions. client_alive (may be empty) says whether the client is still connected;
+  // a whole-body (non-streamed) generation asks it while it waits and cancels its engine requests when it says no.
+  Reply generate(const nlohmann::json& body, bool chat, const std::function<bool()>& client_alive = {});
   Reply embeddings(const nlohmann::json& body);
   Reply tokenize(const nlohmann::json& body);
   Reply detokenize(const nlohmann::json& body);

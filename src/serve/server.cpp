@@ -1,7 +1,14 @@
 #include "serve/server.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -65,6 +72,66 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
   e.type = error_type_for_status(status);
   throw RequestError(std::move(e));
 }
+
+// Whether the client of a request is still connected. cpp-httplib 0.11 gives a handler no socket (newer versions
+// have Request::is_connection_closed), so the probe finds it once, on its first use: the one socket of this process
+// whose two ends are the request's (remote address and port as httplib prints them, the local port). The socket
+// stays open while the handler runs, so the descriptor cannot be another connection's. Then, as httplib's own
+// is_socket_alive: nothing to read means connected; end of stream or an error means the client left; bytes waiting
+// (a pipelined request) mean connected. A probe that cannot find the socket says connected.
+class ConnectionProbe {
+ public:
+  explicit ConnectionProbe(const httplib::Request& req) : req_(req) {}
+
+  bool alive() {
+    if (!searched_) {
+      searched_ = true;
+      fd_ = find();
+    }
+    if (fd_ < 0) return true;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return true;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return false;
+    char c;
+    const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+  }
+
+ private:
+  static bool end_of(int fd, bool peer, std::string& host, int& port) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    auto* sa = reinterpret_cast<sockaddr*>(&a);
+    if ((peer ? ::getpeername(fd, sa, &len) : ::getsockname(fd, sa, &len)) != 0) return false;
+    if (a.ss_family != AF_INET && a.ss_family != AF_INET6) return false;
+    char h[NI_MAXHOST], serv[NI_MAXSERV];
+    if (::getnameinfo(sa, len, h, sizeof(h), serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) != 0) return false;
+    host = h;
+    port = std::atoi(serv);
+    return true;
+  }
+
+  int find() const {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+      const std::string name = e.path().filename().string();
+      char* end = nullptr;
+      const long fd = std::strtol(name.c_str(), &end, 10);
+      if (end == name.c_str() || *end != '\0') continue;
+      std::string host;
+      int port = -1;
+      if (!end_of(static_cast<int>(fd), true, host, port) || port != req_.remote_port || host != req_.remote_addr)
+        continue;
+      if (!end_of(static_cast<int>(fd), false, host, port) || port != req_.local_port) continue;
+      return static_cast<int>(fd);
+    }
+    return -1;
+  }
+
+  const httplib::Request& req_;
+  bool searched_ = false;
+  int fd_ = -1;
+};
 
 // A known route: its pattern, the methods it takes (for 405) and the label /metrics counts it under.
 struct RouteInfo {
@@ -390,9 +457,10 @@ struct Server::Impl {
         });
     for (const bool chat : {false, true}) {
       const std::string route = chat ? "/v1/chat/completions" : "/v1/completions";
-      post(route, route, Api::openai, [this, chat](const std::string& body, const httplib::Request&) {
+      post(route, route, Api::openai, [this, chat](const std::string& body, const httplib::Request& req) {
         const json j = parse_json_body(body);
-        return find_llm(model_of(j))->generate(j, chat);
+        ConnectionProbe probe(req);
+        return find_llm(model_of(j))->generate(j, chat, [&probe] { return probe.alive(); });
       });
     }
     post("/v1/embeddings", "/v1/embeddings", Api::openai, [this](const std::string& body, const httplib::Request&) {

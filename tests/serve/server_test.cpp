@@ -6,6 +6,11 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -230,6 +235,40 @@ TEST(Server, StreamingAndAClientThatLeaves) {
   EXPECT_EQ(r.fake->active(), 0u);
   auto again = r.client();
   EXPECT_EQ(again.Post("/v1/chat/completions", chat_body, "application/json")->status, 200);
+}
+
+// A client that sends a whole-body (non-streamed) request and hangs up before the answer: its engine request is
+// cancelled (the handler finds the connection's socket and sees it closed), and the server keeps serving.
+TEST(Server, AWholeBodyRequestWhoseClientLeavesIsCancelled) {
+  NEED_TOKENIZER(tok);
+  Running r;
+  r.add_llm(*tok);
+  r.start();
+  r.fake->hold(true);  // the request stays in the engine until the client has gone
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(r.port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 50})";
+  const std::string http = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, http.data(), http.size(), 0), static_cast<ssize_t>(http.size()));
+  for (int i = 0; i < 300 && r.fake->active() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(r.fake->active(), 1u);
+  EXPECT_EQ(r.fake->cancels(), 0);
+  ::close(fd);
+  for (int i = 0; i < 300 && r.fake->cancels() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(r.fake->cancels(), 1);
+  r.fake->hold(false);
+  for (int i = 0; i < 300 && r.fake->active() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(r.fake->active(), 0u);
+  auto again = r.client();
+  EXPECT_EQ(again.Post("/v1/chat/completions", chat_body, "application/json")->status, 200);
+  const std::string metrics = again.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("status=\"499\""), std::string::npos) << metrics.substr(0, 2000);
 }
 
 TEST(Server, FullQueueIs503WithRetryAfter) {
