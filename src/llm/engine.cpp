@@ -5,6 +5,8 @@
 // then multiples of 16 up to step_tokens),
 // each over the whole pool with a `slots` input (ops::attention_kv's pooled form), compiled at start and run once
 // on padding rows (warm-up), so the first request pays no compile and no first-touch page faults of the plans.
+// The plans also output every row's final hidden state (StepOptions::with_hidden), which embeddings read: they run
+// through the same warmed plans (slot S, no picks read), so a first /v1/embeddings request compiles nothing either.
 //
 // A step: every running sequence whose prompt is done contributes its last sampled token (decode), then waiting
 // prompt tokens fill what is left of the token budget (chunked prefill, oldest sequence first). The step's tokens
@@ -115,7 +117,7 @@ struct Engine::Impl {
   EngineOptions o;
   int64_t S = 0, C = 0, pool = 0, max_t = 0;
   std::vector<Tensor> k, v, ks, vs;  // per layer, pooled
-  std::map<int64_t, std::unique_ptr<Plan>> plans, hidden_plans;
+  std::map<int64_t, std::unique_ptr<Plan>> plans;
   int64_t row_bytes = 0;  // bytes of one (head, position) K or V row
   int64_t block_bytes = 0;
 
@@ -253,29 +255,32 @@ struct Engine::Impl {
     st.prefix_cache_capacity_bytes = o.prefix_cache_bytes;
   }
 
-  Plan& plan_for(int64_t t, bool hidden) {
-    auto& map = hidden ? hidden_plans : plans;
-    auto it = map.find(t);
-    if (it != map.end()) return *it->second;
+  Plan& plan_for(int64_t t) {
+    auto it = plans.find(t);
+    if (it != plans.end()) return *it->second;
     StepOptions so;
     so.tokens = t;
     so.ctx = C;
     so.kv_dtype = o.kv_dtype;
     so.slots = pool;
     so.picks = std::min(t, S);
-    so.hidden = hidden;
+    so.with_hidden = true;  // embeddings use these plans too (the extra norm of T rows costs next to nothing)
     CompileOptions co;
     co.inference = true;
     co.disabled_passes = o.disabled_passes;
     co.calibrate_threads = false;
     auto p = std::make_unique<Plan>(compile_plan(m.step_graph(so), co));
-    return *map.emplace(t, std::move(p)).first->second;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      ++st.plans;
+    }
+    return *plans.emplace(t, std::move(p)).first->second;
   }
 
   // Runs the plan for T >= tokens.size() rows: the given rows, then padding (slot -1).
-  std::vector<Tensor> run_step(int64_t t, bool hidden, const std::vector<int32_t>& tok, const std::vector<int64_t>& pos,
+  std::vector<Tensor> run_step(int64_t t, const std::vector<int32_t>& tok, const std::vector<int64_t>& pos,
                                const std::vector<int64_t>& slot, const std::vector<int64_t>& picks) {
-    Plan& plan = plan_for(t, hidden);
+    Plan& plan = plan_for(t);
     Tensor tt = Tensor::zeros({t}, DType::i64), pt = Tensor::zeros({t}, DType::i64);
     Tensor sl = Tensor::empty({t}, DType::i64);
     for (int64_t i = 0; i < t; ++i) {
@@ -285,12 +290,10 @@ struct Engine::Impl {
       sl.data<int64_t>()[i] = real ? slot[static_cast<size_t>(i)] : -1;
     }
     std::vector<Tensor> in{tt, pt, sl};
-    if (!hidden) {
-      const int64_t np = std::min(t, S);
-      Tensor pk = Tensor::zeros({np}, DType::i64);
-      for (size_t i = 0; i < picks.size(); ++i) pk.data<int64_t>()[i] = picks[i];
-      in.push_back(pk);
-    }
+    const int64_t np = std::min(t, S);
+    Tensor pk = Tensor::zeros({np}, DType::i64);
+    for (size_t i = 0; i < picks.size(); ++i) pk.data<int64_t>()[i] = picks[i];
+    in.push_back(pk);
     for (size_t l = 0; l < k.size(); ++l) {
       in.push_back(k[l]);
       in.push_back(v[l]);
@@ -322,8 +325,8 @@ struct Engine::Impl {
     // The constrained-decoding token table too, so a first JSON-mode request does not pay for it.
     if (o.warm_up && m.has_tokenizer()) build_token_table();
     for (int64_t t = 1; t <= max_t; t = bucket_of(t + 1)) {
-      plan_for(t, false);
-      if (o.warm_up) run_step(t, false, {}, {}, {}, {});
+      plan_for(t);
+      if (o.warm_up) run_step(t, {}, {}, {}, {});
     }
     startup = ms_since(t0, clock_t_::now());
   }
@@ -607,7 +610,7 @@ struct Engine::Impl {
     const int64_t t = bucket_of(static_cast<int64_t>(tok.size()));
     std::vector<Tensor> out;
     try {
-      out = run_step(t, false, tok, pos, slot, picks);
+      out = run_step(t, tok, pos, slot, picks);
     } catch (const std::exception& e) {
       // A failed step ends the sequences in it (each gets the error), never the engine.
       for (Part& p : parts) {
@@ -738,9 +741,9 @@ struct Engine::Impl {
       std::vector<int32_t> tok(ids.begin() + done, ids.begin() + done + len);
       std::vector<int64_t> pos(static_cast<size_t>(len)), slot(static_cast<size_t>(len), S);
       for (int64_t i = 0; i < len; ++i) pos[static_cast<size_t>(i)] = done + i;
-      std::vector<Tensor> out = run_step(bucket_of(len), true, tok, pos, slot, {});
+      std::vector<Tensor> out = run_step(bucket_of(len), tok, pos, slot, {});
       write_rows(out, S, 0, len, done);
-      const float* hs = out[0].data<float>();
+      const float* hs = out.back().data<float>();
       for (int64_t i = 0; i < len; ++i)
         for (int64_t e = 0; e < c.n_embd; ++e) sum[static_cast<size_t>(e)] += hs[i * c.n_embd + e];
       done += len;

@@ -100,6 +100,7 @@ struct EngineStats {
   int64_t requests_finished = 0, requests_refused = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0;  // prompt tokens prefilled (prefix-cache hits excluded)
   int64_t steps = 0;
+  int64_t plans = 0;  // step plans compiled (all at start: one per step size; a later compile would be a bug)
   // Steps by the number of sequences they advanced: [1], [2], [3-4], [5-8], [9-16], [17-32], [33+].
   std::vector<int64_t> batch_hist = std::vector<int64_t>(7, 0);
   int64_t batch_sequences = 0;  // the sum over steps of the sequences each advanced (the histogram's _sum)

@@ -320,7 +320,7 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
   const size_t per_layer = i8 ? 4 : 2;  // k, v cache inputs (and their row scales)
   SPORE_CHECK(o.slots >= 0 && o.picks >= 1, ErrorCode::invalid_argument,
               "step graph needs slots >= 0 and picks >= 1, got {} and {}", o.slots, o.picks);
-  const bool pooled = o.slots > 0, picks = !o.all_logits && !o.hidden;
+  const bool pooled = o.slots > 0, picks = !o.all_logits;
   std::vector<TensorType> types{TensorType(DType::i64, {T}), TensorType(DType::i64, {T})};
   std::vector<std::string> names{"tokens", "positions"};
   if (pooled) {
@@ -383,10 +383,13 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
       kv.push_back(k);
       kv.push_back(v);
     }
+    std::optional<Tensor> hidden;
+    if (o.with_hidden) hidden = ops::rms_norm(x, output_norm_, -1, c.rms_eps);  // per row: the picked rows' bits
     if (picks) x = ops::embedding(x, in[last_at]);
     x = ops::rms_norm(x, output_norm_, -1, c.rms_eps);
-    std::vector<Tensor> out{o.hidden ? x : lin(x, output_)};
+    std::vector<Tensor> out{lin(x, output_)};
     out.insert(out.end(), kv.begin(), kv.end());
+    if (hidden) out.push_back(*hidden);
     return out;
   };
   return trace_function(fn, types, names);

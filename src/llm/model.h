@@ -54,8 +54,9 @@ struct StepOptions {
   // Pooled caches for continuous batching (llm/engine.h): 0 = one sequence, caches [Hkv, C, D]; S > 0 = caches
   // [S, Hkv, C, D] (i8 scales [S, Hkv, C]) and an input `slots` i64 [T] after `positions` (ops::attention_kv).
   int64_t slots = 0;
-  // Instead of logits, the final hidden states after the output norm, f32 [T, n_embd] (embeddings); no `last`.
-  bool hidden = false;
+  // Besides the logits, the final hidden states of every row after the output norm, f32 [T, n_embd], as the last
+  // output (embeddings run through the serving engine's step plans, so they need no plans of their own).
+  bool with_hidden = false;
 };
 
 class Model {

@@ -315,8 +315,12 @@ TEST_F(EngineTest, EmbeddingsAreNormalizedAndDoNotDependOnWhatRuns) {
   Collector c;
   Engine e(m, {.slots = 2, .ctx = 128, .kv_dtype = DType::f16, .max_memory = 1 << 30, .step_tokens = 8});
   e.wait_ready();
+  const int64_t plans = e.stats().plans;
+  EXPECT_EQ(plans, 4);  // step sizes 1, 2, 4, 8: compiled at start
   const auto ids = prompt_of(40, 3);  // 5 chunks of the 8-token plans
   const std::vector<float> a = e.embed(ids);
+  EXPECT_EQ(e.stats().plans, plans) << "embeddings run on the warmed step plans";
+  EXPECT_NE(a, e.embed(prompt_of(13, 3))) << "13 tokens: a chunk of 8, then 5 on the 8-row plan";
   ASSERT_EQ(static_cast<int64_t>(a.size()), m.config().n_embd);
   double n2 = 0;
   for (float x : a) n2 += static_cast<double>(x) * x;
