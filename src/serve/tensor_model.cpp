@@ -198,6 +198,7 @@ std::vector<Tensor> TensorModel::infer(std::vector<Tensor> inputs) {
                  o_.max_queue);
     }
     queue_.push_back(std::move(job));
+    if (running_) arrived_while_running_ = true;
     metrics_.set("spore:infer_queue_length", {{"model", o_.name}}, static_cast<double>(queue_.size()));
   }
   cv_.notify_one();
@@ -240,8 +241,12 @@ void TensorModel::worker() {
       queue_.pop_front();
       int64_t rows = batch[0]->rows;
       if (batchable_ && rows < o_.max_batch) {
-        // Wait (briefly) for company: take queued compatible jobs, in arrival order, while the rows fit.
-        const auto deadline = batch[0]->queued + std::chrono::microseconds(static_cast<int64_t>(o_.batch_delay_ms * 1000));
+        // Take queued compatible jobs, in arrival order, while the rows fit; wait (briefly) for more only when
+        // requests have overlapped lately - with one client nothing would come, and the window would be pure delay.
+        const bool overlap = last_jobs_ > 1 || arrived_while_running_ || !queue_.empty();
+        const auto deadline = overlap ? batch[0]->queued + std::chrono::microseconds(
+                                                               static_cast<int64_t>(o_.batch_delay_ms * 1000))
+                                      : Clock::now();
         for (;;) {
           for (auto it = queue_.begin(); it != queue_.end() && rows < o_.max_batch;) {
             if (compatible(*batch[0], **it) && rows + (*it)->rows <= o_.max_batch) {
@@ -258,8 +263,13 @@ void TensorModel::worker() {
         }
       }
       metrics_.set("spore:infer_queue_length", {{"model", o_.name}}, static_cast<double>(queue_.size()));
+      running_ = true;
+      arrived_while_running_ = false;
+      last_jobs_ = batch.size();
     }
     run_batch(batch);
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
   }
 }
 

@@ -2,7 +2,9 @@
 // A tensor model (.onnx / .spore / text IR) served over KServe v2: a deploy::Session run by one worker thread that
 // takes requests from a bounded queue. With dynamic batching, concurrent requests whose inputs share every dim but
 // the first (a dynamic batch dim the outputs share) are merged along dim 0 into one run, at most `max_batch` rows,
-// the first waiting at most `batch_delay_ms` for company, and the outputs are split back.
+// the first waiting at most `batch_delay_ms` for company, and the outputs are split back. It waits only when requests
+// have overlapped lately (the last run merged several, or one arrived while it ran): a lone client never pays the
+// window, concurrent clients get merged.
 //
 // A merged request must get the bits it would get alone. That holds only if every kernel of the model is
 // batch-invariant (docs/DESIGN.md: oneDNN's GEMV and GEMM paths are not), so `auto` (the default) measures it at
@@ -98,6 +100,9 @@ class TensorModel {
   std::condition_variable cv_, ready_cv_;
   std::deque<std::unique_ptr<Job>> queue_;
   bool stopping_ = false, ready_ = false;
+  // Whether requests overlap: a run is in progress, one arrived during it, how many jobs the last run merged.
+  bool running_ = false, arrived_while_running_ = false;
+  size_t last_jobs_ = 0;
   std::exception_ptr warm_error_;
   std::thread worker_;
 };

@@ -1,7 +1,7 @@
 // spore serve's KServe v2 endpoint vs ONNX Runtime in-process (npm onnxruntime-node), same model file and input,
 // at several numbers of concurrent clients: throughput (inferences/s) and latency p50/p99.
 //   node kserve_vs_ort.js MODEL.onnx --input x=FILE.npy --spore build/spore [--clients 1,2,4,8] [--threads 2]
-//       [--seconds 5] [--batching auto|on|off] [--json OUT]
+//       [--seconds 5] [--batching auto|on|off] [--batch-delay-ms D] [--json OUT]
 // The peer is what a user would otherwise write: one ORT session (intra-op threads = --threads, its fastest
 // settings: graph optimizations all, sequential execution) shared by C closed-loop async callers in one process, no
 // HTTP. spore is timed end to end over HTTP on loopback: a Node client per caller POSTs the input as binary tensor
@@ -25,6 +25,7 @@ function args(argv) {
     else if (k === '--threads') a.threads = Number(argv[++i]);
     else if (k === '--seconds') a.seconds = Number(argv[++i]);
     else if (k === '--batching') a.batching = argv[++i];
+    else if (k === '--batch-delay-ms') a.delay = argv[++i];
     else if (k === '--json') a.json = argv[++i];
     else if (!a.model) a.model = k;
     else throw new Error(`unknown argument ${k}`);
@@ -98,7 +99,7 @@ async function main() {
   // spore serve, KServe binary tensors over loopback HTTP
   const name = path.basename(a.model).replace(/\.onnx$/, '');
   const srv = spawn(a.spore, ['serve', a.model, '--port', '0', '--threads', String(a.threads), '--batching', a.batching,
-    '--no-access-log'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    '--no-access-log', ...(a.delay !== undefined ? ['--batch-delay-ms', a.delay] : [])], { stdio: ['ignore', 'pipe', 'inherit'] });
   const port = await new Promise((resolve, reject) => {
     let out = '';
     srv.stdout.on('data', (d) => { out += d; const m = out.match(/listening on http:\/\/[^:]+:(\d+)/); if (m) resolve(Number(m[1])); });
