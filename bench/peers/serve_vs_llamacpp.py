@@ -3,7 +3,7 @@
 latency (p50/p99) at several client counts, through each server's OpenAI /v1/completions endpoint with streaming.
 
   bench/peers/serve_vs_llamacpp.py MODEL.gguf [--clients 1,4,16] [--parallel 4] [--threads 2] [--requests 3]
-      [--max-tokens 32] [--prompt-words 60] [--json FILE]
+      [--max-tokens 32] [--prompt-words 60] [--repeats N] [--json FILE]
 
 Both servers run with the same threads (--threads, also llama-server's --threads-batch), the same number of
 sequence slots (spore --parallel = llama-server -np), the same context per slot, greedy decoding and ignore_eos
@@ -156,6 +156,8 @@ def main():
     ap.add_argument("--ctx", type=int, default=512, help="context per slot")
     ap.add_argument("--only", choices=["spore", "llama"], help="run one server")
     ap.add_argument("--spore", default=os.path.join(ROOT, "build", "spore"), help="the spore binary")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds, the servers alternating (spore, llama-server, spore, ...); medians are reported")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     data = os.environ.get("SPORE_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
@@ -164,7 +166,8 @@ def main():
     prompts = [" ".join(words[i:i + n]) for i in range(0, 400 * n, n)]
     clients = [int(x) for x in a.clients.split(",")]
     results = {}
-    for name, start in (("spore", start_spore), ("llama-server", start_llama)):
+    rounds = [(name, start) for _ in range(a.repeats) for name, start in (("spore", start_spore), ("llama-server", start_llama))]
+    for name, start in rounds:
         if a.only and not name.startswith(a.only):
             continue
         port = free_port()
@@ -175,20 +178,34 @@ def main():
             # warm-up: one request per slot, then one alone
             run_load(port, prompts[-8:], a.parallel, 1, 8)
             rows = []
+            used = 0  # each client count gets prompts not sent before (no prefix-cache hits between levels)
             for c in clients:
-                r = run_load(port, prompts, c, a.requests, a.max_tokens)
+                r = run_load(port, prompts[used:], c, a.requests, a.max_tokens)
+                used += c * a.requests
                 rows.append(r)
                 print(f"{name:12s} clients {c:3d}: {r['tok_s']:7.1f} tok/s  TTFT p50 {r['ttft_p50_ms']:8.1f} "
                       f"p99 {r['ttft_p99_ms']:8.1f} ms  ITL p50 {r['itl_p50_ms']:7.2f} p99 {r['itl_p99_ms']:7.2f} ms"
                       f"  ({r['requests']} requests{', errors: ' + str(r['errors']) if r['errors'] else ''})",
                       flush=True)
-            results[name] = {"cmd": " ".join(cmd), "ready_s": ready_s, "rows": rows}
+            results.setdefault(name, {"cmd": " ".join(cmd), "ready_s": [], "rounds": []})
+            results[name]["ready_s"].append(ready_s)
+            results[name]["rounds"].append(rows)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    # Per server and client count, the median of each figure over the rounds.
+    for res in results.values():
+        res["rows"] = [{k: (statistics.median(r[i][k] for r in res["rounds"]) if isinstance(v, float) else v)
+                        for k, v in res["rounds"][0][i].items()} for i in range(len(clients))]
+    if a.repeats > 1:
+        for name, res in results.items():
+            for r in res["rows"]:
+                print(f"{name:12s} clients {r['clients']:3d}, median of {a.repeats}: {r['tok_s']:7.1f} tok/s  TTFT p50 "
+                      f"{r['ttft_p50_ms']:8.1f} p99 {r['ttft_p99_ms']:8.1f} ms  ITL p50 {r['itl_p50_ms']:7.2f} p99 "
+                      f"{r['itl_p99_ms']:7.2f} ms")
     if "spore" in results and "llama-server" in results:
         for rs, rl in zip(results["spore"]["rows"], results["llama-server"]["rows"]):
             print(f"clients {rs['clients']:3d}: spore/llama-server throughput {rs['tok_s'] / rl['tok_s']:.2f}x, "
