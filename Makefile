@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= true
 
-.PHONY: deps build demo test test-asan fuzz bench bench-peers clean
+.PHONY: deps build python demo test test-asan fuzz bench bench-peers clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -18,6 +18,17 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# The Python package (docs/PYTHON.md): a wheel from the build folder's extension, installed into .venv (made with
+# Debian's python3 and --system-site-packages, so Debian's NumPy and torch are seen; system pip refuses to install
+# into Debian's Python). Then `.venv/bin/python -c "import spore"` works.
+python: build
+	@/usr/bin/python3 -m venv --system-site-packages .venv
+	@rm -rf $(BUILD)/dist && cd python && SPORE_BUILD_DIR=$(abspath $(BUILD)) /usr/bin/python3 -m build --wheel \
+	  --no-isolation --outdir $(abspath $(BUILD))/dist . >$(abspath $(BUILD))/python-wheel.log 2>&1 \
+	  || (cat $(abspath $(BUILD))/python-wheel.log; exit 1)
+	@.venv/bin/python -m pip install --quiet --no-deps --no-index --force-reinstall $(BUILD)/dist/spore-*.whl
+	@.venv/bin/python -c "import spore; print('spore', spore.__version__, 'installed in .venv:', spore.__file__)"
 
 # The main job: build, show what spore runs on and a graph-mode demo, then train SimpleNet on the bundled digits
 # in graph mode, evaluate the checkpoint, export it (.spore and ONNX), check its ops, convert it to fp16 and to
@@ -40,7 +51,7 @@ demo: build
 # Every test: unit, conformance (every op x dtype vs the reference backend), integration (CLI), acceptance
 # (training runs on real data). ctest runs tests side by side: OpenMP threads that spin-wait for work
 # (libgomp's default) then starve each other on a 2-core machine, so tests wait passively.
-test: build
+test: build python
 	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.

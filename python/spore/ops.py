@@ -1,0 +1,87 @@
+"""One function per op of spore's registry, generated at import from the op definitions (the one place each op is
+defined): positional tensor inputs as the op names them, attributes as keyword arguments with the schema's
+defaults, the op's documentation as the docstring. help(spore.ops.conv2d) shows its signature and attributes.
+
+Each call runs the op eagerly on the CPU backend (the GIL is released while it runs) and returns a Tensor, or a
+tuple of Tensors for ops with several outputs. Wrong types, shapes or attribute values raise spore.Error
+subclasses naming the op and what was wrong.
+"""
+import inspect
+import keyword
+import sys
+
+from . import _spore
+from ._spore import Tensor
+
+_KIND_HINT = {"i64": "int", "f64": "float", "boolean": "bool", "str": "str", "dtype": "spore.dtype",
+              "i64s": "list[int]", "f64s": "list[float]"}
+# Ops that exist for graphs and passes (placeholders, fused forms, gradients), not for calling.
+_INTERNAL = {"input", "constant"}
+
+
+def _make(d):
+    name = d["name"]
+    inputs = [n if n.isidentifier() and not keyword.iskeyword(n) else f"x{i}" for i, n in enumerate(d["inputs"])]
+    lo, hi = d["min_inputs"], d["max_inputs"]
+    variadic = hi < 0
+    params = []
+    if variadic:
+        params.append(inspect.Parameter("inputs", inspect.Parameter.VAR_POSITIONAL))
+    else:
+        names = inputs + [f"x{i}" for i in range(len(inputs), hi)]
+        for i, n in enumerate(names[:hi]):
+            default = inspect.Parameter.empty if i < lo else None
+            params.append(inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                                            annotation="Tensor"))
+    attr_names = []
+    for (a, kind, default, has_default, choices) in d["attrs"]:
+        attr_names.append(a)
+        params.append(inspect.Parameter(a, inspect.Parameter.KEYWORD_ONLY,
+                                        default=default if has_default else inspect.Parameter.empty,
+                                        annotation=_KIND_HINT.get(kind, kind)))
+    sig = inspect.Signature(params)
+    n_pos = 0 if variadic else hi
+
+    def fn(*args, **kwargs):
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"spore.ops.{name}{sig}: {e}") from None
+        if variadic:
+            tensors = list(bound.arguments.get("inputs", ()))
+        else:
+            tensors = [bound.arguments.get(p.name) for p in params[:n_pos]]
+            while tensors and tensors[-1] is None:
+                tensors.pop()
+        for i, t in enumerate(tensors):
+            if not isinstance(t, Tensor):
+                what = params[i].name if not variadic else f"inputs[{i}]"
+                raise TypeError(f"spore.ops.{name}: argument '{what}' must be a spore.Tensor, got "
+                                f"{type(t).__name__}")
+        attrs = {a: bound.arguments[a] for a in attr_names if a in bound.arguments}
+        out = _spore._op_call(name, tensors, attrs)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    lines = [d["doc"] or f"The {name} op.", ""]
+    if d["attrs"]:
+        lines.append("Attributes:")
+        for (a, kind, default, has_default, choices) in d["attrs"]:
+            extra = f" (one of {', '.join(choices)})" if choices else ""
+            dflt = f", default {default!r}" if has_default else ", required"
+            lines.append(f"    {a}: {_KIND_HINT.get(kind, kind)}{dflt}{extra}")
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = "\n".join(lines)
+    fn.__signature__ = sig
+    fn.__module__ = __name__
+    return fn
+
+
+names = []
+_module = sys.modules[__name__]
+for _d in _spore._op_defs():
+    if _d["name"] in _INTERNAL or not _d["name"].isidentifier() or keyword.iskeyword(_d["name"]):
+        continue
+    setattr(_module, _d["name"], _make(_d))
+    names.append(_d["name"])
+__all__ = list(names)

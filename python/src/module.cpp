@@ -1,0 +1,520 @@
+// The `spore._spore` extension: spore's tensors, dtypes, errors and op registry for Python (docs/PYTHON.md).
+// This file knows pybind11 and the public C++ API only (runtime, ops registry, tensors); the Python-facing API
+// (spore.ops functions with signatures, operators, conveniences) is written in Python on top of it (python/spore).
+//
+// Memory: a NumPy array or a DLPack producer wrapped as a spore tensor stays alive as long as the tensor's storage
+// (Storage::wrap's release drops the reference, taking the GIL); a spore tensor given to NumPy (numpy(), the buffer
+// protocol, __array__) or to DLPack keeps its storage alive through the Python object or the DLPack context.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/numpy.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/attrs.h"
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "ops/dispatch.h"
+#include "ops/registry.h"
+#include "runtime/runtime.h"
+#include "tensor/storage.h"
+#include "tensor/tensor.h"
+
+namespace py = pybind11;
+using spore::DType;
+using spore::ErrorCode;
+using spore::Tensor;
+
+namespace {
+
+// ---- errors ------------------------------------------------------------------------------------------------------
+
+// spore.Error and its subclasses are Python classes (spore/errors.py), one per ErrorCode; __init__.py hands them
+// over with _set_error_classes before any call can fail.
+std::map<std::string, py::object>& error_classes() {
+  static auto* m = new std::map<std::string, py::object>();  // never destroyed: outlives interpreter teardown
+  return *m;
+}
+
+void raise_spore_error(const spore::Error& e) {
+  auto& m = error_classes();
+  auto it = m.find(std::string(spore::error_code_name(e.code())));
+  if (it == m.end()) it = m.find("");
+  if (it == m.end()) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return;
+  }
+  PyErr_SetString(it->second.ptr(), e.what());
+}
+
+[[noreturn]] void fail(ErrorCode code, const std::string& msg) { throw spore::Error(code, msg); }
+
+// ---- dtypes ------------------------------------------------------------------------------------------------------
+
+// NumPy's name of a dtype ("" for bf16, which NumPy lacks) and its buffer-protocol format.
+const char* numpy_name(DType t) {
+  switch (t) {
+    case DType::f64: return "float64";
+    case DType::f32: return "float32";
+    case DType::f16: return "float16";
+    case DType::bf16: return "";
+    case DType::i64: return "int64";
+    case DType::i32: return "int32";
+    case DType::i8: return "int8";
+    case DType::u8: return "uint8";
+    case DType::boolean: return "bool";
+  }
+  return "";
+}
+
+const char* buffer_format(DType t) {
+  switch (t) {
+    case DType::f64: return "d";
+    case DType::f32: return "f";
+    case DType::f16: return "e";
+    case DType::bf16: return "";
+    case DType::i64: return "q";
+    case DType::i32: return "i";
+    case DType::i8: return "b";
+    case DType::u8: return "B";
+    case DType::boolean: return "?";
+  }
+  return "";
+}
+
+// A NumPy dtype as a spore dtype; a clear error naming what is not supported.
+DType from_numpy_dtype(const py::dtype& d, const char* what) {
+  const char kind = d.kind();
+  const auto size = d.itemsize();
+  if (kind == 'f' && size == 8) return DType::f64;
+  if (kind == 'f' && size == 4) return DType::f32;
+  if (kind == 'f' && size == 2) return DType::f16;
+  if (kind == 'i' && size == 8) return DType::i64;
+  if (kind == 'i' && size == 4) return DType::i32;
+  if (kind == 'i' && size == 1) return DType::i8;
+  if (kind == 'u' && size == 1) return DType::u8;
+  if (kind == 'b' && size == 1) return DType::boolean;
+  fail(ErrorCode::dtype_mismatch,
+       fmt::format("{}: NumPy dtype {} has no spore dtype (float64/32/16, int64/32/8, uint8, bool; cast it first, "
+                   "e.g. arr.astype(np.float32))",
+                   what, std::string(py::str(d))));
+}
+
+// ---- tensors <-> NumPy -------------------------------------------------------------------------------------------
+
+// Wraps a NumPy array's memory as a spore tensor (no copy). Strides must be non-negative multiples of the item size.
+Tensor tensor_from_numpy(const py::array& a) {
+  const DType dt = from_numpy_dtype(a.dtype(), "from_numpy");
+  const auto nd = a.ndim();
+  spore::Shape shape;
+  spore::Strides strides;
+  const auto item = static_cast<py::ssize_t>(spore::dtype_size(dt));
+  py::ssize_t span = item;  // bytes from the first element to one past the last
+  bool empty = false;
+  for (py::ssize_t i = 0; i < nd; ++i) {
+    const py::ssize_t n = a.shape(i), s = a.strides(i);
+    if (n == 0) empty = true;
+    if (s < 0 || s % item != 0)
+      fail(ErrorCode::invalid_argument,
+           fmt::format("from_numpy: dim {} has a stride of {} bytes (spore needs non-negative multiples of the {}-byte "
+                       "item; copy it with np.ascontiguousarray)",
+                       i, s, item));
+    shape.push_back(n);
+    strides.push_back(s / item);
+    if (n > 0) span += (n - 1) * s;
+  }
+  if (empty) span = 0;
+  if (!a.writeable())
+    fail(ErrorCode::invalid_argument,
+         "from_numpy: the array is read-only (spore tensors are writable views; pass arr.copy())");
+  auto* keep = new py::object(a);  // released with the storage, under the GIL
+  auto storage = spore::Storage::wrap(const_cast<void*>(a.data()), static_cast<size_t>(span), [keep] {
+    if (!Py_IsInitialized()) return;  // the interpreter is gone: leak the reference rather than crash
+    py::gil_scoped_acquire gil;
+    delete keep;
+  });
+  return Tensor::from_storage(std::move(storage), std::move(shape), std::move(strides), 0, dt);
+}
+
+void check_host_data(const Tensor& t, const char* what) {
+  if (!t.defined()) fail(ErrorCode::invalid_argument, fmt::format("{}: the tensor is undefined", what));
+  if (t.is_symbolic())
+    fail(ErrorCode::invalid_argument,
+         fmt::format("{}: the tensor is symbolic (a value being traced has no data yet)", what));
+  if (!(t.device() == spore::host_device))
+    fail(ErrorCode::unsupported, fmt::format("{}: the tensor is on a device, not in host memory", what));
+}
+
+// A NumPy view of a tensor's elements; `owner` (the Python tensor) keeps the storage alive.
+py::array numpy_view(const Tensor& t, py::handle owner) {
+  check_host_data(t, "numpy");
+  if (t.dtype() == DType::bf16)
+    fail(ErrorCode::dtype_mismatch,
+         "numpy: NumPy has no bfloat16; convert first (t.to(spore.float32)) or view the bits (t.view_bits())");
+  const auto item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
+  std::vector<py::ssize_t> shape, strides;
+  for (int i = 0; i < t.rank(); ++i) {
+    shape.push_back(t.shape()[static_cast<size_t>(i)]);
+    strides.push_back(t.strides()[static_cast<size_t>(i)] * item);
+  }
+  void* p = t.numel() == 0 ? nullptr : t.raw_data();
+  return py::array(py::dtype(numpy_name(t.dtype())), shape, strides, p, owner);
+}
+
+// ---- DLPack ------------------------------------------------------------------------------------------------------
+// The DLPack ABI (dmlc/dlpack, v0.x, the version torch 1.13 and NumPy 1.24 exchange): declared here from the spec.
+
+struct DLDevice {
+  int32_t device_type;  // 1 = CPU
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;  // 0 int, 1 uint, 2 float, 4 bfloat, 6 bool
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // in elements; may be null (compact row-major)
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+
+DLDataType dl_type(DType t) {
+  switch (t) {
+    case DType::f64: return {2, 64, 1};
+    case DType::f32: return {2, 32, 1};
+    case DType::f16: return {2, 16, 1};
+    case DType::bf16: return {4, 16, 1};
+    case DType::i64: return {0, 64, 1};
+    case DType::i32: return {0, 32, 1};
+    case DType::i8: return {0, 8, 1};
+    case DType::u8: return {1, 8, 1};
+    case DType::boolean: return {6, 8, 1};
+  }
+  return {0, 0, 0};
+}
+
+DType from_dl_type(DLDataType d) {
+  if (d.lanes != 1) fail(ErrorCode::dtype_mismatch, fmt::format("from_dlpack: {} lanes (vector types)", d.lanes));
+  if (d.code == 2 && d.bits == 64) return DType::f64;
+  if (d.code == 2 && d.bits == 32) return DType::f32;
+  if (d.code == 2 && d.bits == 16) return DType::f16;
+  if (d.code == 4 && d.bits == 16) return DType::bf16;
+  if (d.code == 0 && d.bits == 64) return DType::i64;
+  if (d.code == 0 && d.bits == 32) return DType::i32;
+  if (d.code == 0 && d.bits == 8) return DType::i8;
+  if (d.code == 1 && d.bits == 8) return DType::u8;
+  if (d.code == 6 && d.bits == 8) return DType::boolean;
+  fail(ErrorCode::dtype_mismatch,
+       fmt::format("from_dlpack: DLPack type code {} with {} bits has no spore dtype", d.code, d.bits));
+}
+
+struct DlpackContext {
+  Tensor tensor;  // keeps the storage alive
+  std::vector<int64_t> shape, strides;
+  DLManagedTensor managed{};
+};
+
+py::capsule to_dlpack(const Tensor& t) {
+  check_host_data(t, "__dlpack__");
+  auto* ctx = new DlpackContext{t, {}, {}, {}};
+  for (int i = 0; i < t.rank(); ++i) {
+    ctx->shape.push_back(t.shape()[static_cast<size_t>(i)]);
+    ctx->strides.push_back(t.strides()[static_cast<size_t>(i)]);
+  }
+  DLTensor& d = ctx->managed.dl_tensor;
+  d.data = t.numel() == 0 ? nullptr : t.raw_data();
+  d.device = {1, 0};
+  d.ndim = t.rank();
+  d.dtype = dl_type(t.dtype());
+  d.shape = ctx->shape.data();
+  d.strides = ctx->strides.data();
+  d.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx;
+  ctx->managed.deleter = [](DLManagedTensor* self) { delete static_cast<DlpackContext*>(self->manager_ctx); };
+  // A capsule the consumer did not take ("dltensor" still its name) is freed with it.
+  return py::capsule(&ctx->managed, "dltensor", [](PyObject* cap) {
+    if (!PyCapsule_IsValid(cap, "dltensor")) return;  // consumed: renamed "used_dltensor", the consumer frees it
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+    if (m && m->deleter) m->deleter(m);
+  });
+}
+
+Tensor from_dlpack_capsule(py::capsule cap) {
+  if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
+    fail(ErrorCode::invalid_argument, "from_dlpack: not an unused DLPack capsule (named 'dltensor')");
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  const DLTensor& d = m->dl_tensor;
+  if (d.device.device_type != 1)
+    fail(ErrorCode::unsupported,
+         fmt::format("from_dlpack: the tensor is on DLPack device type {} (spore reads CPU memory, type 1)",
+                     d.device.device_type));
+  const DType dt = from_dl_type(d.dtype);
+  spore::Shape shape;
+  spore::Strides strides(static_cast<size_t>(d.ndim));
+  int64_t expect = 1, span = 1;
+  bool empty = false;
+  for (int i = 0; i < d.ndim; ++i) shape.push_back(d.shape[i]);
+  for (int i = d.ndim - 1; i >= 0; --i) {
+    const int64_t s = d.strides ? d.strides[i] : expect;
+    if (s < 0) fail(ErrorCode::invalid_argument, fmt::format("from_dlpack: dim {} has a negative stride", i));
+    strides[static_cast<size_t>(i)] = s;
+    expect *= shape[static_cast<size_t>(i)];
+    if (shape[static_cast<size_t>(i)] == 0) empty = true;
+    else span += (shape[static_cast<size_t>(i)] - 1) * s;
+  }
+  const size_t bytes = empty ? 0 : static_cast<size_t>(span) * spore::dtype_size(dt);
+  auto* data = static_cast<uint8_t*>(d.data) + d.byte_offset;
+  PyCapsule_SetName(cap.ptr(), "used_dltensor");  // the producer no longer frees it: the storage's release does
+  auto storage = spore::Storage::wrap(data, bytes, [m] {
+    if (m->deleter == nullptr) return;
+    if (!Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;  // producers (torch) may touch Python objects when freeing
+    m->deleter(m);
+  });
+  return Tensor::from_storage(std::move(storage), std::move(shape), std::move(strides), 0, dt);
+}
+
+// ---- attributes --------------------------------------------------------------------------------------------------
+
+spore::AttrValue to_attr(const spore::AttrSpec& spec, py::handle v, const std::string& op) {
+  const std::string where = fmt::format("{}: attribute '{}'", op, spec.name);
+  try {
+    switch (spec.kind) {
+      case spore::AttrKind::i64:
+        if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) break;
+        return v.cast<int64_t>();
+      case spore::AttrKind::f64:
+        if (py::isinstance<py::bool_>(v) || !(py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v))) break;
+        return v.cast<double>();
+      case spore::AttrKind::boolean:
+        if (!py::isinstance<py::bool_>(v)) break;
+        return v.cast<bool>();
+      case spore::AttrKind::str:
+        if (!py::isinstance<py::str>(v)) break;
+        return v.cast<std::string>();
+      case spore::AttrKind::dtype:
+        if (py::isinstance<DType>(v)) return v.cast<DType>();
+        if (py::isinstance<py::str>(v)) {
+          if (auto d = spore::parse_dtype(v.cast<std::string>())) return *d;
+          fail(ErrorCode::invalid_argument, fmt::format("{}: unknown dtype '{}'", where, v.cast<std::string>()));
+        }
+        break;
+      case spore::AttrKind::i64s: {
+        if (py::isinstance<py::str>(v) || !py::isinstance<py::sequence>(v)) {
+          if (py::isinstance<py::int_>(v) && !py::isinstance<py::bool_>(v))
+            return std::vector<int64_t>{v.cast<int64_t>()};
+          break;
+        }
+        std::vector<int64_t> out;
+        for (py::handle x : v) {
+          if (py::isinstance<py::bool_>(x) || !py::isinstance<py::int_>(x))
+            fail(ErrorCode::invalid_argument, fmt::format("{}: expects a list of ints, got an element of type {}",
+                                                          where, std::string(py::str(py::type::of(x).attr("__name__")))));
+          out.push_back(x.cast<int64_t>());
+        }
+        return out;
+      }
+      case spore::AttrKind::f64s: {
+        if (py::isinstance<py::str>(v) || !py::isinstance<py::sequence>(v)) break;
+        std::vector<double> out;
+        for (py::handle x : v) {
+          if (py::isinstance<py::bool_>(x) || !(py::isinstance<py::float_>(x) || py::isinstance<py::int_>(x)))
+            fail(ErrorCode::invalid_argument, fmt::format("{}: expects a list of numbers", where));
+          out.push_back(x.cast<double>());
+        }
+        return out;
+      }
+    }
+  } catch (const py::cast_error&) {
+  }
+  fail(ErrorCode::invalid_argument,
+       fmt::format("{}: expects {}, got {}", where, spore::attr_kind_name(spec.kind),
+                   std::string(py::str(py::type::of(v).attr("__name__")))));
+}
+
+py::object from_attr(const spore::AttrValue& v) {
+  return std::visit([](const auto& x) -> py::object { return py::cast(x); }, v);
+}
+
+// Calls op `name` on tensors with keyword attributes (checked against the schema); returns a list of outputs.
+std::vector<Tensor> op_call(const std::string& name, const std::vector<Tensor>& inputs, const py::dict& attrs) {
+  const spore::OpDef* def = spore::op_registry().find(name);
+  if (def == nullptr) fail(ErrorCode::not_found, fmt::format("unknown op '{}'", name));
+  spore::Attrs a;
+  for (auto [k, v] : attrs) {
+    const std::string key = py::str(k);
+    if (v.is_none()) continue;  // None: the schema's default
+    const spore::AttrSpec* spec = nullptr;
+    for (const auto& s : def->attrs)
+      if (s.name == key) spec = &s;
+    if (spec == nullptr) {
+      std::string known;
+      for (const auto& s : def->attrs) known += (known.empty() ? "" : ", ") + s.name;
+      fail(ErrorCode::invalid_argument, fmt::format("{}: no attribute '{}' (it has: {})", name, key,
+                                                    known.empty() ? "none" : known));
+    }
+    a.set(key, to_attr(*spec, v, name));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].defined())
+      fail(ErrorCode::invalid_argument, fmt::format("{}: input {} is undefined", name, i));
+  const int n = static_cast<int>(inputs.size());
+  if (n < def->min_inputs || (def->max_inputs >= 0 && n > def->max_inputs))
+    fail(ErrorCode::invalid_argument,
+         fmt::format("{}: takes {} inputs, got {}", name,
+                     def->max_inputs < 0                 ? fmt::format("at least {}", def->min_inputs)
+                     : def->min_inputs == def->max_inputs ? fmt::format("{}", def->min_inputs)
+                                                          : fmt::format("{} to {}", def->min_inputs, def->max_inputs),
+                     n));
+  py::gil_scoped_release nogil;
+  return spore::ops::call(def->id, inputs, a);
+}
+
+py::list op_defs() {
+  py::list out;
+  for (const spore::OpDef* d : spore::op_registry().all()) {
+    py::list attrs;
+    for (const auto& s : d->attrs)
+      attrs.append(py::make_tuple(s.name, std::string(spore::attr_kind_name(s.kind)),
+                                  s.default_value ? from_attr(*s.default_value) : py::object(py::none()),
+                                  s.default_value.has_value(), s.choices));
+    py::dict e;
+    e["name"] = d->name;
+    e["doc"] = d->doc;
+    e["inputs"] = d->input_names;
+    e["min_inputs"] = d->min_inputs;
+    e["max_inputs"] = d->max_inputs;
+    e["attrs"] = attrs;
+    out.append(e);
+  }
+  return out;
+}
+
+std::string repr(const Tensor& t) {
+  if (!t.defined()) return "spore.Tensor(undefined)";
+  std::string shape;
+  for (int i = 0; i < t.rank(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape()[static_cast<size_t>(i)]);
+  if (t.is_symbolic())
+    return fmt::format("spore.Tensor(symbolic, shape=({}), dtype={})", shape, spore::dtype_name(t.dtype()));
+  return fmt::format("spore.Tensor(shape=({}{}), dtype={}):\n{}", shape, t.rank() == 1 ? "," : "",
+                     spore::dtype_name(t.dtype()), t.to_string(64));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_spore, m) {
+  m.doc() = "spore's C++ engine (the spore package wraps it)";
+  spore::init();
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const spore::Error& e) {
+      raise_spore_error(e);
+    }
+  });
+  m.def("_set_error_classes", [](py::dict d) {
+    for (auto [k, v] : d) error_classes()[py::str(k)] = py::reinterpret_borrow<py::object>(v);
+  });
+
+  py::enum_<DType>(m, "dtype", "An element type: float64, float32, float16, bfloat16, int64, int32, int8, uint8, bool_")
+      .value("float64", DType::f64)
+      .value("float32", DType::f32)
+      .value("float16", DType::f16)
+      .value("bfloat16", DType::bf16)
+      .value("int64", DType::i64)
+      .value("int32", DType::i32)
+      .value("int8", DType::i8)
+      .value("uint8", DType::u8)
+      .value("bool_", DType::boolean)
+      .def_property_readonly("itemsize", [](DType t) { return spore::dtype_size(t); })
+      .def_property_readonly("short_name", [](DType t) { return std::string(spore::dtype_name(t)); })
+      .def_property_readonly("is_floating_point", [](DType t) { return spore::is_floating(t); })
+      .def_property_readonly("numpy_name", [](DType t) { return std::string(numpy_name(t)); });
+
+  py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), "A spore tensor (see spore.tensor, spore.from_numpy)")
+      .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("ndim", &Tensor::rank)
+      .def_property_readonly("strides", [](const Tensor& t) { return py::tuple(py::cast(t.strides())); },
+                             "Strides in elements (NumPy's are in bytes)")
+      .def_property_readonly("is_symbolic", &Tensor::is_symbolic)
+      .def("numel", &Tensor::numel)
+      .def("is_contiguous", &Tensor::is_contiguous)
+      .def("contiguous", &Tensor::contiguous, "Self if packed row-major, else a packed copy")
+      .def("clone", &Tensor::clone, "A packed copy")
+      .def("data_ptr", [](const Tensor& t) {
+        check_host_data(t, "data_ptr");
+        return reinterpret_cast<uintptr_t>(t.numel() == 0 ? nullptr : t.raw_data());
+      })
+      .def("numpy", [](py::object self) { return numpy_view(self.cast<const Tensor&>(), self); },
+           "A NumPy array sharing this tensor's memory (no copy)")
+      .def("view_bits", [](const Tensor& t) {
+        check_host_data(t, "view_bits");
+        if (spore::dtype_size(t.dtype()) != 2)
+          fail(ErrorCode::unsupported, "view_bits: only 16-bit dtypes (float16, bfloat16)");
+        std::vector<py::ssize_t> shape, strides;
+        for (int i = 0; i < t.rank(); ++i) {
+          shape.push_back(t.shape()[static_cast<size_t>(i)]);
+          strides.push_back(t.strides()[static_cast<size_t>(i)] * 2);
+        }
+        return py::array(py::dtype("uint16"), shape, strides, t.numel() ? t.raw_data() : nullptr, py::cast(t));
+      }, "The 16-bit patterns of a float16 / bfloat16 tensor as a uint16 NumPy array sharing its memory")
+      .def("item", [](const Tensor& t) {
+        check_host_data(t, "item");
+        if (t.numel() != 1) fail(ErrorCode::invalid_argument, fmt::format("item: the tensor has {} elements, not 1", t.numel()));
+        const double v = t.item();
+        if (spore::is_floating(t.dtype())) return py::object(py::float_(v));
+        if (t.dtype() == DType::boolean) return py::object(py::bool_(v != 0));
+        return py::object(py::int_(static_cast<int64_t>(v)));
+      })
+      .def("__dlpack__", [](const Tensor& t, py::object stream) {
+        if (!stream.is_none() && !(py::isinstance<py::int_>(stream) && stream.cast<int64_t>() == -1))
+          fail(ErrorCode::invalid_argument, "__dlpack__: spore tensors live in host memory; stream must be None");
+        return to_dlpack(t);
+      }, py::arg("stream") = py::none())
+      .def("__dlpack_device__", [](const Tensor&) { return py::make_tuple(1, 0); })
+      .def("__repr__", &repr)
+      .def_buffer([](const Tensor& t) -> py::buffer_info {
+        check_host_data(t, "buffer");
+        if (t.dtype() == DType::bf16)
+          throw py::buffer_error("bfloat16 has no buffer-protocol format: convert it (t.to(spore.float32)) first");
+        const auto item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
+        std::vector<py::ssize_t> shape, strides;
+        for (int i = 0; i < t.rank(); ++i) {
+          shape.push_back(t.shape()[static_cast<size_t>(i)]);
+          strides.push_back(t.strides()[static_cast<size_t>(i)] * item);
+        }
+        return py::buffer_info(t.numel() ? t.raw_data() : nullptr, item, buffer_format(t.dtype()), t.rank(), shape,
+                               strides, false);
+      });
+
+  m.def("from_numpy", [](py::array a) { return tensor_from_numpy(a); }, py::arg("array"),
+        "A tensor sharing the NumPy array's memory (no copy); the array stays alive while the tensor does");
+  m.def("_from_dlpack_capsule", &from_dlpack_capsule, py::arg("capsule"));
+  m.def("_op_call", &op_call, py::arg("name"), py::arg("inputs"), py::arg("attrs"));
+  m.def("_op_defs", &op_defs);
+  m.def("set_threads", [](int n) {
+    if (n < 1) fail(ErrorCode::invalid_argument, fmt::format("set_threads: {} (at least 1)", n));
+    spore::set_threads(n);
+  }, py::arg("n"));
+  m.def("get_threads", [] { return spore::num_threads(); });
+  m.def("version", [] { return std::string(SPORE_VERSION); });
+}

@@ -1,0 +1,80 @@
+"""spore.ops generated from the op registry, Python operators, broadcasting as NumPy's, errors as exceptions."""
+import inspect
+
+import numpy as np
+import pytest
+
+import spore
+
+
+def rnd(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_every_registered_op_is_a_function_with_a_signature_and_docs():
+    assert len(spore.ops.names) > 60
+    for name in spore.ops.names:
+        fn = getattr(spore.ops, name)
+        assert fn.__doc__ and isinstance(inspect.signature(fn), inspect.Signature), name
+    sig = inspect.signature(spore.ops.conv2d)
+    assert list(sig.parameters)[:2] == ["x", "w"] or len(sig.parameters) >= 2
+    assert "stride" in str(sig) or "strides" in str(sig)
+    assert "Attributes:" in spore.ops.softmax.__doc__
+
+
+def test_operators_broadcast_as_numpy():
+    a, b = rnd(3, 1, 4), rnd(5, 1, seed=1)
+    x, y = spore.from_numpy(a), spore.from_numpy(b)
+    np.testing.assert_allclose((x + y).numpy(), a + b, rtol=0, atol=0)
+    np.testing.assert_allclose((x - y).numpy(), a - b, rtol=0, atol=0)
+    np.testing.assert_allclose((x * y).numpy(), a * b, rtol=0, atol=0)
+    np.testing.assert_allclose((x / y).numpy(), a / b, rtol=1e-6)
+    np.testing.assert_allclose((2 * x - 1).numpy(), 2 * a - 1, rtol=0, atol=0)
+    np.testing.assert_allclose((1 - x).numpy(), 1 - a, rtol=0, atol=0)
+    np.testing.assert_allclose((-x).numpy(), -a, rtol=0, atol=0)
+    assert ((x > 0).numpy() == (a > 0)).all()
+    m, n = rnd(3, 4, seed=2), rnd(4, 2, seed=3)
+    np.testing.assert_allclose((spore.from_numpy(m) @ spore.from_numpy(n)).numpy(), m @ n, rtol=1e-5, atol=1e-6)
+
+
+def test_ops_with_attributes_and_defaults():
+    a = rnd(2, 5)
+    x = spore.from_numpy(a)
+    s = spore.ops.softmax(x, axis=-1).numpy()
+    e = np.exp(a - a.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(s, e / e.sum(axis=-1, keepdims=True), rtol=1e-6)
+    t = spore.ops.transpose(x, perm=[1, 0])
+    assert t.shape == (5, 2) and np.array_equal(np.asarray(t), a.T)
+    parts = spore.ops.split(spore.from_numpy(rnd(6, 2)), axis=0, sizes=[2, 4]) if "sizes" in str(
+        inspect.signature(spore.ops.split)) else None
+    if parts is not None:
+        assert isinstance(parts, tuple) and [p.shape for p in parts] == [(2, 2), (4, 2)]
+
+
+def test_bad_input_is_an_exception_never_a_crash():
+    x = spore.from_numpy(rnd(2, 3))
+    with pytest.raises(spore.Error):
+        spore.ops.matmul(x, x)  # 2x3 @ 2x3
+    with pytest.raises(ValueError, match="shape|dim|3"):
+        spore.ops.matmul(x, x)
+    with pytest.raises(TypeError, match="must be a spore.Tensor"):
+        spore.ops.relu(np.zeros(3)) if hasattr(spore.ops, "relu") else spore.ops.add(np.zeros(3), x)
+    with pytest.raises(TypeError, match="softmax"):
+        spore.ops.softmax()  # missing input
+    with pytest.raises(ValueError, match="axis"):
+        spore.ops.softmax(x, axis="last")  # wrong attribute type
+    with pytest.raises(ValueError, match="no attribute 'bogus'"):
+        spore._spore._op_call("softmax", [x], {"bogus": 1})
+    with pytest.raises(KeyError, match="unknown op"):
+        spore._spore._op_call("no_such_op", [x], {})
+    with pytest.raises(TypeError):
+        x + "a string"
+
+
+def test_threads_setting():
+    n = spore.get_threads()
+    spore.set_threads(1)
+    assert spore.get_threads() == 1
+    spore.set_threads(n)
+    with pytest.raises(ValueError):
+        spore.set_threads(0)
