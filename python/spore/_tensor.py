@@ -49,7 +49,7 @@ def tensor(data, dtype=None):
                 arr = arr.astype(np.float32)  # Python floats become float32, as in PyTorch and MindSpore
             if not arr.flags.writeable:
                 arr = arr.copy()
-            t = from_numpy(np.ascontiguousarray(arr))
+            t = from_numpy(arr if arr.flags.c_contiguous else arr.copy(order="C"))
     return to_dtype(t, dtype) if dtype is not None else t
 
 

@@ -13,15 +13,22 @@ import sys
 from . import _spore
 from ._spore import Tensor
 
-_KIND_HINT = {"i64": "int", "f64": "float", "boolean": "bool", "str": "str", "dtype": "spore.dtype",
-              "i64s": "list[int]", "f64s": "list[float]"}
+_KIND_HINT = {"int": "int", "float": "float", "bool": "bool", "string": "str", "dtype": "spore.dtype",
+              "int list": "list[int]", "float list": "list[float]"}
 # Ops that exist for graphs and passes (placeholders, fused forms, gradients), not for calling.
 _INTERNAL = {"input", "constant"}
 
 
 def _make(d):
     name = d["name"]
-    inputs = [n if n.isidentifier() and not keyword.iskeyword(n) else f"x{i}" for i, n in enumerate(d["inputs"])]
+    attr_set = {a[0] for a in d["attrs"]}
+    inputs = []
+    for i, n in enumerate(d["inputs"]):
+        if not n.isidentifier() or keyword.iskeyword(n):
+            n = f"x{i}"
+        while n in attr_set or n in inputs:  # an input named like an attribute (conv2d_fused's residual)
+            n = n + "_input"
+        inputs.append(n)
     lo, hi = d["min_inputs"], d["max_inputs"]
     variadic = hi < 0
     params = []

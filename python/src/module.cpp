@@ -104,7 +104,7 @@ DType from_numpy_dtype(const py::dtype& d, const char* what) {
   fail(ErrorCode::dtype_mismatch,
        fmt::format("{}: NumPy dtype {} has no spore dtype (float64/32/16, int64/32/8, uint8, bool; cast it first, "
                    "e.g. arr.astype(np.float32))",
-                   what, std::string(py::str(d))));
+                   what, std::string(py::str(static_cast<py::handle>(d)))));
 }
 
 // ---- tensors <-> NumPy -------------------------------------------------------------------------------------------
@@ -407,14 +407,58 @@ py::list op_defs() {
   return out;
 }
 
+// bf_getbuffer of spore.Tensor: the tensor's memory with its shape and byte strides, writable.
+int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
+  if (view == nullptr) {
+    PyErr_SetString(PyExc_BufferError, "spore.Tensor: no view to fill");
+    return -1;
+  }
+  std::memset(view, 0, sizeof(Py_buffer));
+  try {
+    const Tensor& t = py::handle(obj).cast<const Tensor&>();
+    check_host_data(t, "buffer");
+    if (t.dtype() == DType::bf16)
+      fail(ErrorCode::dtype_mismatch,
+           "bfloat16 has no buffer-protocol format: convert it first (t.to(spore.float32)) or use t.view_bits()");
+    const auto item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
+    std::vector<py::ssize_t> shape, strides;
+    for (int i = 0; i < t.rank(); ++i) {
+      shape.push_back(t.shape()[static_cast<size_t>(i)]);
+      strides.push_back(t.strides()[static_cast<size_t>(i)] * item);
+    }
+    if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !t.is_contiguous())
+      fail(ErrorCode::invalid_argument, "buffer: the tensor is strided and the consumer asked for a contiguous buffer");
+    auto* info = new py::buffer_info(t.numel() ? t.raw_data() : nullptr, item, buffer_format(t.dtype()), t.rank(),
+                                     shape, strides, false);
+    view->obj = obj;
+    view->internal = info;  // pybind11's bf_releasebuffer deletes it
+    view->buf = info->ptr;
+    view->itemsize = info->itemsize;
+    view->len = info->itemsize * t.numel();
+    view->readonly = 0;
+    view->ndim = 1;
+    if ((flags & PyBUF_FORMAT) == PyBUF_FORMAT) view->format = const_cast<char*>(info->format.c_str());
+    if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES) {
+      view->ndim = static_cast<int>(info->ndim);
+      view->strides = info->strides.data();
+      view->shape = info->shape.data();
+    }
+    Py_INCREF(obj);
+    return 0;
+  } catch (const std::exception& e) {
+    view->obj = nullptr;
+    PyErr_SetString(PyExc_BufferError, e.what());
+    return -1;
+  }
+}
+
 std::string repr(const Tensor& t) {
   if (!t.defined()) return "spore.Tensor(undefined)";
   std::string shape;
   for (int i = 0; i < t.rank(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape()[static_cast<size_t>(i)]);
   if (t.is_symbolic())
     return fmt::format("spore.Tensor(symbolic, shape=({}), dtype={})", shape, spore::dtype_name(t.dtype()));
-  return fmt::format("spore.Tensor(shape=({}{}), dtype={}):\n{}", shape, t.rank() == 1 ? "," : "",
-                     spore::dtype_name(t.dtype()), t.to_string(64));
+  return "spore." + t.to_string(64);
 }
 
 }  // namespace
@@ -449,7 +493,11 @@ PYBIND11_MODULE(_spore, m) {
       .def_property_readonly("is_floating_point", [](DType t) { return spore::is_floating(t); })
       .def_property_readonly("numpy_name", [](DType t) { return std::string(numpy_name(t)); });
 
-  py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), "A spore tensor (see spore.tensor, spore.from_numpy)")
+  py::class_<Tensor> tensor_cls(m, "Tensor", py::buffer_protocol(), "A spore tensor (see spore.tensor, spore.from_numpy)");
+  // The buffer protocol: pybind11's def_buffer cannot raise (an exception there aborts the process), so the slot
+  // is spore's own, which turns every failure into a BufferError; pybind11's release slot frees the buffer_info.
+  reinterpret_cast<PyTypeObject*>(tensor_cls.ptr())->tp_as_buffer->bf_getbuffer = &tensor_getbuffer;
+  tensor_cls
       .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
       .def_property_readonly("dtype", &Tensor::dtype)
       .def_property_readonly("ndim", &Tensor::rank)
@@ -492,19 +540,7 @@ PYBIND11_MODULE(_spore, m) {
       }, py::arg("stream") = py::none())
       .def("__dlpack_device__", [](const Tensor&) { return py::make_tuple(1, 0); })
       .def("__repr__", &repr)
-      .def_buffer([](const Tensor& t) -> py::buffer_info {
-        check_host_data(t, "buffer");
-        if (t.dtype() == DType::bf16)
-          throw py::buffer_error("bfloat16 has no buffer-protocol format: convert it (t.to(spore.float32)) first");
-        const auto item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
-        std::vector<py::ssize_t> shape, strides;
-        for (int i = 0; i < t.rank(); ++i) {
-          shape.push_back(t.shape()[static_cast<size_t>(i)]);
-          strides.push_back(t.strides()[static_cast<size_t>(i)] * item);
-        }
-        return py::buffer_info(t.numel() ? t.raw_data() : nullptr, item, buffer_format(t.dtype()), t.rank(), shape,
-                               strides, false);
-      });
+      ;
 
   m.def("from_numpy", [](py::array a) { return tensor_from_numpy(a); }, py::arg("array"),
         "A tensor sharing the NumPy array's memory (no copy); the array stays alive while the tensor does");
