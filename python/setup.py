@@ -47,6 +47,7 @@ setup(
     description="spore: a deep-learning engine with a MindSpore-style API (Python front end)",
     packages=["spore"],
     package_dir={"spore": "spore"},
+    package_data={"spore": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("spore._spore", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.9",

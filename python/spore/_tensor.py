@@ -141,3 +141,17 @@ def _bool(self):
 Tensor.__bool__ = _bool
 Tensor.__float__ = lambda self: float(self.item())
 Tensor.__int__ = lambda self: int(self.item())
+
+
+def _setitem(self, key, value):
+    """t[key] = value: writes into the view t[key] (NumPy's broadcasting and casting rules)."""
+    view = self[key]
+    if view.dtype == _spore.dtype.bfloat16:
+        src = value if isinstance(value, Tensor) else tensor(np.asarray(value, np.float32), _spore.dtype.bfloat16)
+        src = to_dtype(src, _spore.dtype.bfloat16)
+        np.copyto(view.view_bits(), np.broadcast_to(src.view_bits(), view.shape))
+        return
+    np.copyto(view.numpy(), np.asarray(value), casting="same_kind")
+
+
+Tensor.__setitem__ = _setitem

@@ -407,6 +407,70 @@ py::list op_defs() {
   return out;
 }
 
+// t[key] as NumPy's basic indexing: ints, slices with positive steps, Ellipsis and None, alone or in a tuple; the
+// result is a view sharing t's memory (as NumPy's basic indexing). Out-of-range ints are IndexError.
+Tensor getitem(const Tensor& t, const py::object& key) {
+  check_host_data(t, "indexing");
+  std::vector<py::object> keys;
+  if (py::isinstance<py::tuple>(key)) {
+    for (py::handle k : key.cast<py::tuple>()) keys.push_back(py::reinterpret_borrow<py::object>(k));
+  } else {
+    keys.push_back(key);
+  }
+  int consuming = 0, ellipses = 0;
+  for (const auto& k : keys) {
+    if (k.is(py::ellipsis())) ++ellipses;
+    else if (!k.is_none()) ++consuming;
+  }
+  if (ellipses > 1) throw py::index_error("an index can only have a single ellipsis ('...')");
+  if (consuming > t.rank())
+    throw py::index_error(fmt::format("too many indices: the tensor has {} dims, the index {}", t.rank(), consuming));
+  spore::Shape shape;
+  spore::Strides strides;
+  int64_t offset = t.offset();
+  int d = 0;  // t's dim the next key applies to
+  for (const auto& k : keys) {
+    if (k.is(py::ellipsis())) {
+      for (int n = t.rank() - consuming; n > 0; --n, ++d) {
+        shape.push_back(t.shape()[static_cast<size_t>(d)]);
+        strides.push_back(t.strides()[static_cast<size_t>(d)]);
+      }
+    } else if (k.is_none()) {
+      shape.push_back(1);
+      strides.push_back(0);
+    } else if (py::isinstance<py::slice>(k)) {
+      const int64_t n = t.shape()[static_cast<size_t>(d)];
+      Py_ssize_t start = 0, stop = 0, step = 0;
+      if (PySlice_Unpack(k.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+      if (step <= 0)
+        throw py::index_error(fmt::format("dim {}: slice step {} (spore views need a positive step; use "
+                                          "np.flip on .numpy() or the ops for reversal)", d, step));
+      const Py_ssize_t len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(n), &start, &stop, step);
+      offset += static_cast<int64_t>(start) * t.strides()[static_cast<size_t>(d)];
+      shape.push_back(len);
+      strides.push_back(t.strides()[static_cast<size_t>(d)] * step);
+      ++d;
+    } else if (py::isinstance<py::int_>(k) && !py::isinstance<py::bool_>(k)) {
+      const int64_t n = t.shape()[static_cast<size_t>(d)];
+      int64_t i = k.cast<int64_t>();
+      if (i < -n || i >= n)
+        throw py::index_error(fmt::format("index {} is out of range for dim {} of size {}", i, d, n));
+      if (i < 0) i += n;
+      offset += i * t.strides()[static_cast<size_t>(d)];
+      ++d;
+    } else {
+      throw py::type_error(fmt::format("tensor indices must be ints, slices, ... or None (basic indexing), not {}; "
+                                       "index with arrays through spore.ops.gather / index_select",
+                                       std::string(py::str(py::type::of(k).attr("__name__")))));
+    }
+  }
+  for (; d < t.rank(); ++d) {
+    shape.push_back(t.shape()[static_cast<size_t>(d)]);
+    strides.push_back(t.strides()[static_cast<size_t>(d)]);
+  }
+  return t.as_strided(std::move(shape), std::move(strides), offset);
+}
+
 // bf_getbuffer of spore.Tensor: the tensor's memory with its shape and byte strides, writable.
 int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
   if (view == nullptr) {
@@ -540,6 +604,7 @@ PYBIND11_MODULE(_spore, m) {
       }, py::arg("stream") = py::none())
       .def("__dlpack_device__", [](const Tensor&) { return py::make_tuple(1, 0); })
       .def("__repr__", &repr)
+      .def("__getitem__", &getitem, "Basic indexing (ints, slices, ..., None): a view sharing memory")
       ;
 
   m.def("from_numpy", [](py::array a) { return tensor_from_numpy(a); }, py::arg("array"),

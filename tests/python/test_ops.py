@@ -78,3 +78,17 @@ def test_threads_setting():
     spore.set_threads(n)
     with pytest.raises(ValueError):
         spore.set_threads(0)
+
+
+def test_type_stubs_cover_the_extension():
+    import ast
+    import os
+    pyi = os.path.join(os.path.dirname(spore.__file__), "_spore.pyi")
+    tree = ast.parse(open(pyi).read())
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    public = {n for n in dir(spore._spore) if not n.startswith("__")}
+    assert public <= names, f"not in _spore.pyi: {sorted(public - names)}"
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Tensor")
+    methods = {f.name for f in cls.body if isinstance(f, ast.FunctionDef)}
+    tensor_api = {n for n in dir(spore.Tensor) if not n.startswith("_")}
+    assert tensor_api <= methods, f"Tensor members not in _spore.pyi: {sorted(tensor_api - methods)}"

@@ -122,3 +122,27 @@ def test_numpy_from_dlpack_and_spore_from_dlpack_of_numpy():
     assert n.ctypes.data == a.ctypes.data and np.array_equal(n, a)
     with pytest.raises(TypeError, match="__dlpack__"):
         spore.from_dlpack([1, 2, 3])
+
+
+def test_basic_indexing_gives_views_as_numpy():
+    a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    t = spore.from_numpy(a)
+    for key in [1, -1, (1, 2), (slice(None), 1), (Ellipsis, 2), (slice(1, None, 2), Ellipsis, slice(0, 5, 3)),
+                (None, 0), (0, None, slice(1, 3)), (2, 3, 4), slice(10, 20)]:
+        v = t[key]
+        assert v.shape == a[key].shape, key
+        np.testing.assert_array_equal(np.asarray(v), a[key])
+        if v.numel():
+            assert np.shares_memory(v.numpy(), a), key
+    t[1, 2] = 7.0
+    assert (a[1, 2] == 7.0).all()
+    t[0] = np.arange(5, dtype=np.float32)
+    assert (a[0] == np.arange(5)).all()
+    with pytest.raises(IndexError, match="out of range"):
+        t[3]
+    with pytest.raises(IndexError, match="too many"):
+        t[0, 0, 0, 0]
+    with pytest.raises(IndexError, match="positive step"):
+        t[::-1]
+    with pytest.raises(TypeError, match="basic indexing"):
+        t[[0, 1]]
