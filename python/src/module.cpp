@@ -152,6 +152,19 @@ void check_host_data(const Tensor& t, const char* what) {
     fail(ErrorCode::unsupported, fmt::format("{}: the tensor is on a device, not in host memory", what));
 }
 
+// A tensor's shape and its strides in bytes of `item`-byte elements, as NumPy and the buffer protocol take them.
+struct ByteLayout {
+  std::vector<py::ssize_t> shape, strides;
+};
+ByteLayout byte_layout(const Tensor& t, py::ssize_t item) {
+  ByteLayout l;
+  for (int i = 0; i < t.rank(); ++i) {
+    l.shape.push_back(t.shape()[static_cast<size_t>(i)]);
+    l.strides.push_back(t.strides()[static_cast<size_t>(i)] * item);
+  }
+  return l;
+}
+
 // A NumPy view of a tensor's elements; `owner` (the Python tensor) keeps the storage alive.
 py::array numpy_view(const Tensor& t, py::handle owner) {
   check_host_data(t, "numpy");
@@ -159,13 +172,9 @@ py::array numpy_view(const Tensor& t, py::handle owner) {
     fail(ErrorCode::dtype_mismatch,
          "numpy: NumPy has no bfloat16; convert first (t.to(spore.float32)) or view the bits (t.view_bits())");
   const auto item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
-  std::vector<py::ssize_t> shape, strides;
-  for (int i = 0; i < t.rank(); ++i) {
-    shape.push_back(t.shape()[static_cast<size_t>(i)]);
-    strides.push_back(t.strides()[static_cast<size_t>(i)] * item);
-  }
+  const ByteLayout l = byte_layout(t, item);
   void* p = t.numel() == 0 ? nullptr : t.raw_data();
-  return py::array(py::dtype(numpy_name(t.dtype())), shape, strides, p, owner);
+  return py::array(py::dtype(numpy_name(t.dtype())), l.shape, l.strides, p, owner);
 }
 
 // ---- DLPack ------------------------------------------------------------------------------------------------------
@@ -485,15 +494,11 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
       fail(ErrorCode::dtype_mismatch,
            "bfloat16 has no buffer-protocol format: convert it first (t.to(spore.float32)) or use t.view_bits()");
     const auto item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
-    std::vector<py::ssize_t> shape, strides;
-    for (int i = 0; i < t.rank(); ++i) {
-      shape.push_back(t.shape()[static_cast<size_t>(i)]);
-      strides.push_back(t.strides()[static_cast<size_t>(i)] * item);
-    }
+    const ByteLayout l = byte_layout(t, item);
     if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !t.is_contiguous())
       fail(ErrorCode::invalid_argument, "buffer: the tensor is strided and the consumer asked for a contiguous buffer");
     auto* info = new py::buffer_info(t.numel() ? t.raw_data() : nullptr, item, buffer_format(t.dtype()), t.rank(),
-                                     shape, strides, false);
+                                     l.shape, l.strides, false);
     view->obj = obj;
     view->internal = info;  // pybind11's bf_releasebuffer deletes it
     view->buf = info->ptr;
@@ -582,12 +587,8 @@ PYBIND11_MODULE(_spore, m) {
         check_host_data(t, "view_bits");
         if (spore::dtype_size(t.dtype()) != 2)
           fail(ErrorCode::unsupported, "view_bits: only 16-bit dtypes (float16, bfloat16)");
-        std::vector<py::ssize_t> shape, strides;
-        for (int i = 0; i < t.rank(); ++i) {
-          shape.push_back(t.shape()[static_cast<size_t>(i)]);
-          strides.push_back(t.strides()[static_cast<size_t>(i)] * 2);
-        }
-        return py::array(py::dtype("uint16"), shape, strides, t.numel() ? t.raw_data() : nullptr, py::cast(t));
+        const ByteLayout l = byte_layout(t, 2);
+        return py::array(py::dtype("uint16"), l.shape, l.strides, t.numel() ? t.raw_data() : nullptr, py::cast(t));
       }, "The 16-bit patterns of a float16 / bfloat16 tensor as a uint16 NumPy array sharing its memory")
       .def("item", [](const Tensor& t) {
         check_host_data(t, "item");
