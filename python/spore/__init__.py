@@ -19,6 +19,7 @@ from ._spore import version as _version  # noqa: E402
 from .errors import Error  # noqa: E402
 from ._tensor import tensor, from_dlpack, zeros, ones, to_dtype  # noqa: E402
 from . import ops  # noqa: E402
+from .deploy import Model, load  # noqa: E402
 
 __version__ = _version()
 
@@ -32,6 +33,7 @@ int8 = dtype.int8
 uint8 = dtype.uint8
 bool_ = dtype.bool_
 
-__all__ = ["Tensor", "dtype", "tensor", "from_numpy", "from_dlpack", "zeros", "ones", "ops", "errors", "Error",
+__all__ = ["Tensor", "dtype", "tensor", "from_numpy", "from_dlpack", "zeros", "ones", "ops", "errors", "Error", "load",
+           "Model",
            "set_threads", "get_threads", "float64", "float32", "float16", "bfloat16", "int64", "int32", "int8",
            "uint8", "bool_"]

@@ -21,6 +21,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "deploy/session.h"
 #include "ops/dispatch.h"
 #include "ops/registry.h"
 #include "runtime/runtime.h"
@@ -607,6 +608,38 @@ PYBIND11_MODULE(_spore, m) {
       .def("__repr__", &repr)
       .def("__getitem__", &getitem, "Basic indexing (ints, slices, ..., None): a view sharing memory")
       ;
+
+  using spore::deploy::Session;
+  py::class_<Session>(m, "Session", "A deployed model (.onnx, .spore, text IR) run on whatever inputs it is given")
+      .def(py::init([](const std::string& path) {
+             py::gil_scoped_release nogil;  // import and first compile can take a while
+             return std::make_unique<Session>(path);
+           }),
+           py::arg("path"))
+      .def_property_readonly("path", &Session::path)
+      .def_property_readonly("inputs", [](const Session& s) {
+        py::list out;
+        for (const auto& in : s.inputs()) {
+          py::list dims;
+          for (const auto& d : in.type.dims) dims.append(d.is_static() ? py::object(py::int_(d.size)) : py::object(py::str(d.sym)));
+          out.append(py::make_tuple(in.name, in.type.dtype, py::tuple(dims)));
+        }
+        return out;
+      }, "(name, dtype, dims) per input; a symbolic dim is its name")
+      .def("run", [](Session& s, const std::vector<Tensor>& xs) {
+        py::gil_scoped_release nogil;
+        return s.run(xs);
+      }, py::arg("inputs"))
+      .def_property_readonly("stats", [](const Session& s) {
+        const auto& st = s.stats();
+        py::dict d;
+        d["runs"] = st.runs;
+        d["compiles"] = st.compiles;
+        d["imports"] = st.imports;
+        d["evictions"] = st.evictions;
+        d["cached_plans"] = s.cached_plans();
+        return d;
+      });
 
   m.def("from_numpy", [](py::array a) { return tensor_from_numpy(a); }, py::arg("array"),
         "A tensor sharing the NumPy array's memory (no copy); the array stays alive while the tensor does");
