@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "deploy/session.h"
+#include "llm/chat_template.h"
+#include "llm/generate.h"
+#include "llm/model.h"
 #include "ops/dispatch.h"
 #include "ops/registry.h"
 #include "runtime/runtime.h"
@@ -522,6 +526,86 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
   }
 }
 
+// ---- LLMs --------------------------------------------------------------------------------------------------------
+
+// A loaded LLM with one decoding session (KV cache), reset before every generate call: spore.llm.LLM.
+struct PyLlm {
+  explicit PyLlm(spore::llm::Model m) : model(std::move(m)) {}
+  spore::llm::Model model;
+  std::unique_ptr<spore::llm::Session> session;
+  std::mutex mu;  // one generation at a time (the session's cache is shared)
+};
+
+spore::DType kv_dtype_of(const std::string& k) {
+  if (k == "f32") return DType::f32;
+  if (k == "f16") return DType::f16;
+  if (k == "bf16") return DType::bf16;
+  if (k == "int8") return DType::i8;
+  fail(ErrorCode::invalid_argument, fmt::format("kv_type '{}': expected f32, f16, bf16 or int8", k));
+}
+
+std::unique_ptr<PyLlm> llm_load(const std::string& path, int64_t ctx, const std::string& kv_type, int64_t max_memory) {
+  const DType kv = kv_dtype_of(kv_type);
+  if (ctx < 0) fail(ErrorCode::invalid_argument, fmt::format("ctx {}: 0 (what fits) or a positive length", ctx));
+  py::gil_scoped_release nogil;
+  auto p = std::make_unique<PyLlm>(spore::llm::Model::load(path));
+  spore::llm::SessionOptions so;
+  so.ctx = ctx;
+  so.kv_dtype = kv;
+  so.max_memory = max_memory;
+  p->session = std::make_unique<spore::llm::Session>(p->model, so);
+  return p;
+}
+
+// Generates from prompt ids; on_text (may be None) receives text pieces as they become safe to show, called with
+// the GIL held. Returns a dict of the result.
+py::dict llm_generate(PyLlm& l, const std::vector<int32_t>& ids, const py::dict& opts, py::object on_text) {
+  spore::llm::GenerateOptions go;
+  auto get = [&](const char* k) -> py::object { return opts.contains(k) ? py::object(opts[k]) : py::object(py::none()); };
+  if (auto v = get("max_tokens"); !v.is_none()) go.max_tokens = v.cast<int64_t>();
+  if (go.max_tokens < 1) fail(ErrorCode::invalid_argument, fmt::format("max_tokens {}: at least 1", go.max_tokens));
+  if (auto v = get("temperature"); !v.is_none()) go.sampler.temperature = v.cast<double>();
+  if (auto v = get("top_k"); !v.is_none()) go.sampler.top_k = v.cast<int64_t>();
+  if (auto v = get("top_p"); !v.is_none()) go.sampler.top_p = v.cast<double>();
+  if (auto v = get("min_p"); !v.is_none()) go.sampler.min_p = v.cast<double>();
+  if (auto v = get("repeat_penalty"); !v.is_none()) go.sampler.repeat_penalty = v.cast<double>();
+  if (auto v = get("frequency_penalty"); !v.is_none()) go.sampler.frequency_penalty = v.cast<double>();
+  if (auto v = get("presence_penalty"); !v.is_none()) go.sampler.presence_penalty = v.cast<double>();
+  if (auto v = get("penalty_last_n"); !v.is_none()) go.sampler.penalty_last_n = v.cast<int64_t>();
+  if (auto v = get("seed"); !v.is_none()) go.sampler.seed = v.cast<uint64_t>();
+  if (auto v = get("stop"); !v.is_none()) go.stop = v.cast<std::vector<std::string>>();
+  if (auto v = get("ignore_eos"); !v.is_none()) go.ignore_eos = v.cast<bool>();
+  go.sampler.validate();
+  if (ids.empty()) fail(ErrorCode::invalid_argument, "generate: the prompt has no tokens");
+  const int32_t vocab = l.model.tokenizer().vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      fail(ErrorCode::invalid_argument, fmt::format("generate: prompt token {} at index {} is out of range (vocabulary "
+                                                    "of {})", ids[i], i, vocab));
+  spore::llm::GenerateResult r;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lk(l.mu);
+    l.session->reset();
+    std::function<void(const std::string&)> cb;
+    if (!on_text.is_none())
+      cb = [&on_text](const std::string& t) {
+        py::gil_scoped_acquire gil;
+        on_text(py::bytes(t));
+      };
+    r = spore::llm::generate(*l.session, ids, go, cb);
+  }
+  py::dict d;
+  d["text"] = py::bytes(r.text);
+  d["tokens"] = r.tokens;
+  d["stop_reason"] = r.stop_reason;
+  d["prompt_tokens"] = r.prompt_tokens;
+  d["ttft_ms"] = r.ttft_ms;
+  d["prefill_tok_s"] = r.prefill_tok_s;
+  d["decode_tok_s"] = r.decode_tok_s;
+  return d;
+}
+
 std::string repr(const Tensor& t) {
   if (!t.defined()) return "spore.Tensor(undefined)";
   std::string shape;
@@ -640,6 +724,30 @@ PYBIND11_MODULE(_spore, m) {
         d["cached_plans"] = s.cached_plans();
         return d;
       });
+
+  py::class_<PyLlm>(m, "Llm", "A GGUF / Hugging Face LLM with one decoding session (spore.llm wraps it)")
+      .def(py::init(&llm_load), py::arg("path"), py::arg("ctx") = 0, py::arg("kv_type") = "f32",
+           py::arg("max_memory") = 0)
+      .def("encode", [](const PyLlm& l, const std::string& text, bool add_special, bool parse_special) {
+        return l.model.tokenizer().encode(text, add_special, parse_special);
+      }, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
+      .def("decode", [](const PyLlm& l, const std::vector<int32_t>& ids) {
+        const int32_t vocab = l.model.tokenizer().vocab_size();
+        for (size_t i = 0; i < ids.size(); ++i)
+          if (ids[i] < 0 || ids[i] >= vocab)
+            fail(ErrorCode::invalid_argument, fmt::format("decode: token {} at index {} is out of range (vocabulary "
+                                                          "of {})", ids[i], i, vocab));
+        return py::bytes(l.model.tokenizer().decode(ids));
+      }, py::arg("ids"))
+      .def("chat_prompt", [](const PyLlm& l, const std::vector<std::pair<std::string, std::string>>& messages) {
+        std::vector<spore::llm::ChatMessage> ms;
+        for (const auto& [role, content] : messages) ms.push_back({role, content});
+        return spore::llm::apply_chat_template(l.model.tokenizer(), ms, true);
+      }, py::arg("messages"))
+      .def("generate", &llm_generate, py::arg("ids"), py::arg("options"), py::arg("on_text") = py::none())
+      .def_property_readonly("ctx", [](const PyLlm& l) { return l.session->ctx(); })
+      .def_property_readonly("vocab_size", [](const PyLlm& l) { return l.model.tokenizer().vocab_size(); })
+      .def_property_readonly("arch", [](const PyLlm& l) { return l.model.config().arch; });
 
   m.def("from_numpy", [](py::array a) { return tensor_from_numpy(a); }, py::arg("array"),
         "A tensor sharing the NumPy array's memory (no copy); the array stays alive while the tensor does");
