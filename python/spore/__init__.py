@@ -21,6 +21,8 @@ from ._tensor import tensor, from_dlpack, zeros, ones, to_dtype  # noqa: E402
 from . import ops  # noqa: E402
 from .deploy import Model, load  # noqa: E402
 from . import llm  # noqa: E402
+from ._spore import GradientTape  # noqa: E402
+from .autodiff import grad, value_and_grad  # noqa: E402
 
 __version__ = _version()
 
@@ -35,6 +37,6 @@ uint8 = dtype.uint8
 bool_ = dtype.bool_
 
 __all__ = ["Tensor", "dtype", "tensor", "from_numpy", "from_dlpack", "zeros", "ones", "ops", "errors", "Error", "load",
-           "Model", "llm",
+           "Model", "llm", "GradientTape", "grad", "value_and_grad",
            "set_threads", "get_threads", "float64", "float32", "float16", "bfloat16", "int64", "int32", "int8",
            "uint8", "bool_"]

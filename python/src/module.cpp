@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "autodiff/autodiff.h"
 #include "deploy/session.h"
 #include "llm/chat_template.h"
 #include "llm/generate.h"
@@ -606,6 +608,41 @@ py::dict llm_generate(PyLlm& l, const std::vector<int32_t>& ids, const py::dict&
   return d;
 }
 
+// ---- autodiff ----------------------------------------------------------------------------------------------------
+
+// spore.GradientTape: a context manager over autodiff::GradientTape, which records on the thread that made it (the
+// Python thread calling the ops, which stays the same OS thread while the GIL is released).
+class PyTape {
+ public:
+  PyTape& enter() {
+    if (tape_) fail(ErrorCode::invalid_argument, "GradientTape: already entered");
+    tape_ = std::make_unique<spore::autodiff::GradientTape>();
+    return *this;
+  }
+  void exit(const py::args&) { tape_.reset(); }
+  Tensor watch(const Tensor& t) {
+    live("watch");
+    if (!t.defined()) fail(ErrorCode::invalid_argument, "GradientTape.watch: the tensor is undefined");
+    return tape_->watch(t);
+  }
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources, std::optional<Tensor> seed) {
+    live("gradient");
+    if (!target.defined()) fail(ErrorCode::invalid_argument, "GradientTape.gradient: the target is undefined");
+    for (size_t i = 0; i < sources.size(); ++i)
+      if (!tape_->is_watched(sources[i]))
+        fail(ErrorCode::invalid_argument,
+             fmt::format("GradientTape.gradient: source {} is not watched by this tape (pass what watch() returned)", i));
+    py::gil_scoped_release nogil;
+    return tape_->gradient(target, sources, seed ? *seed : Tensor());
+  }
+
+ private:
+  void live(const char* what) const {
+    if (!tape_) fail(ErrorCode::invalid_argument, fmt::format("GradientTape.{}: use it inside `with spore.GradientTape() as tape:`", what));
+  }
+  std::unique_ptr<spore::autodiff::GradientTape> tape_;
+};
+
 std::string repr(const Tensor& t) {
   if (!t.defined()) return "spore.Tensor(undefined)";
   std::string shape;
@@ -748,6 +785,14 @@ PYBIND11_MODULE(_spore, m) {
       .def_property_readonly("ctx", [](const PyLlm& l) { return l.session->ctx(); })
       .def_property_readonly("vocab_size", [](const PyLlm& l) { return l.model.tokenizer().vocab_size(); })
       .def_property_readonly("arch", [](const PyLlm& l) { return l.model.config().arch; });
+
+  py::class_<PyTape>(m, "GradientTape", "Records the ops on watched tensors for reverse-mode gradients")
+      .def(py::init<>())
+      .def("__enter__", &PyTape::enter, py::return_value_policy::reference_internal)
+      .def("__exit__", &PyTape::exit)
+      .def("watch", &PyTape::watch, py::arg("tensor"), "A handle to the tensor (same data) the tape follows")
+      .def("gradient", &PyTape::gradient, py::arg("target"), py::arg("sources"), py::arg("seed") = py::none(),
+           "d(sum(target * seed)) / d(source) per source (seed: ones); once per tape");
 
   m.def("from_numpy", [](py::array a) { return tensor_from_numpy(a); }, py::arg("array"),
         "A tensor sharing the NumPy array's memory (no copy); the array stays alive while the tensor does");
