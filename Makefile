@@ -56,7 +56,8 @@ test: build python
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPORE_SANITIZE=ON -DSPORE_BUILD_BENCH=OFF >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPORE_SANITIZE=ON -DSPORE_BUILD_BENCH=OFF \
+	  -DSPORE_BUILD_PYTHON=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L unit --timeout 900
 
@@ -65,7 +66,7 @@ test-asan: deps
 # internal error (a reproducer lands in $(FUZZ_BUILD)/crash-*). The corpus it grows is kept for the next run.
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPORE_BUILD_FUZZ=ON \
-	  -DSPORE_SANITIZE=ON -DSPORE_BUILD_TESTS=OFF -DSPORE_BUILD_BENCH=OFF >/dev/null
+	  -DSPORE_SANITIZE=ON -DSPORE_BUILD_TESTS=OFF -DSPORE_BUILD_BENCH=OFF -DSPORE_BUILD_PYTHON=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target spore_load_fuzz spore_fuzz_seeds
 	rm -rf $(FUZZ_BUILD)/seeds && mkdir -p $(FUZZ_BUILD)/corpus
 	./$(FUZZ_BUILD)/fuzz/spore_fuzz_seeds $(FUZZ_BUILD)/seeds examples/ir/*.ir
