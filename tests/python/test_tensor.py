@@ -146,3 +146,10 @@ def test_basic_indexing_gives_views_as_numpy():
         t[::-1]
     with pytest.raises(TypeError, match="basic indexing"):
         t[[0, 1]]
+
+
+def test_empty_tensors_round_trip():
+    t = spore.from_numpy(np.zeros((0, 3), np.float32))
+    assert t.shape == (0, 3) and t.numpy().shape == (0, 3) and memoryview(t).shape == (0, 3)
+    assert spore.ops.relu(t).shape == (0, 3) and t[1:].shape == (0, 3)
+    assert torch.from_dlpack(t).shape == (0, 3) and spore.from_dlpack(torch.zeros(0, 4)).shape == (0, 4)
