@@ -19,9 +19,9 @@ def shared_gguf():
 
 
 def cli_generate(path, prompt, n, extra=()):
-    cli = os.environ.get("SPORE_CLI")
-    if not cli or not os.path.exists(cli):
-        pytest.fail(f"SPORE_CLI ({cli}) does not name the spore binary")
+    cli = os.environ.get("SPORE_CLI") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "spore")
+    if not os.path.exists(cli):
+        pytest.fail(f"{cli}: no spore binary (set SPORE_CLI; ctest does)")
     out = subprocess.run([cli, "generate", path, "-p", prompt, "-n", str(n), "--json", *extra], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)
