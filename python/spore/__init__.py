@@ -23,6 +23,7 @@ from .deploy import Model, load  # noqa: E402
 from . import llm  # noqa: E402
 from ._spore import GradientTape  # noqa: E402
 from .autodiff import grad, value_and_grad  # noqa: E402
+from .jit import jit  # noqa: E402
 
 __version__ = _version()
 
@@ -37,6 +38,6 @@ uint8 = dtype.uint8
 bool_ = dtype.bool_
 
 __all__ = ["Tensor", "dtype", "tensor", "from_numpy", "from_dlpack", "zeros", "ones", "ops", "errors", "Error", "load",
-           "Model", "llm", "GradientTape", "grad", "value_and_grad",
+           "Model", "llm", "GradientTape", "grad", "value_and_grad", "jit",
            "set_threads", "get_threads", "float64", "float32", "float16", "bfloat16", "int64", "int32", "int8",
            "uint8", "bool_"]

@@ -30,6 +30,7 @@
 #include "llm/model.h"
 #include "ops/dispatch.h"
 #include "ops/registry.h"
+#include "runtime/jit.h"
 #include "runtime/runtime.h"
 #include "tensor/storage.h"
 #include "tensor/tensor.h"
@@ -643,6 +644,38 @@ class PyTape {
   std::unique_ptr<spore::autodiff::GradientTape> tape_;
 };
 
+// ---- jit ---------------------------------------------------------------------------------------------------------
+
+// spore.jit: a Python function of tensors traced once per input signature into a compiled plan (CompiledFunction).
+// Tracing calls the Python function with symbolic tensors (the GIL taken back for it); its ops record nodes, and
+// reading a value raises the symbolic-tensor error at the Python line that did it.
+std::unique_ptr<spore::CompiledFunction> make_jit(py::function f, const std::string& name) {
+  spore::TensorFn fn = [f, name](std::span<const Tensor> in) -> std::vector<Tensor> {
+    py::gil_scoped_acquire gil;
+    py::tuple args(in.size());
+    for (size_t i = 0; i < in.size(); ++i) args[i] = py::cast(in[i]);
+    py::object r = f(*args);
+    std::vector<Tensor> out;
+    if (py::isinstance<Tensor>(r)) {
+      out.push_back(r.cast<Tensor>());
+    } else if (py::isinstance<py::tuple>(r) || py::isinstance<py::list>(r)) {
+      for (py::handle x : r) {
+        if (!py::isinstance<Tensor>(x))
+          fail(ErrorCode::invalid_argument, fmt::format("jit '{}': the function returned a {} among its outputs; "
+                                                        "it must return tensors", name,
+                                                        std::string(py::str(py::type::of(x).attr("__name__")))));
+        out.push_back(x.cast<Tensor>());
+      }
+    } else {
+      fail(ErrorCode::invalid_argument, fmt::format("jit '{}': the function returned {}, not a tensor or a tuple of "
+                                                    "tensors", name,
+                                                    std::string(py::str(py::type::of(r).attr("__name__")))));
+    }
+    return out;
+  };
+  return std::make_unique<spore::CompiledFunction>(std::move(fn), spore::CompileRole{name, false});
+}
+
 std::string repr(const Tensor& t) {
   if (!t.defined()) return "spore.Tensor(undefined)";
   std::string shape;
@@ -793,6 +826,16 @@ PYBIND11_MODULE(_spore, m) {
       .def("watch", &PyTape::watch, py::arg("tensor"), "A handle to the tensor (same data) the tape follows")
       .def("gradient", &PyTape::gradient, py::arg("target"), py::arg("sources"), py::arg("seed") = py::none(),
            "d(sum(target * seed)) / d(source) per source (seed: ones); once per tape");
+
+  py::class_<spore::CompiledFunction>(m, "CompiledFunction", "A traced, compiled Python function (spore.jit)")
+      .def(py::init(&make_jit), py::arg("fn"), py::arg("name") = "jit")
+      .def("__call__", [](spore::CompiledFunction& cf, const std::vector<Tensor>& xs) {
+        for (size_t i = 0; i < xs.size(); ++i)
+          if (!xs[i].defined()) fail(ErrorCode::invalid_argument, fmt::format("jit: input {} is undefined", i));
+        py::gil_scoped_release nogil;
+        return cf(xs);
+      })
+      .def_property_readonly("cache_size", &spore::CompiledFunction::cache_size);
 
   m.def("from_numpy", [](py::array a) { return tensor_from_numpy(a); }, py::arg("array"),
         "A tensor sharing the NumPy array's memory (no copy); the array stays alive while the tensor does");
