@@ -160,27 +160,31 @@ void check_host_data(const Tensor& t, const char* what) {
     fail(ErrorCode::unsupported, fmt::format("{}: the tensor is on a device, not in host memory", what));
 }
 
-// A tensor's shape and its strides in bytes of `item`-byte elements, as NumPy and the buffer protocol take them.
+// A host tensor's shape and its strides in bytes of its own elements, as NumPy and the buffer protocol take them;
+// `what` names the caller in the errors (no data, or bfloat16, which neither has a format for, unless the caller
+// views the bits).
 struct ByteLayout {
+  py::ssize_t item = 0;
   std::vector<py::ssize_t> shape, strides;
 };
-ByteLayout byte_layout(const Tensor& t, py::ssize_t item) {
+ByteLayout byte_layout(const Tensor& t, const char* what, bool bf16_bits = false) {
+  check_host_data(t, what);
+  if (t.dtype() == DType::bf16 && !bf16_bits)
+    fail(ErrorCode::dtype_mismatch,
+         fmt::format("{}: NumPy and the buffer protocol have no bfloat16; convert first (t.to(spore.float32)) or "
+                     "view the bits (t.view_bits())", what));
   ByteLayout l;
+  l.item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
   for (int i = 0; i < t.rank(); ++i) {
     l.shape.push_back(t.shape()[static_cast<size_t>(i)]);
-    l.strides.push_back(t.strides()[static_cast<size_t>(i)] * item);
+    l.strides.push_back(t.strides()[static_cast<size_t>(i)] * l.item);
   }
   return l;
 }
 
 // A NumPy view of a tensor's elements; `owner` (the Python tensor) keeps the storage alive.
 py::array numpy_view(const Tensor& t, py::handle owner) {
-  check_host_data(t, "numpy");
-  if (t.dtype() == DType::bf16)
-    fail(ErrorCode::dtype_mismatch,
-         "numpy: NumPy has no bfloat16; convert first (t.to(spore.float32)) or view the bits (t.view_bits())");
-  const auto item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
-  const ByteLayout l = byte_layout(t, item);
+  const ByteLayout l = byte_layout(t, "numpy");
   void* p = t.numel() == 0 ? nullptr : t.raw_data();
   return py::array(py::dtype(numpy_name(t.dtype())), l.shape, l.strides, p, owner);
 }
@@ -497,15 +501,10 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
   std::memset(view, 0, sizeof(Py_buffer));
   try {
     const Tensor& t = py::handle(obj).cast<const Tensor&>();
-    check_host_data(t, "buffer");
-    if (t.dtype() == DType::bf16)
-      fail(ErrorCode::dtype_mismatch,
-           "bfloat16 has no buffer-protocol format: convert it first (t.to(spore.float32)) or use t.view_bits()");
-    const auto item = static_cast<py::ssize_t>(spore::dtype_size(t.dtype()));
-    const ByteLayout l = byte_layout(t, item);
+    const ByteLayout l = byte_layout(t, "buffer");
     if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !t.is_contiguous())
       fail(ErrorCode::invalid_argument, "buffer: the tensor is strided and the consumer asked for a contiguous buffer");
-    auto* info = new py::buffer_info(t.numel() ? t.raw_data() : nullptr, item, buffer_format(t.dtype()), t.rank(),
+    auto* info = new py::buffer_info(t.numel() ? t.raw_data() : nullptr, l.item, buffer_format(t.dtype()), t.rank(),
                                      l.shape, l.strides, false);
     view->obj = obj;
     view->internal = info;  // pybind11's bf_releasebuffer deletes it
@@ -739,10 +738,8 @@ PYBIND11_MODULE(_spore, m) {
       .def("numpy", [](py::object self) { return numpy_view(self.cast<const Tensor&>(), self); },
            "A NumPy array sharing this tensor's memory (no copy)")
       .def("view_bits", [](const Tensor& t) {
-        check_host_data(t, "view_bits");
-        if (spore::dtype_size(t.dtype()) != 2)
-          fail(ErrorCode::unsupported, "view_bits: only 16-bit dtypes (float16, bfloat16)");
-        const ByteLayout l = byte_layout(t, 2);
+        const ByteLayout l = byte_layout(t, "view_bits", /*bf16_bits=*/true);
+        if (l.item != 2) fail(ErrorCode::unsupported, "view_bits: only 16-bit dtypes (float16, bfloat16)");
         return py::array(py::dtype("uint16"), l.shape, l.strides, t.numel() ? t.raw_data() : nullptr, py::cast(t));
       }, "The 16-bit patterns of a float16 / bfloat16 tensor as a uint16 NumPy array sharing its memory")
       .def("item", [](const Tensor& t) {

@@ -8,16 +8,6 @@ import pytest
 import spore
 
 
-def shared_gguf():
-    data = os.environ.get("SPORE_SHARED_DATA", "")
-    path = os.path.join(data, "gguf-models", "llama-2-tiny-random.gguf")
-    if not os.path.exists(path):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing (CI must not skip)")
-        pytest.skip("../shared/data is not here")
-    return path
-
-
 def cli_generate(path, prompt, n, extra=()):
     cli = os.environ.get("SPORE_CLI") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "spore")
     if not os.path.exists(cli):
@@ -27,8 +17,8 @@ def cli_generate(path, prompt, n, extra=()):
     return json.loads(out)
 
 
-def test_same_tokens_as_the_cli_streaming_and_not():
-    path = shared_gguf()
+def test_same_tokens_as_the_cli_streaming_and_not(tiny_gguf):
+    path = tiny_gguf
     lm = spore.llm.load(path)
     want = cli_generate(path, "Once upon a time", 24)
     got = lm.generate("Once upon a time", max_tokens=24)
@@ -46,8 +36,8 @@ def test_same_tokens_as_the_cli_streaming_and_not():
     assert lm.decode(want["tokens"]) == want["text"]  # stop_reason "length": the text is every token's
 
 
-def test_bad_calls_raise(tmp_path):
-    path = shared_gguf()
+def test_bad_calls_raise(tmp_path, tiny_gguf):
+    path = tiny_gguf
     lm = spore.llm.load(path, ctx=64)
     assert lm.ctx == 64
     with pytest.raises(ValueError, match="max_tokens"):
