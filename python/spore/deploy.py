@@ -1,4 +1,7 @@
-"""Deployed models from Python: spore.load(path) runs an .onnx / .spore / text-IR model as `spore run` does."""
+"""Deployment from Python: spore.load(path) runs an .onnx / .spore / text-IR model as `spore run` does, and
+spore.export(net, *inputs, file_name=...) writes a Cell as a .spore or ONNX model file as `spore export` does."""
+import os
+
 import numpy as np
 
 from . import _spore
@@ -6,7 +9,7 @@ from ._spore import Tensor
 from ._tensor import tensor
 
 
-class Model:
+class LoadedModel:
     """A model file loaded for inference. Call it with tensors or NumPy arrays, positionally in the model's input
     order or by input name; it returns one tensor, or a tuple for several outputs.
 
@@ -60,9 +63,53 @@ class Model:
 
     def __repr__(self):
         ins = ", ".join(f"{n}: {d.short_name}[{','.join(str(x) for x in dims)}]" for n, d, dims in self.inputs)
-        return f"spore.Model({self.path!r}; {ins})"
+        return f"spore.LoadedModel({self.path!r}; {ins})"
 
 
 def load(path):
-    """Loads an .onnx, .spore or text-IR model for inference (see Model)."""
-    return Model(path)
+    """Loads an .onnx, .spore or text-IR model for inference (see LoadedModel)."""
+    return LoadedModel(path)
+
+
+def _input_spec(x, i):
+    """(dtype, dims) of an export input: a tensor or array (its shape), or a (shape, dtype) pair whose dims may be
+    symbol names (a dynamic batch: ("batch", 1, 28, 28))."""
+    from ._tensor import _as_dtype
+    if isinstance(x, Tensor):
+        return (x.dtype, list(x.shape))
+    if isinstance(x, np.ndarray):
+        return (_as_dtype(x.dtype, "export"), list(x.shape))
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (tuple, list)):
+        return (_as_dtype(x[1], "export"), list(x[0]))
+    raise TypeError(f"export: input {i} is a {type(x).__name__}; give a tensor, an array or a (shape, dtype) pair")
+
+
+def export(net, *inputs, file_name, file_format="SPORE", input_names=None):
+    """Traces net (in inference mode: BatchNorm folded, Dropout off) on inputs shaped like `inputs` and writes it to
+    file_name as a .spore (file_format "SPORE") or ONNX ("ONNX") model, its weights named after the parameters.
+    A dim given as a string stays symbolic in the file. Returns a summary dict (path, ops, params, bytes)."""
+    from ._spore import Cell
+    if not isinstance(net, Cell):
+        raise TypeError(f"export: net must be a spore.nn.Cell, got {type(net).__name__}")
+    if not inputs:
+        raise TypeError("export: give at least one input (a tensor, an array or a (shape, dtype) pair)")
+    fmt = str(file_format).upper()
+    ext = {"SPORE": ".spore", "ONNX": ".onnx"}.get(fmt)
+    if ext is None:
+        raise ValueError(f"export: file_format {file_format!r} (expected 'SPORE' or 'ONNX')")
+    path = os.fspath(file_name)
+    if not path.endswith(ext):
+        path += ext
+    names = list(input_names) if input_names is not None else []
+    return _spore._export(net, [_input_spec(x, i) for i, x in enumerate(inputs)], names, path)
+
+
+def save_checkpoint(net, ckpt_file_name):
+    """Writes net's parameters and buffers (dotted names) to a .safetensors checkpoint."""
+    _spore._save_checkpoint(net, os.fspath(ckpt_file_name))
+
+
+def load_checkpoint(ckpt_file_name, net):
+    """Loads a checkpoint into net (every name, shape and dtype must match; nothing changes otherwise). Returns the
+    optimizer step it was saved at."""
+    return _spore._load_checkpoint(net, os.fspath(ckpt_file_name))

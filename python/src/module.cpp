@@ -34,6 +34,7 @@
 #include "runtime/runtime.h"
 #include "tensor/storage.h"
 #include "tensor/tensor.h"
+#include "common.h"
 
 namespace py = pybind11;
 using spore::DType;
@@ -62,7 +63,7 @@ void raise_spore_error(const spore::Error& e) {
   PyErr_SetString(it->second.ptr(), e.what());
 }
 
-[[noreturn]] void fail(ErrorCode code, const std::string& msg) { throw spore::Error(code, msg); }
+using spore_py::fail;
 
 // ---- dtypes ------------------------------------------------------------------------------------------------------
 
@@ -845,4 +846,5 @@ PYBIND11_MODULE(_spore, m) {
   }, py::arg("n"));
   m.def("get_threads", [] { return spore::num_threads(); });
   m.def("version", [] { return std::string(SPORE_VERSION); });
+  spore_py::bind_nn_train(m);
 }

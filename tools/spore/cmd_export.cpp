@@ -3,7 +3,6 @@
 // BatchNorm/Dropout take their inference form; cheap cleanup (DCE, CSE, constant folding) runs before writing.
 #include <filesystem>
 #include <iostream>
-#include <unordered_map>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -11,13 +10,11 @@
 
 #include <spore/spore.h>
 
-#include "autodiff/autodiff.h"
 #include "io/model_file.h"
-#include "passes/pass.h"
-#include "runtime/trace.h"
 #include "tools/spore/commands.h"
 #include "tools/spore/model_util.h"
 #include "train/checkpoint.h"
+#include "train/export.h"
 #include "train/models.h"
 
 namespace spore::cli {
@@ -40,20 +37,6 @@ Shape parse_image_shape(const std::string& s) {
   SPORE_CHECK(out.size() == 3, ErrorCode::invalid_argument, "--image-shape '{}': expected 3 sizes C,H,W, got {}", s,
               out.size());
   return out;
-}
-
-// Gives each constant that holds a parameter's data the parameter's dotted name ("conv.weight").
-void name_parameter_constants(Graph& g, nn::Cell& net) {
-  std::unordered_map<const void*, std::pair<std::string, Shape>> by_data;
-  for (auto& [name, t] : net.parameters_and_names())
-    if (t->defined() && t->is_contiguous()) by_data.emplace(t->raw_data(), std::make_pair(name, t->shape()));
-  for (Node* n : g.nodes()) {
-    if (n->op != "constant"_op || !n->payload.defined()) continue;
-    auto it = by_data.find(n->payload.raw_data());
-    if (it == by_data.end() || it->second.second != n->payload.shape()) continue;
-    if (g.find_value(it->second.first)) continue;  // already used (the same parameter captured twice)
-    g.rename_value(n->output(0), it->second.first);
-  }
 }
 
 }  // namespace
@@ -112,31 +95,15 @@ int cmd_export(int argc, char** argv) {
 
   std::unique_ptr<nn::Cell> net = train::make_model(model_name, chw);
   const train::CheckpointInfo info = train::load_checkpoint(ckpt, *net);
-  net->set_train(false);
-  std::unique_ptr<Graph> g;
-  {
-    autodiff::NoGradGuard no_grad;
-    g = trace_function([&](std::span<const Tensor> in) { return std::vector<Tensor>{net->construct(in[0])}; },
-                       {in_type}, {input_name});
-  }
-  name_parameter_constants(*g, *net);
-  g->rename_value(g->outputs().at(0), "logits");
-  PassManager pm;
-  pm.add(make_dce_pass()).add(make_cse_pass()).add(make_fold_constants_pass()).add(make_dce_pass());
-  pm.run(*g);
+  train::ExportSpec spec;
+  spec.inputs = {in_type};
+  spec.input_names = {input_name};
+  const std::unique_ptr<Graph> g = train::export_graph(*net, spec);
 
   io::save_model(*g, out, {{"model", model_name}, {"checkpoint", ckpt}, {"input", in_type.str()}});
 
-  int64_t ops = 0, params = 0, weight_bytes = 0;
-  for (const Node* n : g->nodes()) {
-    if (n->op == "input"_op) continue;
-    if (n->op == "constant"_op) {
-      params += n->payload.numel();
-      weight_bytes += static_cast<int64_t>(n->payload.nbytes());
-    } else {
-      ++ops;
-    }
-  }
+  const train::GraphSummary sum = train::summarize(*g);
+  const int64_t ops = sum.ops, params = sum.params, weight_bytes = sum.weight_bytes;
   const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(out));
   if (json) {
     std::cout << nlohmann::json{{"path", out},        {"model", model_name},          {"ops", ops},
