@@ -28,8 +28,8 @@ def _columns(data, column_names, what):
     if isinstance(data, dict):
         names = list(column_names) if column_names else list(data)
         cols = [data[n] for n in names]
-    elif isinstance(data, (tuple, list)) and data and not np.isscalar(data[0]) and len(data) <= 2 and \
-            all(isinstance(c, (np.ndarray, Tensor, list)) for c in data) and (len(data) == 1 or len(data[0]) == len(data[1])):
+    elif isinstance(data, tuple) or (isinstance(data, list) and 1 <= len(data) <= 2 and
+                                     all(isinstance(c, (np.ndarray, Tensor)) for c in data)):
         cols = list(data)
     else:
         cols = [data]

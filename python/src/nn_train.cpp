@@ -99,6 +99,15 @@ class PyCell : public nn::Cell {
 
 bool is_python_cell(const nn::Cell& c) { return dynamic_cast<const PyCell*>(&c) != nullptr; }
 
+// The engine cell behind a Python object, or null while a subclass's __init__ has not yet called super().__init__()
+// (pybind11 has not constructed it: casting then would read garbage).
+nn::Cell* cell_or_null(py::handle self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  const py::detail::value_and_holder vh = inst->get_value_and_holder(nullptr, /*throw_if_missing=*/false);
+  if (!vh || !vh.holder_constructed()) return nullptr;
+  return self.cast<nn::Cell*>();
+}
+
 // spore.Parameter: made in Python around a tensor, then adopted by the cell it is assigned to (the cell's slot holds
 // the value from then on; this object refers to that slot). Parameters a cell lists refer to its slots too, under
 // their dotted names.
@@ -164,11 +173,7 @@ bool has_child(nn::Cell& c, const std::string& name) {
 // a Cell is registered as a sub-cell (and kept in __dict__, which keeps it alive); anything else is a plain attribute.
 void cell_setattr(py::object self, const std::string& name, py::object value) {
   static py::object object_setattr = py::module_::import("builtins").attr("object").attr("__setattr__");
-  nn::Cell* c = nullptr;
-  try {
-    c = self.cast<nn::Cell*>();
-  } catch (const py::cast_error&) {
-  }
+  nn::Cell* c = cell_or_null(self);
   const bool special = name.size() > 4 && name.compare(0, 2, "__") == 0;
   if (c == nullptr || special) {
     if (c == nullptr && (py::isinstance<PyParameter>(value) || py::isinstance<nn::Cell>(value)))
@@ -222,11 +227,7 @@ void cell_setattr(py::object self, const std::string& name, py::object value) {
 // Cell.__getattr__ (only for names normal lookup misses): the current value of the cell's own parameter, so a
 // Python construct reading self.weight sees what the slot holds now (a traced value under graph mode).
 py::object cell_getattr(py::object self, const std::string& name) {
-  nn::Cell* c = nullptr;
-  try {
-    c = self.cast<nn::Cell*>();
-  } catch (const py::cast_error&) {
-  }
+  nn::Cell* c = cell_or_null(self);
   if (c != nullptr)
     if (nn::Parameter* p = own_parameter(*c, name)) return py::cast(p->value);
   throw py::attribute_error(fmt::format("'{}' object has no attribute '{}'", type_name(self), name));

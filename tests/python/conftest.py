@@ -3,6 +3,8 @@ import os
 
 import pytest
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
 
 @pytest.fixture
 def tiny_gguf():
@@ -14,3 +16,18 @@ def tiny_gguf():
             pytest.fail(f"{path} is missing (CI must not skip)")
         pytest.skip("../shared/data is not here")
     return path
+
+
+@pytest.fixture
+def spore_cli():
+    """The spore binary: SPORE_CLI (ctest sets it) or the build folder's."""
+    cli = os.environ.get("SPORE_CLI") or os.path.join(ROOT, "build", "spore")
+    if not os.path.exists(cli):
+        pytest.fail(f"{cli}: no spore binary (set SPORE_CLI; ctest does)")
+    return cli
+
+
+@pytest.fixture
+def digits():
+    """The bundled scikit-learn digits (data/digits.csv.gz), as a `spore train --dataset` spec."""
+    return "digits:" + os.path.join(ROOT, "data", "digits.csv.gz")
