@@ -18,5 +18,7 @@ inline std::string type_name(pybind11::handle o) {
 
 // nn (Cell, Parameter, layers, losses), train (optimizers, schedules, callbacks, Model), data and export.
 void bind_nn_train(pybind11::module_& m);
+// convert and profile (deploy_bindings.cpp).
+void bind_deploy(pybind11::module_& m);
 
 }  // namespace spore_py

@@ -847,4 +847,5 @@ PYBIND11_MODULE(_spore, m) {
   m.def("get_threads", [] { return spore::num_threads(); });
   m.def("version", [] { return std::string(SPORE_VERSION); });
   spore_py::bind_nn_train(m);
+  spore_py::bind_deploy(m);
 }
