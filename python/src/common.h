@@ -20,5 +20,7 @@ inline std::string type_name(pybind11::handle o) {
 void bind_nn_train(pybind11::module_& m);
 // convert and profile (deploy_bindings.cpp).
 void bind_deploy(pybind11::module_& m);
+// spore.serve / spore.Server (serve_bindings.cpp).
+void bind_serve(pybind11::module_& m);
 
 }  // namespace spore_py

@@ -848,4 +848,5 @@ PYBIND11_MODULE(_spore, m) {
   m.def("version", [] { return std::string(SPORE_VERSION); });
   spore_py::bind_nn_train(m);
   spore_py::bind_deploy(m);
+  spore_py::bind_serve(m);
 }

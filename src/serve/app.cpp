@@ -46,15 +46,17 @@ void note(const std::string& s) {
 }
 
 // SIGTERM / SIGINT are blocked in every thread and taken by one waiting thread, so no handler runs in the middle of
-// a request and shutdown is ordinary code.
+// a request and shutdown is ordinary code. The calling thread's signal mask is restored afterwards (an embedding
+// process, such as Python, gets its own handling back). Embedded without signal handling, only the stop flag ends it.
 class SignalWaiter {
  public:
-  SignalWaiter() {
+  SignalWaiter(bool handle, std::shared_ptr<std::atomic<bool>> stop) : handle_(handle), stop_(std::move(stop)) {
+    if (!handle_) return;
     sigemptyset(&set_);
     sigaddset(&set_, SIGTERM);
     sigaddset(&set_, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any thread starts: they inherit the mask
-    ::signal(SIGPIPE, SIG_IGN);                  // a client that went away is a failed write, not a dead server
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);  // before any thread starts: they inherit the mask
+    ::signal(SIGPIPE, SIG_IGN);                // a client that went away is a failed write, not a dead server
     thread_ = std::thread([this] {
       while (!quit_) {
         timespec ts{0, 200 * 1000 * 1000};
@@ -67,16 +69,24 @@ class SignalWaiter {
     });
   }
   ~SignalWaiter() {
+    if (!handle_) return;
     quit_ = true;
     thread_.join();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
   }
-  int signal() const { return signal_; }
+  // The signal that ends serving (SIGTERM for a stop request), or 0.
+  int signal() const {
+    if (signal_ == 0 && stop_ && stop_->load()) return SIGTERM;
+    return signal_;
+  }
   void wait() const {
-    while (signal_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (signal() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
  private:
-  sigset_t set_;
+  bool handle_;
+  std::shared_ptr<std::atomic<bool>> stop_;
+  sigset_t set_{}, old_{};
   std::atomic<bool> quit_{false};
   std::atomic<int> signal_{0};
   std::thread thread_;
@@ -97,7 +107,7 @@ int run_serve(const ServeConfig& c) {
   const auto t_start = Clock::now();
   spore::init();
   set_threads(c.threads);
-  SignalWaiter signals;
+  SignalWaiter signals(c.handle_signals, c.stop);
 
   Server server(c.server);
   for (const ModelSpec& m : specs) server.declare_model(m.name, is_llm_path(m.path) ? ModelKind::llm : ModelKind::tensor);
@@ -105,10 +115,12 @@ int run_serve(const ServeConfig& c) {
   std::printf("listening on http://%s:%d\n", c.server.host.c_str(), port);
   std::fflush(stdout);
   server.start();
+  if (c.on_listening) c.on_listening(port);
 
   std::vector<std::shared_ptr<LlmService>> llms;
   std::vector<std::shared_ptr<TensorModel>> tensors;
   bool failed = false;
+  std::string error;
   for (const ModelSpec& m : specs) {
     if (signals.signal()) break;
     const auto t0 = Clock::now();
@@ -147,10 +159,12 @@ int run_serve(const ServeConfig& c) {
     } catch (const std::exception& e) {
       note(fmt::format("error: model '{}' ({}) failed to load: {}", m.name, m.path, e.what()));
       server.mark_failed(m.name, e.what());
+      error = fmt::format("model '{}' ({}) failed to load: {}", m.name, m.path, e.what());
       failed = true;
       break;
     }
   }
+  if (c.on_ready) c.on_ready(failed ? error : signals.signal() ? "stopped before the models were ready" : "");
   if (!failed && !signals.signal())
     note(fmt::format("ready in {:.0f} ms: {} model(s) on http://{}:{}", ms_since(t_start), specs.size(), c.server.host,
                      port));
@@ -158,7 +172,8 @@ int run_serve(const ServeConfig& c) {
   if (!failed) signals.wait();
   if (signals.signal())
     note(fmt::format("{}: shutting down (in-flight requests get up to {:.0f} s)",
-                     signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT", c.shutdown_deadline_s));
+                     c.stop && c.stop->load() ? "stop requested" : signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT",
+                     c.shutdown_deadline_s));
   // Drain: new requests get 503 while the engines finish (or, past the deadline, cancel) what they run; then the
   // streams write their last chunks and the socket closes.
   const auto t_stop = Clock::now();

@@ -1,7 +1,8 @@
 #pragma once
 // `spore serve` as a function: opens the socket, loads and warms every model while /health answers 503, serves until
-// SIGTERM or SIGINT, then shuts down gracefully (new requests get 503, in-flight ones finish within the deadline, the
+// SIGTERM or SIGINT (or, embedded, until ServeConfig::stop), then shuts down gracefully (new requests get 503, in-flight ones finish within the deadline, the
 // rest are cancelled, the socket closes) and returns 0. tools/spore/cmd_serve.cpp only parses the command line into a ServeConfig.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,6 +35,13 @@ struct ServeConfig {
   int threads = 0;              // spore's thread pool (0: all cores)
   // Makes an LLM's backend from its path: make_engine_backend in `spore serve`, a scripted fake in tests.
   std::function<std::unique_ptr<LlmBackend>(const std::string& path, const llm::EngineOptions& o)> llm_factory;
+  // Embedding (spore.serve in Python): with handle_signals false the process's SIGTERM / SIGINT are left to it and
+  // the server shuts down (as on SIGTERM) once *stop turns true; on_listening gets the bound port, on_ready "" once
+  // every model is loaded and warmed up, or the error of the model that failed.
+  bool handle_signals = true;
+  std::shared_ptr<std::atomic<bool>> stop;
+  std::function<void(int port)> on_listening;
+  std::function<void(const std::string& error)> on_ready;
 };
 
 // True for a path an LLM is loaded from: a .gguf file or a folder (Hugging Face layout); false for .onnx / .spore /
