@@ -31,6 +31,7 @@
 #include "ops/dispatch.h"
 #include "ops/registry.h"
 #include "runtime/jit.h"
+#include "runtime/plugin.h"
 #include "runtime/runtime.h"
 #include "tensor/storage.h"
 #include "tensor/tensor.h"
@@ -845,6 +846,20 @@ PYBIND11_MODULE(_spore, m) {
     spore::set_threads(n);
   }, py::arg("n"));
   m.def("get_threads", [] { return spore::num_threads(); });
+  m.def("_load_custom_ops", [](const std::string& path) {
+    spore::PluginInfo info;
+    {
+      py::gil_scoped_release nogil;
+      info = spore::load_custom_ops(path);
+    }
+    py::dict d;
+    d["path"] = info.path;
+    d["name"] = info.name;
+    d["version"] = info.version;
+    d["domain"] = info.domain;
+    d["ops"] = info.ops;
+    return d;
+  }, py::arg("path"));
   m.def("version", [] { return std::string(SPORE_VERSION); });
   spore_py::bind_nn_train(m);
   spore_py::bind_deploy(m);
