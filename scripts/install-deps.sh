@@ -11,6 +11,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config python3
       python3-onnx  # tests check exported ONNX files with onnx.checker
       python3-dev pybind11-dev python3-numpy python3-venv python3-build python3-setuptools python3-wheel \
       python3-pytest  # the Python package (make python)
+      python3-torch python3-torchvision  # the Python tests compare with PyTorch (DLPack, autograd, exports)
       clang libclang-rt-dev libomp-dev  # libFuzzer (make fuzz); clang needs libomp for -fopenmp
       ocl-icd-opencl-dev  # dnnl-config.cmake calls find_package(OpenCL)
       dataset-fashion-mnist)  # the 60k Fashion-MNIST training split, used by the training acceptance test

@@ -3,9 +3,10 @@ import numpy as np
 import pytest
 
 import spore
+from conftest import require_torch
 from spore import ops
 
-torch = pytest.importorskip("torch")
+torch = require_torch()
 
 
 def rnd(*shape, seed=0):

@@ -1,10 +1,13 @@
 """spore.load: a PyTorch-exported ONNX model (dynamic batch) run from Python matches PyTorch; bad calls raise."""
+import os
+
 import numpy as np
 import pytest
 
 import spore
+from conftest import require_torch
 
-torch = pytest.importorskip("torch")
+torch = require_torch()
 
 
 class Net(torch.nn.Module):
@@ -68,3 +71,25 @@ def test_bad_calls_raise(exported, tmp_path):
     bad.write_bytes(b"this is not a model")
     with pytest.raises(spore.Error):
         spore.load(bad)
+
+
+def test_a_torchvision_export_runs_as_exported(tmp_path):
+    """A torchvision architecture nobody here wrote (seeded weights, BatchNorm statistics re-estimated), exported by
+    PyTorch at opset 17 with a dynamic batch: spore.load runs it with no shape given and matches PyTorch at batch 1
+    and 2 (bench/peers/tv_vs_ort.py checks the same exports against ONNX Runtime)."""
+    tv = pytest.importorskip("torchvision") if os.environ.get("CI") != "true" else __import__("torchvision")
+    torch.manual_seed(0)
+    net = tv.models.mobilenet_v3_small(weights=None).train()
+    with torch.no_grad():  # real running statistics, so BatchNorm is not an identity
+        for _ in range(2):
+            net(torch.rand(4, 3, 96, 96))
+    net.eval()
+    path = tmp_path / "mnv3.onnx"
+    torch.onnx.export(net, torch.rand(1, 3, 96, 96), str(path), input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17)
+    m = spore.load(path)
+    for batch in (1, 2):
+        x = np.random.default_rng(batch).random((batch, 3, 96, 96), dtype=np.float32)
+        with torch.no_grad():
+            want = net(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(np.asarray(m(x)), want, rtol=1e-3, atol=1e-4)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import spore
+from conftest import require_torch
 
 NUMPY_DTYPES = [(np.float64, spore.float64), (np.float32, spore.float32), (np.float16, spore.float16),
                 (np.int64, spore.int64), (np.int32, spore.int32), (np.int8, spore.int8), (np.uint8, spore.uint8),
@@ -95,7 +96,7 @@ def test_tensor_copies_and_python_floats_are_float32():
         spore.tensor([1], dtype="complex")
 
 
-torch = pytest.importorskip("torch")
+torch = require_torch()
 
 
 @pytest.mark.parametrize("td,sd", [(torch.float32, spore.float32), (torch.float64, spore.float64),
