@@ -19,3 +19,8 @@ def test_tensors_and_grad_example_converges():
 def test_generate_example_streams(tiny_gguf):
     out = run(os.path.join(EXAMPLES, "generate.py"), tiny_gguf, "Once upon a time", "12")
     assert "[12 tokens" in out and "stop: length" in out
+
+
+def test_train_example_trains_exports_and_loads_back(tmp_path):
+    out = run(os.path.join(EXAMPLES, "train.py"), "3", str(tmp_path))
+    assert "epoch 3:" in out and "test accuracy" in out and (tmp_path / "simplenet.onnx").exists()
