@@ -46,8 +46,8 @@ void note(const std::string& s) {
 }
 
 // SIGTERM / SIGINT are blocked in every thread and taken by one waiting thread, so no handler runs in the middle of
-// a request and shutdown is ordinary code. The calling thread's signal mask is restored afterwards (an embedding
-// process, such as Python, gets its own handling back). Embedded without signal handling, only the stop flag ends it.
+// a request and shutdown is ordinary code. They stay blocked after run_serve returns: a second SIGTERM during the
+// process's exit must not kill it. Embedded without signal handling (Python), only the stop flag ends serving.
 class SignalWaiter {
  public:
   SignalWaiter(bool handle, std::shared_ptr<std::atomic<bool>> stop) : handle_(handle), stop_(std::move(stop)) {
@@ -55,8 +55,8 @@ class SignalWaiter {
     sigemptyset(&set_);
     sigaddset(&set_, SIGTERM);
     sigaddset(&set_, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_);  // before any thread starts: they inherit the mask
-    ::signal(SIGPIPE, SIG_IGN);                // a client that went away is a failed write, not a dead server
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any thread starts: they inherit the mask
+    ::signal(SIGPIPE, SIG_IGN);                  // a client that went away is a failed write, not a dead server
     thread_ = std::thread([this] {
       while (!quit_) {
         timespec ts{0, 200 * 1000 * 1000};
@@ -72,7 +72,6 @@ class SignalWaiter {
     if (!handle_) return;
     quit_ = true;
     thread_.join();
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
   }
   // The signal that ends serving (SIGTERM for a stop request), or 0.
   int signal() const {
@@ -86,7 +85,7 @@ class SignalWaiter {
  private:
   bool handle_;
   std::shared_ptr<std::atomic<bool>> stop_;
-  sigset_t set_{}, old_{};
+  sigset_t set_{};
   std::atomic<bool> quit_{false};
   std::atomic<int> signal_{0};
   std::thread thread_;
