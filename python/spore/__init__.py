@@ -33,6 +33,7 @@ from .train import Model  # noqa: E402
 from .context import set_context, get_context, GRAPH_MODE, PYNATIVE_MODE  # noqa: E402
 from .serving import Server, serve  # noqa: E402
 from .plugins import load_custom_ops  # noqa: E402
+from .tools import convert, profile  # noqa: E402
 
 __version__ = _version()
 
@@ -48,6 +49,6 @@ bool_ = dtype.bool_
 
 __all__ = ["Tensor", "dtype", "tensor", "from_numpy", "from_dlpack", "zeros", "ones", "ops", "errors", "Error", "load",
            "LoadedModel", "export", "save_checkpoint", "load_checkpoint", "Model", "nn", "train", "dataset", "Parameter",
-           "set_seed", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE", "Server", "serve", "load_custom_ops", "llm", "GradientTape", "grad", "value_and_grad", "jit",
+           "set_seed", "set_context", "get_context", "GRAPH_MODE", "PYNATIVE_MODE", "Server", "serve", "load_custom_ops", "convert", "profile", "llm", "GradientTape", "grad", "value_and_grad", "jit",
            "set_threads", "get_threads", "float64", "float32", "float16", "bfloat16", "int64", "int32", "int8",
            "uint8", "bool_"]

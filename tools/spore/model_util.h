@@ -1,82 +1,36 @@
 #pragma once
-// Shared by the deployment commands (export, convert, check-ops, run, bench, eval of model files):
-// input-shape specs, loading a model file with shapes applied, compiling it, evaluating a classifier.
-#include <cstdint>
-#include <map>
-#include <memory>
+// Shared by the deployment commands (export, convert, check-ops, run, bench, eval of model files). The model helpers
+// live in the deploy layer (deploy/model_util.h), where the Python package reaches them too; this header names them
+// in spore::cli and adds what only the CLI needs (a dataset's LabeledData to evaluate on, --max-memory sizes).
+#include <cstddef>
 #include <string>
-#include <vector>
 
 #include "data/sources.h"
-#include "deploy/session.h"
-#include "ir/graph.h"
-#include "runtime/plan.h"
+#include "deploy/model_util.h"
 
 namespace spore::cli {
 
-// One `--input-shape` entry: "x:1,1,28,28" (ATC style). A dim may be a symbol ("batch") to keep it dynamic
-// or -1 to keep the model's own dim. Several entries may be joined with ';'.
-struct InputShapeSpec {
-  std::string name;
-  std::vector<Dim> dims;
-};
-std::vector<InputShapeSpec> parse_input_shapes(const std::vector<std::string>& specs);
+using deploy::apply_input_shapes;
+using deploy::ClassifierEval;
+using deploy::compile_for_shapes;
+using deploy::concrete_input_shapes;
+using deploy::evaluate_classifier;
+using deploy::gather_run_inputs;
+using deploy::input_dims_of;
+using deploy::InputShapeSpec;
+using deploy::load_model_file;
+using deploy::parse_input_shapes;
+using deploy::planned_memory;
+using deploy::PlannedMemory;
+using deploy::RunInputs;
+using deploy::shapes_for_batch;
+using deploy::tensor_bytes;
 
-// Replaces the named graph inputs' types with the spec'd dims (static dims fix symbolic ones; a static
-// dim that disagrees with a static model dim is an error naming the input) and re-infers every type.
-void apply_input_shapes(Graph& g, const std::vector<InputShapeSpec>& specs);
-
-// load_model + apply_input_shapes.
-std::unique_ptr<Graph> load_model_file(const std::string& path, const std::vector<InputShapeSpec>& specs = {});
-
-// Concrete shapes for the graph inputs: static dims as they are, symbolic dims -> `batch` for the first
-// dim, else an error naming the input and dim (the user must fix it with --input-shape).
-std::vector<Shape> concrete_input_shapes(const Graph& g, int64_t batch = 1);
-std::vector<Shape> concrete_input_shapes(const std::vector<deploy::SessionInput>& inputs, int64_t batch = 1);
-
-// concrete_input_shapes for `spore bench` / `spore profile`: `batch_given` (the user passed --batch) needs an input
-// with a symbolic first dim, else an error naming the model.
-std::vector<Shape> shapes_for_batch(const Graph& g, int64_t batch, bool batch_given, const std::string& model);
-std::vector<Shape> shapes_for_batch(const std::vector<deploy::SessionInput>& inputs, int64_t batch, bool batch_given,
-                                    const std::string& model);
-// The inputs of one run of a session's model, as `spore run`, `bench` and `profile` take them: `--input NAME=FILE.npy`
-// specs (every name a model input, each given once; the files' shapes bind the symbolic dims), and seeded random
-// tensors (random_input.h) for the inputs not given, shaped by the dims the files bound, `batch` for a free first dim.
-// `batch_given` (the user passed --batch) needs an input with a symbolic first dim; `no_random` needs every input
-// given. Errors name the option, the input and the file.
-struct RunInputs {
-  std::vector<Tensor> tensors;       // in the session's input order
-  std::vector<std::string> files;  // per input: the .npy it was read from, "" for a random one
-};
-RunInputs gather_run_inputs(const deploy::Session& s, const std::vector<std::string>& input_specs, int64_t batch,
-                            bool batch_given, uint64_t seed, bool no_random, const std::string& model);
-
-// The --input-shape specs as deploy::SessionOptions::input_dims.
-std::map<std::string, std::vector<Dim>> input_dims_of(const std::vector<InputShapeSpec>& specs);
-
-// Bytes of a tensor of this (static) type.
-inline int64_t tensor_bytes(const TensorType& t) { return t.numel() * static_cast<int64_t>(dtype_size(t.dtype)); }
-
-// What a compiled plan needs in memory: its arena, its constants, and its graph inputs and computed outputs.
-struct PlannedMemory {
-  int64_t arena = 0, weights = 0, io = 0;
-  int64_t total() const { return arena + weights + io; }
-};
-PlannedMemory planned_memory(const Plan& plan);
-
-// Compiles a copy of `g` for the given input shapes.
-Plan compile_for_shapes(const Graph& g, const std::vector<Shape>& shapes, const CompileOptions& opts = {});
-
-// Accuracy of a classifier model (input 0 = images, output 0 = [N, classes] scores) on labelled data.
-// Images are multiplied by `scale` (1 for spore-trained models; 255 for models trained on raw pixels).
-// If the model's batch dim is static (e.g. 1), it runs that many samples at a time.
-struct ClassifierEval {
-  double accuracy = 0;
-  int64_t samples = 0;
-  int64_t correct = 0;
-  double loss = 0;  // mean softmax cross-entropy, taking output 0 as logits
-};
-ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, int64_t batch = 64, float scale = 1.f);
+// Accuracy of a classifier model on a labelled dataset (deploy::evaluate_classifier on its images and labels).
+inline ClassifierEval evaluate_classifier(const Graph& g, const data::LabeledData& d, int64_t batch = 64,
+                                          float scale = 1.f) {
+  return deploy::evaluate_classifier(g, d.x, d.y, batch, scale);
+}
 
 // "2GB", "512MiB", "1.5e9", "300000000B" -> bytes (decimal units are powers of 1000, *iB of 1024); errors name
 // --max-memory.
