@@ -24,3 +24,9 @@ def test_generate_example_streams(tiny_gguf):
 def test_train_example_trains_exports_and_loads_back(tmp_path):
     out = run(os.path.join(EXAMPLES, "train.py"), "3", str(tmp_path))
     assert "epoch 3:" in out and "test accuracy" in out and (tmp_path / "simplenet.onnx").exists()
+
+
+def test_export_convert_example_reports_each_conversion(tmp_path):
+    out = run(os.path.join(EXAMPLES, "export_convert.py"), str(tmp_path))
+    assert "fp16:" in out and "int8:" in out and "int8 top ops:" in out
+    assert (tmp_path / "digits_cnn_int8.spore").exists()
