@@ -36,7 +36,41 @@ class _Jit:
         return self._compiled.cache_size
 
 
+class _JitCell(_Jit):
+    """A Cell compiled per input signature with its parameters (and buffers) as plan inputs, so the plan sees their
+    current values on every call (after training, set_data, load_checkpoint) without a recompile."""
+
+    def __init__(self, cell):
+        if cell.training:
+            raise ValueError(f"jit: {type(cell).__name__} is in training mode; compile it for inference "
+                             "(cell.set_train(False)) - training in graph mode is spore.Model(..., mode='graph')")
+        self._cell = cell
+        self._params = [p for _, p in cell.parameters_and_names()]
+        n_params = len(self._params)
+
+        def construct(*xs):
+            inputs, values = xs[:len(xs) - n_params], xs[len(xs) - n_params:]
+            saved = [p._swap(v) for p, v in zip(self._params, values)]
+            try:
+                return cell(*inputs)
+            finally:
+                for p, v in zip(self._params, saved):
+                    p._swap(v)
+
+        construct.__name__ = type(cell).__name__
+        super().__init__(construct)
+
+    def __call__(self, *args):
+        if self._cell.training:
+            raise ValueError(f"jit: {type(self._cell).__name__} was put in training mode after it was compiled")
+        return super().__call__(*args, *[p.data for p in self._params])
+
+
 def jit(fn):
-    """Compiles fn (a function of tensors returning a tensor or a tuple of tensors) per input signature. While it is
-    traced its tensors have no values: reading one (numpy(), item(), bool()) raises an error at that line."""
+    """Compiles fn per input signature: a function of tensors returning a tensor or a tuple of tensors, or a Cell in
+    inference mode (its parameters become plan inputs, so later updates are seen). While it is traced its tensors have
+    no values: reading one (numpy(), item(), bool()) raises an error at that line."""
+    from ._spore import Cell
+    if isinstance(fn, Cell):
+        return _JitCell(fn)
     return _Jit(fn)

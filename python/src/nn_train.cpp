@@ -490,6 +490,11 @@ void bind_nn_train(py::module_& m) {
                     [](PyParameter& p, py::object v) { set_parameter_data(p.get(), v, p.name); })
       .def("set_data", [](PyParameter& p, py::object v) { set_parameter_data(p.get(), v, p.name); }, py::arg("data"),
            "Replaces the value (same shape and dtype), copying it")
+      .def("_swap", [](PyParameter& p, const Tensor& v) {
+        Tensor old = p.get().value;
+        p.get().value = v;
+        return old;
+      }, py::arg("value"), "Puts `value` in the slot as it is (no check, no copy) and returns what was there (spore.jit)")
       .def_property_readonly("shape", [](const PyParameter& p) { return py::tuple(py::cast(p.get().value.shape())); })
       .def_property_readonly("dtype", [](const PyParameter& p) { return p.get().value.dtype(); })
       .def("numpy", [](const PyParameter& p) { return py::cast(p.get().value).attr("numpy")(); })

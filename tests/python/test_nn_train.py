@@ -333,3 +333,19 @@ def test_ctrl_c_stops_training_between_steps(tmp_path, digits):
     words = out.stdout.split()
     assert words[0] == "interrupted", out.stdout
     assert 90 < int(words[2]) < 1001 * 90 and float(words[3]) == 360.0
+
+
+def test_jit_of_a_cell_sees_parameter_updates_without_recompiling(digits):
+    model, _, _ = train_simplenet(digits, "pynative")
+    net = model.network.set_train(False)
+    f = spore.jit(net)
+    x = np.random.default_rng(2).random((4, 1, 8, 8), dtype=np.float32)
+    np.testing.assert_array_equal(f(x).numpy(), net(x).numpy())
+    fc_w = dict(net.parameters_and_names())["fc.weight"]
+    fc_w.set_data(fc_w.numpy() * 0.5)
+    np.testing.assert_array_equal(f(x).numpy(), net(x).numpy())  # the new weights, same plan
+    assert f.cache_size == 1
+    f(np.random.default_rng(3).random((2, 1, 8, 8), dtype=np.float32))
+    assert f.cache_size == 2  # one plan per input signature
+    with pytest.raises(ValueError, match="training mode"):
+        spore.jit(SimpleNet(1, 8, 8).set_train(True))
