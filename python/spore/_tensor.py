@@ -72,30 +72,50 @@ def from_dlpack(obj):
 
 # ---- operators ---------------------------------------------------------------------------------------------------
 
+# numpy_name of a tensor's dtype (one per dtype; "" for bfloat16) -> (NumPy dtype or None for bfloat16, is bool, is
+# floating point). Comparing or hashing spore.dtype values costs ~0.2-0.5 us each (pybind11 enums); a str key does not.
+_SCALAR_KIND = {}
+_F32 = np.dtype(np.float32)
+
+
+def _scalar_kind(d):
+    key = d.numpy_name
+    k = _SCALAR_KIND.get(key)
+    if k is None:
+        k = _SCALAR_KIND[key] = (None if d == dtype.bfloat16 else np.dtype(key), d == dtype.bool_,
+                                 bool(d.is_floating_point))
+    return k
+
+
 def _operand(other, like):
     """A tensor for the other side of a binary operator: scalars take the tensor's dtype (as NumPy's weak scalars)."""
     if isinstance(other, Tensor):
         return other
-    if isinstance(other, (numbers.Number, np.generic)):
-        if isinstance(other, (bool, np.bool_)) and like.dtype != dtype.bool_:
+    kind = type(other)
+    if kind is float or kind is int or isinstance(other, (numbers.Number, np.generic)):
+        np_dtype, is_bool, is_float = _scalar_kind(like.dtype)
+        if not is_bool and isinstance(other, (bool, np.bool_)):
             other = int(other)
-        if like.dtype == dtype.bfloat16:
+        if np_dtype is None:  # bfloat16
             return to_dtype(tensor(np.array(other, np.float32)), dtype.bfloat16)
-        np_dtype = np.dtype(like.dtype.numpy_name)
-        if isinstance(other, float) and not like.dtype.is_floating_point:
-            np_dtype = np.dtype(np.float32)
-        return tensor(np.array(other, dtype=np_dtype))
+        if not is_float and isinstance(other, float):
+            np_dtype = _F32
+        # np.array makes a new writable C-contiguous 0-d array: wrap it directly (tensor() would copy it again).
+        return from_numpy(np.array(other, dtype=np_dtype))
     if isinstance(other, (np.ndarray, list, tuple)):
         return tensor(other)
     return NotImplemented
 
 
 def _binary(name, reverse=False):
+    op_call = _spore._op_call
+
     def op(self, other):
-        o = _operand(other, self)
+        o = other if isinstance(other, Tensor) else _operand(other, self)
         if o is NotImplemented:
             return NotImplemented
-        return _call(name, [o, self] if reverse else [self, o])
+        out = op_call(name, [o, self] if reverse else [self, o], {})
+        return out[0] if len(out) == 1 else tuple(out)
     op.__name__ = f"__{'r' if reverse else ''}{name}__"
     return op
 

@@ -48,8 +48,22 @@ def _make(d):
                                         annotation=_KIND_HINT.get(kind, kind)))
     sig = inspect.Signature(params)
     n_pos = 0 if variadic else hi
+    attr_keys = frozenset(attr_names)
+    required = frozenset(a[0] for a in d["attrs"] if not a[3])  # attributes without a default
 
     def fn(*args, **kwargs):
+        # Fast path: tensors as positional inputs (as many as the op takes), only attributes as keywords and every
+        # required attribute given. This is exactly what sig.bind accepts and the general path below produces (the
+        # inputs in order, the given attributes), without building a BoundArguments, which was most of a small op's
+        # Python cost. Anything else takes the general path (and its error messages).
+        if (variadic or lo <= len(args) <= hi) and (
+                (not kwargs and not required) or (attr_keys.issuperset(kwargs) and required.issubset(kwargs))):
+            for t in args:
+                if not isinstance(t, Tensor):
+                    break
+            else:
+                out = _spore._op_call(name, list(args), kwargs)
+                return out[0] if len(out) == 1 else tuple(out)
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as e:
