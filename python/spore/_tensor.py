@@ -108,14 +108,19 @@ def _operand(other, like):
 
 
 def _binary(name, reverse=False):
-    op_call = _spore._op_call
+    fast = _spore._fast_call
+    index = _spore._op_index(name)
 
     def op(self, other):
-        o = other if isinstance(other, Tensor) else _operand(other, self)
+        # Tensors, and Python ints / floats for the dtypes where C++ makes the same weak scalar, go straight to C++;
+        # the rest (NumPy scalars, arrays, bf16/f16/bool operands) through _operand.
+        out = fast(index, other, self) if reverse else fast(index, self, other)
+        if out is not NotImplemented:
+            return out
+        o = _operand(other, self)
         if o is NotImplemented:
             return NotImplemented
-        out = op_call(name, [o, self] if reverse else [self, o], {})
-        return out[0] if len(out) == 1 else tuple(out)
+        return fast(index, o, self) if reverse else fast(index, self, o)
     op.__name__ = f"__{'r' if reverse else ''}{name}__"
     return op
 

@@ -12,6 +12,7 @@ import sys
 
 from . import _spore
 from ._spore import Tensor
+from ._tensor import _operand
 
 _KIND_HINT = {"int": "int", "float": "float", "bool": "bool", "string": "str", "dtype": "spore.dtype",
               "int list": "list[int]", "float list": "list[float]"}
@@ -50,8 +51,16 @@ def _make(d):
     n_pos = 0 if variadic else hi
     attr_keys = frozenset(attr_names)
     required = frozenset(a[0] for a in d["attrs"] if not a[3])  # attributes without a default
+    index = _spore._op_index(name)
+    fast = _spore._fast_call
 
     def fn(*args, **kwargs):
+        # Fastest path: tensors only, no attributes given (and none required): one vectorcall into C++, which answers
+        # NotImplemented when an argument is not a tensor or their count is wrong (the paths below then say why).
+        if not kwargs and not required:
+            out = fast(index, *args)
+            if out is not NotImplemented:
+                return out
         # Fast path: tensors as positional inputs (as many as the op takes), only attributes as keywords and every
         # required attribute given. This is exactly what sig.bind accepts and the general path below produces (the
         # inputs in order, the given attributes), without building a BoundArguments, which was most of a small op's
@@ -74,7 +83,10 @@ def _make(d):
             tensors = [bound.arguments.get(p.name) for p in params[:n_pos]]
             while tensors and tensors[-1] is None:
                 tensors.pop()
+        like = next((t for t in tensors if isinstance(t, Tensor)), None)
         for i, t in enumerate(tensors):
+            if like is not None and isinstance(t, (int, float)) and not isinstance(t, bool):
+                tensors[i] = t = _operand(t, like)  # a Python number takes the tensors' dtype, as with operators
             if not isinstance(t, Tensor):
                 what = params[i].name if not variadic else f"inputs[{i}]"
                 raise TypeError(f"spore.ops.{name}: argument '{what}' must be a spore.Tensor, got "

@@ -410,6 +410,143 @@ std::vector<Tensor> op_call(const std::string& name, const std::vector<Tensor>& 
   return spore::ops::call(def->id, inputs, a);
 }
 
+// ---- the hot path of spore.ops and the operators -----------------------------------------------------------------
+// `_op_index(name)` gives an op a small index once; `_fast_call(index, *tensors)` then calls it with no attributes
+// (the schema's defaults) through CPython's vectorcall convention, without pybind11's per-argument type lookups and
+// Tensor list copies: the arguments' type is compared with Tensor's cached type object and the result is wrapped
+// with Tensor's cached type_info. It returns NotImplemented when an argument is not exactly a spore.Tensor (the
+// caller falls back to the general path, whose errors name the argument). Eager small ops spend most of their time
+// here rather than in the kernel (bench/python/dispatch_vs_torch.py).
+struct FastCall {
+  PyTypeObject* tensor_type = nullptr;
+  const py::detail::type_info* tensor_info = nullptr;
+  std::vector<const spore::OpDef*> ops;
+};
+FastCall& fast_call_state() {
+  static auto* s = new FastCall();  // never destroyed: used until interpreter teardown
+  return *s;
+}
+
+int64_t op_index(const std::string& name) {
+  const spore::OpDef* def = spore::op_registry().find(name);
+  if (def == nullptr) fail(ErrorCode::not_found, fmt::format("unknown op '{}'", name));
+  auto& ops = fast_call_state().ops;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i] == def) return static_cast<int64_t>(i);
+  ops.push_back(def);
+  return static_cast<int64_t>(ops.size() - 1);
+}
+
+PyObject* wrap_tensor(Tensor&& t) {
+  const FastCall& fc = fast_call_state();
+  return py::detail::type_caster_generic::cast(&t, py::return_value_policy::move, py::handle(), fc.tensor_info,
+                                               nullptr, [](const void* p) -> void* {
+                                                 return new Tensor(std::move(*const_cast<Tensor*>(
+                                                     static_cast<const Tensor*>(p))));
+                                               })
+      .ptr();
+}
+
+PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  FastCall& fc = fast_call_state();
+  if (nargs < 1 || !PyLong_CheckExact(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "_fast_call(op_index, *tensors)");
+    return nullptr;
+  }
+  const long idx = PyLong_AsLong(args[0]);
+  if (idx < 0 || static_cast<size_t>(idx) >= fc.ops.size()) {
+    PyErr_SetString(PyExc_IndexError, "_fast_call: unknown op index");
+    return nullptr;
+  }
+  const spore::OpDef* def = fc.ops[static_cast<size_t>(idx)];
+  const int n = static_cast<int>(nargs - 1);
+  if (n < def->min_inputs || (def->max_inputs >= 0 && n > def->max_inputs)) Py_RETURN_NOTIMPLEMENTED;
+  constexpr int kMax = 8;
+  if (n > kMax) Py_RETURN_NOTIMPLEMENTED;
+  const Tensor* in[kMax] = {};
+  const Tensor* like = nullptr;  // the first tensor argument: Python numbers take its dtype
+  for (int i = 0; i < n; ++i) {
+    PyObject* a = args[i + 1];
+    if (Py_TYPE(a) == fc.tensor_type) {
+      auto* inst = reinterpret_cast<py::detail::instance*>(a);
+      const py::detail::value_and_holder vh = inst->get_value_and_holder(fc.tensor_info, false);
+      if (!vh || !vh.holder_constructed()) Py_RETURN_NOTIMPLEMENTED;
+      in[i] = vh.template value_ptr<Tensor>();
+      if (!in[i]->defined()) {
+        PyErr_SetString(PyExc_ValueError, fmt::format("{}: input {} is undefined", def->name, i).c_str());
+        return nullptr;
+      }
+      if (like == nullptr) like = in[i];
+    } else if (!PyFloat_CheckExact(a) && !PyLong_CheckExact(a)) {
+      Py_RETURN_NOTIMPLEMENTED;
+    }
+  }
+  std::vector<Tensor> out;
+  try {
+    // The inputs as one contiguous span (copies of the handles: a refcount and the shape/strides each). A Python
+    // int or float becomes a 0-d tensor of the first tensor's dtype, as spore's operators make NumPy-style weak
+    // scalars, for the dtypes where that is one exact conversion (f32, f64; ints for i64/i32); anything else goes
+    // back to the Python path.
+    std::vector<Tensor> xs;
+    xs.reserve(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      if (in[i] != nullptr) {
+        xs.push_back(*in[i]);
+        continue;
+      }
+      if (like == nullptr) Py_RETURN_NOTIMPLEMENTED;
+      PyObject* a = args[i + 1];
+      const DType dt = like->dtype();
+      if (PyFloat_CheckExact(a)) {
+        if (dt != DType::f32 && dt != DType::f64) Py_RETURN_NOTIMPLEMENTED;
+        xs.push_back(Tensor::scalar(PyFloat_AS_DOUBLE(a), dt));
+      } else {
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+        if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+          PyErr_Clear();
+          Py_RETURN_NOTIMPLEMENTED;
+        }
+        if (dt == DType::f32) xs.push_back(Tensor::scalar(static_cast<double>(static_cast<float>(v)), dt));
+        else if (dt == DType::f64) xs.push_back(Tensor::scalar(static_cast<double>(v), dt));
+        else if (dt == DType::i64 && v > -(1LL << 53) && v < (1LL << 53)) xs.push_back(Tensor::scalar(static_cast<double>(v), dt));
+        else if (dt == DType::i32 && v >= INT32_MIN && v <= INT32_MAX) xs.push_back(Tensor::scalar(static_cast<double>(v), dt));
+        else Py_RETURN_NOTIMPLEMENTED;
+      }
+    }
+    static const spore::Attrs no_attrs;
+    Py_BEGIN_ALLOW_THREADS
+    try {
+      out = spore::ops::call(def->id, xs, no_attrs);
+    } catch (...) {
+      Py_BLOCK_THREADS
+      throw;
+    }
+    Py_END_ALLOW_THREADS
+  } catch (const spore::Error& e) {
+    raise_spore_error(e);
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  if (out.size() == 1) return wrap_tensor(std::move(out[0]));
+  PyObject* tup = PyTuple_New(static_cast<Py_ssize_t>(out.size()));
+  if (tup == nullptr) return nullptr;
+  for (size_t i = 0; i < out.size(); ++i) {
+    PyObject* o = wrap_tensor(std::move(out[i]));
+    if (o == nullptr) {
+      Py_DECREF(tup);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(tup, static_cast<Py_ssize_t>(i), o);
+  }
+  return tup;
+}
+
+PyMethodDef fast_call_def = {"_fast_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)),
+                             METH_FASTCALL, "_fast_call(op_index, *tensors): an op with default attributes (spore.ops)"};
+
 py::list op_defs() {
   py::list out;
   for (const spore::OpDef* d : spore::op_registry().all()) {
@@ -841,6 +978,10 @@ PYBIND11_MODULE(_spore, m) {
   m.def("_from_dlpack_capsule", &from_dlpack_capsule, py::arg("capsule"));
   m.def("_op_call", &op_call, py::arg("name"), py::arg("inputs"), py::arg("attrs"));
   m.def("_op_defs", &op_defs);
+  m.def("_op_index", &op_index, py::arg("name"));
+  fast_call_state().tensor_type = reinterpret_cast<PyTypeObject*>(tensor_cls.ptr());
+  fast_call_state().tensor_info = py::detail::get_type_info(typeid(Tensor));
+  m.add_object("_fast_call", py::reinterpret_steal<py::object>(PyCFunction_NewEx(&fast_call_def, nullptr, m.ptr())));
   m.def("set_threads", [](int n) {
     if (n < 1) fail(ErrorCode::invalid_argument, fmt::format("set_threads: {} (at least 1)", n));
     spore::set_threads(n);

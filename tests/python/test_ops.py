@@ -92,3 +92,23 @@ def test_type_stubs_cover_the_extension():
     methods = {f.name for f in cls.body if isinstance(f, ast.FunctionDef)}
     tensor_api = {n for n in dir(spore.Tensor) if not n.startswith("_")}
     assert tensor_api <= methods, f"Tensor members not in _spore.pyi: {sorted(tensor_api - methods)}"
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64, np.float16])
+def test_python_scalars_are_weak_and_the_fast_path_equals_numpys(dt):
+    """x op scalar takes x's dtype (NumPy's weak scalars). C++ builds the scalar for f32/f64/i32/i64, Python (NumPy)
+    for the rest; either way the result equals the op on an explicit 0-d array of x's dtype."""
+    x = spore.tensor(np.array([1, -2, 3, 7], dtype=dt))
+    floats = [0.1, 2.5, -1e20, 16777217.0] if np.issubdtype(dt, np.floating) else []
+    for v in [2, -3, 16777217, 2 ** 40, 2 ** 60, *floats]:
+        if not np.issubdtype(dt, np.floating) and not np.can_cast(np.min_scalar_type(v), dt):
+            continue
+        if dt == np.float16 and abs(v) > 6e4:
+            continue  # beyond float16's range
+        want_s = spore.tensor(np.array(v, dtype=dt))
+        for got, want in ((x * v, x * want_s), (v - x, want_s - x), (spore.ops.add(x, v), x + want_s)):
+            assert got.dtype == x.dtype
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+    if not np.issubdtype(dt, np.floating):
+        with pytest.raises(spore.Error):
+            x * 2.5  # a float scalar does not silently become an int
