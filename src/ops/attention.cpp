@@ -64,21 +64,25 @@ std::vector<TensorType> infer_attention(const InferContext& c) {
   const auto& q = c.in(0).dims;
   const auto& k = c.in(1).dims;
   const auto& v = c.in(2).dims;
-  c.check(q.size() >= 2, ErrorCode::shape_mismatch, "q must be [..., Lq, D] (rank >= 2), got {}", dims_str(q));
-  c.check(k.size() == q.size() && v.size() == q.size(), ErrorCode::shape_mismatch,
-          "q, k and v must have the same rank, got q {}, k {}, v {}", dims_str(q), dims_str(k), dims_str(v));
+  if (!(q.size() >= 2)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("q must be [..., Lq, D] (rank >= 2), got {}", dims_str(q)));
+  if (!(k.size() == q.size() && v.size() == q.size())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("q, k and v must have the same rank, got q {}, k {}, v {}",
+                                                  dims_str(q), dims_str(k), dims_str(v)));
   const size_t r = q.size();
   for (size_t i = 0; i + 2 < r; ++i)
-    c.check(dims_compatible(q[i], k[i]) && dims_compatible(q[i], v[i]), ErrorCode::shape_mismatch,
-            "leading dims of q {}, k {} and v {} must be equal (no broadcasting)", dims_str(q), dims_str(k),
-            dims_str(v));
+    if (!(dims_compatible(q[i], k[i]) && dims_compatible(q[i], v[i]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("leading dims of q {}, k {} and v {} must be equal (no broadcasting)", dims_str(q),
+                         dims_str(k), dims_str(v)));
   const Dim& kd = kt ? k[r - 2] : k[r - 1];
   const Dim& kl = kt ? k[r - 1] : k[r - 2];
-  c.check(dims_compatible(q[r - 1], kd), ErrorCode::shape_mismatch,
-          "q {} has D={} but k {} (k_transposed={}) has D={}", dims_str(q), q[r - 1].str(), dims_str(k), kt, kd.str());
-  c.check(dims_compatible(kl, v[r - 2]), ErrorCode::shape_mismatch,
-          "k {} (k_transposed={}) has Lk={} but v {} has {} rows", dims_str(k), kt, kl.str(), dims_str(v),
-          v[r - 2].str());
+  if (!(dims_compatible(q[r - 1], kd))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("q {} has D={} but k {} (k_transposed={}) has D={}", dims_str(q),
+                                                  q[r - 1].str(), dims_str(k), kt, kd.str()));
+  if (!(dims_compatible(kl, v[r - 2]))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("k {} (k_transposed={}) has Lk={} but v {} has {} rows", dims_str(k),
+                                                  kt, kl.str(), dims_str(v), v[r - 2].str()));
   std::vector<Dim> scores(q.begin(), q.end() - 1);
   scores.push_back(kl);
   if (c.num_inputs() > 3) {
@@ -88,8 +92,9 @@ std::vector<TensorType> infer_attention(const InferContext& c) {
       const Dim& s = scores[r - m.size() + i];
       ok = (m[i].is_static() && m[i].size == 1) || dims_compatible(m[i], s);
     }
-    c.check(ok, ErrorCode::shape_mismatch, "mask {} does not broadcast to the scores' shape {}", dims_str(m),
-            dims_str(scores));
+    if (!(ok)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("mask {} does not broadcast to the scores' shape {}", dims_str(m), dims_str(scores)));
   }
   std::vector<Dim> out(q.begin(), q.end() - 1);
   out.push_back(v[r - 1]);

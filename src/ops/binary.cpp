@@ -20,8 +20,8 @@ std::vector<TensorType> infer_compare(const InferContext& c) {
 }
 
 std::vector<TensorType> infer_where(const InferContext& c) {
-  c.check(c.in(0).dtype == DType::boolean, ErrorCode::dtype_mismatch,
-          "cond must be bool, got {}", dtype_name(c.in(0).dtype));
+  if (!(c.in(0).dtype == DType::boolean)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("cond must be bool, got {}", dtype_name(c.in(0).dtype)));
   const DType t = infer::common_dtype(c, 1, 2);
   const auto ab = infer::broadcast_dims(c, c.in(1).dims, c.in(2).dims);
   return {TensorType(t, infer::broadcast_dims(c, c.in(0).dims, ab))};

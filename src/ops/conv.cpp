@@ -17,11 +17,13 @@ std::string ints_str(const std::vector<int64_t>& v) { return fmt::format("[{}]",
 
 const std::vector<int64_t>& ints_of_len(const InferContext& c, const char* name, size_t len, int64_t min_value) {
   const auto& v = c.attrs.ints(name);
-  c.check(v.size() == len, ErrorCode::invalid_argument,
-          "attribute '{}' must have {} values, got {}", name, len, ints_str(v));
+  if (!(v.size() == len)) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("attribute '{}' must have {} values, got {}", name, len, ints_str(v)));
   for (int64_t x : v)
-    c.check(x >= min_value, ErrorCode::invalid_argument,
-            "attribute '{}' values must be >= {}, got {}", name, min_value, ints_str(v));
+    if (!(x >= min_value)) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument,
+             fmt::format("attribute '{}' values must be >= {}, got {}", name, min_value, ints_str(v)));
   return v;
 }
 
@@ -60,8 +62,8 @@ Dim window_out(const InferContext& c, const char* axis, const Dim& in, int64_t k
 
 void check_rank(const InferContext& c, int input, const char* name, size_t rank, const char* layout) {
   const auto& d = c.in(input).dims;
-  c.check(d.size() == rank, ErrorCode::shape_mismatch,
-          "{} must be {} (rank {}), got {}", name, layout, rank, dims_str(d));
+  if (!(d.size() == rank)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("{} must be {} (rank {}), got {}", name, layout, rank, dims_str(d)));
 }
 
 std::vector<TensorType> infer_conv2d(const InferContext& c) {
@@ -77,20 +79,22 @@ std::vector<TensorType> infer_conv2d(const InferContext& c) {
   const std::string& mode = pad_mode_of(c);
   c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
   for (int i = 0; i < 4; ++i)
-    c.check(w[i].is_static(), ErrorCode::shape_mismatch, "w dims must be static, got {}", dims_str(w));
+    if (!(w[i].is_static())) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("w dims must be static, got {}", dims_str(w)));
   if (x[1].is_static()) {
     c.check(x[1].size % g == 0, ErrorCode::shape_mismatch,
             "input channels {} are not divisible by groups={}", x[1].size, g);
-    c.check(w[1].size == x[1].size / g, ErrorCode::shape_mismatch,
-            "w {} expects {} input channels per group, x {} with groups={} has {}", dims_str(w), w[1].size,
-                        dims_str(x), g, x[1].size / g);
+    if (!(w[1].size == x[1].size / g)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("w {} expects {} input channels per group, x {} with groups={} has {}", dims_str(w), w[1].size,
+                         dims_str(x), g, x[1].size / g));
   }
   c.check(w[0].size % g == 0, ErrorCode::shape_mismatch,
           "output channels {} are not divisible by groups={}", w[0].size, g);
   if (c.num_inputs() > 2) {
     const auto& b = c.in(2).dims;
-    c.check(b.size() == 1 && dims_compatible(b[0], w[0]), ErrorCode::shape_mismatch,
-            "bias must be [{}], got {}", w[0].size, dims_str(b));
+    if (!(b.size() == 1 && dims_compatible(b[0], w[0]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("bias must be [{}], got {}", w[0].size, dims_str(b)));
   }
   const Dim h = window_out(c, "H", x[2], w[2].size, stride[0], dilation[0], padding[0], padding[2], mode, false, false);
   const Dim wd =
@@ -111,22 +115,25 @@ std::vector<TensorType> infer_conv_transpose2d(const InferContext& c) {
   const int64_t g = c.attrs.i("groups");
   c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
   for (int i = 0; i < 4; ++i)
-    c.check(w[i].is_static(), ErrorCode::shape_mismatch, "w dims must be static, got {}", dims_str(w));
-  c.check(dims_compatible(x[1], w[0]), ErrorCode::shape_mismatch,
-          "x {} has {} channels, w {} expects {}", dims_str(x), x[1].str(), dims_str(w), w[0].size);
+    if (!(w[i].is_static())) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("w dims must be static, got {}", dims_str(w)));
+  if (!(dims_compatible(x[1], w[0]))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("x {} has {} channels, w {} expects {}", dims_str(x), x[1].str(), dims_str(w), w[0].size));
   c.check(w[0].size % g == 0, ErrorCode::shape_mismatch,
           "input channels {} are not divisible by groups={}", w[0].size, g);
   const int64_t o = w[1].size * g;
   if (c.num_inputs() > 2) {
     const auto& b = c.in(2).dims;
-    c.check(b.size() == 1 && dims_compatible(b[0], Dim(o)), ErrorCode::shape_mismatch,
-            "bias must be [{}], got {}", o, dims_str(b));
+    if (!(b.size() == 1 && dims_compatible(b[0], Dim(o)))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("bias must be [{}], got {}", o, dims_str(b)));
   }
   std::vector<Dim> out{x[0], Dim(o)};
   for (int i = 0; i < 2; ++i) {
-    c.check(out_pad[i] < std::max(stride[i], dilation[i]), ErrorCode::invalid_argument,
-            "output_padding {} must be smaller than stride or dilation ({}, {})", ints_str(out_pad),
-                        ints_str(stride), ints_str(dilation));
+    if (!(out_pad[i] < std::max(stride[i], dilation[i]))) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument,
+             fmt::format("output_padding {} must be smaller than stride or dilation ({}, {})", ints_str(out_pad),
+                         ints_str(stride), ints_str(dilation)));
     const Dim& in = x[2 + i];
     const int64_t eff = (w[2 + i].size - 1) * dilation[i] + 1;
     if (!in.is_static()) {
@@ -134,9 +141,9 @@ std::vector<TensorType> infer_conv_transpose2d(const InferContext& c) {
       continue;
     }
     const int64_t n = (in.size - 1) * stride[i] - padding[i] - padding[2 + i] + eff + out_pad[i];
-    c.check(n >= 1, ErrorCode::shape_mismatch,
-            "{} output size {} is not positive (padding {} too large)", i == 0 ? "H" : "W", n,
-                        ints_str(padding));
+    if (!(n >= 1)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("{} output size {} is not positive (padding {} too large)",
+                                                    i == 0 ? "H" : "W", n, ints_str(padding)));
     out.push_back(Dim(n));
   }
   return {TensorType(t, out)};
@@ -149,11 +156,13 @@ std::vector<TensorType> infer_pool(const InferContext& c, bool is_max) {
   const bool blocked = layout == "nchw8c";
   c.check(blocked || layout == "nchw", ErrorCode::invalid_argument, "layout must be \"nchw\" or \"nchw8c\", got \"{}\"",
           layout);
-  if (blocked)
-    c.check(c.in(0).dims.size() == 5 && c.in(0).dims[4].is_static() && c.in(0).dims[4].size == 8,
-            ErrorCode::shape_mismatch, "layout nchw8c needs x as [N, C/8, H, W, 8], got {}", dims_str(c.in(0).dims));
-  else
+  if (blocked) {
+    if (!(c.in(0).dims.size() == 5 && c.in(0).dims[4].is_static() && c.in(0).dims[4].size == 8)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("layout nchw8c needs x as [N, C/8, H, W, 8], got {}", dims_str(c.in(0).dims)));
+  } else {
     check_rank(c, 0, "x", 4, "[N,C,H,W]");
+  }
   const auto& x = c.in(0).dims;
   const auto& kernel = ints_of_len(c, "kernel", 2, 1);
   const auto& padding = ints_of_len(c, "padding", 4, 0);
@@ -175,8 +184,8 @@ std::vector<TensorType> infer_pool(const InferContext& c, bool is_max) {
 
 std::vector<TensorType> infer_global_avg_pool(const InferContext& c) {
   const auto& x = c.in(0).dims;
-  c.check(x.size() >= 3, ErrorCode::shape_mismatch,
-          "x must be [N,C,spatial...] (rank >= 3), got {}", dims_str(x));
+  if (!(x.size() >= 3)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x must be [N,C,spatial...] (rank >= 3), got {}", dims_str(x)));
   std::vector<Dim> out{x[0], x[1]};
   out.resize(x.size(), Dim(1));
   return {TensorType(c.in(0).dtype, out)};
@@ -194,22 +203,26 @@ std::vector<TensorType> infer_conv2d_weight_grad(const InferContext& c) {
   const auto& dilation = ints_of_len(c, "dilation", 2, 1);
   // End pads may be negative (a transposed conv's output_padding is taken off them).
   const auto& padding = c.attrs.ints("padding");
-  c.check(padding.size() == 4 && padding[0] >= 0 && padding[1] >= 0, ErrorCode::invalid_argument,
-          "padding must be 4 values (top, left, bottom, right) with begins >= 0, got {}", ints_str(padding));
+  if (!(padding.size() == 4 && padding[0] >= 0 && padding[1] >= 0)) [[unlikely]]
+    c.fail(
+        ErrorCode::invalid_argument,
+        fmt::format("padding must be 4 values (top, left, bottom, right) with begins >= 0, got {}", ints_str(padding)));
   const int64_t g = c.attrs.i("groups");
   c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
-  c.check(x[1].is_static() && dy[1].is_static(), ErrorCode::shape_mismatch,
-          "the channels of x {} and dy {} must be static", dims_str(x), dims_str(dy));
-  c.check(x[1].size % g == 0 && dy[1].size % g == 0, ErrorCode::shape_mismatch,
-          "channels of x {} and dy {} must be divisible by groups={}", dims_str(x), dims_str(dy), g);
-  c.check(dims_compatible(x[0], dy[0]), ErrorCode::shape_mismatch, "x {} and dy {} differ in batch", dims_str(x),
-          dims_str(dy));
+  if (!(x[1].is_static() && dy[1].is_static())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("the channels of x {} and dy {} must be static", dims_str(x), dims_str(dy)));
+  if (!(x[1].size % g == 0 && dy[1].size % g == 0)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("channels of x {} and dy {} must be divisible by groups={}", dims_str(x), dims_str(dy), g));
+  if (!(dims_compatible(x[0], dy[0]))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x {} and dy {} differ in batch", dims_str(x), dims_str(dy)));
   for (int i = 0; i < 2; ++i) {
     const Dim o = window_out(c, i == 0 ? "H" : "W", x[2 + i], kernel[i], stride[i], dilation[i], padding[i],
                              padding[2 + i], "pad", false, false);
-    c.check(dims_compatible(o, dy[2 + i]), ErrorCode::shape_mismatch,
-            "dy {} does not match the conv output size {} of x {} on {}", dims_str(dy), o.str(), dims_str(x),
-            i == 0 ? "H" : "W");
+    if (!(dims_compatible(o, dy[2 + i]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("dy {} does not match the conv output size {} of x {} on {}",
+                                                    dims_str(dy), o.str(), dims_str(x), i == 0 ? "H" : "W"));
   }
   return {TensorType(t, {Dim(dy[1].size), Dim(x[1].size / g), Dim(kernel[0]), Dim(kernel[1])})};
 }
@@ -221,8 +234,9 @@ std::vector<TensorType> infer_max_pool2d_grad(const InferContext& c) {
   const auto& dy = c.in(1).dims;
   bool ok = dy.size() == 4;
   for (size_t i = 0; ok && i < 4; ++i) ok = dims_compatible(dy[i], y.dims[i]);
-  c.check(ok, ErrorCode::shape_mismatch, "dy must have max_pool2d's output shape {}, got {}", dims_str(y.dims),
-          dims_str(dy));
+  if (!(ok)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("dy must have max_pool2d's output shape {}, got {}", dims_str(y.dims), dims_str(dy)));
   return {TensorType(t, c.in(0).dims)};
 }
 

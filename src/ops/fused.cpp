@@ -108,8 +108,9 @@ using infer::dims_str;
 
 std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
   const fused::Operands o = fused::operands(c.attrs, c.num_inputs());
-  c.check(!c.attrs.b("residual") || c.num_inputs() >= 3, ErrorCode::invalid_argument,
-          "residual=true needs a residual input after x and w, got {} inputs", c.num_inputs());
+  if (!(!c.attrs.b("residual") || c.num_inputs() >= 3)) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("residual=true needs a residual input after x and w, got {} inputs", c.num_inputs()));
   std::optional<OpId> act;
   try {
     act = fused::activation_op(c.attrs.s("activation"));
@@ -121,15 +122,16 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
   bool src_blocked = false, dst_blocked = false;
   if (base == "conv2d"_op) {
     for (const char* k : {"src_layout", "dst_layout"})
-      c.check(c.attrs.s(k) == "nchw" || c.attrs.s(k) == "nchw8c", ErrorCode::invalid_argument,
-              "{} must be \"nchw\" or \"nchw8c\", got \"{}\"", k, c.attrs.s(k));
+      if (!(c.attrs.s(k) == "nchw" || c.attrs.s(k) == "nchw8c")) [[unlikely]]
+        c.fail(ErrorCode::invalid_argument,
+               fmt::format("{} must be \"nchw\" or \"nchw8c\", got \"{}\"", k, c.attrs.s(k)));
     src_blocked = c.attrs.s("src_layout") == "nchw8c";
     dst_blocked = c.attrs.s("dst_layout") == "nchw8c";
     if (src_blocked) {
       const auto& x = c.in(0).dims;
-      c.check(x.size() == 5 && x[4].is_static() && x[4].size == fused::kChannelBlock && x[1].is_static(),
-              ErrorCode::shape_mismatch, "src_layout nchw8c needs x as [N, C/8, H, W, 8] with static C/8, got {}",
-              dims_str(x));
+      if (!(x.size() == 5 && x[4].is_static() && x[4].size == fused::kChannelBlock && x[1].is_static())) [[unlikely]]
+        c.fail(ErrorCode::shape_mismatch,
+               fmt::format("src_layout nchw8c needs x as [N, C/8, H, W, 8] with static C/8, got {}", dims_str(x)));
       ins[0].dims = {x[0], Dim(x[1].size * fused::kChannelBlock), x[2], x[3]};
     }
   }
@@ -138,28 +140,34 @@ std::vector<TensorType> infer_fused(const InferContext& c, OpId base) {
   const InferContext bc{def, ins, c.attrs, c.where};
   std::vector<TensorType> out = def.infer(bc);
   if (base == "conv2d"_op && c.attrs.s("pool") != "none") {
-    c.check(c.attrs.s("pool") == "max2x2", ErrorCode::invalid_argument, "pool must be \"none\" or \"max2x2\", got \"{}\"",
-            c.attrs.s("pool"));
+    if (!(c.attrs.s("pool") == "max2x2")) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument,
+             fmt::format("pool must be \"none\" or \"max2x2\", got \"{}\"", c.attrs.s("pool")));
     c.check(!dst_blocked, ErrorCode::invalid_argument, "pool max2x2 needs dst_layout nchw");
   }
   if (dst_blocked) {
     auto& y = out[0].dims;
-    c.check(y[1].is_static() && y[1].size % fused::kChannelBlock == 0, ErrorCode::shape_mismatch,
-            "dst_layout nchw8c needs output channels divisible by 8, got {}", dims_str(y));
+    if (!(y[1].is_static() && y[1].size % fused::kChannelBlock == 0)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("dst_layout nchw8c needs output channels divisible by 8, got {}", dims_str(y)));
     y = {y[0], Dim(y[1].size / fused::kChannelBlock), y[2], y[3], Dim(fused::kChannelBlock)};
   }
   if (o.residual >= 0) {
     const TensorType& r = c.in(o.residual);
     bool same = r.dtype == out[0].dtype && r.rank() == out[0].rank();
     for (size_t i = 0; same && i < r.dims.size(); ++i) same = dims_compatible(r.dims[i], out[0].dims[i]);
-    c.check(same, ErrorCode::shape_mismatch, "residual must have the output's type {}{}, got {}{}",
-            dtype_name(out[0].dtype), dims_str(out[0].dims), dtype_name(r.dtype), dims_str(r.dims));
+    if (!(same)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("residual must have the output's type {}{}, got {}{}", dtype_name(out[0].dtype),
+                         dims_str(out[0].dims), dtype_name(r.dtype), dims_str(r.dims)));
   }
   if (base == "conv2d"_op && c.attrs.s("pool") == "max2x2") {
     for (size_t d : {2u, 3u}) {
       Dim& dim = out[0].dims[d];
-      c.check(dim.is_static() && dim.size >= 2, ErrorCode::shape_mismatch,
-              "pool max2x2 needs a static conv output height and width of at least 2, got {}", dims_str(out[0].dims));
+      if (!(dim.is_static() && dim.size >= 2)) [[unlikely]]
+        c.fail(ErrorCode::shape_mismatch,
+               fmt::format("pool max2x2 needs a static conv output height and width of at least 2, got {}",
+                           dims_str(out[0].dims)));
       dim = Dim(dim.size / 2);
     }
   }

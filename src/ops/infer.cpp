@@ -29,15 +29,15 @@ DType common_dtype(const InferContext& c, int first, int count) {
   const DType t = c.in(first).dtype;
   for (int i = first + 1; i < end; ++i) {
     c.check(c.in(i).dtype == t, ErrorCode::dtype_mismatch,
-            fmt::format("inputs must have the same dtype: input {} is {}, input {} is {}", first, dtype_name(t), i,
-                        dtype_name(c.in(i).dtype)));
+            "inputs must have the same dtype: input {} is {}, input {} is {}", first, dtype_name(t), i,
+            dtype_name(c.in(i).dtype));
   }
   return t;
 }
 
 int64_t normalize_axis(const InferContext& c, int64_t axis, int rank, const char* attr) {
-  c.check(axis >= -rank && axis < std::max(rank, 1), ErrorCode::invalid_argument,
-          fmt::format("{}={} is out of range for rank {}", attr, axis, rank));
+  c.check(axis >= -rank && axis < std::max(rank, 1), ErrorCode::invalid_argument, "{}={} is out of range for rank {}",
+          attr, axis, rank);
   return axis < 0 ? axis + rank : axis;
 }
 

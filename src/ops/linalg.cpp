@@ -14,8 +14,9 @@ std::vector<TensorType> infer_matmul(const InferContext& c) {
   const DType t = infer::common_dtype(c);
   const auto& a = c.in(0).dims;
   const auto& b = c.in(1).dims;
-  c.check(!a.empty() && !b.empty(), ErrorCode::shape_mismatch,
-          "operands must have rank >= 1, got {} and {}", dims_str(a), dims_str(b));
+  if (!(!a.empty() && !b.empty())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("operands must have rank >= 1, got {} and {}", dims_str(a), dims_str(b)));
   const bool ta = c.attrs.b("transpose_a") && a.size() >= 2;
   const bool tb = c.attrs.b("transpose_b") && b.size() >= 2;
   // 1-D operands are promoted (a -> [1,K], b -> [K,1]) and the added dim is removed from the result.
@@ -23,9 +24,10 @@ std::vector<TensorType> infer_matmul(const InferContext& c) {
   const Dim ka = a.size() == 1 ? a[0] : a[a.size() - (ta ? 2 : 1)];
   const Dim kb = b.size() == 1 ? b[0] : b[b.size() - (tb ? 1 : 2)];
   const Dim n = b.size() == 1 ? Dim(1) : b[b.size() - (tb ? 2 : 1)];
-  c.check(dims_compatible(ka, kb), ErrorCode::shape_mismatch,
-          "inner dims differ: a {} (transpose_a={}) has K={}, b {} (transpose_b={}) has K={}", dims_str(a),
-                      ta, ka.str(), dims_str(b), tb, kb.str());
+  if (!(dims_compatible(ka, kb))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("inner dims differ: a {} (transpose_a={}) has K={}, b {} (transpose_b={}) has K={}", dims_str(a),
+                       ta, ka.str(), dims_str(b), tb, kb.str()));
   const std::vector<Dim> ba(a.begin(), a.end() - std::min<size_t>(a.size(), 2));
   const std::vector<Dim> bb(b.begin(), b.end() - std::min<size_t>(b.size(), 2));
   std::vector<Dim> out = infer::broadcast_dims(c, ba, bb);
@@ -39,14 +41,15 @@ std::vector<TensorType> infer_linear(const InferContext& c) {
   const auto& x = c.in(0).dims;
   const auto& w = c.in(1).dims;
   c.check(!x.empty(), ErrorCode::shape_mismatch, "x must have rank >= 1, got a scalar");
-  c.check(w.size() == 2, ErrorCode::shape_mismatch,
-          "w must be [out_features, in_features], got {}", dims_str(w));
-  c.check(dims_compatible(x.back(), w[1]), ErrorCode::shape_mismatch,
-          "x {} has {} features, w {} expects {}", dims_str(x), x.back().str(), dims_str(w), w[1].str());
+  if (!(w.size() == 2)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("w must be [out_features, in_features], got {}", dims_str(w)));
+  if (!(dims_compatible(x.back(), w[1]))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("x {} has {} features, w {} expects {}", dims_str(x), x.back().str(), dims_str(w), w[1].str()));
   if (c.num_inputs() > 2) {
     const auto& bias = c.in(2).dims;
-    c.check(bias.size() == 1 && dims_compatible(bias[0], w[0]), ErrorCode::shape_mismatch,
-            "bias must be [{}], got {}", w[0].str(), dims_str(bias));
+    if (!(bias.size() == 1 && dims_compatible(bias[0], w[0]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("bias must be [{}], got {}", w[0].str(), dims_str(bias)));
   }
   std::vector<Dim> out(x.begin(), x.end() - 1);
   out.push_back(w[0]);

@@ -87,31 +87,37 @@ WeightFormat format_attr(const InferContext& c) {
 // K of a weight [rows, row] in format f, checked; symbolic row dims are not allowed (weights are constants).
 int64_t weight_k(const InferContext& c, int w_index, WeightFormat f) {
   const TensorType& w = c.in(w_index);
-  c.check(w.dims.size() == 2, ErrorCode::shape_mismatch, "weight must be 2-D [rows, row], got {}", dims_str(w.dims));
-  c.check(w.dtype == llm_ops::weight_dtype(f), ErrorCode::dtype_mismatch, "format {} needs a {} weight, got {}",
-          llm_ops::format_name(f), dtype_name(llm_ops::weight_dtype(f)), dtype_name(w.dtype));
-  c.check(w.dims[1].is_static(), ErrorCode::shape_mismatch, "weight row size must be static, got {}",
-          dims_str(w.dims));
+  if (!(w.dims.size() == 2)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("weight must be 2-D [rows, row], got {}", dims_str(w.dims)));
+  if (!(w.dtype == llm_ops::weight_dtype(f))) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("format {} needs a {} weight, got {}", llm_ops::format_name(f),
+                                                  dtype_name(llm_ops::weight_dtype(f)), dtype_name(w.dtype)));
+  if (!(w.dims[1].is_static())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("weight row size must be static, got {}", dims_str(w.dims)));
   auto k = llm_ops::row_values(f, w.dims[1].size);
-  c.check(k.has_value(), ErrorCode::shape_mismatch, "format {}: a weight row of {} bytes is not a whole number of blocks",
-          llm_ops::format_name(f), w.dims[1].size);
+  if (!(k.has_value())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("format {}: a weight row of {} bytes is not a whole number of blocks",
+                                                  llm_ops::format_name(f), w.dims[1].size));
   return *k;
 }
 
 std::vector<TensorType> infer_linear_blockq(const InferContext& c) {
   const WeightFormat f = format_attr(c);
   const TensorType& x = c.in(0);
-  c.check(x.dtype == DType::f32, ErrorCode::dtype_mismatch, "x must be f32, got {}", dtype_name(x.dtype));
+  if (!(x.dtype == DType::f32)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("x must be f32, got {}", dtype_name(x.dtype)));
   c.check(!x.dims.empty(), ErrorCode::shape_mismatch, "x must be [..., K], got a scalar");
   const int64_t k = weight_k(c, 1, f);
-  c.check(dims_compatible(x.dims.back(), Dim(k)), ErrorCode::shape_mismatch,
-          "x {} has K={} but the {} weight {} holds rows of {} values", dims_str(x.dims), x.dims.back().str(),
-          llm_ops::format_name(f), dims_str(c.in(1).dims), k);
+  if (!(dims_compatible(x.dims.back(), Dim(k)))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("x {} has K={} but the {} weight {} holds rows of {} values", dims_str(x.dims),
+                       x.dims.back().str(), llm_ops::format_name(f), dims_str(c.in(1).dims), k));
   const Dim n = c.in(1).dims[0];
   if (c.num_inputs() > 2) {
     const TensorType& b = c.in(2);
-    c.check(b.dtype == DType::f32 && b.dims.size() == 1 && dims_compatible(b.dims[0], n), ErrorCode::shape_mismatch,
-            "bias must be f32 [{}], got {} {}", n.str(), dtype_name(b.dtype), dims_str(b.dims));
+    if (!(b.dtype == DType::f32 && b.dims.size() == 1 && dims_compatible(b.dims[0], n))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("bias must be f32 [{}], got {} {}", n.str(), dtype_name(b.dtype), dims_str(b.dims)));
   }
   std::vector<Dim> out(x.dims.begin(), x.dims.end() - 1);
   out.push_back(n);
@@ -130,7 +136,8 @@ std::vector<TensorType> infer_linear_blockq_multi(const InferContext& c) {
           "count {} needs {} inputs (x and the weights) or {} (and a bias each), got {}", count, 1 + count,
           1 + 2 * count, n_in);
   const TensorType& x = c.in(0);
-  c.check(x.dtype == DType::f32, ErrorCode::dtype_mismatch, "x must be f32, got {}", dtype_name(x.dtype));
+  if (!(x.dtype == DType::f32)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("x must be f32, got {}", dtype_name(x.dtype)));
   c.check(!x.dims.empty(), ErrorCode::shape_mismatch, "x must be [..., K], got a scalar");
   const std::string& epi = c.attrs.s("epilogue");
   c.check(epi.empty() || epi == "silu_mul", ErrorCode::invalid_argument, "epilogue '{}' is not one of '', silu_mul", epi);
@@ -139,23 +146,26 @@ std::vector<TensorType> infer_linear_blockq_multi(const InferContext& c) {
   std::vector<TensorType> outs;
   for (int i = 0; i < count; ++i) {
     const int64_t k = weight_k(c, 1 + i, f);
-    c.check(dims_compatible(x.dims.back(), Dim(k)), ErrorCode::shape_mismatch,
-            "x {} has K={} but {} weight {} (input {}) holds rows of {} values", dims_str(x.dims), x.dims.back().str(),
-            llm_ops::format_name(f), dims_str(c.in(1 + i).dims), 1 + i, k);
+    if (!(dims_compatible(x.dims.back(), Dim(k)))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("x {} has K={} but {} weight {} (input {}) holds rows of {} values", dims_str(x.dims),
+                         x.dims.back().str(), llm_ops::format_name(f), dims_str(c.in(1 + i).dims), 1 + i, k));
     const Dim n = c.in(1 + i).dims[0];
     if (n_in > 1 + count) {
       const TensorType& b = c.in(static_cast<int>(1 + count + i));
-      c.check(b.dtype == DType::f32 && b.dims.size() == 1 && dims_compatible(b.dims[0], n), ErrorCode::shape_mismatch,
-              "bias {} must be f32 [{}], got {} {}", i, n.str(), dtype_name(b.dtype), dims_str(b.dims));
+      if (!(b.dtype == DType::f32 && b.dims.size() == 1 && dims_compatible(b.dims[0], n))) [[unlikely]]
+        c.fail(ErrorCode::shape_mismatch,
+               fmt::format("bias {} must be f32 [{}], got {} {}", i, n.str(), dtype_name(b.dtype), dims_str(b.dims)));
     }
     std::vector<Dim> out(x.dims.begin(), x.dims.end() - 1);
     out.push_back(n);
     outs.emplace_back(DType::f32, out);
   }
   if (!epi.empty()) {
-    c.check(outs[0].dims.back() == outs[1].dims.back(), ErrorCode::shape_mismatch,
-            "epilogue silu_mul needs gate and up of one size, got {} and {} rows", outs[0].dims.back().str(),
-            outs[1].dims.back().str());
+    if (!(outs[0].dims.back() == outs[1].dims.back())) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("epilogue silu_mul needs gate and up of one size, got {} and {} rows",
+                         outs[0].dims.back().str(), outs[1].dims.back().str()));
     outs.resize(1);
   }
   return outs;
@@ -181,8 +191,8 @@ std::vector<TensorType> infer_embed_blockq(const InferContext& c) {
   const WeightFormat f = format_attr(c);
   const int64_t k = weight_k(c, 0, f);
   const TensorType& ids = c.in(1);
-  c.check(ids.dtype == DType::i64 || ids.dtype == DType::i32, ErrorCode::dtype_mismatch, "ids must be i64 or i32, got {}",
-          dtype_name(ids.dtype));
+  if (!(ids.dtype == DType::i64 || ids.dtype == DType::i32)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("ids must be i64 or i32, got {}", dtype_name(ids.dtype)));
   std::vector<Dim> out = ids.dims;
   out.push_back(k);
   return {TensorType(DType::f32, out)};
@@ -191,26 +201,29 @@ std::vector<TensorType> infer_embed_blockq(const InferContext& c) {
 std::vector<TensorType> infer_rope(const InferContext& c) {
   const TensorType& x = c.in(0);
   const TensorType& p = c.in(1);
-  c.check(x.dtype == DType::f32, ErrorCode::dtype_mismatch, "x must be f32, got {}", dtype_name(x.dtype));
-  c.check(x.dims.size() == 3, ErrorCode::shape_mismatch, "x must be [T, heads, head_dim], got {}", dims_str(x.dims));
-  c.check(p.dtype == DType::i64 && p.dims.size() == 1 && dims_compatible(p.dims[0], x.dims[0]),
-          ErrorCode::shape_mismatch, "positions must be i64 [{}], got {} {}", x.dims[0].str(), dtype_name(p.dtype),
-          dims_str(p.dims));
+  if (!(x.dtype == DType::f32)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("x must be f32, got {}", dtype_name(x.dtype)));
+  if (!(x.dims.size() == 3)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x must be [T, heads, head_dim], got {}", dims_str(x.dims)));
+  if (!(p.dtype == DType::i64 && p.dims.size() == 1 && dims_compatible(p.dims[0], x.dims[0]))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("positions must be i64 [{}], got {} {}", x.dims[0].str(),
+                                                  dtype_name(p.dtype), dims_str(p.dims)));
   const double theta = c.attrs.f("theta");
   c.check(std::isfinite(theta) && theta > 0, ErrorCode::invalid_argument, "theta must be > 0, got {}", theta);
   const double fs = c.attrs.f("freq_scale");
   c.check(std::isfinite(fs) && fs > 0, ErrorCode::invalid_argument, "freq_scale must be > 0, got {}", fs);
   const int64_t dim = c.attrs.i("dim");
-  c.check(x.dims[2].is_static(), ErrorCode::shape_mismatch, "head_dim must be static, got {}", dims_str(x.dims));
+  if (!(x.dims[2].is_static())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("head_dim must be static, got {}", dims_str(x.dims)));
   const int64_t d = x.dims[2].size;
   const int64_t rd = dim == 0 ? d : dim;
   c.check(rd > 0 && rd <= d && rd % 2 == 0, ErrorCode::invalid_argument,
           "dim {} must be even and in (0, head_dim={}] (0 = head_dim)", dim, d);
   if (c.num_inputs() > 2) {
     const TensorType& ff = c.in(2);
-    c.check(ff.dtype == DType::f32 && ff.dims.size() == 1 && dims_compatible(ff.dims[0], Dim(rd / 2)),
-            ErrorCode::shape_mismatch, "freq_factors must be f32 [{}], got {} {}", rd / 2, dtype_name(ff.dtype),
-            dims_str(ff.dims));
+    if (!(ff.dtype == DType::f32 && ff.dims.size() == 1 && dims_compatible(ff.dims[0], Dim(rd / 2)))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("freq_factors must be f32 [{}], got {} {}", rd / 2, dtype_name(ff.dtype), dims_str(ff.dims)));
   }
   return {x};
 }
@@ -224,25 +237,28 @@ std::vector<TensorType> infer_attention_kv(const InferContext& c) {
   const auto& p = c.in(5);
   const double scale = c.attrs.f("scale");
   c.check(std::isfinite(scale), ErrorCode::invalid_argument, "scale must be finite, got {}", scale);
-  c.check(q.dtype == DType::f32 && kn.dtype == DType::f32 && vn.dtype == DType::f32, ErrorCode::dtype_mismatch,
-          "q, k_new and v_new must be f32, got {}, {}, {}", dtype_name(q.dtype), dtype_name(kn.dtype),
-          dtype_name(vn.dtype));
-  c.check(kc.dtype == vc.dtype && (kc.dtype == DType::f32 || kc.dtype == DType::f16 || kc.dtype == DType::bf16 ||
-                                   kc.dtype == DType::i8),
-          ErrorCode::dtype_mismatch, "k_cache and v_cache must share a dtype of f32, f16, bf16 or i8, got {} and {}",
-          dtype_name(kc.dtype), dtype_name(vc.dtype));
+  if (!(q.dtype == DType::f32 && kn.dtype == DType::f32 && vn.dtype == DType::f32)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("q, k_new and v_new must be f32, got {}, {}, {}", dtype_name(q.dtype),
+                                                  dtype_name(kn.dtype), dtype_name(vn.dtype)));
+  if (!(kc.dtype == vc.dtype && (kc.dtype == DType::f32 || kc.dtype == DType::f16 || kc.dtype == DType::bf16 ||
+                                 kc.dtype == DType::i8))) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch,
+           fmt::format("k_cache and v_cache must share a dtype of f32, f16, bf16 or i8, got {} and {}",
+                       dtype_name(kc.dtype), dtype_name(vc.dtype)));
   // A pooled cache [S, Hkv, C, D] (one [Hkv, C, D] cache per sequence slot) comes with `slots` i64 [T], the last
   // input; a single cache [Hkv, C, D] without it.
-  c.check(kc.dims.size() == 3 || kc.dims.size() == 4, ErrorCode::shape_mismatch,
-          "k_cache must be [kv_heads, ctx, head_dim] or, pooled, [slots, kv_heads, ctx, head_dim], got {}",
-          dims_str(kc.dims));
+  if (!(kc.dims.size() == 3 || kc.dims.size() == 4)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("k_cache must be [kv_heads, ctx, head_dim] or, pooled, [slots, kv_heads, ctx, head_dim], got {}",
+                       dims_str(kc.dims)));
   const bool pooled = kc.dims.size() == 4;
   const size_t lead = pooled ? 1 : 0;  // dims before [Hkv, C, D]
   const int n_extra = c.num_inputs() - 6 - (pooled ? 1 : 0);  // row scales
   // Row scales: exactly with an i8 cache, f32 [(S,) Hkv, C] like the cache's leading dims.
   const bool i8 = kc.dtype == DType::i8;
-  c.check(i8 || n_extra == 0, ErrorCode::invalid_argument,
-          "k_scale / v_scale are only for an i8 cache, but the cache is {}", dtype_name(kc.dtype));
+  if (!(i8 || n_extra == 0)) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("k_scale / v_scale are only for an i8 cache, but the cache is {}", dtype_name(kc.dtype)));
   c.check(!i8 || n_extra == 2, ErrorCode::invalid_argument,
           "an i8 cache needs k_scale and v_scale f32 [{}kv_heads, ctx], got {} of them", pooled ? "slots, " : "",
           n_extra);
@@ -253,35 +269,44 @@ std::vector<TensorType> infer_attention_kv(const InferContext& c) {
       for (size_t e = 0; ok && e < lead + 2; ++e) ok = dims_compatible(s.dims[e], kc.dims[e]);
       std::string want;
       for (size_t e = 0; e < lead + 2; ++e) want += (e ? ", " : "") + kc.dims[e].str();
-      c.check(ok, ErrorCode::shape_mismatch, "{} must be f32 [{}] ({}kv_heads, ctx of the cache), got {} {}",
-              i == 6 ? "k_scale" : "v_scale", want, pooled ? "slots, " : "", dtype_name(s.dtype), dims_str(s.dims));
+      if (!(ok)) [[unlikely]]
+        c.fail(ErrorCode::shape_mismatch, fmt::format("{} must be f32 [{}] ({}kv_heads, ctx of the cache), got {} {}",
+                                                      i == 6 ? "k_scale" : "v_scale", want, pooled ? "slots, " : "",
+                                                      dtype_name(s.dtype), dims_str(s.dims)));
     }
-  c.check(q.dims.size() == 3, ErrorCode::shape_mismatch, "q must be [T, heads, head_dim], got {}", dims_str(q.dims));
-  c.check(vc.dims.size() == kc.dims.size(), ErrorCode::shape_mismatch,
-          "k_cache and v_cache must have the same rank, got {} and {}", dims_str(kc.dims), dims_str(vc.dims));
-  c.check(kn.dims.size() == 3 && vn.dims.size() == 3, ErrorCode::shape_mismatch,
-          "k_new and v_new must be [T, kv_heads, head_dim], got {} and {}", dims_str(kn.dims), dims_str(vn.dims));
+  if (!(q.dims.size() == 3)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("q must be [T, heads, head_dim], got {}", dims_str(q.dims)));
+  if (!(vc.dims.size() == kc.dims.size())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("k_cache and v_cache must have the same rank, got {} and {}",
+                                                  dims_str(kc.dims), dims_str(vc.dims)));
+  if (!(kn.dims.size() == 3 && vn.dims.size() == 3)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("k_new and v_new must be [T, kv_heads, head_dim], got {} and {}",
+                                                  dims_str(kn.dims), dims_str(vn.dims)));
   bool ok = true;
   for (size_t i = 0; i < kc.dims.size(); ++i) ok = ok && dims_compatible(kc.dims[i], vc.dims[i]);
   for (int i = 0; i < 3; ++i) ok = ok && dims_compatible(kn.dims[i], vn.dims[i]);
   const Dim& hkv = kc.dims[lead];
   ok = ok && dims_compatible(kn.dims[0], q.dims[0]) && dims_compatible(kn.dims[1], hkv) &&
        dims_compatible(kn.dims[2], q.dims[2]) && dims_compatible(kc.dims[lead + 2], q.dims[2]);
-  c.check(ok, ErrorCode::shape_mismatch,
-          "shapes disagree: q {} [T, Hq, D], k_cache {} / v_cache {} [{}Hkv, C, D], k_new {} / v_new {} [T, Hkv, D]",
-          dims_str(q.dims), dims_str(kc.dims), dims_str(vc.dims), pooled ? "S, " : "", dims_str(kn.dims),
-          dims_str(vn.dims));
+  if (!(ok)) [[unlikely]]
+    c.fail(
+        ErrorCode::shape_mismatch,
+        fmt::format(
+            "shapes disagree: q {} [T, Hq, D], k_cache {} / v_cache {} [{}Hkv, C, D], k_new {} / v_new {} [T, Hkv, D]",
+            dims_str(q.dims), dims_str(kc.dims), dims_str(vc.dims), pooled ? "S, " : "", dims_str(kn.dims),
+            dims_str(vn.dims)));
   if (q.dims[1].is_static() && hkv.is_static())
     c.check(hkv.size > 0 && q.dims[1].size % hkv.size == 0, ErrorCode::shape_mismatch,
             "q heads {} must be a multiple of kv heads {}", q.dims[1].size, hkv.size);
-  c.check(p.dtype == DType::i64 && p.dims.size() == 1 && dims_compatible(p.dims[0], q.dims[0]),
-          ErrorCode::shape_mismatch, "positions must be i64 [{}], got {} {}", q.dims[0].str(), dtype_name(p.dtype),
-          dims_str(p.dims));
+  if (!(p.dtype == DType::i64 && p.dims.size() == 1 && dims_compatible(p.dims[0], q.dims[0]))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("positions must be i64 [{}], got {} {}", q.dims[0].str(),
+                                                  dtype_name(p.dtype), dims_str(p.dims)));
   if (pooled) {
     const TensorType& sl = c.in(c.num_inputs() - 1);
-    c.check(sl.dtype == DType::i64 && sl.dims.size() == 1 && dims_compatible(sl.dims[0], q.dims[0]),
-            ErrorCode::shape_mismatch, "slots (with a pooled cache, the last input) must be i64 [{}], got {} {}",
-            q.dims[0].str(), dtype_name(sl.dtype), dims_str(sl.dims));
+    if (!(sl.dtype == DType::i64 && sl.dims.size() == 1 && dims_compatible(sl.dims[0], q.dims[0]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("slots (with a pooled cache, the last input) must be i64 [{}], got {} {}", q.dims[0].str(),
+                         dtype_name(sl.dtype), dims_str(sl.dims)));
   }
   return {q};
 }

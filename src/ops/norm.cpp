@@ -31,18 +31,18 @@ std::vector<TensorType> infer_batch_norm(const InferContext& c) {
   const auto& x = c.in(0).dims;
   Dim channels = x.size() >= 2 ? x[1] : Dim(0);
   if (layout == "nchw8c") {
-    c.check(x.size() == 5 && x[4].is_static() && x[4].size == 8 && x[1].is_static(), ErrorCode::shape_mismatch,
-            "layout nchw8c needs x as [N, C/8, H, W, 8], got {}", dims_str(x));
+    if (!(x.size() == 5 && x[4].is_static() && x[4].size == 8 && x[1].is_static())) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("layout nchw8c needs x as [N, C/8, H, W, 8], got {}", dims_str(x)));
     channels = Dim(x[1].size * 8);
   }
-  c.check(x.size() >= 2, ErrorCode::shape_mismatch,
-          "x must have rank >= 2 ([N,C,...]), got {}", dims_str(x));
+  if (!(x.size() >= 2)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x must have rank >= 2 ([N,C,...]), got {}", dims_str(x)));
   static const char* names[] = {"x", "scale", "bias", "mean", "var"};
   for (int i = 1; i < 5; ++i) {
     const auto& p = c.in(i).dims;
-    c.check(
-        p.size() == 1 && dims_compatible(p[0], channels), ErrorCode::shape_mismatch,
-        "{} must be [{}] (the channels of x {}), got {}", names[i], channels.str(), dims_str(x), dims_str(p));
+    if (!(p.size() == 1 && dims_compatible(p[0], channels))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("{} must be [{}] (the channels of x {}), got {}", names[i],
+                                                    channels.str(), dims_str(x), dims_str(p)));
   }
   return {c.in(0)};
 }
@@ -57,9 +57,10 @@ std::vector<TensorType> infer_last_dims_norm(const InferContext& c) {
   const std::vector<Dim> norm(x.begin() + axis, x.end());
   static const char* names[] = {"x", "weight", "bias"};
   for (int i = 1; i < c.num_inputs(); ++i) {
-    c.check(shapes_compatible(c.in(i).dims, norm), ErrorCode::shape_mismatch,
-            "{} must have the normalized shape {} (x {} from axis {}), got {}", names[i], dims_str(norm),
-                        dims_str(x), axis, dims_str(c.in(i).dims));
+    if (!(shapes_compatible(c.in(i).dims, norm))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("{} must have the normalized shape {} (x {} from axis {}), got {}", names[i], dims_str(norm),
+                         dims_str(x), axis, dims_str(c.in(i).dims)));
   }
   return {c.in(0)};
 }
@@ -68,19 +69,20 @@ std::vector<TensorType> infer_group_norm(const InferContext& c) {
   infer::common_dtype(c);
   check_epsilon(c);
   const auto& x = c.in(0).dims;
-  c.check(x.size() >= 2, ErrorCode::shape_mismatch,
-          "x must have rank >= 2 ([N,C,...]), got {}", dims_str(x));
+  if (!(x.size() >= 2)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x must have rank >= 2 ([N,C,...]), got {}", dims_str(x)));
   const int64_t g = c.attrs.i("num_groups");
   c.check(g >= 1, ErrorCode::invalid_argument, "num_groups must be >= 1, got {}", g);
   if (x[1].is_static())
-    c.check(x[1].size % g == 0, ErrorCode::shape_mismatch,
-            "channels {} of x {} are not divisible by num_groups={}", x[1].size, dims_str(x), g);
+    if (!(x[1].size % g == 0)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("channels {} of x {} are not divisible by num_groups={}", x[1].size, dims_str(x), g));
   static const char* names[] = {"x", "weight", "bias"};
   for (int i = 1; i < c.num_inputs(); ++i) {
     const auto& p = c.in(i).dims;
-    c.check(
-        p.size() == 1 && dims_compatible(p[0], x[1]), ErrorCode::shape_mismatch,
-        "{} must be [{}] (the channels of x {}), got {}", names[i], x[1].str(), dims_str(x), dims_str(p));
+    if (!(p.size() == 1 && dims_compatible(p[0], x[1]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("{} must be [{}] (the channels of x {}), got {}", names[i],
+                                                    x[1].str(), dims_str(x), dims_str(p)));
   }
   return {c.in(0)};
 }
@@ -91,10 +93,12 @@ std::vector<TensorType> infer_dropout(const InferContext& c) {
   if (c.num_inputs() > 1) {
     // The offset is a tensor (not an attribute) so that a cached plan draws a fresh mask per step.
     const TensorType& o = c.in(1);
-    c.check(o.dtype == DType::i64 || o.dtype == DType::i32, ErrorCode::dtype_mismatch,
-            "offset must be an i64 or i32 scalar, got dtype {}", dtype_name(o.dtype));
-    c.check(o.dims.empty() || (o.dims.size() == 1 && o.dims[0].is_static() && o.dims[0].size == 1),
-            ErrorCode::shape_mismatch, "offset must be a scalar (shape [] or [1]), got {}", dims_str(o.dims));
+    if (!(o.dtype == DType::i64 || o.dtype == DType::i32)) [[unlikely]]
+      c.fail(ErrorCode::dtype_mismatch,
+             fmt::format("offset must be an i64 or i32 scalar, got dtype {}", dtype_name(o.dtype)));
+    if (!(o.dims.empty() || (o.dims.size() == 1 && o.dims[0].is_static() && o.dims[0].size == 1))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("offset must be a scalar (shape [] or [1]), got {}", dims_str(o.dims)));
   }
   return {c.in(0)};
 }

@@ -22,30 +22,37 @@ bool is_scalar_like(const TensorType& t) { return t.rank() == 0 || (t.rank() == 
 // scale (and zero point) of quantize/dequantize: a scalar (per tensor) or [C] with C = x.dims[axis] (per axis).
 void check_quant_params(const InferContext& c, const TensorType& x, int scale_input) {
   const TensorType& s = c.in(scale_input);
-  c.check(s.dtype == DType::f32, ErrorCode::dtype_mismatch, "scale must be f32, got {}", dtype_name(s.dtype));
-  c.check(s.rank() <= 1, ErrorCode::shape_mismatch, "scale must be a scalar or 1-D, got {}", dims_str(s.dims));
+  if (!(s.dtype == DType::f32)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("scale must be f32, got {}", dtype_name(s.dtype)));
+  if (!(s.rank() <= 1)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("scale must be a scalar or 1-D, got {}", dims_str(s.dims)));
   if (s.rank() == 1 && !is_scalar_like(s)) {
-    c.check(x.rank() >= 1, ErrorCode::shape_mismatch, "a 1-D scale {} needs x of rank >= 1, got a scalar", dims_str(s.dims));
+    if (!(x.rank() >= 1)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("a 1-D scale {} needs x of rank >= 1, got a scalar", dims_str(s.dims)));
     const int64_t axis = infer::normalize_axis(c, c.attrs.i("axis"), x.rank());
-    c.check(dims_compatible(s.dims[0], x.dims[static_cast<size_t>(axis)]), ErrorCode::shape_mismatch,
-            "scale {} must have one value per element of axis {} of x {}", dims_str(s.dims), axis, dims_str(x.dims));
+    if (!(dims_compatible(s.dims[0], x.dims[static_cast<size_t>(axis)]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("scale {} must have one value per element of axis {} of x {}",
+                                                    dims_str(s.dims), axis, dims_str(x.dims)));
   }
   if (c.num_inputs() > scale_input + 1) {
     const TensorType& z = c.in(scale_input + 1);
-    c.check(z.dims.size() == s.dims.size() && (z.rank() == 0 || dims_compatible(z.dims[0], s.dims[0])),
-            ErrorCode::shape_mismatch, "zero_point {} must have the shape of scale {}", dims_str(z.dims),
-            dims_str(s.dims));
+    if (!(z.dims.size() == s.dims.size() && (z.rank() == 0 || dims_compatible(z.dims[0], s.dims[0])))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("zero_point {} must have the shape of scale {}", dims_str(z.dims), dims_str(s.dims)));
   }
 }
 
 std::vector<TensorType> infer_quantize(const InferContext& c) {
   const TensorType& x = c.in(0);
-  c.check(x.dtype == DType::f32, ErrorCode::dtype_mismatch, "x must be f32, got {}", dtype_name(x.dtype));
+  if (!(x.dtype == DType::f32)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("x must be f32, got {}", dtype_name(x.dtype)));
   check_quant_params(c, x, 1);
   DType out = DType::u8;  // ONNX: without a zero point the result is uint8
   if (c.num_inputs() > 2) {
     out = c.in(2).dtype;
-    c.check(quant_dtypes.has(out), ErrorCode::dtype_mismatch, "zero_point must be i8 or u8, got {}", dtype_name(out));
+    if (!(quant_dtypes.has(out))) [[unlikely]]
+      c.fail(ErrorCode::dtype_mismatch, fmt::format("zero_point must be i8 or u8, got {}", dtype_name(out)));
   }
   return {TensorType(out, x.dims)};
 }
@@ -54,8 +61,9 @@ std::vector<TensorType> infer_dequantize(const InferContext& c) {
   const TensorType& q = c.in(0);
   check_quant_params(c, q, 1);
   if (c.num_inputs() > 2)
-    c.check(c.in(2).dtype == q.dtype, ErrorCode::dtype_mismatch, "zero_point must have x's dtype {}, got {}",
-            dtype_name(q.dtype), dtype_name(c.in(2).dtype));
+    if (!(c.in(2).dtype == q.dtype)) [[unlikely]]
+      c.fail(ErrorCode::dtype_mismatch,
+             fmt::format("zero_point must have x's dtype {}, got {}", dtype_name(q.dtype), dtype_name(c.in(2).dtype)));
   return {TensorType(DType::f32, q.dims)};
 }
 
@@ -63,21 +71,26 @@ std::vector<TensorType> infer_dequantize(const InferContext& c) {
 // for (x, w, bias), so the geometry rules (and their messages) are conv2d's / linear's, naming this op.
 std::vector<TensorType> infer_qcompute(const InferContext& c, OpId float_op) {
   const TensorType &x = c.in(0), &xs = c.in(1), &xz = c.in(2), &w = c.in(3), &ws = c.in(4);
-  c.check(is_scalar_like(xs) && xs.dtype == DType::f32, ErrorCode::shape_mismatch,
-          "x_scale must be an f32 scalar, got {}", xs.str());
-  c.check(is_scalar_like(xz), ErrorCode::shape_mismatch, "x_zero_point must be a scalar, got {}", dims_str(xz.dims));
-  c.check(xz.dtype == x.dtype, ErrorCode::dtype_mismatch, "x_zero_point must have x's dtype {}, got {}",
-          dtype_name(x.dtype), dtype_name(xz.dtype));
-  c.check(w.dtype == DType::i8, ErrorCode::dtype_mismatch, "w must be i8, got {}", dtype_name(w.dtype));
-  c.check(w.rank() >= 1 && w.dims[0].is_static(), ErrorCode::shape_mismatch, "w must have a static output dim, got {}",
-          dims_str(w.dims));
-  c.check(ws.dtype == DType::f32, ErrorCode::dtype_mismatch, "w_scale must be f32, got {}", dtype_name(ws.dtype));
-  c.check(is_scalar_like(ws) || (ws.rank() == 1 && dims_compatible(ws.dims[0], w.dims[0])), ErrorCode::shape_mismatch,
-          "w_scale must be a scalar or [{}] (one per output channel), got {}", w.dims[0].str(), dims_str(ws.dims));
+  if (!(is_scalar_like(xs) && xs.dtype == DType::f32)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x_scale must be an f32 scalar, got {}", xs.str()));
+  if (!(is_scalar_like(xz))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x_zero_point must be a scalar, got {}", dims_str(xz.dims)));
+  if (!(xz.dtype == x.dtype)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch,
+           fmt::format("x_zero_point must have x's dtype {}, got {}", dtype_name(x.dtype), dtype_name(xz.dtype)));
+  if (!(w.dtype == DType::i8)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("w must be i8, got {}", dtype_name(w.dtype)));
+  if (!(w.rank() >= 1 && w.dims[0].is_static())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("w must have a static output dim, got {}", dims_str(w.dims)));
+  if (!(ws.dtype == DType::f32)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("w_scale must be f32, got {}", dtype_name(ws.dtype)));
+  if (!(is_scalar_like(ws) || (ws.rank() == 1 && dims_compatible(ws.dims[0], w.dims[0])))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("w_scale must be a scalar or [{}] (one per output channel), got {}",
+                                                  w.dims[0].str(), dims_str(ws.dims)));
   std::vector<TensorType> fl{TensorType(DType::f32, x.dims), TensorType(DType::f32, w.dims)};
   if (c.num_inputs() > 5) {
-    c.check(c.in(5).dtype == DType::f32, ErrorCode::dtype_mismatch, "bias must be f32, got {}",
-            dtype_name(c.in(5).dtype));
+    if (!(c.in(5).dtype == DType::f32)) [[unlikely]]
+      c.fail(ErrorCode::dtype_mismatch, fmt::format("bias must be f32, got {}", dtype_name(c.in(5).dtype)));
     fl.push_back(c.in(5));
   }
   // Looked up at call time: the registry is still being built while this family registers.

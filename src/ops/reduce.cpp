@@ -25,8 +25,9 @@ std::vector<int64_t> reduce_axes(const InferContext& c, int rank) {
   }
   for (int64_t a : given) {
     const int64_t n = norm_axis(c, a, rank, "axes");
-    c.check(std::find(axes.begin(), axes.end(), n) == axes.end(), ErrorCode::invalid_argument,
-            "axes contains axis {} more than once (axes={})", n, format_attr_value(given));
+    if (!(std::find(axes.begin(), axes.end(), n) == axes.end())) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument,
+             fmt::format("axes contains axis {} more than once (axes={})", n, format_attr_value(given)));
     axes.push_back(n);
   }
   std::sort(axes.begin(), axes.end());
@@ -44,8 +45,9 @@ std::vector<Dim> reduced_dims(const InferContext& c, const std::vector<int64_t>&
   for (int d = 0; d < static_cast<int>(dims.size()); ++d) {
     const bool reduced = std::find(axes.begin(), axes.end(), d) != axes.end();
     if (reduced && needs_elems)
-      c.check(!(dims[d].is_static() && dims[d].size == 0), ErrorCode::invalid_argument,
-              "cannot reduce over axis {} of size 0 (no identity); input is {}", d, c.in(0).str());
+      if (!(!(dims[d].is_static() && dims[d].size == 0))) [[unlikely]]
+        c.fail(ErrorCode::invalid_argument,
+               fmt::format("cannot reduce over axis {} of size 0 (no identity); input is {}", d, c.in(0).str()));
     if (!reduced) out.push_back(dims[d]);
     else if (keepdims) out.push_back(Dim(1));
   }
@@ -75,14 +77,16 @@ std::vector<TensorType> axis_same_infer(const InferContext& c) {
 
 std::vector<TensorType> topk_infer(const InferContext& c) {
   const int rank = c.in(0).rank();
-  c.check(rank >= 1, ErrorCode::invalid_argument, "expects a tensor of rank >= 1, got {}", c.in(0).str());
+  if (!(rank >= 1)) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument, fmt::format("expects a tensor of rank >= 1, got {}", c.in(0).str()));
   const int64_t axis = infer::normalize_axis(c, c.attrs.i("axis"), rank);
   const int64_t k = c.attrs.i("k");
   const Dim& d = c.in(0).dims[axis];
   c.check(k >= 0, ErrorCode::invalid_argument, "k must be >= 0, got {}", k);
   if (d.is_static())
-    c.check(k <= d.size, ErrorCode::invalid_argument,
-            "k={} exceeds the size {} of axis {} (input {})", k, d.size, axis, c.in(0).str());
+    if (!(k <= d.size)) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument,
+             fmt::format("k={} exceeds the size {} of axis {} (input {})", k, d.size, axis, c.in(0).str()));
   std::vector<Dim> dims = c.in(0).dims;
   dims[axis] = Dim(k);
   return {TensorType(c.in(0).dtype, dims), TensorType(DType::i64, dims)};

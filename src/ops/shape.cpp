@@ -26,9 +26,9 @@ Dim add_dims(const Dim& a, const Dim& b) {
 
 void check_index_dtype(const InferContext& c, int i) {
   const DType t = c.in(i).dtype;
-  c.check(
-      dtypes::index.has(t), ErrorCode::dtype_mismatch,
-      "input '{}' holds indices and must be i32 or i64, got {}", c.def.input_names.at(i), dtype_name(t));
+  if (!(dtypes::index.has(t))) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch, fmt::format("input '{}' holds indices and must be i32 or i64, got {}",
+                                                  c.def.input_names.at(i), dtype_name(t)));
 }
 
 // Keeps the gradient rules short: the first output gradient, or undefined.
@@ -43,12 +43,13 @@ std::vector<TensorType> infer_reshape(const InferContext& c) {
   int64_t known = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      c.check(infer_at < 0, ErrorCode::invalid_argument,
-              "shape {} has more than one -1", shape_str(shape));
+      if (!(infer_at < 0)) [[unlikely]]
+        c.fail(ErrorCode::invalid_argument, fmt::format("shape {} has more than one -1", shape_str(shape)));
       infer_at = static_cast<int>(i);
     } else {
-      c.check(shape[i] >= 0, ErrorCode::invalid_argument,
-              "shape {} has a negative size {} (only -1 is allowed)", shape_str(shape), shape[i]);
+      if (!(shape[i] >= 0)) [[unlikely]]
+        c.fail(ErrorCode::invalid_argument,
+               fmt::format("shape {} has a negative size {} (only -1 is allowed)", shape_str(shape), shape[i]));
       known *= shape[i];
     }
   }
@@ -66,19 +67,21 @@ std::vector<TensorType> infer_reshape(const InferContext& c) {
   std::vector<Dim> out(shape.begin(), shape.end());
   if (!symbolic) {
     if (infer_at >= 0) {
-      c.check(known != 0 && in_static % known == 0, ErrorCode::shape_mismatch,
-              "cannot reshape {} ({} elements) to {}", x.str(), in_static, shape_str(shape));
+      if (!(known != 0 && in_static % known == 0)) [[unlikely]]
+        c.fail(ErrorCode::shape_mismatch,
+               fmt::format("cannot reshape {} ({} elements) to {}", x.str(), in_static, shape_str(shape)));
       out[infer_at] = Dim(in_static / known);
     } else {
-      c.check(known == in_static, ErrorCode::shape_mismatch,
-              "cannot reshape {} ({} elements) to {} ({} elements)", x.str(), in_static, shape_str(shape),
-                          known);
+      if (!(known == in_static)) [[unlikely]]
+        c.fail(ErrorCode::shape_mismatch, fmt::format("cannot reshape {} ({} elements) to {} ({} elements)", x.str(),
+                                                      in_static, shape_str(shape), known));
     }
   } else {
     // The -1 takes the symbolic factors and whatever static factor is left over.
-    c.check(infer_at >= 0 && known != 0, ErrorCode::shape_mismatch,
-            "cannot reshape {} (symbolic dims) to {}: use -1 for the symbolic part", x.str(),
-                        shape_str(shape));
+    if (!(infer_at >= 0 && known != 0)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("cannot reshape {} (symbolic dims) to {}: use -1 for the symbolic part", x.str(),
+                         shape_str(shape)));
     out[infer_at] = in_static % known == 0 ? infer::mul_dims(sym_part, Dim(in_static / known))
                                            : Dim::symbol(fmt::format("({}*{})/{}", sym_part.str(), in_static, known));
   }
@@ -121,12 +124,14 @@ Ints resolve_perm(const InferContext& c, int rank) {
     for (int i = rank - 1; i >= 0; --i) p.push_back(i);
     return p;
   }
-  c.check(static_cast<int>(p.size()) == rank, ErrorCode::invalid_argument,
-          "perm {} has {} entries for rank {}", shape_str(p), p.size(), rank);
+  if (!(static_cast<int>(p.size()) == rank)) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("perm {} has {} entries for rank {}", shape_str(p), p.size(), rank));
   std::vector<bool> seen(rank, false);
   for (int64_t& a : p) {
-    c.check(a >= -rank && a < rank && !seen[a < 0 ? a + rank : a], ErrorCode::invalid_argument,
-            "perm {} is not a permutation of 0..{}", shape_str(c.attrs.ints("perm")), rank - 1);
+    if (!(a >= -rank && a < rank && !seen[a < 0 ? a + rank : a])) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument,
+             fmt::format("perm {} is not a permutation of 0..{}", shape_str(c.attrs.ints("perm")), rank - 1));
     if (a < 0) a += rank;
     seen[a] = true;
   }
@@ -160,13 +165,14 @@ std::vector<TensorType> infer_concat(const InferContext& c) {
   std::vector<Dim> out = x0.dims;
   for (int i = 1; i < c.num_inputs(); ++i) {
     const TensorType& xi = c.in(i);
-    c.check(xi.rank() == x0.rank(), ErrorCode::shape_mismatch,
-            "all inputs need rank {}: input {} is {}", x0.rank(), i, xi.str());
+    if (!(xi.rank() == x0.rank())) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("all inputs need rank {}: input {} is {}", x0.rank(), i, xi.str()));
     for (int d = 0; d < x0.rank(); ++d) {
       if (d == axis) continue;
-      c.check(xi.dims[d] == x0.dims[d], ErrorCode::shape_mismatch,
-              "inputs must match except on axis {}: input 0 is {}, input {} is {} (dim {})", axis, x0.str(),
-                          i, xi.str(), d);
+      if (!(xi.dims[d] == x0.dims[d])) [[unlikely]]
+        c.fail(ErrorCode::shape_mismatch,
+               fmt::format("inputs must match except on axis {}: input 0 is {}, input {} is {} (dim {})", axis,
+                           x0.str(), i, xi.str(), d));
     }
     out[axis] = add_dims(out[axis], xi.dims[axis]);
   }
@@ -181,13 +187,14 @@ std::vector<TensorType> infer_split(const InferContext& c) {
   c.check(!sizes.empty(), ErrorCode::invalid_argument, "sizes must not be empty");
   int64_t total = 0;
   for (int64_t s : sizes) {
-    c.check(s >= 0, ErrorCode::invalid_argument, "sizes {} has a negative entry", shape_str(sizes));
+    if (!(s >= 0)) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument, fmt::format("sizes {} has a negative entry", shape_str(sizes)));
     total += s;
   }
   const Dim& d = x.dims[axis];
-  c.check(
-      !d.is_static() || d.size == total, ErrorCode::shape_mismatch,
-      "sizes {} sum to {}, expected {} (dim {} of {})", shape_str(sizes), total, d.str(), axis, x.str());
+  if (!(!d.is_static() || d.size == total)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("sizes {} sum to {}, expected {} (dim {} of {})", shape_str(sizes),
+                                                  total, d.str(), axis, x.str()));
   std::vector<TensorType> outs;
   for (int64_t s : sizes) {
     std::vector<Dim> dims = x.dims;
@@ -331,12 +338,12 @@ std::vector<TensorType> infer_gather(const InferContext& c) {
 
 // Checks that `idx` fits in x along `axis` (same rank, dims no larger except on the axis).
 void check_elementwise_indices(const InferContext& c, const TensorType& x, const TensorType& idx, int64_t axis) {
-  c.check(idx.rank() == x.rank(), ErrorCode::shape_mismatch,
-          "indices must have the rank of x ({}), got {}", x.str(), idx.str());
+  if (!(idx.rank() == x.rank())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("indices must have the rank of x ({}), got {}", x.str(), idx.str()));
   for (int d = 0; d < x.rank(); ++d) {
     if (d == axis || !x.dims[d].is_static() || !idx.dims[d].is_static()) continue;
-    c.check(idx.dims[d].size <= x.dims[d].size, ErrorCode::shape_mismatch,
-            "indices {} exceed x {} on dim {}", idx.str(), x.str(), d);
+    if (!(idx.dims[d].size <= x.dims[d].size)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("indices {} exceed x {} on dim {}", idx.str(), x.str(), d));
   }
 }
 
@@ -352,26 +359,30 @@ std::vector<TensorType> infer_gather_elements(const InferContext& c) {
 std::vector<TensorType> infer_scatter(const InferContext& c) {
   const TensorType& x = c.in(0);
   check_index_dtype(c, 1);
-  c.check(c.in(2).dtype == x.dtype, ErrorCode::dtype_mismatch,
-          "updates must have x's dtype {}, got {}", dtype_name(x.dtype), dtype_name(c.in(2).dtype));
+  if (!(c.in(2).dtype == x.dtype)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch,
+           fmt::format("updates must have x's dtype {}, got {}", dtype_name(x.dtype), dtype_name(c.in(2).dtype)));
   c.check(x.rank() > 0, ErrorCode::shape_mismatch, "cannot scatter into a rank-0 tensor");
   const int64_t axis = infer::normalize_axis(c, c.attrs.i("axis"), x.rank());
-  c.check(c.in(1).dims == c.in(2).dims, ErrorCode::shape_mismatch,
-          "indices {} and updates {} must have the same shape", c.in(1).str(), c.in(2).str());
+  if (!(c.in(1).dims == c.in(2).dims)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("indices {} and updates {} must have the same shape", c.in(1).str(), c.in(2).str()));
   check_elementwise_indices(c, x, c.in(1), axis);
   return {x};
 }
 
 std::vector<TensorType> infer_index_select(const InferContext& c) {
   check_index_dtype(c, 1);
-  c.check(c.in(1).rank() == 1, ErrorCode::shape_mismatch, "indices must be 1-D, got {}", c.in(1).str());
+  if (!(c.in(1).rank() == 1)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("indices must be 1-D, got {}", c.in(1).str()));
   return infer_gather(c);
 }
 
 std::vector<TensorType> infer_embedding(const InferContext& c) {
   const TensorType& table = c.in(0);
   check_index_dtype(c, 1);
-  c.check(table.rank() == 2, ErrorCode::shape_mismatch, "table must be [V, D], got {}", table.str());
+  if (!(table.rank() == 2)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("table must be [V, D], got {}", table.str()));
   std::vector<Dim> out = c.in(1).dims;
   out.push_back(table.dims[1]);
   return {TensorType(table.dtype, std::move(out))};
@@ -464,15 +475,17 @@ std::vector<TensorType> infer_pad(const InferContext& c) {
   TensorType t = c.in(0);
   const Ints& pads = c.attrs.ints("pads");
   const int r = t.rank();
-  c.check(static_cast<int>(pads.size()) == 2 * r, ErrorCode::invalid_argument,
-          "pads needs 2*rank = {} entries (begins, then ends), got {}", 2 * r, pads.size());
+  if (!(static_cast<int>(pads.size()) == 2 * r)) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("pads needs 2*rank = {} entries (begins, then ends), got {}", 2 * r, pads.size()));
   const std::string& mode = c.attrs.s("mode");  // one of the schema's choices (normalize)
   for (int d = 0; d < r; ++d) {
     const int64_t b = pads[d], e = pads[r + d];
     Dim& dim = t.dims[d];
     if (dim.is_static()) {
-      c.check(dim.size + b + e >= 0, ErrorCode::shape_mismatch,
-              "pads {} crop dim {} (size {}) below 0", shape_str(pads), d, dim.size);
+      if (!(dim.size + b + e >= 0)) [[unlikely]]
+        c.fail(ErrorCode::shape_mismatch,
+               fmt::format("pads {} crop dim {} (size {}) below 0", shape_str(pads), d, dim.size));
       c.check(mode == "constant" || dim.size > 0 || (b <= 0 && e <= 0), ErrorCode::invalid_argument,
               "{} padding of the empty dim {}", mode, d);
     }
@@ -486,7 +499,8 @@ std::vector<TensorType> infer_pad(const InferContext& c) {
 std::vector<TensorType> infer_expand(const InferContext& c) {
   const Ints& shape = c.attrs.ints("shape");
   for (int64_t s : shape)
-    c.check(s >= 0, ErrorCode::invalid_argument, "shape {} has a negative size", shape_str(shape));
+    if (!(s >= 0)) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument, fmt::format("shape {} has a negative size", shape_str(shape)));
   const std::vector<Dim> target(shape.begin(), shape.end());
   return {TensorType(c.in(0).dtype, infer::broadcast_dims(c, c.in(0).dims, target))};
 }
@@ -555,8 +569,8 @@ std::vector<TensorType> infer_unsqueeze(const InferContext& c) {
 std::vector<TensorType> infer_flatten(const InferContext& c) {
   const TensorType& x = c.in(0);
   int64_t axis = c.attrs.i("axis");
-  c.check(axis >= -x.rank() && axis <= x.rank(), ErrorCode::invalid_argument,
-          "axis={} is out of range for rank {}", axis, x.rank());
+  if (!(axis >= -x.rank() && axis <= x.rank())) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument, fmt::format("axis={} is out of range for rank {}", axis, x.rank()));
   if (axis < 0) axis += x.rank();
   Dim a(1), b(1);
   for (int d = 0; d < x.rank(); ++d) (d < axis ? a : b) = infer::mul_dims(d < axis ? a : b, x.dims[d]);
@@ -573,11 +587,12 @@ Tensor view_flatten(std::span<const Tensor> in, const Attrs&, const TensorType& 
 std::vector<TensorType> infer_tile(const InferContext& c) {
   const TensorType& x = c.in(0);
   const Ints& reps = c.attrs.ints("repeats");
-  c.check(static_cast<int>(reps.size()) == x.rank(), ErrorCode::invalid_argument,
-          "repeats has {} entries for rank {}", reps.size(), x.rank());
+  if (!(static_cast<int>(reps.size()) == x.rank())) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument, fmt::format("repeats has {} entries for rank {}", reps.size(), x.rank()));
   std::vector<Dim> out;
   for (int d = 0; d < x.rank(); ++d) {
-    c.check(reps[d] >= 0, ErrorCode::invalid_argument, "repeats {} has a negative entry", shape_str(reps));
+    if (!(reps[d] >= 0)) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument, fmt::format("repeats {} has a negative entry", shape_str(reps)));
     out.push_back(infer::mul_dims(x.dims[d], Dim(reps[d])));
   }
   return {TensorType(x.dtype, std::move(out))};
@@ -610,7 +625,8 @@ std::vector<TensorType> infer_arange(const InferContext& c) {
 std::vector<TensorType> infer_full(const InferContext& c) {
   const Ints& shape = c.attrs.ints("shape");
   for (int64_t s : shape)
-    c.check(s >= 0, ErrorCode::invalid_argument, "shape {} has a negative size", shape_str(shape));
+    if (!(s >= 0)) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument, fmt::format("shape {} has a negative size", shape_str(shape)));
   return {TensorType::of(c.attrs.dtype("dtype"), shape)};
 }
 

@@ -65,8 +65,12 @@ void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w
   const size_t floats = static_cast<size_t>(panels * std::max<int64_t>(k, 1) * nr);
   std::shared_ptr<Storage> kept;
   std::vector<float> local;
-  const float* wp = derived_floats(weights_owner, w, fmt::format("gemm_linear:{}:{}x{}:{}", nr, n, k, w_kn ? "kn" : "nk"),
-                                   floats, [&](float* buf) { pack_panels(k, n, w, nr, buf, w_kn); }, kept, local);
+  // The cache key only for constant weights (eager calls on tiny matrices paid more for formatting it than for the
+  // product).
+  const std::string key =
+      weights_owner ? fmt::format("gemm_linear:{}:{}x{}:{}", nr, n, k, w_kn ? "kn" : "nk") : std::string();
+  const float* wp = derived_floats(weights_owner, w, key, floats,
+                                   [&](float* buf) { pack_panels(k, n, w, nr, buf, w_kn); }, kept, local);
   const detail::GemmJob job{m, k, n, x, wp, bias, y};
   // Tasks: row blocks of whole tiles (about 8 per call when M allows), each over a group of panels that fits L2
   // (~256 KB of packed weights); row-block major, so consecutive layers split their rows alike (TaskRanges).
