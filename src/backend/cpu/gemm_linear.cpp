@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,25 @@ bool use_avx512() {
   return has && !(e && std::string_view(e) == "avx2");
 }
 
+// Products this small (eager calls on tiny matrices) skip packing, the cache key and the pool: each output is
+// computed alone in exactly the tiles' order - groups of kGemmGroupK products summed by fma from +0 in increasing k,
+// the group sums added in order, then the bias - so the bits are the tiles' whatever the shape (batch invariance).
+constexpr int64_t kTinyGemm = 4096;
+void tiny_gemm(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y,
+               bool w_kn) {
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      float sum = 0.f;
+      for (int64_t k0 = 0; k0 < k; k0 += kGemmGroupK) {
+        const int64_t k1 = std::min(k, k0 + kGemmGroupK);
+        float acc = 0.f;
+        for (int64_t kk = k0; kk < k1; ++kk) acc = std::fma(x[r * k + kk], w_kn ? w[kk * n + c] : w[c * k + kk], acc);
+        sum = k0 == 0 ? acc : sum + acc;
+      }
+      y[r * n + c] = bias ? sum + bias[c] : sum;
+    }
+}
+
 // wp[p][k][c] = w[p*NR + c][k] (w_kn: w[k][p*NR + c]), 0 past N.
 void pack_panels(int64_t k, int64_t n, const float* w, int64_t nr, float* wp, bool w_kn) {
   const int64_t panels = (n + nr - 1) / nr;
@@ -60,6 +80,7 @@ void pack_panels(int64_t k, int64_t n, const float* w, int64_t nr, float* wp, bo
 void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w, const float* bias, float* y,
                  const std::shared_ptr<Storage>& weights_owner, bool w_kn) {
   if (m <= 0 || n <= 0) return;
+  if (!weights_owner && m * n * std::max<int64_t>(k, 1) <= kTinyGemm) return tiny_gemm(m, k, n, x, w, bias, y, w_kn);
   const bool wide = use_avx512();
   const int64_t nr = wide ? 32 : 16, mr = wide ? 12 : 6, panels = (n + nr - 1) / nr;
   const size_t floats = static_cast<size_t>(panels * std::max<int64_t>(k, 1) * nr);

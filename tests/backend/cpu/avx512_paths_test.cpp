@@ -248,6 +248,32 @@ TEST(Avx512Paths, GemmSumsKInTheDocumentedGroups) {
   }
 }
 
+// Products of at most kTinyGemm multiply-adds (eager calls on tiny matrices) skip the packed tiles but sum in their
+// documented order, so a row computed alone (tiny) has the bits it has inside a batch that runs on the tiles.
+TEST(Avx512Paths, TinyProductsGiveTheTilesBits) {
+  ThreadsGuard guard;
+  uint32_t seed = 301;
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{4, 20}, {33, 17}, {100, 20}, {64, 30}, {1, 64}}) {
+    const Tensor x = random_tensor({96, k}, seed++), w = random_tensor({n, k}, seed++), b = random_tensor({n}, seed++);
+    const Tensor batch = run("linear"_op, {x, w, b}, {});  // 96 rows: the tiles
+    for (int64_t rows : {int64_t{1}, int64_t{2}}) {
+      Tensor part = Tensor::empty({rows, k}, DType::f32);
+      std::memcpy(part.data<float>(), x.data<float>(), static_cast<size_t>(rows * k) * sizeof(float));
+      ASSERT_LE(rows * k * n, 4096) << "the case must take the tiny path";
+      const Tensor alone = run("linear"_op, {part, w, b}, {});
+      EXPECT_EQ(std::memcmp(alone.data<float>(), batch.data<float>(), static_cast<size_t>(rows * n) * 4), 0)
+          << rows << " x " << k << " -> " << n;
+      // matmul (w as [K, N]) too
+      Tensor wt = Tensor::empty({k, n}, DType::f32);
+      for (int64_t kk = 0; kk < k; ++kk)
+        for (int64_t c = 0; c < n; ++c) wt.data<float>()[kk * n + c] = w.data<float>()[c * k + kk];
+      const Tensor mm_batch = run("matmul"_op, {x, wt}, {}), mm_alone = run("matmul"_op, {part, wt}, {});
+      EXPECT_EQ(std::memcmp(mm_alone.data<float>(), mm_batch.data<float>(), static_cast<size_t>(rows * n) * 4), 0)
+          << "matmul " << rows << " x " << k << " -> " << n;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spore::cpu
 
