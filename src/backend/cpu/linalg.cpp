@@ -335,6 +335,15 @@ void run_matmul(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Ten
 }
 
 void matmul_kernel(KernelContext& k) {
+  // [M, K] @ [K, N], both packed, f32: what matmul_f32 would do for one batch, without building the broadcast
+  // geometry (a dozen small vectors that cost more than a tiny product).
+  const Tensor &a = k.in(0), &b = k.in(1);
+  if (a.rank() == 2 && b.rank() == 2 && a.dtype() == DType::f32 && a.is_contiguous() && b.is_contiguous() &&
+      !k.attrs.b("transpose_a") && !k.attrs.b("transpose_b") && a.numel() > 0 && b.numel() > 0) {
+    const int64_t m = a.dim(0), kk = a.dim(1), n = b.dim(1);
+    return linear_f32(m, kk, n, a.data<float>(), b.data<float>(), /*w_kn=*/true, nullptr, k.out(0).data<float>(),
+                      (k.constant_inputs >> 1) & 1 ? b.storage() : nullptr);
+  }
   run_matmul(matmul_geom(k.in(0), k.in(1), k.attrs.b("transpose_a"), k.attrs.b("transpose_b")), k.in(0), k.in(1),
              k.out(0), (k.constant_inputs >> 1) & 1);
 }
