@@ -125,12 +125,19 @@ def _binary(name, reverse=False):
     return op
 
 
+def _operator(py_name, op, reverse=False):
+    """A C-level Tensor operator: tensors and Python numbers run the op directly, the rest goes to _binary's path."""
+    f = _spore._op_function(op, _binary(op, reverse), method=True, reversed=reverse)
+    f.__name__ = f.__qualname__ = py_name
+    return f
+
+
 for _py, _op in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"), ("matmul", "matmul"),
                  ("pow", "pow"), ("mod", "mod")]:
-    setattr(Tensor, f"__{_py}__", _binary(_op))
-    setattr(Tensor, f"__r{_py}__", _binary(_op, reverse=True))
+    setattr(Tensor, f"__{_py}__", _operator(f"__{_py}__", _op))
+    setattr(Tensor, f"__r{_py}__", _operator(f"__r{_py}__", _op, reverse=True))
 for _py, _op in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge")]:
-    setattr(Tensor, f"__{_py}__", _binary(_op))
+    setattr(Tensor, f"__{_py}__", _operator(f"__{_py}__", _op))
 Tensor.__hash__ = object.__hash__  # __eq__ is elementwise; tensors hash by identity
 Tensor.__neg__ = lambda self: _call("sub", [_operand(0, self), self])
 Tensor.__pos__ = lambda self: self

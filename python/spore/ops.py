@@ -102,12 +102,18 @@ def _make(d):
             extra = f" (one of {', '.join(choices)})" if choices else ""
             dflt = f", default {default!r}" if has_default else ", required"
             lines.append(f"    {a}: {_KIND_HINT.get(kind, kind)}{dflt}{extra}")
-    fn.__name__ = name
-    fn.__qualname__ = name
-    fn.__doc__ = "\n".join(lines)
-    fn.__signature__ = sig
-    fn.__module__ = __name__
-    return fn
+    # Ops without required attributes become C callables: a positional call of tensors (and Python numbers) runs the
+    # op with no Python frame; keywords and anything C++ declines go to fn.
+    out = fn if required else _spore._op_function(name, fn)
+    for f in {fn, out}:
+        f.__name__ = name
+        f.__qualname__ = name
+        f.__doc__ = "\n".join(lines)
+        f.__signature__ = sig
+        f.__module__ = __name__
+    if out is not fn:
+        out.__wrapped__ = fn
+    return out
 
 
 names = []

@@ -447,26 +447,17 @@ PyObject* wrap_tensor(Tensor&& t) {
       .ptr();
 }
 
-PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// Op `def` on args[0..n): a new reference, NotImplemented, or null with a Python error set.
+PyObject* call_op(const spore::OpDef* def, PyObject* const* argv, Py_ssize_t nargs) {
   FastCall& fc = fast_call_state();
-  if (nargs < 1 || !PyLong_CheckExact(args[0])) {
-    PyErr_SetString(PyExc_TypeError, "_fast_call(op_index, *tensors)");
-    return nullptr;
-  }
-  const long idx = PyLong_AsLong(args[0]);
-  if (idx < 0 || static_cast<size_t>(idx) >= fc.ops.size()) {
-    PyErr_SetString(PyExc_IndexError, "_fast_call: unknown op index");
-    return nullptr;
-  }
-  const spore::OpDef* def = fc.ops[static_cast<size_t>(idx)];
-  const int n = static_cast<int>(nargs - 1);
+  const int n = static_cast<int>(nargs);
   if (n < def->min_inputs || (def->max_inputs >= 0 && n > def->max_inputs)) Py_RETURN_NOTIMPLEMENTED;
   constexpr int kMax = 8;
   if (n > kMax) Py_RETURN_NOTIMPLEMENTED;
   const Tensor* in[kMax] = {};
   const Tensor* like = nullptr;  // the first tensor argument: Python numbers take its dtype
   for (int i = 0; i < n; ++i) {
-    PyObject* a = args[i + 1];
+    PyObject* a = argv[i];
     if (Py_TYPE(a) == fc.tensor_type) {
       auto* inst = reinterpret_cast<py::detail::instance*>(a);
       const py::detail::value_and_holder vh = inst->get_value_and_holder(fc.tensor_info, false);
@@ -495,7 +486,7 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         continue;
       }
       if (like == nullptr) Py_RETURN_NOTIMPLEMENTED;
-      PyObject* a = args[i + 1];
+      PyObject* a = argv[i];
       const DType dt = like->dtype();
       if (PyFloat_CheckExact(a)) {
         if (dt != DType::f32 && dt != DType::f64) Py_RETURN_NOTIMPLEMENTED;
@@ -544,8 +535,129 @@ PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return tup;
 }
 
+PyObject* fast_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  FastCall& fc = fast_call_state();
+  if (nargs < 1 || !PyLong_CheckExact(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "_fast_call(op_index, *tensors)");
+    return nullptr;
+  }
+  const long idx = PyLong_AsLong(args[0]);
+  if (idx < 0 || static_cast<size_t>(idx) >= fc.ops.size()) {
+    PyErr_SetString(PyExc_IndexError, "_fast_call: unknown op index");
+    return nullptr;
+  }
+  return call_op(fc.ops[static_cast<size_t>(idx)], args + 1, nargs - 1);
+}
+
 PyMethodDef fast_call_def = {"_fast_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)),
                              METH_FASTCALL, "_fast_call(op_index, *tensors): an op with default attributes (spore.ops)"};
+
+// spore.ops functions: a callable per op whose positional-only calls run call_op with no Python frame in between;
+// keyword arguments, and calls call_op answers NotImplemented for, go to `fallback` (the Python function that binds
+// the signature and says what was wrong). Instances take attributes (__name__, __doc__, __signature__, ...), so
+// help() and inspect.signature() see the op's.
+// As a Tensor operator (`reversed` for __radd__ and the like: the two operands swap) it is a method descriptor: Python
+// calls it with (self, other) without binding.
+struct OpFunction {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  const spore::OpDef* def;
+  PyObject* fallback;
+  PyObject* dict;
+  bool reversed;
+};
+
+PyObject* op_function_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* f = reinterpret_cast<OpFunction*>(self);
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0) {
+    PyObject* r = nullptr;
+    if (f->reversed && n == 2) {
+      PyObject* const swapped[2] = {args[1], args[0]};
+      r = call_op(f->def, swapped, 2);
+    } else {
+      r = call_op(f->def, args, n);
+    }
+    if (r != Py_NotImplemented) return r;
+    Py_DECREF(r);
+  }
+  return PyObject_Vectorcall(f->fallback, args, nargsf, kwnames);
+}
+
+void op_function_dealloc(PyObject* self) {
+  auto* f = reinterpret_cast<OpFunction*>(self);
+  PyObject_GC_UnTrack(self);
+  Py_CLEAR(f->fallback);
+  Py_CLEAR(f->dict);
+  Py_TYPE(self)->tp_free(self);
+}
+
+int op_function_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* f = reinterpret_cast<OpFunction*>(self);
+  Py_VISIT(f->fallback);
+  Py_VISIT(f->dict);
+  return 0;
+}
+
+int op_function_clear(PyObject* self) {
+  auto* f = reinterpret_cast<OpFunction*>(self);
+  Py_CLEAR(f->fallback);
+  Py_CLEAR(f->dict);
+  return 0;
+}
+
+// A descriptor that binds to nothing (as staticmethod): inspect then counts an OpFunction as a routine, so help()
+// prints its signature like a function's.
+PyObject* op_function_get(PyObject* self, PyObject*, PyObject*) {
+  Py_INCREF(self);
+  return self;
+}
+
+// Tensor operators are methods: bound to the tensor they are read from.
+PyObject* op_method_get(PyObject* self, PyObject* obj, PyObject*) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+PyTypeObject op_type(const char* name, bool method) {
+  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
+  t.tp_name = name;
+  t.tp_basicsize = sizeof(OpFunction);
+  t.tp_dealloc = op_function_dealloc;
+  t.tp_vectorcall_offset = offsetof(OpFunction, vectorcall);
+  t.tp_call = PyVectorcall_Call;
+  t.tp_getattro = PyObject_GenericGetAttr;
+  t.tp_setattro = PyObject_GenericSetAttr;
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+               (method ? Py_TPFLAGS_METHOD_DESCRIPTOR : 0);
+  t.tp_doc = method ? "A spore op as a Tensor operator" : "A spore op as a Python function (spore.ops)";
+  t.tp_traverse = op_function_traverse;
+  t.tp_clear = op_function_clear;
+  t.tp_dictoffset = offsetof(OpFunction, dict);
+  t.tp_descr_get = method ? op_method_get : op_function_get;
+  return t;
+}
+PyTypeObject op_function_type = op_type("spore._spore.OpFunction", false);
+PyTypeObject op_method_type = op_type("spore._spore.OpMethod", true);
+
+// _op_function(name, fallback, method, reversed): the spore.ops callable of op `name`, or (method) a Tensor operator.
+py::object make_op_function(const std::string& name, py::object fallback, bool method, bool reversed) {
+  const spore::OpDef* def = spore::op_registry().find(name);
+  if (def == nullptr) fail(ErrorCode::not_found, fmt::format("unknown op '{}'", name));
+  if (!PyCallable_Check(fallback.ptr())) fail(ErrorCode::invalid_argument, "_op_function: fallback must be callable");
+  auto* f = PyObject_GC_New(OpFunction, method ? &op_method_type : &op_function_type);
+  if (f == nullptr) throw py::error_already_set();
+  f->vectorcall = op_function_vectorcall;
+  f->def = def;
+  f->fallback = fallback.release().ptr();
+  f->dict = nullptr;
+  f->reversed = reversed;
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(f));
+  return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(f));
+}
 
 py::list op_defs() {
   py::list out;
@@ -982,6 +1094,9 @@ PYBIND11_MODULE(_spore, m) {
   fast_call_state().tensor_type = reinterpret_cast<PyTypeObject*>(tensor_cls.ptr());
   fast_call_state().tensor_info = py::detail::get_type_info(typeid(Tensor));
   m.add_object("_fast_call", py::reinterpret_steal<py::object>(PyCFunction_NewEx(&fast_call_def, nullptr, m.ptr())));
+  if (PyType_Ready(&op_function_type) < 0 || PyType_Ready(&op_method_type) < 0) throw py::error_already_set();
+  m.def("_op_function", &make_op_function, py::arg("name"), py::arg("fallback"), py::arg("method") = false,
+        py::arg("reversed") = false);
   m.def("set_threads", [](int n) {
     if (n < 1) fail(ErrorCode::invalid_argument, fmt::format("set_threads: {} (at least 1)", n));
     spore::set_threads(n);
