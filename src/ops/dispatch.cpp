@@ -4,6 +4,8 @@
 
 #include "base/error.h"
 #include "ir/op_id.h"
+#include "ops/autocast.h"
+#include "ops/ops.h"
 
 namespace spore {
 namespace {
@@ -20,6 +22,15 @@ std::vector<Tensor> call(OpId op, std::span<const Tensor> inputs, const Attrs& a
               "[{}] spore's runtime is not initialized: call spore::init() (or include <spore/spore.h>)", op_name(op));
   for (size_t i = 0; i < inputs.size(); ++i)
     SPORE_CHECK(inputs[i].defined(), ErrorCode::invalid_argument, "[{}] input {} is an undefined tensor", op_name(op), i);
+  if (const AutocastScope* s = AutocastScope::current(); s != nullptr) [[unlikely]] {
+    if (const std::optional<DType> t = autocast_dtype(op, inputs, *s)) {
+      std::vector<Tensor> cast_inputs(inputs.begin(), inputs.end());
+      for (Tensor& x : cast_inputs)
+        if ((x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::bf16) && x.dtype() != *t)
+          x = cast(x, *t);  // an explicit cast op: traced as a node, differentiated back to x's dtype
+      return d->call(op, cast_inputs, attrs);
+    }
+  }
   return d->call(op, inputs, attrs);
 }
 Tensor call1(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {

@@ -25,7 +25,10 @@ struct RunContext {
   int64_t batch_size = 0;  // samples in the last batch
   double loss = 0.0;       // the last batch's loss
   double lr = 0.0;         // the learning rate the last step used
-  // At epoch end: "loss" (mean training loss of the epoch), plus whatever eval results train() was given.
+  double loss_scale = 1.0;  // loss scaling: the scale the next step uses
+  bool overflow = false;    // loss scaling: the last batch's gradients overflowed (its step was skipped)
+  // At epoch end: "loss" (mean training loss of the epoch), with loss scaling "loss_scale" and "overflow_steps"
+  // (skipped so far), plus whatever eval results train() was given.
   std::map<std::string, double> metrics;
   bool stop = false;  // set by a callback to end training after the current step
 };

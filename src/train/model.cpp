@@ -1,9 +1,11 @@
 #include "train/model.h"
 
 #include <cmath>
+#include <optional>
 
 #include "autodiff/autodiff.h"
 #include "base/error.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
 #include "runtime/jit.h"
 #include "train/checkpoint.h"
@@ -38,6 +40,31 @@ class SlotBinding {
 
 std::span<const Tensor> sub(std::span<const Tensor> in, size_t from, size_t n) { return in.subspan(from, n); }
 
+// The step's autocast (none at O0).
+class AmpScope {
+ public:
+  explicit AmpScope(const ModelOptions& o) {
+    const ops::AmpLevel l = ops::parse_amp_level(o.amp_level);
+    if (l != ops::AmpLevel::O0) scope_.emplace(l, o.amp_dtype);
+  }
+
+ private:
+  std::optional<ops::AutocastScope> scope_;
+};
+
+// A bool scalar: every gradient is finite (x * 0 is 0 for a finite x and nan for inf or nan; the sum of those is 0
+// exactly when all are finite, and 0 == 0 while nan != nan).
+Tensor all_finite(std::span<const Tensor> grads) {
+  Tensor total;
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    Tensor s = ops::reduce_sum(ops::mul(g.dtype() == DType::f32 ? g : ops::cast(g, DType::f32), 0.0));
+    total = total.defined() ? ops::add(total, s) : s;
+  }
+  if (!total.defined()) return Tensor::from_vector<bool>({true}, {});
+  return ops::eq(total, total);
+}
+
 }  // namespace
 
 std::vector<std::string> trainable_names(nn::Cell& net) {
@@ -63,6 +90,24 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
   SPORE_CHECK(opts_.clip_norm >= 0, ErrorCode::invalid_argument, "train::Model: expected clip_norm >= 0, got {}",
               opts_.clip_norm);
   for (const std::string& m : metrics_) make_metric(m);  // an unknown name fails here, with make_metric's message
+  ops::parse_amp_level(opts_.amp_level);  // an unknown level fails here
+  SPORE_CHECK(opts_.amp_dtype == DType::f16 || opts_.amp_dtype == DType::bf16, ErrorCode::invalid_argument,
+              "train::Model: the amp dtype must be f16 or bf16, got {}", dtype_name(opts_.amp_dtype));
+  const LossScale& ls = opts_.loss_scale;
+  SPORE_CHECK(ls.kind == "none" || ls.kind == "fixed" || ls.kind == "dynamic", ErrorCode::invalid_argument,
+              "train::Model: loss scale '{}': expected none, fixed or dynamic", ls.kind);
+  scaling_ = ls.kind != "none";
+  if (scaling_) {
+    SPORE_CHECK(std::isfinite(ls.scale) && ls.scale > 0, ErrorCode::invalid_argument,
+                "train::Model: loss scale {} (expected a finite value > 0)", ls.scale);
+    SPORE_CHECK(ls.factor > 1 && std::isfinite(ls.factor) && ls.window >= 1, ErrorCode::invalid_argument,
+                "train::Model: dynamic loss scale needs factor > 1 and window >= 1, got {} and {}", ls.factor,
+                ls.window);
+    SPORE_CHECK(opts_.grad_accumulation == 1, ErrorCode::unsupported,
+                "train::Model: loss scaling with grad_accumulation {} is not supported (use 1)",
+                opts_.grad_accumulation);
+    scale_ = ls.scale;
+  }
 
   // The optimizer's parameter order is the step's order; every trainable parameter must be in it.
   std::map<std::string, nn::Parameter*> trainable;
@@ -162,14 +207,29 @@ void Model::apply_update(std::vector<Tensor>& grads) {
 
 double Model::train_step_pynative(const Tensor& x, const Tensor& y) {
   nn::LossAndGrads r;
+  Tensor loss_t;
   {
     nn::StepScope scope(counter_tensor(micro_step()));
-    r = nn::value_and_grad(net_, [&] { return loss_fn_(net_(x), y); });
+    AmpScope amp(opts_);
+    r = nn::value_and_grad(net_, [&] {
+      loss_t = loss_fn_(net_(x), y);
+      return scaling_ ? ops::mul(loss_t, scale_) : loss_t;
+    });
   }
   std::vector<Tensor> grads;
   grads.reserve(names_.size());
   for (const std::string& n : names_) grads.push_back(r.grads.at(n));
-  const double loss = r.loss.item();
+  const double loss = loss_t.item();
+  if (scaling_) {
+    bool finite = true;
+    {
+      autodiff::NoGradGuard no_grad;
+      for (Tensor& g : grads)
+        if (g.defined()) g = ops::div(g, scale_);
+      finite = all_finite(grads).item() != 0;
+    }
+    if (note_overflow(!finite) && skip_on_overflow()) return loss;
+  }
   if (opts_.grad_accumulation == 1) {
     apply_update(grads);
     return loss;
@@ -195,7 +255,8 @@ struct Model::Traced {
 };
 
 Model::Traced Model::trace_forward_backward(const Tensor& x, const Tensor& y, const Tensor& counter,
-                                            std::span<const Tensor> params, std::span<const Tensor> buffers) {
+                                            std::span<const Tensor> params, std::span<const Tensor> buffers,
+                                            const Tensor& scale) {
   // Parameters and buffers are graph inputs: the cells read the symbolic inputs through their slots while
   // tracing; BatchNorm assigns its new running stats to the buffer slots (inside the StepScope), which we read
   // back as outputs before the bindings restore the concrete values.
@@ -204,13 +265,19 @@ Model::Traced Model::trace_forward_backward(const Tensor& x, const Tensor& y, co
   nn::LossAndGrads r;
   {
     nn::StepScope scope(counter);
+    AmpScope amp(opts_);
     r = nn::value_and_grad(net_, [&] {
       t.logits = net_(x);
-      return loss_fn_(t.logits, y);
+      t.loss = loss_fn_(t.logits, y);
+      return scale.defined() ? ops::mul(t.loss, scale) : t.loss;
     });
   }
-  t.loss = r.loss;
   for (const std::string& n : names_) t.grads.push_back(r.grads.at(n));
+  if (scale.defined()) {
+    autodiff::NoGradGuard no_grad;
+    for (Tensor& g : t.grads)
+      if (g.defined()) g = ops::div(g, scale);
+  }
   t.buffers = buffer_values();
   return t;
 }
@@ -220,18 +287,28 @@ double Model::train_step_graph(const Tensor& x, const Tensor& y) {
   const size_t np = slots_.size(), nb = buffers_.size();
   if (!step_fn_) {
     // (x, y, lr, t, counter, params, buffers, state) -> (loss, logits, params', buffers', state')
-    step_fn_ = std::make_unique<CompiledFunction>(TensorFn([this, np, nb](std::span<const Tensor> in) {
-      Traced t = trace_forward_backward(in[0], in[1], in[4], sub(in, 5, np), sub(in, 5 + np, nb));
+    // With loss scaling the scale is the last input and a bool "all gradients finite" the last output; skipping an
+    // overflowed step keeps the old parameters and state (where(finite, new, old)) inside the plan.
+    const size_t ns0 = state_.size();
+    step_fn_ = std::make_unique<CompiledFunction>(TensorFn([this, np, nb, ns0](std::span<const Tensor> in) {
+      const Tensor scale = scaling_ ? in[5 + np + nb + ns0] : Tensor();
+      Traced t = trace_forward_backward(in[0], in[1], in[4], sub(in, 5, np), sub(in, 5 + np, nb), scale);
       autodiff::NoGradGuard no_grad;
+      const Tensor finite = scaling_ ? all_finite(t.grads) : Tensor();
       if (opts_.clip_norm > 0) clip_by_global_norm(t.grads, opts_.clip_norm);
       const std::span<const Tensor> params = sub(in, 5, np);
-      const std::span<const Tensor> state_in = in.subspan(5 + np + nb);
+      const std::span<const Tensor> state_in = sub(in, 5 + np + nb, ns0);
       std::vector<Tensor> state(state_in.begin(), state_in.end());
       std::vector<Tensor> fresh = opt_.update(params, t.grads, state, in[2], in[3]);
+      if (scaling_ && skip_on_overflow()) {
+        for (size_t i = 0; i < np; ++i) fresh[i] = ops::where(finite, fresh[i], params[i]);
+        for (size_t i = 0; i < ns0; ++i) state[i] = ops::where(finite, state[i], state_in[i]);
+      }
       std::vector<Tensor> out{t.loss, t.logits};
       out.insert(out.end(), fresh.begin(), fresh.end());
       out.insert(out.end(), t.buffers.begin(), t.buffers.end());
       out.insert(out.end(), state.begin(), state.end());
+      if (scaling_) out.push_back(finite);
       return out;
     }), CompileRole{.name = "train_step"});
   }
@@ -241,12 +318,14 @@ double Model::train_step_graph(const Tensor& x, const Tensor& y) {
   for (nn::Parameter* p : slots_) in.push_back(p->value);
   for (nn::Parameter* p : buffers_) in.push_back(p->value);
   in.insert(in.end(), state_.begin(), state_.end());
+  if (scaling_) in.push_back(Tensor::scalar(scale_, DType::f32));
   std::vector<Tensor> out = (*step_fn_)(std::span<const Tensor>(in));
-  SPORE_ASSERT(out.size() == 2 + np + nb + state_.size(), "step plan output count");
+  SPORE_ASSERT(out.size() == 2 + np + nb + state_.size() + (scaling_ ? 1 : 0), "step plan output count");
   for (size_t i = 0; i < np; ++i) slots_[i]->value = out[2 + i];
   for (size_t i = 0; i < nb; ++i) buffers_[i]->value = out[2 + np + i];
   for (size_t i = 0; i < state_.size(); ++i) state_[i] = out[2 + np + nb + i];
-  ++step_;
+  const bool skipped = scaling_ && note_overflow(out.back().item() == 0) && skip_on_overflow();
+  if (!skipped) ++step_;
   return out[0].item();
 }
 
@@ -303,6 +382,20 @@ double Model::train_micro_graph(const Tensor& x, const Tensor& y) {
   micro_ = 0;
   ++step_;
   return loss;
+}
+
+bool Model::note_overflow(bool overflowed) {
+  last_overflow_ = overflowed;
+  const LossScale& ls = opts_.loss_scale;
+  if (overflowed) {
+    ++overflow_steps_;
+    if (ls.kind == "dynamic") scale_ = std::max(1.0, scale_ / ls.factor);
+    good_steps_ = 0;
+  } else if (ls.kind == "dynamic" && ++good_steps_ >= ls.window) {
+    scale_ *= ls.factor;
+    good_steps_ = 0;
+  }
+  return overflowed;
 }
 
 Tensor Model::forward_eval(const Tensor& x) {
@@ -411,6 +504,8 @@ void Model::train(int64_t epochs, const data::Dataset& ds, std::vector<std::shar
       c.batch_size = batch.x.dim(0);
       c.step = step_;
       c.lr = last_lr_;
+      c.loss_scale = scale_;
+      c.overflow = last_overflow_;
       loss_sum += c.loss * static_cast<double>(c.batch_size);
       seen += c.batch_size;
       for (auto& cb : callbacks) cb->on_step_end(c);
@@ -419,6 +514,10 @@ void Model::train(int64_t epochs, const data::Dataset& ds, std::vector<std::shar
     if (seen < 0) break;
     ++epoch_;
     c.metrics["loss"] = loss_sum / static_cast<double>(seen);
+    if (scaling_) {
+      c.metrics["loss_scale"] = scale_;
+      c.metrics["overflow_steps"] = static_cast<double>(overflow_steps_);
+    }
     if (eval_ds)
       for (auto& [k, v] : eval(*eval_ds)) c.metrics["eval_" + k] = v;
     for (auto& cb : callbacks) cb->on_epoch_end(c);

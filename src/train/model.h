@@ -46,11 +46,29 @@ LossFn loss_of(nn::Cell& loss_cell);
 // Dotted names of the cell's trainable parameters, in registration order (what an optimizer is built on).
 std::vector<std::string> trainable_names(nn::Cell& net);
 
+// Loss scaling (MindSpore's FixedLossScaleManager / DynamicLossScaleManager): the loss is multiplied by the scale
+// before backward and the gradients divided by it after. An overflow (inf or nan in any gradient) skips the optimizer
+// step (dynamic, or fixed with drop_overflow_update) and, dynamic, divides the scale by `factor`; `window` steps in a
+// row without one multiply it by `factor`.
+struct LossScale {
+  std::string kind = "none";  // "none" | "fixed" | "dynamic"
+  double scale = 1.0;         // fixed: the scale; dynamic: the initial scale (MindSpore's default: 2^24)
+  double factor = 2.0;
+  int64_t window = 2000;
+  bool drop_overflow_update = true;  // fixed only (dynamic always skips)
+};
+
 struct ModelOptions {
   std::string mode = "pynative";  // "pynative" | "graph"
   int64_t grad_accumulation = 1;  // micro-batches whose mean gradient makes one optimizer step
   double clip_norm = 0.0;         // > 0: clip gradients to this global norm
   uint64_t seed = 0;              // recorded in checkpoints
+  // Mixed precision (ops/autocast.h): the forward and backward of each step run under an AutocastScope of this level
+  // and low dtype; parameters, gradients given to the optimizer and its state stay f32 (master weights). Eval and
+  // predict run on the f32 parameters without autocast.
+  std::string amp_level = "O0";  // "O0" | "O1" | "O2" | "O3"
+  DType amp_dtype = DType::bf16;  // f16 | bf16
+  LossScale loss_scale;
 };
 
 class Model {
@@ -81,6 +99,10 @@ class Model {
   void load_checkpoint(const std::string& path);
 
   int64_t global_step() const { return step_; }
+  // Loss scaling: the scale the next step uses, the steps skipped for overflow so far, whether the last one was.
+  double loss_scale() const { return scale_; }
+  int64_t overflow_steps() const { return overflow_steps_; }
+  bool last_step_overflowed() const { return last_overflow_; }
   int64_t epoch() const { return epoch_; }
   const std::vector<Tensor>& optimizer_state() const { return state_; }
   nn::Cell& network() { return net_; }
@@ -101,8 +123,10 @@ class Model {
   double train_step_graph(const Tensor& x, const Tensor& y);
   double train_micro_graph(const Tensor& x, const Tensor& y);
   // Under a trace: the forward and backward with parameters and buffers bound to the symbolic inputs.
+  // `scale` (undefined: no loss scaling) multiplies the loss for backward; the gradients come back divided by it.
   Traced trace_forward_backward(const Tensor& x, const Tensor& y, const Tensor& counter,
-                                std::span<const Tensor> params, std::span<const Tensor> buffers);
+                                std::span<const Tensor> params, std::span<const Tensor> buffers,
+                                const Tensor& scale = Tensor());
   Tensor forward_eval(const Tensor& x);
 
   nn::Cell& net_;
@@ -118,6 +142,14 @@ class Model {
   int64_t micro_ = 0;
   int64_t step_ = 0, epoch_ = 0;
   double last_lr_ = 0.0;
+  bool scaling_ = false;  // loss scaling on
+  double scale_ = 1.0;
+  int64_t good_steps_ = 0, overflow_steps_ = 0;
+  bool last_overflow_ = false;
+  // Loss scaling after a step's gradients are known: true when they overflowed (the step is then skipped, when the
+  // scaling says so); updates the dynamic scale.
+  bool note_overflow(bool overflowed);
+  bool skip_on_overflow() const { return opts_.loss_scale.kind == "dynamic" || opts_.loss_scale.drop_overflow_update; }
   // Graph mode: the fused step (grad_accumulation 1), or the micro and apply plans; the eval forward.
   std::unique_ptr<CompiledFunction> step_fn_, micro_fn_, apply_fn_, eval_fn_;
   std::vector<Tensor> eval_params_;  // the parameter tensors eval_fn_'s plans have baked in

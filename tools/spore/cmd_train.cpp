@@ -73,6 +73,16 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--limit-train", limit_train, "use only the first N training samples")->check(CLI::NonNegativeNumber);
   app.add_option("--limit-test", limit_test, "use only the first N test samples")->check(CLI::NonNegativeNumber);
   app.add_flag("--no-progress", no_progress, "no progress bar");
+  std::string amp_level = "O0", amp_dtype = "bf16", loss_scale = "none";
+  app.add_option("--amp-level", amp_level,
+                 "mixed precision: O0 (f32), O1 (matmul/linear/conv in --amp-dtype), O2 (all but norms, softmax, "
+                 "reductions and losses), O3 (all); f32 master weights and optimizer state")
+      ->check(CLI::IsMember({"O0", "O1", "O2", "O3"}));
+  app.add_option("--amp-dtype", amp_dtype, "the low dtype of --amp-level: bf16 | f16")
+      ->check(CLI::IsMember({"bf16", "f16"}));
+  app.add_option("--loss-scale", loss_scale,
+                 "none | dynamic[:INIT] (INIT default 2^24; halves on overflow, doubles after 2000 good steps) | "
+                 "fixed:S (a step whose gradients overflow is skipped)");
   std::string profile_path;
   app.add_option("--profile", profile_path,
                  "record every kernel of the first epoch's training steps: write a Chrome trace (Perfetto) to this file and print "
@@ -83,6 +93,23 @@ int cmd_train(int argc, char** argv) {
     return app.exit(e);
   }
   set_threads(threads);
+  train::LossScale ls;
+  {
+    const size_t colon = loss_scale.find(':');
+    ls.kind = loss_scale.substr(0, colon);
+    SPORE_CHECK(ls.kind == "none" || ls.kind == "dynamic" || ls.kind == "fixed", ErrorCode::invalid_argument,
+                "--loss-scale '{}': expected none, dynamic[:INIT] or fixed:S", loss_scale);
+    ls.scale = ls.kind == "dynamic" ? 16777216.0 : 1.0;
+    if (colon != std::string::npos) {
+      char* end = nullptr;
+      const std::string v = loss_scale.substr(colon + 1);
+      ls.scale = std::strtod(v.c_str(), &end);
+      SPORE_CHECK(!v.empty() && end && *end == '\0' && ls.scale > 0, ErrorCode::invalid_argument,
+                  "--loss-scale '{}': the scale must be a number > 0", loss_scale);
+    } else {
+      SPORE_CHECK(ls.kind != "fixed", ErrorCode::invalid_argument, "--loss-scale fixed needs a scale: fixed:S");
+    }
+  }
 
   const train::TrainTestSplit split = train::load_dataset_spec(dataset, limit_train, limit_test);
   const Shape& xs = split.train.x.shape();
@@ -95,6 +122,9 @@ int cmd_train(int argc, char** argv) {
   mo.mode = mode;
   mo.seed = seed;
   mo.clip_norm = clip_norm;
+  mo.amp_level = amp_level;
+  mo.amp_dtype = amp_dtype == "f16" ? DType::f16 : DType::bf16;
+  mo.loss_scale = ls;
   train::Model model(*net, train::loss_of(ce), *opt, {"accuracy"}, mo);
   const data::Dataset train_ds = data::Dataset::from_tensors(split.train.x, split.train.y).shuffle(seed).batch(batch);
   const data::Dataset test_ds = data::Dataset::from_tensors(split.test.x, split.test.y).batch(std::max<int64_t>(batch, 256));
@@ -108,9 +138,13 @@ int cmd_train(int argc, char** argv) {
     if (warmup_steps > 0) sched = train::warmup_lr(warmup_steps, sched);
     opt->set_schedule(sched);
   }
+  const std::string amp_note =
+      amp_level == "O0" ? std::string()
+                        : fmt::format(", amp {} {}{}", amp_level, amp_dtype,
+                                      ls.kind == "none" ? std::string() : fmt::format(", loss scale {} {:g}", ls.kind, ls.scale));
   if (!json)
-    std::cout << fmt::format("{} on {} ({} train, {} test), {} mode, {} lr {}, batch {}, {} threads\n", model_name,
-                             split.description, n_train, n_test, mode, opt->name(), lr, batch, num_threads());
+    std::cout << fmt::format("{} on {} ({} train, {} test), {} mode, {} lr {}, batch {}, {} threads{}\n", model_name,
+                             split.description, n_train, n_test, mode, opt->name(), lr, batch, num_threads(), amp_note);
 
   std::vector<std::shared_ptr<train::Callback>> callbacks;
   if (log_every > 0) callbacks.push_back(std::make_shared<StepLog>(log_every, json));
@@ -144,21 +178,44 @@ int cmd_train(int argc, char** argv) {
       last_ckpt = (std::filesystem::path(ckpt_dir) / fmt::format("{}_epoch{}.safetensors", model_name, e + 1)).string();
       model.save_checkpoint(last_ckpt);
     }
-    if (json)
-      std::cout << nlohmann::json{{"epoch", e + 1}, {"loss", mean_loss->loss}, {"accuracy", m.at("accuracy")},
-                                  {"test_loss", m.at("loss")}, {"samples_per_s", sps}}
-                       .dump()
-                << std::endl;
-    else
-      std::cout << fmt::format("epoch {}/{}: loss {:.5f}  test accuracy {:.4f}  test loss {:.5f}  {:.1f} samples/s\n",
-                               e + 1, epochs, mean_loss->loss, m.at("accuracy"), m.at("loss"), sps)
+    const std::string scale_note =
+        ls.kind == "none" ? std::string()
+                          : fmt::format("  loss scale {:g}, {} overflow steps skipped", model.loss_scale(),
+                                        model.overflow_steps());
+    if (json) {
+      nlohmann::json j{{"epoch", e + 1}, {"loss", mean_loss->loss}, {"accuracy", m.at("accuracy")},
+                       {"test_loss", m.at("loss")}, {"samples_per_s", sps}};
+      if (ls.kind != "none") {
+        j["loss_scale"] = model.loss_scale();
+        j["overflow_steps"] = model.overflow_steps();
+      }
+      std::cout << j.dump() << std::endl;
+    } else {
+      std::cout << fmt::format("epoch {}/{}: loss {:.5f}  test accuracy {:.4f}  test loss {:.5f}  {:.1f} samples/s{}\n",
+                               e + 1, epochs, mean_loss->loss, m.at("accuracy"), m.at("loss"), sps, scale_note)
                 << std::flush;
+    }
   }
   const double sps = static_cast<double>(n_train * epochs) / total_s;
   nlohmann::json fin{{"final", true},        {"accuracy", m.at("accuracy")}, {"loss", m.at("loss")},
                      {"train_loss", mean_loss->loss}, {"samples_per_s", sps}, {"epochs", epochs},
                      {"steps", model.global_step()}, {"mode", mode},      {"model", model_name},
-                     {"train_samples", n_train}, {"test_samples", n_test}, {"checkpoint", last_ckpt}};
+                     {"train_samples", n_train}, {"test_samples", n_test}, {"checkpoint", last_ckpt},
+                     {"amp_level", amp_level}, {"amp_dtype", amp_level == "O0" ? "f32" : amp_dtype},
+                     {"loss_scale_kind", ls.kind}, {"loss_scale", model.loss_scale()},
+                     {"overflow_steps", model.overflow_steps()}};
+  if (const Plan* p = model.compiled_plan("step")) {  // what ran in which dtype: the step plan's ops by output dtype
+    std::map<std::string, int64_t> by;
+    for (const Node* n : p->graph().nodes())
+      if (n->op != "input"_op && n->op != "constant"_op && !n->outputs.empty())
+        ++by[std::string(dtype_name(n->outputs[0]->type.dtype))];
+    fin["step_ops_per_dtype"] = by;
+    if (!json) {
+      std::string line;
+      for (const auto& [k, v] : by) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", v, k);
+      std::cout << "training step ops by output dtype: " << line << "\n";
+    }
+  }
   if (json)
     std::cout << fin.dump() << std::endl;
   else
