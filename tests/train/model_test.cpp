@@ -8,6 +8,9 @@
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
+#include "ops/autocast.h"
+#include "ops/ops.h"
+#include "runtime/plan.h"
 #include "runtime/runtime.h"
 #include "test_util.h"
 #include "train/metrics.h"
@@ -335,6 +338,113 @@ TEST(TrainCallbacks, EarlyStoppingCheckpointsAndProgress) {
               r.model->train(1, ds, {std::make_shared<train::EarlyStopping>("eval_accuracy")});
             }).find("'eval_accuracy'"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace spore
+
+namespace spore {
+namespace {
+
+// ---- mixed precision (ops/autocast.h) and loss scaling (train::LossScale)
+
+TEST(Autocast, LevelsCastByTheListsThroughExplicitCastNodes) {
+  init();
+  const Tensor x = Tensor::from_doubles({0.5, -1.0, 2.0, 0.25, 1.5, -0.75}, {2, 3}, DType::f32);
+  const Tensor w = Tensor::from_doubles({0.1, 0.2, -0.3, 0.4, 0.5, -0.6}, {2, 3}, DType::f32);
+  EXPECT_EQ(ops::linear(x, w).dtype(), DType::f32);  // no scope
+  {
+    ops::AutocastScope s(ops::AmpLevel::O1, DType::bf16);
+    EXPECT_EQ(ops::linear(x, w).dtype(), DType::bf16);                      // whitelist
+    EXPECT_EQ(ops::relu(x).dtype(), DType::f32);                             // not listed, one dtype: as it is
+    EXPECT_EQ(ops::add(x, ops::cast(x, DType::bf16)).dtype(), DType::f32);  // mixed: f32
+  }
+  {
+    ops::AutocastScope s(ops::AmpLevel::O2, DType::f16);
+    EXPECT_EQ(ops::relu(x).dtype(), DType::f16);
+    EXPECT_EQ(ops::softmax(ops::cast(x, DType::f16), -1).dtype(), DType::f32);  // blacklist: f32
+    EXPECT_EQ(ops::reduce_sum(x).dtype(), DType::f32);
+    EXPECT_EQ(ops::cast(x, DType::f64).dtype(), DType::f64);  // casts and f64 are left alone
+  }
+  {
+    ops::AutocastScope s(ops::AmpLevel::O3, DType::bf16);
+    EXPECT_EQ(ops::softmax(x, -1).dtype(), DType::bf16);
+  }
+  EXPECT_THROW(ops::parse_amp_level("O4"), Error);
+  EXPECT_THROW(ops::AutocastScope(ops::AmpLevel::O2, DType::f32), Error);
+}
+
+Trainer amp_trainer(const std::string& mode, const std::string& level, DType low, train::LossScale ls) {
+  train::ModelOptions o;
+  o.amp_level = level;
+  o.amp_dtype = low;
+  o.loss_scale = ls;
+  return Trainer("simplenet", mode, "momentum", o);
+}
+
+TEST(TrainModel, MixedPrecisionLearnsKeepsF32MasterWeightsAndModesAgree) {
+  init();
+  const data::Dataset ds = quadrant_data(96, 11, 16);
+  train::LossScale dyn;
+  dyn.kind = "dynamic";
+  dyn.scale = 1024;
+  for (DType low : {DType::bf16, DType::f16}) {
+    Trainer g = amp_trainer("graph", "O2", low, dyn), p = amp_trainer("pynative", "O2", low, dyn);
+    const std::vector<double> lg = step_losses(*g.model, ds, 3), lp = step_losses(*p.model, ds, 3);
+    SCOPED_TRACE(dtype_name(low));
+    expect_bit_equal(lg, lp);
+    EXPECT_LT(lg.back(), 0.7 * lg.front());  // it learns
+    for (auto& [name, t] : g.net->parameters_and_names()) EXPECT_EQ(t->dtype(), DType::f32) << name;
+    // the step plan computes in the low dtype: casts are nodes of it
+    int64_t low_ops = 0;
+    for (const Node* n : g.model->compiled_plan("step")->graph().nodes())
+      if (!n->outputs.empty() && n->outputs[0]->type.dtype == low) ++low_ops;
+    EXPECT_GT(low_ops, 10);
+  }
+}
+
+TEST(TrainModel, LossScalingSkipsOverflowedStepsAndAdjustsTheScale) {
+  init();
+  const data::Dataset ds = quadrant_data(64, 13, 16);  // 4 steps per epoch
+  for (const char* mode : {"graph", "pynative"}) {
+    SCOPED_TRACE(mode);
+    // f16 gradients of a 2^24-scaled loss overflow: the step is skipped (parameters and step count unchanged) and
+    // the dynamic scale halves, until it fits.
+    train::LossScale dyn;
+    dyn.kind = "dynamic";
+    dyn.scale = 16777216.0;
+    dyn.window = 2;
+    Trainer t = amp_trainer(mode, "O2", DType::f16, dyn);
+    std::vector<Tensor> before;
+    for (auto& [n, p] : t.net->parameters_and_names()) before.push_back(p->clone());
+    const data::Batch b = ds.make_batch(0, 0);
+    t.model->train_step(b.x, b.y);
+    EXPECT_TRUE(t.model->last_step_overflowed());
+    EXPECT_EQ(t.model->global_step(), 0);
+    EXPECT_EQ(t.model->loss_scale(), 8388608.0);
+    size_t i = 0;
+    for (auto& [n, p] : t.net->parameters_and_names()) EXPECT_TRUE(p->bit_equal(before[i++])) << n;
+    while (t.model->last_step_overflowed()) t.model->train_step(b.x, b.y);
+    const double fitted = t.model->loss_scale();
+    EXPECT_EQ(t.model->global_step(), 1);
+    t.model->train_step(b.x, b.y);  // the second good step in a row: window 2 doubles the scale
+    EXPECT_EQ(t.model->loss_scale(), 2 * fitted);
+
+    // fixed: the scale never moves; with drop_overflow_update the overflowed step is skipped
+    train::LossScale fixed;
+    fixed.kind = "fixed";
+    fixed.scale = 16777216.0;
+    Trainer f = amp_trainer(mode, "O2", DType::f16, fixed);
+    f.model->train_step(b.x, b.y);
+    EXPECT_TRUE(f.model->last_step_overflowed());
+    EXPECT_EQ(f.model->global_step(), 0);
+    EXPECT_EQ(f.model->loss_scale(), 16777216.0);
+    EXPECT_EQ(f.model->overflow_steps(), 1);
+  }
+  train::LossScale bad;
+  bad.kind = "sometimes";
+  EXPECT_THROW(amp_trainer("graph", "O2", DType::bf16, bad), Error);
+  EXPECT_THROW(amp_trainer("graph", "O5", DType::bf16, {}), Error);
 }
 
 }  // namespace
