@@ -79,13 +79,32 @@ def _as_tensor(x, what):
         raise TypeError(f"{what}: expected a tensor or an array, got {type(x).__name__}") from e
 
 
+class FixedLossScaleManager:
+    """MindSpore's: the loss is multiplied by loss_scale before backward and the gradients divided by it; with
+    drop_overflow_update a step whose gradients overflow (inf or nan) is skipped."""
+
+    def __init__(self, loss_scale=128.0, drop_overflow_update=True):
+        self.options = {"kind": "fixed", "scale": float(loss_scale), "drop_overflow_update": bool(drop_overflow_update)}
+
+
+class DynamicLossScaleManager:
+    """MindSpore's: starts at init_loss_scale; an overflow skips the step and divides the scale by scale_factor,
+    scale_window good steps in a row multiply it."""
+
+    def __init__(self, init_loss_scale=2 ** 24, scale_factor=2, scale_window=2000):
+        self.options = {"kind": "dynamic", "scale": float(init_loss_scale), "factor": float(scale_factor),
+                        "window": int(scale_window)}
+
+
 class Model:
     """network + loss_fn (a loss cell or a function (logits, labels) -> scalar tensor) + optimizer, trained and
     evaluated over spore.dataset datasets. mode: "graph" or "pynative" (default: the context's mode).
-    grad_accumulation N averages N micro-batches per optimizer step; clip_norm > 0 clips to that global norm."""
+    grad_accumulation N averages N micro-batches per optimizer step; clip_norm > 0 clips to that global norm.
+    amp_level "O0".."O3" with amp_dtype (spore.bfloat16 / spore.float16) trains in mixed precision with f32 master
+    weights; loss_scale_manager (FixedLossScaleManager / DynamicLossScaleManager) scales the loss."""
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, mode=None, grad_accumulation=1,
-                 clip_norm=0.0, seed=0):
+                 clip_norm=0.0, seed=0, amp_level="O0", amp_dtype=None, loss_scale_manager=None):
         from .context import get_context
         from .nn import Cell
         if not isinstance(network, Cell):
@@ -106,8 +125,15 @@ class Model:
             return  # an inference-only model: predict() runs the network
         if loss_fn is None or optimizer is None:
             raise TypeError("Model: training needs both loss_fn and optimizer (or give neither for predict only)")
+        if loss_scale_manager is not None and not isinstance(loss_scale_manager,
+                                                             (FixedLossScaleManager, DynamicLossScaleManager)):
+            raise TypeError("Model: loss_scale_manager must be a FixedLossScaleManager or a DynamicLossScaleManager, "
+                            f"got {type(loss_scale_manager).__name__}")
+        if amp_dtype is None:
+            amp_dtype = _spore.dtype.bfloat16
         self._m = _spore._TrainModel(network, loss_fn, optimizer, self.metrics, mode, grad_accumulation,
-                                     float(clip_norm), int(seed))
+                                     float(clip_norm), int(seed), str(amp_level), amp_dtype,
+                                     loss_scale_manager.options if loss_scale_manager is not None else {})
 
     def _need(self, what):
         if self._m is None:
@@ -153,6 +179,16 @@ class Model:
         self._need("load_checkpoint").load_checkpoint(str(path))
 
     @property
+    def loss_scale(self):
+        """The loss scale the next step uses (1 without a loss_scale_manager)."""
+        return self._m.loss_scale if self._m is not None else 1.0
+
+    @property
+    def overflow_steps(self):
+        """Steps skipped because their gradients overflowed."""
+        return self._m.overflow_steps if self._m is not None else 0
+
+    @property
     def global_step(self):
         return self._m.global_step if self._m is not None else 0
 
@@ -161,5 +197,5 @@ class Model:
         return self._m.epoch if self._m is not None else 0
 
 
-__all__ = ["Model", "Callback", "RunContext", "LossMonitor", "TimeMonitor", "ModelCheckpoint", "EarlyStopping",
+__all__ = ["Model", "FixedLossScaleManager", "DynamicLossScaleManager", "Callback", "RunContext", "LossMonitor", "TimeMonitor", "ModelCheckpoint", "EarlyStopping",
            "ProgressBar"]

@@ -361,7 +361,8 @@ struct PyModel {
 
 std::unique_ptr<PyModel> make_model(py::object net, py::object loss, py::object opt, std::vector<std::string> metrics,
                                     const std::string& mode, int64_t grad_accumulation, double clip_norm,
-                                    uint64_t seed) {
+                                    uint64_t seed, const std::string& amp_level, DType amp_dtype,
+                                    const py::dict& loss_scale) {
   if (!py::isinstance<nn::Cell>(net))
     fail(ErrorCode::invalid_argument, fmt::format("Model: network must be a spore.nn.Cell, got {}", type_name(net)));
   if (!py::isinstance<train::Optimizer>(opt))
@@ -389,6 +390,14 @@ std::unique_ptr<PyModel> make_model(py::object net, py::object loss, py::object 
   mo.grad_accumulation = grad_accumulation;
   mo.clip_norm = clip_norm;
   mo.seed = seed;
+  mo.amp_level = amp_level;
+  mo.amp_dtype = amp_dtype;
+  if (loss_scale.contains("kind")) mo.loss_scale.kind = loss_scale["kind"].cast<std::string>();
+  if (loss_scale.contains("scale")) mo.loss_scale.scale = loss_scale["scale"].cast<double>();
+  if (loss_scale.contains("factor")) mo.loss_scale.factor = loss_scale["factor"].cast<double>();
+  if (loss_scale.contains("window")) mo.loss_scale.window = loss_scale["window"].cast<int64_t>();
+  if (loss_scale.contains("drop_overflow_update"))
+    mo.loss_scale.drop_overflow_update = loss_scale["drop_overflow_update"].cast<bool>();
   auto p = std::make_unique<PyModel>();
   p->net_ref = net;
   p->loss_ref = loss;
@@ -705,6 +714,8 @@ void bind_nn_train(py::module_& m) {
       .def_readonly("batch_size", &train::RunContext::batch_size)
       .def_readonly("loss", &train::RunContext::loss, "the last batch's loss")
       .def_readonly("lr", &train::RunContext::lr)
+      .def_readonly("loss_scale", &train::RunContext::loss_scale, "loss scaling: the scale the next step uses")
+      .def_readonly("overflow", &train::RunContext::overflow, "loss scaling: the last step overflowed (was skipped)")
       .def_property_readonly("metrics", [](const train::RunContext& c) { return c.metrics; })
       .def_readwrite("stop", &train::RunContext::stop, "set True to end training after this step")
       .def("request_stop", [](train::RunContext& c) { c.stop = true; })
@@ -784,7 +795,8 @@ void bind_nn_train(py::module_& m) {
   // ---- the training model
   py::class_<PyModel>(m, "_TrainModel")
       .def(py::init(&make_model), py::arg("network"), py::arg("loss_fn"), py::arg("optimizer"), py::arg("metrics"),
-           py::arg("mode"), py::arg("grad_accumulation"), py::arg("clip_norm"), py::arg("seed"))
+           py::arg("mode"), py::arg("grad_accumulation"), py::arg("clip_norm"), py::arg("seed"),
+           py::arg("amp_level") = "O0", py::arg("amp_dtype") = DType::bf16, py::arg("loss_scale") = py::dict())
       .def("train", &model_train, py::arg("epoch"), py::arg("train_dataset"), py::arg("callbacks") = py::none(),
            py::arg("valid_dataset") = py::none())
       .def("train_step", [](PyModel& m, const Tensor& x, const Tensor& y) {
@@ -810,7 +822,9 @@ void bind_nn_train(py::module_& m) {
       }, py::arg("path"))
       .def_property_readonly("global_step", [](const PyModel& m) { return m.model->global_step(); })
       .def_property_readonly("epoch", [](const PyModel& m) { return m.model->epoch(); })
-      .def_property_readonly("mode", [](const PyModel& m) { return m.model->options().mode; });
+      .def_property_readonly("mode", [](const PyModel& m) { return m.model->options().mode; })
+      .def_property_readonly("loss_scale", [](const PyModel& m) { return m.model->loss_scale(); })
+      .def_property_readonly("overflow_steps", [](const PyModel& m) { return m.model->overflow_steps(); });
 
   m.def("_save_checkpoint", [](nn::Cell& net, const std::string& path) {
     py::gil_scoped_release nogil;

@@ -349,3 +349,28 @@ def test_jit_of_a_cell_sees_parameter_updates_without_recompiling(digits):
     assert f.cache_size == 2  # one plan per input signature
     with pytest.raises(ValueError, match="training mode"):
         spore.jit(SimpleNet(1, 8, 8).set_train(True))
+
+
+def test_mixed_precision_with_loss_scaling_gives_the_cli_bits(spore_cli, digits):
+    train, _ = spore.dataset.load(digits)
+    spore.set_seed(7)
+    net = SimpleNet(1, 8, 8)
+    model = spore.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                        nn.Momentum(net.trainable_params(), learning_rate=0.05), mode="graph", seed=7,
+                        amp_level="O2", amp_dtype=spore.float16,
+                        loss_scale_manager=spore.train.DynamicLossScaleManager())
+    rec = StepLosses()
+    model.train(1, train.shuffle(7).batch(16), callbacks=[rec])
+    out = subprocess.run([spore_cli, "train", "--model", "simplenet", "--dataset", digits, "--epochs", "1", "--batch",
+                          "16", "--lr", "0.05", "--mode", "graph", "--seed", "7", "--json", "--log-every", "1",
+                          "--amp-level", "O2", "--amp-dtype", "f16", "--loss-scale", "dynamic"],
+                         check=True, capture_output=True, text=True).stdout
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert rec.losses == [d["loss"] for d in lines if "step" in d]
+    assert model.overflow_steps == lines[-1]["overflow_steps"] > 0  # 2^24 overflows f16 until the scale fits
+    assert model.loss_scale == lines[-1]["loss_scale"] < 2 ** 24
+    assert all(p.dtype == spore.float32 for p in net.trainable_params())
+    with pytest.raises(TypeError, match="loss_scale_manager"):
+        spore.Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.1), loss_scale_manager=128.0)
+    with pytest.raises(spore.Error, match="O7"):
+        spore.Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.1), amp_level="O7")
