@@ -53,6 +53,28 @@ def main():
         bad = subprocess.run([spore, "eval", "--ckpt", f"{tmp}/missing.safetensors", "--dataset",
                               f"digits:{digits}"], capture_output=True, text=True)
         assert bad.returncode != 0 and "missing.safetensors" in bad.stderr, bad.stderr
+        # Mixed precision: O2 f16 with dynamic loss scaling skips the overflowed first steps (2^24 overflows f16),
+        # reports the scale and the step plan's dtypes, and gives the same bits in both modes.
+        amp = {}
+        for mode in ("graph", "pynative"):
+            amp[mode] = run([spore, "train", "--model", "simplenet", "--dataset", f"digits:{digits}", "--epochs", "1",
+                             "--batch", "16", "--lr", "0.05", "--mode", mode, "--json", "--amp-level", "O2",
+                             "--amp-dtype", "f16", "--loss-scale", "dynamic"])[-1]
+        g, p = amp["graph"], amp["pynative"]
+        assert g["overflow_steps"] > 0 and g["loss_scale"] < 2 ** 24 and g["amp_level"] == "O2", g
+        assert g["step_ops_per_dtype"].get("f16", 0) > 10, g
+        assert (g["loss"], g["train_loss"], g["overflow_steps"]) == (p["loss"], p["train_loss"], p["overflow_steps"])
+        assert g["accuracy"] > MIN_ACCURACY - 0.1, g
+        # O3 f16 without scaling at a silly learning rate diverges, and says so.
+        div = subprocess.run([spore, "train", "--model", "simplenet", "--dataset", f"digits:{digits}", "--epochs",
+                              "1", "--batch", "16", "--lr", "1000", "--json", "--amp-level", "O3", "--amp-dtype",
+                              "f16"], capture_output=True, text=True)
+        assert div.returncode == 0 and "training diverged" in div.stderr, div.stderr
+        assert json.loads(div.stdout.splitlines()[-1])["nonfinite_loss_steps"] > 0
+        for spec in ("sometimes", "fixed", "dynamic:-3"):
+            bad = subprocess.run([spore, "train", "--dataset", f"digits:{digits}", "--loss-scale", spec],
+                                 capture_output=True, text=True)
+            assert bad.returncode != 0 and "--loss-scale" in bad.stderr, (spec, bad.stderr)
     print("OK")
 
 

@@ -1,6 +1,7 @@
 // spore train: trains a zoo model (simplenet, lenet, mlp) on MNIST / Fashion-MNIST / digits with
 // train::Model, in PyNative or graph mode, printing per-epoch loss, test accuracy and throughput.
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 
@@ -153,6 +154,20 @@ int cmd_train(int argc, char** argv) {
     double loss = 0;
     void on_epoch_end(train::RunContext& c) override { loss = c.metrics["loss"]; }
   };
+  // A run that diverges (O3 f16 without loss scaling may) says so once, when it starts, and counts the steps.
+  struct NonFinite : train::Callback {
+    int64_t steps = 0;
+    std::string hint;
+    void on_step_end(train::RunContext& c) override {
+      if (std::isfinite(c.loss)) return;
+      if (steps++ == 0)
+        std::cerr << fmt::format("spore train: warning: the loss is {} at step {} (epoch {}): training diverged{}\n",
+                                 c.loss, c.step, c.epoch + 1, hint);
+    }
+  };
+  auto nonfinite = std::make_shared<NonFinite>();
+  if (amp_level != "O0" && ls.kind == "none") nonfinite->hint = "; --loss-scale dynamic, or --amp-dtype bf16, may help";
+  callbacks.push_back(nonfinite);
   auto mean_loss = std::make_shared<MeanLoss>();
   callbacks.push_back(mean_loss);
 
@@ -203,7 +218,7 @@ int cmd_train(int argc, char** argv) {
                      {"train_samples", n_train}, {"test_samples", n_test}, {"checkpoint", last_ckpt},
                      {"amp_level", amp_level}, {"amp_dtype", amp_level == "O0" ? "f32" : amp_dtype},
                      {"loss_scale_kind", ls.kind}, {"loss_scale", model.loss_scale()},
-                     {"overflow_steps", model.overflow_steps()}};
+                     {"overflow_steps", model.overflow_steps()}, {"nonfinite_loss_steps", nonfinite->steps}};
   if (const Plan* p = model.compiled_plan("step")) {  // what ran in which dtype: the step plan's ops by output dtype
     std::map<std::string, int64_t> by;
     for (const Node* n : p->graph().nodes())
