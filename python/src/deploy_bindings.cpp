@@ -61,7 +61,8 @@ py::object convert(const std::string& model, const std::string& output, const st
 py::object profile(const std::string& model, const std::vector<std::string>& input_files,
                    const std::map<std::string, spore::Tensor>& inputs, const std::vector<std::string>& input_shapes,
                    const py::object& batch, int64_t iters, int64_t warmup, uint64_t seed, int opt_level,
-                   int memory_optimize_level, bool fast_conv, const std::string& trace, int top, bool train, double lr) {
+                   int memory_optimize_level, bool fast_conv, const std::string& trace, int top, bool train,
+                   double lr) {
   spore::deploy::ProfileOptions o;
   o.model = model;
   o.input_files = input_files;

@@ -151,9 +151,8 @@ void set_parameter_data(nn::Parameter& p, py::handle v, const std::string& name)
   const Tensor& old = p.value;
   if (!t.is_symbolic() && old.defined() && !old.is_symbolic() && (t.shape() != old.shape() || t.dtype() != old.dtype()))
     fail(ErrorCode::shape_mismatch,
-         fmt::format("parameter '{}': set_data got {} {}, the parameter is {} {}", name,
-                     spore::shape_str(t.shape()), spore::dtype_name(t.dtype()), spore::shape_str(old.shape()),
-                     spore::dtype_name(old.dtype())));
+         fmt::format("parameter '{}': set_data got {} {}, the parameter is {} {}", name, spore::shape_str(t.shape()),
+                     spore::dtype_name(t.dtype()), spore::shape_str(old.shape()), spore::dtype_name(old.dtype())));
   p.value = t.is_symbolic() ? t : t.contiguous().clone();
 }
 
@@ -190,8 +189,8 @@ void cell_setattr(py::object self, const std::string& name, py::object value) {
       existing->requires_grad = p.get().requires_grad;
     } else {
       if (has_child(*c, name))
-        fail(ErrorCode::invalid_argument, fmt::format("{}.{} is a sub-cell; it cannot become a parameter",
-                                                      type_name(self), name));
+        fail(ErrorCode::invalid_argument,
+             fmt::format("{}.{} is a sub-cell; it cannot become a parameter", type_name(self), name));
       if (!p.own)
         fail(ErrorCode::invalid_argument,
              fmt::format("{}.{}: this Parameter already belongs to a cell ('{}'); make a new one from its data",
@@ -240,8 +239,10 @@ py::object cell_call(py::object self, py::args args, py::kwargs kwargs) {
   if (kwargs.size() != 0)
     fail(ErrorCode::invalid_argument, fmt::format("{}: takes tensors by position, not keywords", type_name(self)));
   std::vector<Tensor> xs;
-  for (size_t i = 0; i < args.size(); ++i) xs.push_back(as_tensor(args[i], fmt::format("{} input {}", type_name(self), i)));
-  if (xs.empty()) fail(ErrorCode::invalid_argument, fmt::format("{}: needs at least one input tensor", type_name(self)));
+  for (size_t i = 0; i < args.size(); ++i)
+    xs.push_back(as_tensor(args[i], fmt::format("{} input {}", type_name(self), i)));
+  if (xs.empty())
+    fail(ErrorCode::invalid_argument, fmt::format("{}: needs at least one input tensor", type_name(self)));
   Tensor out;
   {
     py::gil_scoped_release nogil;
@@ -255,7 +256,8 @@ py::list parameters_and_names(py::object self, bool recurse) {
   auto named = c.parameters_and_names(recurse);
   auto slots = c.parameter_slots(recurse);
   py::list out;
-  for (size_t i = 0; i < slots.size(); ++i) out.append(py::make_tuple(named[i].first, wrap_slot(slots[i], named[i].first, self)));
+  for (size_t i = 0; i < slots.size(); ++i)
+    out.append(py::make_tuple(named[i].first, wrap_slot(slots[i], named[i].first, self)));
   return out;
 }
 
@@ -273,10 +275,12 @@ class PyLrSchedule : public train::LrSchedule {
     try {
       lr = r.cast<double>();
     } catch (const py::cast_error&) {
-      fail(ErrorCode::invalid_argument, fmt::format("LrSchedule.lr_at({}) returned {}, not a number", step, type_name(r)));
+      fail(ErrorCode::invalid_argument,
+           fmt::format("LrSchedule.lr_at({}) returned {}, not a number", step, type_name(r)));
     }
     if (!(lr >= 0) || lr > 1e30)
-      fail(ErrorCode::invalid_argument, fmt::format("LrSchedule.lr_at({}) returned {}: expected a finite lr >= 0", step, lr));
+      fail(ErrorCode::invalid_argument,
+           fmt::format("LrSchedule.lr_at({}) returned {}: expected a finite lr >= 0", step, lr));
     return lr;
   }
   std::string describe() const override {
@@ -360,9 +364,8 @@ struct PyModel {
 };
 
 std::unique_ptr<PyModel> make_model(py::object net, py::object loss, py::object opt, std::vector<std::string> metrics,
-                                    const std::string& mode, int64_t grad_accumulation, double clip_norm,
-                                    uint64_t seed, const std::string& amp_level, DType amp_dtype,
-                                    const py::dict& loss_scale) {
+                                    const std::string& mode, int64_t grad_accumulation, double clip_norm, uint64_t seed,
+                                    const std::string& amp_level, DType amp_dtype, const py::dict& loss_scale) {
   if (!py::isinstance<nn::Cell>(net))
     fail(ErrorCode::invalid_argument, fmt::format("Model: network must be a spore.nn.Cell, got {}", type_name(net)));
   if (!py::isinstance<train::Optimizer>(opt))
@@ -488,22 +491,30 @@ void bind_nn_train(py::module_& m) {
                           "adopted by the cell: this object then refers to the cell's slot")
       .def(py::init(&make_parameter), py::arg("data"), py::arg("name") = "", py::arg("requires_grad") = true)
       .def_property_readonly("name", [](const PyParameter& p) { return p.name; })
-      .def_property("requires_grad", [](const PyParameter& p) { return p.get().requires_grad; },
-                    [](PyParameter& p, bool v) {
-                      if (v && !spore::is_floating(p.get().value.dtype()))
-                        fail(ErrorCode::dtype_mismatch, fmt::format("Parameter '{}': only floating parameters can "
-                                                                    "require gradients", p.name));
-                      p.get().requires_grad = v;
-                    })
-      .def_property("data", [](const PyParameter& p) { return p.get().value; },
-                    [](PyParameter& p, py::object v) { set_parameter_data(p.get(), v, p.name); })
-      .def("set_data", [](PyParameter& p, py::object v) { set_parameter_data(p.get(), v, p.name); }, py::arg("data"),
-           "Replaces the value (same shape and dtype), copying it")
-      .def("_swap", [](PyParameter& p, const Tensor& v) {
-        Tensor old = p.get().value;
-        p.get().value = v;
-        return old;
-      }, py::arg("value"), "Puts `value` in the slot as it is (no check, no copy) and returns what was there (spore.jit)")
+      .def_property(
+          "requires_grad", [](const PyParameter& p) { return p.get().requires_grad; },
+          [](PyParameter& p, bool v) {
+            if (v && !spore::is_floating(p.get().value.dtype()))
+              fail(ErrorCode::dtype_mismatch, fmt::format("Parameter '{}': only floating parameters can "
+                                                          "require gradients",
+                                                          p.name));
+            p.get().requires_grad = v;
+          })
+      .def_property(
+          "data", [](const PyParameter& p) { return p.get().value; },
+          [](PyParameter& p, py::object v) { set_parameter_data(p.get(), v, p.name); })
+      .def(
+          "set_data", [](PyParameter& p, py::object v) { set_parameter_data(p.get(), v, p.name); }, py::arg("data"),
+          "Replaces the value (same shape and dtype), copying it")
+      .def(
+          "_swap",
+          [](PyParameter& p, const Tensor& v) {
+            Tensor old = p.get().value;
+            p.get().value = v;
+            return old;
+          },
+          py::arg("value"),
+          "Puts `value` in the slot as it is (no check, no copy) and returns what was there (spore.jit)")
       .def_property_readonly("shape", [](const PyParameter& p) { return py::tuple(py::cast(p.get().value.shape())); })
       .def_property_readonly("dtype", [](const PyParameter& p) { return p.get().value.dtype(); })
       .def("numpy", [](const PyParameter& p) { return py::cast(p.get().value).attr("numpy")(); })
@@ -521,41 +532,58 @@ void bind_nn_train(py::module_& m) {
       .def("__setattr__", &cell_setattr)
       .def("__getattr__", &cell_getattr)
       .def("__call__", &cell_call)
-      .def("construct", [](py::object self, py::args args) {
-        // Only a built-in reaches this (a Python cell's own construct shadows it).
-        return cell_call(self, args, py::kwargs());
-      })
+      .def("construct",
+           [](py::object self, py::args args) {
+             // Only a built-in reaches this (a Python cell's own construct shadows it).
+             return cell_call(self, args, py::kwargs());
+           })
       .def("parameters_and_names", &parameters_and_names, py::arg("recurse") = true,
            "(dotted name, Parameter) for every parameter and buffer, in registration order")
-      .def("get_parameters", [](py::object self, bool recurse) {
-        py::list out;
-        for (auto item : parameters_and_names(self, recurse)) out.append(item.cast<py::tuple>()[1]);
-        return out;
-      }, py::arg("recurse") = true)
-      .def("trainable_params", [](py::object self, bool recurse) {
-        py::list out;
-        for (auto item : parameters_and_names(self, recurse)) {
-          py::object p = item.cast<py::tuple>()[1];
-          if (p.cast<PyParameter&>().get().requires_grad) out.append(p);
-        }
-        return out;
-      }, py::arg("recurse") = true)
-      .def("cells_and_names", [](py::object self) {
-        py::list out;
-        for (auto& [n, c] : self.cast<nn::Cell&>().cells_and_names())
-          out.append(py::make_tuple(n, py::cast(c, py::return_value_policy::reference_internal, self)));
-        return out;
-      }, "(name, cell) of the direct sub-cells")
-      .def("set_train", [](py::object self, bool mode) {
-        self.cast<nn::Cell&>().set_train(mode);
-        return self;
-      }, py::arg("mode") = true, "Training (Dropout active, BatchNorm on batch statistics) or inference mode; returns self")
+      .def(
+          "get_parameters",
+          [](py::object self, bool recurse) {
+            py::list out;
+            for (auto item : parameters_and_names(self, recurse)) out.append(item.cast<py::tuple>()[1]);
+            return out;
+          },
+          py::arg("recurse") = true)
+      .def(
+          "trainable_params",
+          [](py::object self, bool recurse) {
+            py::list out;
+            for (auto item : parameters_and_names(self, recurse)) {
+              py::object p = item.cast<py::tuple>()[1];
+              if (p.cast<PyParameter&>().get().requires_grad) out.append(p);
+            }
+            return out;
+          },
+          py::arg("recurse") = true)
+      .def(
+          "cells_and_names",
+          [](py::object self) {
+            py::list out;
+            for (auto& [n, c] : self.cast<nn::Cell&>().cells_and_names())
+              out.append(py::make_tuple(n, py::cast(c, py::return_value_policy::reference_internal, self)));
+            return out;
+          },
+          "(name, cell) of the direct sub-cells")
+      .def(
+          "set_train",
+          [](py::object self, bool mode) {
+            self.cast<nn::Cell&>().set_train(mode);
+            return self;
+          },
+          py::arg("mode") = true,
+          "Training (Dropout active, BatchNorm on batch statistics) or inference mode; returns self")
       .def_property_readonly("training", &nn::Cell::training)
-      .def("to_float", [](py::object self, DType t) {
-        if (!spore::is_floating(t)) fail(ErrorCode::dtype_mismatch, "Cell.to_float: a floating dtype");
-        self.cast<nn::Cell&>().to(t);
-        return self;
-      }, py::arg("dtype"), "Converts floating parameters and buffers to dtype in place; returns self")
+      .def(
+          "to_float",
+          [](py::object self, DType t) {
+            if (!spore::is_floating(t)) fail(ErrorCode::dtype_mismatch, "Cell.to_float: a floating dtype");
+            self.cast<nn::Cell&>().to(t);
+            return self;
+          },
+          py::arg("dtype"), "Converts floating parameters and buffers to dtype in place; returns self")
       .def("num_parameters", &nn::Cell::num_parameters, py::arg("trainable_only") = false);
 
   // Built-in layers. Defaults follow spore's C++ API (PyTorch's): Dense/Conv2d have a bias, Conv2d pads `padding`
@@ -618,7 +646,8 @@ void bind_nn_train(py::module_& m) {
   py::class_<nn::Flatten, nn::Cell>(m, "Flatten").def(py::init<int64_t>(), py::arg("axis") = 1);
   py::class_<nn::Dropout, nn::Cell>(m, "Dropout")
       .def(py::init([](double p, std::optional<uint64_t> seed) {
-             if (!(p >= 0 && p < 1)) fail(ErrorCode::invalid_argument, fmt::format("Dropout: p = {} (expected 0 <= p < 1)", p));
+             if (!(p >= 0 && p < 1))
+               fail(ErrorCode::invalid_argument, fmt::format("Dropout: p = {} (expected 0 <= p < 1)", p));
              return std::make_unique<nn::Dropout>(p, seed);
            }),
            py::arg("p") = 0.5, py::arg("seed") = py::none());
@@ -632,7 +661,7 @@ void bind_nn_train(py::module_& m) {
   py::class_<nn::LayerNorm, nn::Cell>(m, "LayerNorm")
       .def(py::init([](py::object shape, double eps, bool affine, DType dt) {
              std::vector<int64_t> s = py::isinstance<py::int_>(shape) ? std::vector<int64_t>{shape.cast<int64_t>()}
-                                                                        : shape.cast<std::vector<int64_t>>();
+                                                                      : shape.cast<std::vector<int64_t>>();
              return std::make_unique<nn::LayerNorm>(s, eps, affine, dt);
            }),
            py::arg("normalized_shape"), py::arg("epsilon") = 1e-5, py::arg("elementwise_affine") = true,
@@ -642,24 +671,26 @@ void bind_nn_train(py::module_& m) {
   py::class_<nn::Embedding, nn::Cell>(m, "Embedding")
       .def(py::init<int64_t, int64_t, DType>(), py::arg("vocab_size"), py::arg("embedding_size"),
            py::arg("dtype") = DType::f32);
-  py::class_<nn::RnnBase, nn::Cell>(m, "_Rnn")
-      .def("forward", [](nn::RnnBase& r, const Tensor& x, std::optional<Tensor> h0, std::optional<Tensor> c0) {
+  py::class_<nn::RnnBase, nn::Cell>(m, "_Rnn").def(
+      "forward",
+      [](nn::RnnBase& r, const Tensor& x, std::optional<Tensor> h0, std::optional<Tensor> c0) {
         nn::RnnOutput o;
         {
           py::gil_scoped_release nogil;
           o = r.forward(x, h0.value_or(Tensor()), c0.value_or(Tensor()));
         }
         return py::make_tuple(o.output, o.h_n, o.c_n.defined() ? py::cast(o.c_n) : py::object(py::none()));
-      }, py::arg("x"), py::arg("h0") = py::none(), py::arg("c0") = py::none(),
-         "(output, h_n, c_n) (c_n None for GRU); calling the cell gives the output alone");
-  py::class_<nn::LSTM, nn::RnnBase>(m, "LSTM")
-      .def(py::init<int64_t, int64_t, int64_t, bool, bool, DType>(), py::arg("input_size"), py::arg("hidden_size"),
-           py::arg("num_layers") = 1, py::arg("has_bias") = true, py::arg("batch_first") = false,
-           py::arg("dtype") = DType::f32);
-  py::class_<nn::GRU, nn::RnnBase>(m, "GRU")
-      .def(py::init<int64_t, int64_t, int64_t, bool, bool, DType>(), py::arg("input_size"), py::arg("hidden_size"),
-           py::arg("num_layers") = 1, py::arg("has_bias") = true, py::arg("batch_first") = false,
-           py::arg("dtype") = DType::f32);
+      },
+      py::arg("x"), py::arg("h0") = py::none(), py::arg("c0") = py::none(),
+      "(output, h_n, c_n) (c_n None for GRU); calling the cell gives the output alone");
+  py::class_<nn::LSTM, nn::RnnBase>(m, "LSTM").def(py::init<int64_t, int64_t, int64_t, bool, bool, DType>(),
+                                                   py::arg("input_size"), py::arg("hidden_size"),
+                                                   py::arg("num_layers") = 1, py::arg("has_bias") = true,
+                                                   py::arg("batch_first") = false, py::arg("dtype") = DType::f32);
+  py::class_<nn::GRU, nn::RnnBase>(m, "GRU").def(py::init<int64_t, int64_t, int64_t, bool, bool, DType>(),
+                                                 py::arg("input_size"), py::arg("hidden_size"),
+                                                 py::arg("num_layers") = 1, py::arg("has_bias") = true,
+                                                 py::arg("batch_first") = false, py::arg("dtype") = DType::f32);
   py::class_<nn::MultiHeadAttention, nn::Cell>(m, "MultiHeadAttention")
       .def(py::init<int64_t, int64_t, bool, DType>(), py::arg("embed_dim"), py::arg("num_heads"),
            py::arg("has_bias") = true, py::arg("dtype") = DType::f32);
@@ -682,8 +713,9 @@ void bind_nn_train(py::module_& m) {
       .def(py::init<std::string>(), py::arg("reduction") = "mean");
   py::class_<nn::NLLLoss, nn::LossBase>(m, "NLLLoss").def(py::init<std::string>(), py::arg("reduction") = "mean");
 
-  m.def("set_seed", [](uint64_t s) { nn::set_seed(s); }, py::arg("seed"),
-        "Seeds the initial weights (every layer made after it draws from this stream) and unseeded Dropout");
+  m.def(
+      "set_seed", [](uint64_t s) { nn::set_seed(s); }, py::arg("seed"),
+      "Seeds the initial weights (every layer made after it draws from this stream) and unseeded Dropout");
 
   // ---- optimizers and schedules
   py::class_<train::LrSchedule, PyLrSchedule, std::shared_ptr<train::LrSchedule>>(
@@ -697,7 +729,8 @@ void bind_nn_train(py::module_& m) {
   m.def("_cosine_lr", &train::cosine_lr);
   m.def("_warmup_lr", &train::warmup_lr);
 
-  py::class_<train::Optimizer>(m, "Optimizer", py::dynamic_attr(), "Made by spore.nn.SGD / Momentum / Adam / AdamWeightDecay")
+  py::class_<train::Optimizer>(m, "Optimizer", py::dynamic_attr(),
+                               "Made by spore.nn.SGD / Momentum / Adam / AdamWeightDecay")
       .def_property_readonly("name", &train::Optimizer::name)
       .def_property_readonly("param_names", &train::Optimizer::param_names)
       .def("lr_at", &train::Optimizer::lr_at, py::arg("step"))
@@ -719,7 +752,8 @@ void bind_nn_train(py::module_& m) {
       .def_property_readonly("metrics", [](const train::RunContext& c) { return c.metrics; })
       .def_readwrite("stop", &train::RunContext::stop, "set True to end training after this step")
       .def("request_stop", [](train::RunContext& c) { c.stop = true; })
-      .def("original_args", [](py::object self) { return self; }, "self (MindSpore's cb_params)")
+      .def(
+          "original_args", [](py::object self) { return self; }, "self (MindSpore's cb_params)")
       .def_property_readonly("cur_epoch_num", [](const train::RunContext& c) { return c.epoch + 1; })
       .def_property_readonly("cur_step_num", [](const train::RunContext& c) { return c.step; })
       .def_property_readonly("net_outputs", [](const train::RunContext& c) { return c.loss; });
@@ -730,7 +764,8 @@ void bind_nn_train(py::module_& m) {
       "RunContext; MindSpore 2's on_train_epoch_begin / on_train_step_end / on_train_epoch_end work too)")
       .def(py::init<>());
   py::class_<train::LossMonitor, train::Callback, std::shared_ptr<train::LossMonitor>>(m, "LossMonitor")
-      .def(py::init([](int64_t every) { return std::make_shared<train::LossMonitor>(every); }), py::arg("per_print_times") = 1);
+      .def(py::init([](int64_t every) { return std::make_shared<train::LossMonitor>(every); }),
+           py::arg("per_print_times") = 1);
   py::class_<train::TimeMonitor, train::Callback, std::shared_ptr<train::TimeMonitor>>(m, "TimeMonitor")
       .def(py::init([] { return std::make_shared<train::TimeMonitor>(); }));
   py::class_<train::ProgressBar, train::Callback, std::shared_ptr<train::ProgressBar>>(m, "ProgressBar")
@@ -738,8 +773,8 @@ void bind_nn_train(py::module_& m) {
            py::arg("plain_every") = 50);
   py::class_<train::ModelCheckpoint, train::Callback, std::shared_ptr<train::ModelCheckpoint>>(m, "ModelCheckpoint")
       .def(py::init<std::string, int64_t, int64_t, int64_t, std::string>(), py::arg("directory"),
-           py::arg("save_checkpoint_steps") = 0, py::arg("save_checkpoint_epochs") = 1, py::arg("keep_checkpoint_max") = 0,
-           py::arg("prefix") = "ckpt")
+           py::arg("save_checkpoint_steps") = 0, py::arg("save_checkpoint_epochs") = 1,
+           py::arg("keep_checkpoint_max") = 0, py::arg("prefix") = "ckpt")
       .def_property_readonly("saved", [](const train::ModelCheckpoint& c) {
         return std::vector<std::string>(c.saved().begin(), c.saved().end());
       });
@@ -752,26 +787,37 @@ void bind_nn_train(py::module_& m) {
   py::class_<data::Dataset>(m, "Dataset",
                             "A deterministic input pipeline: samples x[i], y[i]; shuffle, per-sample transforms, "
                             "batch and repeat, every random choice keyed by (seed, epoch, sample)")
-      .def_static("from_tensors", [](const Tensor& x, std::optional<Tensor> y) {
-        return data::Dataset::from_tensors(x, y.value_or(Tensor()));
-      }, py::arg("x"), py::arg("y") = py::none())
+      .def_static(
+          "from_tensors",
+          [](const Tensor& x, std::optional<Tensor> y) { return data::Dataset::from_tensors(x, y.value_or(Tensor())); },
+          py::arg("x"), py::arg("y") = py::none())
       .def("shuffle", &data::Dataset::shuffle, py::arg("seed"))
       .def("seed", &data::Dataset::seed, py::arg("seed"))
-      .def("batch", [](const data::Dataset& d, int64_t size, bool drop) {
-        if (size < 1) fail(ErrorCode::invalid_argument, fmt::format("batch: size {} (at least 1)", size));
-        return d.batch(size, drop);
-      }, py::arg("batch_size"), py::arg("drop_remainder") = false)
+      .def(
+          "batch",
+          [](const data::Dataset& d, int64_t size, bool drop) {
+            if (size < 1) fail(ErrorCode::invalid_argument, fmt::format("batch: size {} (at least 1)", size));
+            return d.batch(size, drop);
+          },
+          py::arg("batch_size"), py::arg("drop_remainder") = false)
       .def("repeat", &data::Dataset::repeat, py::arg("count") = -1)
       .def("prefetch", &data::Dataset::prefetch, py::arg("depth"))
-      .def("normalize", [](const data::Dataset& d, std::vector<float> mean, std::vector<float> std) {
-        return d.map(data::transforms::normalize(std::move(mean), std::move(std)));
-      }, py::arg("mean"), py::arg("std"), "x -> (x - mean[c]) / std[c] per sample ([C, ...])")
-      .def("random_crop", [](const data::Dataset& d, int64_t h, int64_t w, int64_t pad) {
-        return d.map(data::transforms::random_crop(h, w, pad));
-      }, py::arg("height"), py::arg("width"), py::arg("padding") = 0)
-      .def("random_flip_horizontal", [](const data::Dataset& d, float p) {
-        return d.map(data::transforms::random_flip_horizontal(p));
-      }, py::arg("p") = 0.5f)
+      .def(
+          "normalize",
+          [](const data::Dataset& d, std::vector<float> mean, std::vector<float> std) {
+            return d.map(data::transforms::normalize(std::move(mean), std::move(std)));
+          },
+          py::arg("mean"), py::arg("std"), "x -> (x - mean[c]) / std[c] per sample ([C, ...])")
+      .def(
+          "random_crop",
+          [](const data::Dataset& d, int64_t h, int64_t w, int64_t pad) {
+            return d.map(data::transforms::random_crop(h, w, pad));
+          },
+          py::arg("height"), py::arg("width"), py::arg("padding") = 0)
+      .def(
+          "random_flip_horizontal",
+          [](const data::Dataset& d, float p) { return d.map(data::transforms::random_flip_horizontal(p)); },
+          py::arg("p") = 0.5f)
       .def("get_dataset_size", &data::Dataset::batches_per_epoch, "batches per epoch")
       .def_property_readonly("num_samples", &data::Dataset::size)
       .def("_batch_at", [](const data::Dataset& d, int64_t epoch, int64_t b) {
@@ -784,13 +830,19 @@ void bind_nn_train(py::module_& m) {
         }
         return py::make_tuple(bt.x, bt.y.defined() ? py::cast(bt.y) : py::object(py::none()));
       });
-  m.def("_load_digits", [](const std::string& p) { return labeled(data::load_digits(p)); }, py::arg("path"));
-  m.def("_load_mnist", [](const std::string& dir, const std::string& split) { return labeled(data::load_mnist(dir, split)); },
-        py::arg("directory"), py::arg("split") = "t10k");
-  m.def("_load_dataset_spec", [](const std::string& spec, int64_t limit_train, int64_t limit_test) {
-    const train::TrainTestSplit s = train::load_dataset_spec(spec, limit_train, limit_test);
-    return py::make_tuple(labeled(s.train), labeled(s.test), s.description);
-  }, py::arg("spec"), py::arg("limit_train") = 0, py::arg("limit_test") = 0);
+  m.def(
+      "_load_digits", [](const std::string& p) { return labeled(data::load_digits(p)); }, py::arg("path"));
+  m.def(
+      "_load_mnist",
+      [](const std::string& dir, const std::string& split) { return labeled(data::load_mnist(dir, split)); },
+      py::arg("directory"), py::arg("split") = "t10k");
+  m.def(
+      "_load_dataset_spec",
+      [](const std::string& spec, int64_t limit_train, int64_t limit_test) {
+        const train::TrainTestSplit s = train::load_dataset_spec(spec, limit_train, limit_test);
+        return py::make_tuple(labeled(s.train), labeled(s.test), s.description);
+      },
+      py::arg("spec"), py::arg("limit_train") = 0, py::arg("limit_test") = 0);
 
   // ---- the training model
   py::class_<PyModel>(m, "_TrainModel")
@@ -799,41 +851,62 @@ void bind_nn_train(py::module_& m) {
            py::arg("amp_level") = "O0", py::arg("amp_dtype") = DType::bf16, py::arg("loss_scale") = py::dict())
       .def("train", &model_train, py::arg("epoch"), py::arg("train_dataset"), py::arg("callbacks") = py::none(),
            py::arg("valid_dataset") = py::none())
-      .def("train_step", [](PyModel& m, const Tensor& x, const Tensor& y) {
-        py::gil_scoped_release nogil;
-        return m.model->train_step(x, y);
-      }, py::arg("x"), py::arg("y"))
-      .def("eval", [](PyModel& m, py::object ds) {
-        const data::Dataset& d = as_dataset(ds, "eval");
-        py::gil_scoped_release nogil;
-        return m.model->eval(d);
-      }, py::arg("valid_dataset"))
-      .def("predict", [](PyModel& m, const Tensor& x) {
-        py::gil_scoped_release nogil;
-        return m.model->predict(x);
-      }, py::arg("x"))
-      .def("save_checkpoint", [](PyModel& m, const std::string& p) {
-        py::gil_scoped_release nogil;
-        m.model->save_checkpoint(p);
-      }, py::arg("path"))
-      .def("load_checkpoint", [](PyModel& m, const std::string& p) {
-        py::gil_scoped_release nogil;
-        m.model->load_checkpoint(p);
-      }, py::arg("path"))
+      .def(
+          "train_step",
+          [](PyModel& m, const Tensor& x, const Tensor& y) {
+            py::gil_scoped_release nogil;
+            return m.model->train_step(x, y);
+          },
+          py::arg("x"), py::arg("y"))
+      .def(
+          "eval",
+          [](PyModel& m, py::object ds) {
+            const data::Dataset& d = as_dataset(ds, "eval");
+            py::gil_scoped_release nogil;
+            return m.model->eval(d);
+          },
+          py::arg("valid_dataset"))
+      .def(
+          "predict",
+          [](PyModel& m, const Tensor& x) {
+            py::gil_scoped_release nogil;
+            return m.model->predict(x);
+          },
+          py::arg("x"))
+      .def(
+          "save_checkpoint",
+          [](PyModel& m, const std::string& p) {
+            py::gil_scoped_release nogil;
+            m.model->save_checkpoint(p);
+          },
+          py::arg("path"))
+      .def(
+          "load_checkpoint",
+          [](PyModel& m, const std::string& p) {
+            py::gil_scoped_release nogil;
+            m.model->load_checkpoint(p);
+          },
+          py::arg("path"))
       .def_property_readonly("global_step", [](const PyModel& m) { return m.model->global_step(); })
       .def_property_readonly("epoch", [](const PyModel& m) { return m.model->epoch(); })
       .def_property_readonly("mode", [](const PyModel& m) { return m.model->options().mode; })
       .def_property_readonly("loss_scale", [](const PyModel& m) { return m.model->loss_scale(); })
       .def_property_readonly("overflow_steps", [](const PyModel& m) { return m.model->overflow_steps(); });
 
-  m.def("_save_checkpoint", [](nn::Cell& net, const std::string& path) {
-    py::gil_scoped_release nogil;
-    train::save_checkpoint(path, net, nullptr, {}, train::CheckpointInfo{});
-  }, py::arg("network"), py::arg("path"));
-  m.def("_load_checkpoint", [](nn::Cell& net, const std::string& path) {
-    py::gil_scoped_release nogil;
-    return train::load_checkpoint(path, net).step;
-  }, py::arg("network"), py::arg("path"));
+  m.def(
+      "_save_checkpoint",
+      [](nn::Cell& net, const std::string& path) {
+        py::gil_scoped_release nogil;
+        train::save_checkpoint(path, net, nullptr, {}, train::CheckpointInfo{});
+      },
+      py::arg("network"), py::arg("path"));
+  m.def(
+      "_load_checkpoint",
+      [](nn::Cell& net, const std::string& path) {
+        py::gil_scoped_release nogil;
+        return train::load_checkpoint(path, net).step;
+      },
+      py::arg("network"), py::arg("path"));
 
   // ---- context and export
   m.def("_set_context", [](const py::dict& d) {
