@@ -27,38 +27,6 @@ from ._spore import (Cell, Parameter, Dense, Conv2d, Conv2dTranspose, ReLU, GELU
                      LrSchedule, Optimizer)
 
 
-class SequentialCell(Cell):
-    """Cells applied in order (registered as "0", "1", ...)."""
-
-    def __init__(self, *cells):
-        super().__init__()
-        if len(cells) == 1 and isinstance(cells[0], (list, tuple)):
-            cells = tuple(cells[0])
-        self._n = 0
-        for c in cells:
-            self.append(c)
-
-    def append(self, cell):
-        if not isinstance(cell, Cell):
-            raise TypeError(f"SequentialCell: expected a spore.nn.Cell, got {type(cell).__name__}")
-        setattr(self, str(self._n), cell)
-        self._n += 1
-        return self
-
-    def __len__(self):
-        return self._n
-
-    def __getitem__(self, i):
-        if not -self._n <= i < self._n:
-            raise IndexError(f"SequentialCell index {i} out of range ({self._n} cells)")
-        return getattr(self, str(i % self._n))
-
-    def construct(self, x):
-        for i in range(self._n):
-            x = getattr(self, str(i))(x)
-        return x
-
-
 class CellList(Cell):
     """Cells registered as "0", "1", ... without a forward pass of their own: the parent decides how to call them."""
 
@@ -70,7 +38,7 @@ class CellList(Cell):
 
     def append(self, cell):
         if not isinstance(cell, Cell):
-            raise TypeError(f"CellList: expected a spore.nn.Cell, got {type(cell).__name__}")
+            raise TypeError(f"{type(self).__name__}: expected a spore.nn.Cell, got {type(cell).__name__}")
         setattr(self, str(self._n), cell)
         self._n += 1
         return self
@@ -83,8 +51,20 @@ class CellList(Cell):
 
     def __getitem__(self, i):
         if not -self._n <= i < self._n:
-            raise IndexError(f"CellList index {i} out of range ({self._n} cells)")
+            raise IndexError(f"{type(self).__name__} index {i} out of range ({self._n} cells)")
         return getattr(self, str(i % self._n))
+
+
+class SequentialCell(CellList):
+    """Cells applied in order (registered as "0", "1", ...)."""
+
+    def __init__(self, *cells):
+        super().__init__(tuple(cells[0]) if len(cells) == 1 and isinstance(cells[0], (list, tuple)) else cells)
+
+    def construct(self, x):
+        for cell in self:
+            x = cell(x)
+        return x
 
 
 # ---- learning-rate schedules (the lr per 0-based step) --------------------------------------------------------
