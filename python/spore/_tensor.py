@@ -112,11 +112,7 @@ def _binary(name, reverse=False):
     index = _spore._op_index(name)
 
     def op(self, other):
-        # Tensors, and Python ints / floats for the dtypes where C++ makes the same weak scalar, go straight to C++;
-        # the rest (NumPy scalars, arrays, bf16/f16/bool operands) through _operand.
-        out = fast(index, other, self) if reverse else fast(index, self, other)
-        if out is not NotImplemented:
-            return out
+        # What the C operator (_operator) declined: NumPy scalars, arrays, Python numbers with bf16/f16/bool tensors.
         o = _operand(other, self)
         if o is NotImplemented:
             return NotImplemented

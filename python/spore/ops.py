@@ -51,16 +51,10 @@ def _make(d):
     n_pos = 0 if variadic else hi
     attr_keys = frozenset(attr_names)
     required = frozenset(a[0] for a in d["attrs"] if not a[3])  # attributes without a default
-    index = _spore._op_index(name)
-    fast = _spore._fast_call
 
     def fn(*args, **kwargs):
-        # Fastest path: tensors only, no attributes given (and none required): one vectorcall into C++, which answers
-        # NotImplemented when an argument is not a tensor or their count is wrong (the paths below then say why).
-        if not kwargs and not required:
-            out = fast(index, *args)
-            if out is not NotImplemented:
-                return out
+        # (Positional calls of ops without required attributes never get here first: the C callable made below runs
+        # them and hands over only keyword calls and arguments it declines.)
         # Fast path: tensors as positional inputs (as many as the op takes), only attributes as keywords and every
         # required attribute given. This is exactly what sig.bind accepts and the general path below produces (the
         # inputs in order, the given attributes), without building a BoundArguments, which was most of a small op's

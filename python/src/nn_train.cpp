@@ -83,8 +83,7 @@ class PyCell : public nn::Cell {
   Tensor call_python(std::span<const Tensor> xs) {
     py::gil_scoped_acquire gil;
     py::function f = py::get_override(static_cast<const nn::Cell*>(this), "construct");
-    py::object self = py::cast(static_cast<nn::Cell*>(this), py::return_value_policy::reference);
-    if (!f) fail(ErrorCode::unsupported, fmt::format("{} defines no construct(...)", type_name(self)));
+    if (!f) fail(ErrorCode::unsupported, fmt::format("{} defines no construct(...)", python_type()));
     py::tuple args(xs.size());
     for (size_t i = 0; i < xs.size(); ++i) args[i] = py::cast(xs[i]);
     py::object r = f(*args);
@@ -92,8 +91,12 @@ class PyCell : public nn::Cell {
       fail(ErrorCode::invalid_argument,
            fmt::format("{}.construct returned {}, not a spore.Tensor (a cell run by train.Model, export or a C++ "
                        "layer returns one tensor)",
-                       type_name(self), type_name(r)));
+                       python_type(), type_name(r)));
     return r.cast<Tensor>();
+  }
+  // The Python class's name, for errors (only then: a construct call is a hot path in PyNative mode).
+  std::string python_type() {
+    return type_name(py::cast(static_cast<nn::Cell*>(this), py::return_value_policy::reference));
   }
 };
 
@@ -171,7 +174,9 @@ bool has_child(nn::Cell& c, const std::string& name) {
 // Cell.__setattr__: a Parameter (or, for a name that is already a parameter, a tensor) goes into the cell's slots;
 // a Cell is registered as a sub-cell (and kept in __dict__, which keeps it alive); anything else is a plain attribute.
 void cell_setattr(py::object self, const std::string& name, py::object value) {
-  static py::object object_setattr = py::module_::import("builtins").attr("object").attr("__setattr__");
+  // Leaked on purpose: a static py::object would be released after the interpreter is gone.
+  static const auto* object_setattr =
+      new py::object(py::module_::import("builtins").attr("object").attr("__setattr__"));
   nn::Cell* c = cell_or_null(self);
   const bool special = name.size() > 4 && name.compare(0, 2, "__") == 0;
   if (c == nullptr || special) {
@@ -179,7 +184,7 @@ void cell_setattr(py::object self, const std::string& name, py::object value) {
       fail(ErrorCode::invalid_argument,
            fmt::format("{}.{}: call super().__init__() in __init__ before assigning cells or parameters",
                        type_name(self), name));
-    object_setattr(self, name, value);
+    (*object_setattr)(self, name, value);
     return;
   }
   if (py::isinstance<PyParameter>(value)) {
@@ -220,7 +225,7 @@ void cell_setattr(py::object self, const std::string& name, py::object value) {
       c->register_cell(name, child);
     }
   }
-  object_setattr(self, name, value);
+  (*object_setattr)(self, name, value);
 }
 
 // Cell.__getattr__ (only for names normal lookup misses): the current value of the cell's own parameter, so a

@@ -43,9 +43,8 @@ std::span<const Tensor> sub(std::span<const Tensor> in, size_t from, size_t n) {
 // The step's autocast (none at O0).
 class AmpScope {
  public:
-  explicit AmpScope(const ModelOptions& o) {
-    const ops::AmpLevel l = ops::parse_amp_level(o.amp_level);
-    if (l != ops::AmpLevel::O0) scope_.emplace(l, o.amp_dtype);
+  AmpScope(ops::AmpLevel level, DType low) {
+    if (level != ops::AmpLevel::O0) scope_.emplace(level, low);
   }
 
  private:
@@ -90,7 +89,7 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
   SPORE_CHECK(opts_.clip_norm >= 0, ErrorCode::invalid_argument, "train::Model: expected clip_norm >= 0, got {}",
               opts_.clip_norm);
   for (const std::string& m : metrics_) make_metric(m);  // an unknown name fails here, with make_metric's message
-  ops::parse_amp_level(opts_.amp_level);  // an unknown level fails here
+  amp_level_ = ops::parse_amp_level(opts_.amp_level);  // an unknown level fails here
   SPORE_CHECK(opts_.amp_dtype == DType::f16 || opts_.amp_dtype == DType::bf16, ErrorCode::invalid_argument,
               "train::Model: the amp dtype must be f16 or bf16, got {}", dtype_name(opts_.amp_dtype));
   const LossScale& ls = opts_.loss_scale;
@@ -210,7 +209,7 @@ double Model::train_step_pynative(const Tensor& x, const Tensor& y) {
   Tensor loss_t;
   {
     nn::StepScope scope(counter_tensor(micro_step()));
-    AmpScope amp(opts_);
+    AmpScope amp(amp_level_, opts_.amp_dtype);
     r = nn::value_and_grad(net_, [&] {
       loss_t = loss_fn_(net_(x), y);
       return scaling_ ? ops::mul(loss_t, scale_) : loss_t;
@@ -265,7 +264,7 @@ Model::Traced Model::trace_forward_backward(const Tensor& x, const Tensor& y, co
   nn::LossAndGrads r;
   {
     nn::StepScope scope(counter);
-    AmpScope amp(opts_);
+    AmpScope amp(amp_level_, opts_.amp_dtype);
     r = nn::value_and_grad(net_, [&] {
       t.logits = net_(x);
       t.loss = loss_fn_(t.logits, y);

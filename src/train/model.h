@@ -29,6 +29,7 @@
 
 #include "data/dataset.h"
 #include "nn/cell.h"
+#include "ops/autocast.h"
 #include "train/callbacks.h"
 #include "train/optimizer.h"
 
@@ -142,7 +143,8 @@ class Model {
   int64_t micro_ = 0;
   int64_t step_ = 0, epoch_ = 0;
   double last_lr_ = 0.0;
-  bool scaling_ = false;  // loss scaling on
+  ops::AmpLevel amp_level_ = ops::AmpLevel::O0;  // opts_.amp_level, parsed once
+  bool scaling_ = false;                         // loss scaling on
   double scale_ = 1.0;
   int64_t good_steps_ = 0, overflow_steps_ = 0;
   bool last_overflow_ = false;
