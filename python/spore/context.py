@@ -14,24 +14,29 @@ PYNATIVE_MODE = 1
 _LEVELS = {"O0": 0, "O1": 1, "O2": 2}
 
 
-def _bytes(v):
+_UNITS = {"": 1, "B": 1, "K": 10 ** 3, "KB": 10 ** 3, "M": 10 ** 6, "MB": 10 ** 6, "G": 10 ** 9, "GB": 10 ** 9,
+          "T": 10 ** 12, "TB": 10 ** 12, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def _bytes(v, what="max_device_memory"):
+    """A byte count: an int, or a size as the CLI's --max-memory takes it ("2GB" = 2e9 bytes, "512MiB" = 512 * 2^20)."""
     if isinstance(v, bool):
-        raise TypeError("max_device_memory: a byte count or a string such as '2GB'")
+        raise TypeError(f"{what}: a byte count or a string such as '2GB'")
     if isinstance(v, int):
         if v < 0:
-            raise ValueError(f"max_device_memory {v}: expected >= 0 (0: unlimited)")
+            raise ValueError(f"{what} {v}: expected >= 0 (0: unlimited)")
         return v
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(B|KB|MB|GB|TB)?\s*", str(v), re.IGNORECASE)
-    if not m:
-        raise ValueError(f"max_device_memory {v!r}: expected a byte count or a size such as '3.5GB'")
-    unit = (m.group(2) or "B").upper()
-    return int(float(m.group(1)) * {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}[unit])
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(v))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"{what} {v!r}: expected a byte count or a size such as 2GB, 512MiB (B, KB, MB, GB, TB: "
+                         "powers of 1000; KiB, MiB, GiB, TiB: of 1024)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 def set_context(mode=None, deterministic=None, memory_optimize_level=None, max_device_memory=None, save_graphs=None,
                 save_graphs_path=None, recompute=None, device_target=None, threads=None):
     """mode: GRAPH_MODE or PYNATIVE_MODE. memory_optimize_level: 0/1/2 or "O0"/"O1"/"O2". max_device_memory: bytes or
-    "3.5GB" (plans needing more fail at compile). save_graphs: a directory (or True with save_graphs_path) to dump
+    a size as the CLI takes it ("3.5GB" = 3.5e9 bytes, "2GiB" = 2^31; plans needing more fail at compile). save_graphs: a directory (or True with save_graphs_path) to dump
     every compile's graph after each pass. device_target: "CPU" (the backend spore has)."""
     opts = {}
     if mode is not None:

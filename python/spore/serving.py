@@ -9,7 +9,7 @@ server for tensor models (.onnx, .spore), with /health and /metrics (docs/SERVE.
 Both run the server on an engine thread without the GIL; Python keeps its own signal handling.
 
 Options are the CLI's (`spore serve --help`) with underscores: host, port (0: any free port), parallel, ctx, kv_type,
-max_memory (bytes), max_queue, max_queued_tokens, prefix_cache, api_key, threads, timeout, max_body, chat_template,
+max_memory (bytes or "2GB" / "512MiB", as the CLI), max_queue, max_queued_tokens, prefix_cache, api_key, threads, timeout, max_body, chat_template,
 batching ("auto" | "on" | "off"), max_batch, batch_delay_ms, http_threads, shutdown_timeout, access_log.
 """
 import os
@@ -38,9 +38,13 @@ def _models(model, models):
 
 
 def _options(kw):
+    from .context import _bytes
     unknown = sorted(set(kw) - _OPTIONS)
     if unknown:
         raise TypeError(f"serve: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(_OPTIONS))})")
+    for k in ("max_memory", "max_body"):  # sizes as the CLI takes them: "2GB", "512MiB", or bytes
+        if kw.get(k) is not None:
+            kw[k] = _bytes(kw[k], k)
     return kw
 
 

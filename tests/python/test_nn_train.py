@@ -289,9 +289,13 @@ def test_set_context_mode_chooses_the_models_mode():
     opt = nn.SGD(net.trainable_params(), 0.1)
     loss = nn.SoftmaxCrossEntropyWithLogits(True, "mean")
     try:
-        spore.set_context(mode=spore.GRAPH_MODE, memory_optimize_level="O2", max_device_memory="1GB")
+        spore.set_context(mode=spore.GRAPH_MODE, memory_optimize_level="O2", max_device_memory="1GiB")
         assert spore.get_context("mode") == spore.GRAPH_MODE and spore.get_context("memory_optimize_level") == 2
         assert spore.get_context("max_device_memory") == 1 << 30
+        spore.set_context(max_device_memory="2.5GB")  # the CLI's units: GB is 10^9, GiB 2^30
+        assert spore.get_context("max_device_memory") == 2_500_000_000
+        with pytest.raises(ValueError, match="powers of 1000"):
+            spore.set_context(max_device_memory="3 parsecs")
         assert spore.Model(net, loss, opt).mode == "graph"
         spore.set_context(mode=spore.PYNATIVE_MODE)
         assert spore.Model(net, loss, opt).mode == "pynative"
