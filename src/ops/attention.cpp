@@ -1,6 +1,6 @@
 // The fused attention op (ops/attention.h). Shape inference checks every operand against q; the decomposition
 // (matmul, mul by the scale, add the mask, softmax, matmul) is the definition and the fallback on backends
-// without a kernel. Inference only: no gradient.
+// without a kernel. The gradient recomputes the probabilities (the op keeps none) and is written with ops::.
 #include "ops/attention.h"
 
 #include <cmath>
@@ -108,6 +108,48 @@ std::vector<Tensor> decompose_attention(std::span<const Tensor> in, const Attrs&
   return {ops::matmul(ops::softmax(s, -1), in[2])};
 }
 
+// Sums a broadcast gradient back to the mask's shape (leading dims away, size-1 dims kept).
+Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  Tensor r = g;
+  const int lead = g.rank() - static_cast<int>(shape.size());
+  if (lead > 0) {
+    ops::Ints axes;
+    for (int i = 0; i < lead; ++i) axes.push_back(i);
+    r = ops::reduce_sum(r, axes, false);
+  }
+  ops::Ints axes;
+  for (int i = 0; i < r.rank(); ++i)
+    if (shape[static_cast<size_t>(i)] == 1 && r.shape()[static_cast<size_t>(i)] != 1) axes.push_back(i);
+  return axes.empty() ? r : ops::reduce_sum(r, axes, true);
+}
+
+// P = softmax(scale * q k^T + mask); dv = P^T dO; dS = P * (dO v^T - rowsum(dO v^T * P)); dq = scale dS k;
+// dk = scale dS^T q (k_transposed: scale q^T dS); dmask = dS summed to the mask's shape.
+std::vector<Tensor> attention_grad(const GradContext& g) {
+  const auto& in = g.inputs;
+  std::vector<Tensor> out(in.size());
+  const Tensor& dout = g.output_grads[0];
+  if (!dout.defined()) return out;
+  const bool kt = g.attrs.b("k_transposed");
+  const double scale = g.attrs.f("scale");
+  const Tensor &q = in[0], &k = in[1], &v = in[2];
+  Tensor s = ops::mul(ops::matmul(q, k, false, !kt), scale);
+  if (in.size() > 3) s = ops::add(s, in[3]);
+  const int64_t last = s.rank() - 1;
+  const Tensor p = ops::softmax(s, last);
+  if (g.wants(2)) out[2] = ops::matmul(p, dout, true, false);
+  const bool want_mask = in.size() > 3 && g.wants(3);
+  if (!g.wants(0) && !g.wants(1) && !want_mask) return out;
+  const Tensor dp = ops::matmul(dout, v, false, true);
+  const Tensor ds = ops::mul(p, ops::sub(dp, ops::reduce_sum(ops::mul(dp, p), {last}, true)));
+  if (want_mask) out[3] = sum_to_shape(ds, in[3].shape());
+  const Tensor dss = ops::mul(ds, scale);
+  if (g.wants(0)) out[0] = ops::matmul(dss, k, false, kt);
+  if (g.wants(1)) out[1] = kt ? ops::matmul(q, dss, true, false) : ops::matmul(dss, q, true, false);
+  return out;
+}
+
 OpCost attention_cost(std::span<const TensorType> ins, std::span<const TensorType> outs, const Attrs& a) {
   OpCost c;
   for (const auto& t : ins) c.bytes += static_cast<double>(std::max<int64_t>(t.numel(), 0)) * dtype_size(t.dtype);
@@ -124,16 +166,19 @@ OpCost attention_cost(std::span<const TensorType> ins, std::span<const TensorTyp
 
 void register_attention_ops(OpRegistry& r) {
   r.def("attention"_op)
-      .doc("softmax(scale * q @ k^T [+ mask], last axis) @ v: q [..., Lq, D], k [..., Lk, D] (or [..., D, Lk] with "
-           "k_transposed=true), v [..., Lk, Dv], equal leading dims; mask additive, broadcast to [..., Lq, Lk]. "
-           "Made by fuse_attention; inference only.")
+      .doc(
+          "softmax(scale * q @ k^T [+ mask], last axis) @ v: q [..., Lq, D], k [..., Lk, D] (or [..., D, Lk] with "
+          "k_transposed=true), v [..., Lk, Dv], equal leading dims; mask additive, broadcast to [..., Lq, Lk]. "
+          "Made by fuse_attention on inference graphs; trainable models call it (nn/llama.h), its gradient "
+          "recomputes the probabilities.")
       .inputs({"q", "k", "v", "mask?"})
       .attr("scale", AttrKind::f64, 1.0)
       .attr("k_transposed", AttrKind::boolean, false)
       .dtypes(dtypes::floating)
-      .traits(Trait::no_grad, FusionKind::opaque, AmpPolicy::keep_f32)
+      .traits(TraitSet{}, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_attention)
       .decompose(decompose_attention)
+      .grad(attention_grad)
       .cost(attention_cost);
 }
 

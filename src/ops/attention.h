@@ -4,8 +4,9 @@
 //   = softmax(scale * q @ k^T [+ mask], last axis) @ v
 // k is [..., Lk, D], or [..., D, Lk] (already transposed) when k_transposed=true. The leading (batch) dims of
 // q, k and v are equal (no broadcasting); the additive mask broadcasts (NumPy rules) to [..., Lq, Lk].
-// Inference only: the fused kernel sums in another order than matmul + softmax + matmul, so the pass that
-// makes it runs only on inference graphs.
+// The fused kernel sums in another order than matmul + softmax + matmul, so the pass that makes it runs only on
+// inference graphs; a model that calls the op itself (nn/llama.h) trains through its gradient rule, which
+// recomputes the probabilities with matmul + softmax.
 #include <cstdint>
 #include <vector>
 

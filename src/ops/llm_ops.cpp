@@ -6,6 +6,7 @@
 
 #include "ops/dispatch.h"
 #include "ops/infer.h"
+#include "ops/ops.h"
 
 namespace spore {
 
@@ -324,6 +325,26 @@ OpCost attention_kv_cost(std::span<const TensorType> ins, std::span<const Tensor
   return c;
 }
 
+// The adjoint of a rotation is the rotation by minus the angle, and F R(a) F = R(-a) where F negates the second
+// element of each rotated pair. So dx = F rope(F dy): the same kernel at the same positions, exact (multiplying by
+// +-1 rounds nothing). positions and freq_factors get no gradient.
+std::vector<Tensor> rope_grad(const GradContext& g) {
+  std::vector<Tensor> out(g.inputs.size());
+  const Tensor& dy = g.output_grads[0];
+  if (!dy.defined() || !g.wants(0)) return out;
+  const int64_t d = g.inputs[0].shape()[2];
+  const int64_t rd = g.attrs.i("dim") == 0 ? d : g.attrs.i("dim");
+  const bool neox = g.attrs.s("mode") == "neox";
+  std::vector<double> sign(static_cast<size_t>(d), 1.0);
+  for (int64_t e = 0; e < rd; ++e)
+    if (neox ? e >= rd / 2 : (e & 1) != 0) sign[static_cast<size_t>(e)] = -1.0;
+  const Tensor f = Tensor::from_doubles(sign, {d}, DType::f32);
+  std::vector<Tensor> ins(g.inputs.begin(), g.inputs.end());
+  ins[0] = ops::mul(dy, f);
+  out[0] = ops::mul(ops::call1("rope"_op, ins, g.attrs), f);
+  return out;
+}
+
 }  // namespace
 
 void register_llm_ops(OpRegistry& r) {
@@ -357,16 +378,18 @@ void register_llm_ops(OpRegistry& r) {
       .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
       .infer(infer_embed_blockq);
   r.def("rope"_op)
-      .doc("rotary position embedding of x [T, H, D] at positions [T]; mode normal (pairs 2i, 2i+1) or neox "
-           "(pairs i, i + dim/2)")
+      .doc(
+          "rotary position embedding of x [T, H, D] at positions [T]; mode normal (pairs 2i, 2i+1) or neox "
+          "(pairs i, i + dim/2)")
       .inputs({"x", "positions", "freq_factors?"})
       .attr("theta", AttrKind::f64, 10000.0)
       .choice("mode", {"normal", "neox"})
       .attr("dim", AttrKind::i64, int64_t{0})
       .attr("freq_scale", AttrKind::f64, 1.0)
       .dtypes(DTypeSet{DType::f32})
-      .traits(TraitSet{Trait::no_grad}, FusionKind::opaque, AmpPolicy::keep_f32)
-      .infer(infer_rope);
+      .traits(TraitSet{}, FusionKind::opaque, AmpPolicy::keep_f32)
+      .infer(infer_rope)
+      .grad(rope_grad);
   r.def("attention_kv"_op)
       .doc("causal GQA attention of q [T, Hq, D] over a KV cache [Hkv, C, D] (rows before positions[0]) and the "
            "new rows k_new/v_new [T, Hkv, D]; an i8 cache comes with row scales k_scale/v_scale [Hkv, C]; the cache "

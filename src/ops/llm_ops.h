@@ -68,6 +68,7 @@ Tensor embed_blockq(const Tensor& w, const Tensor& ids, std::string_view format)
 // Rotary position embedding of x f32 [T, H, D] at positions i64 [T]. mode "normal" rotates pairs (2i, 2i+1), "neox"
 // pairs (i, i + dim/2). The first `dim` of D are rotated (0 = all of D). Angle of pair i at position p:
 // p * freq_scale * theta^(-2i/dim) / freq_factors[i] (freq_factors f32 [dim/2], optional: Llama 3.1 scaling).
+// Differentiable in x: the gradient is the inverse rotation (rope of the sign-flipped gradient, exact).
 Tensor rope(const Tensor& x, const Tensor& positions, double theta, std::string_view mode, int64_t dim = 0,
             double freq_scale = 1.0, const std::optional<Tensor>& freq_factors = {});
 // Causal attention of new tokens over a KV cache plus themselves. q f32 [T, Hq, D]; k_cache, v_cache [Hkv, C, D]
