@@ -24,7 +24,7 @@ for upper, below in {
     "io": {"base", "tensor", "ir", "ops"},
     "data": {"base", "tensor"},
     "nn": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime"},
-    "train": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "data", "io"},
+    "train": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "data", "io", "llm"},
     "llm": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "io", "data"},
     # deployed models: load (io) + compile per input signature (runtime)
     "deploy": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "io"},

@@ -599,6 +599,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   return out;
 }
 
+std::vector<std::pair<size_t, size_t>> Tokenizer::pre_tokenize(std::string_view text) const {
+  const Impl& m = *impl_;
+  SPORE_CHECK(m.type == VocabType::bpe && m.byte_level, ErrorCode::unsupported,
+              "{}: pre_tokenize needs a byte-level BPE tokenizer", m.source);
+  std::vector<std::pair<size_t, size_t>> pieces{{0, text.size()}};
+  if (text.empty()) return {};
+  MatchData md;
+  for (const auto& re : m.regexes) re->split(text, pieces, md.md);
+  return pieces;
+}
+
 std::string Tokenizer::token_to_text(int32_t id) const {
   const Impl& m = *impl_;
   const std::string& piece = token_to_piece(id);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace spore::io {
@@ -42,6 +43,9 @@ class Tokenizer {
   // Bytes back to text: byte-level tokens to their bytes, SentencePiece's "▁" to a space and <0xNN> to byte NN.
   // Control tokens (BOS, <|im_end|>, ...) are kept as their text unless `skip_special`.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+  // Byte-level BPE: the byte ranges {offset, length} of `text` that the pre-tokenizer regexes cut it into, which
+  // merges never cross (special tokens are not split out). What a BPE trainer counts pairs within (llm/bpe_train.h).
+  std::vector<std::pair<size_t, size_t>> pre_tokenize(std::string_view text) const;
   // The vocabulary string of a token ("Ġworld", "▁Hello", "<0x0A>"); an out-of-range id is an error.
   const std::string& token_to_piece(int32_t id) const;
   // The bytes one token stands for (as decode would produce them, no leading-space removal).

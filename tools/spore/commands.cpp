@@ -16,6 +16,8 @@ constexpr Command commands[] = {
     {"graph", "parse, verify and print a text-IR graph file (--dot for Graphviz)", cmd_graph},
     {"demo", "a small graph-mode demo: trace, compile, run, profile", cmd_demo},
     {"train", "train a model (simplenet, lenet, mlp) on MNIST / digits; checkpoints, --json", cmd_train},
+    {"train-lm", "pretrain a small Llama/Qwen2 LM on a text file: BPE tokenizer, checkpoints, GGUF out, --json",
+     cmd_train_lm},
     {"eval", "test accuracy of a training checkpoint or a model file (.spore / .onnx)", cmd_eval},
     {"export", "checkpoint + model -> .spore or ONNX file, with fixed or symbolic --input-shape", cmd_export},
     {"convert", "ONNX/.spore -> .spore: --precision-mode, --quantize, --input-shape; accuracy report", cmd_convert},

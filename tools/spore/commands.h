@@ -14,6 +14,7 @@ int cmd_ops(int argc, char** argv);
 int cmd_graph(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_train(int argc, char** argv);
+int cmd_train_lm(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_export(int argc, char** argv);
 int cmd_convert(int argc, char** argv);

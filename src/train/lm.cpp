@@ -1,0 +1,376 @@
+// Language-model pretraining (train/lm.h).
+#include "train/lm.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "io/gguf/gguf.h"
+#include "io/gguf/gguf_writer.h"
+#include "llm/bpe_train.h"
+#include "llm/tokenizer.h"
+#include "nn/init.h"
+#include "nn/loss.h"
+#include "ops/ops.h"
+#include "train/model.h"
+#include "train/optimizer.h"
+
+namespace spore::train {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_text(const std::string& path, const char* what) {
+  SPORE_CHECK(fs::is_regular_file(path), ErrorCode::not_found, "{} '{}' does not exist or is not a file", what, path);
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  SPORE_CHECK(f.good() || f.eof(), ErrorCode::io_error, "{} '{}' could not be read", what, path);
+  SPORE_CHECK(!s.empty(), ErrorCode::invalid_argument, "{} '{}' is empty", what, path);
+  return s;
+}
+
+void write_atomic(const fs::path& path, const std::string& bytes) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    SPORE_CHECK(f.good(), ErrorCode::io_error, "could not write '{}'", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// x, y i64 [B, T]: windows of ctx + 1 tokens at the given offsets.
+std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets, int64_t T) {
+  const auto B = static_cast<int64_t>(offsets.size());
+  Tensor x = Tensor::empty({B, T}, DType::i64), y = Tensor::empty({B, T}, DType::i64);
+  int64_t* xp = x.data<int64_t>();
+  int64_t* yp = y.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t at = static_cast<size_t>(offsets[static_cast<size_t>(b)] + t);
+      xp[b * T + t] = tokens[at];
+      yp[b * T + t] = tokens[at + 1];
+    }
+  return {x, y};
+}
+
+std::string model_key(const nn::LlamaConfig& c) {
+  return fmt::format("{} vocab {} dim {} layers {} heads {} kv_heads {} ffn {} ctx {} tied {}", c.arch, c.vocab, c.dim,
+                     c.layers, c.heads, c.kv_heads, c.ffn, c.ctx, c.tie_embeddings);
+}
+std::string run_key(const LmOptions& o) {
+  return fmt::format(
+      "batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {} "
+      "mode {}",
+      o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed, o.mode);
+}
+
+// The loss curve: every step's training loss and the validation losses, on one linear scale.
+void write_svg(const std::string& path, const std::vector<double>& train,
+               const std::vector<std::pair<int64_t, double>>& val) {
+  const double W = 720, H = 420, L = 60, R = 20, T = 30, Bm = 50;
+  double lo = 1e300, hi = -1e300;
+  for (double v : train) lo = std::min(lo, v), hi = std::max(hi, v);
+  for (const auto& [s, v] : val) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!(hi > lo)) hi = lo + 1;
+  const double n = std::max<double>(2, static_cast<double>(train.size()));
+  auto X = [&](double step) { return L + (W - L - R) * (step - 1) / (n - 1); };
+  auto Y = [&](double v) { return T + (H - T - Bm) * (hi - v) / (hi - lo); };
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"{}\" y=\"18\">spore train-lm: loss per step (train: blue, validation: orange)</text>\n"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
+      W, H, L, L, T, L, H - Bm, L, H - Bm, W - R, H - Bm);
+  for (int i = 0; i <= 4; ++i) {
+    const double v = lo + (hi - lo) * i / 4;
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3f}</text>\n", L - 4, Y(v) + 4, v);
+  }
+  s += fmt::format("<text x=\"{}\" y=\"{}\">1</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">step {}</text>\n", L,
+                   H - Bm + 16, W - R, H - Bm + 16, train.size());
+  std::string pts;
+  for (size_t i = 0; i < train.size(); ++i)
+    pts += fmt::format("{:.1f},{:.1f} ", X(static_cast<double>(i + 1)), Y(train[i]));
+  s += fmt::format("<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.2\" points=\"{}\"/>\n", pts);
+  pts.clear();
+  for (const auto& [st, v] : val) pts += fmt::format("{:.1f},{:.1f} ", X(static_cast<double>(st)), Y(v));
+  s += fmt::format("<polyline fill=\"none\" stroke=\"#ff7f0e\" stroke-width=\"2\" points=\"{}\"/>\n", pts);
+  for (const auto& [st, v] : val)
+    s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"#ff7f0e\"/>\n", X(static_cast<double>(st)),
+                     Y(v));
+  s += "</svg>\n";
+  write_atomic(path, s);
+}
+
+}  // namespace
+
+double lm_cross_entropy(const Tensor& logits, const Tensor& labels) {
+  SPORE_CHECK(logits.rank() == 3 && logits.dtype() == DType::f32 && labels.rank() == 2 &&
+                  labels.shape()[0] == logits.shape()[0] && labels.shape()[1] == logits.shape()[1],
+              ErrorCode::shape_mismatch, "lm_cross_entropy: logits f32 [B, T, V] and labels [B, T], got {} and {}",
+              shape_str(logits.shape()), shape_str(labels.shape()));
+  const Tensor lg = logits.contiguous();
+  const Tensor lb = labels.dtype() == DType::i64 ? labels.contiguous() : labels;
+  const int64_t rows = lg.shape()[0] * lg.shape()[1], V = lg.shape()[2];
+  const float* p = lg.data<float>();
+  const auto ids = lb.to_doubles();
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = p + r * V;
+    double mx = row[0];
+    for (int64_t j = 1; j < V; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+    double sum = 0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
+    const auto id = static_cast<int64_t>(ids[static_cast<size_t>(r)]);
+    SPORE_CHECK(id >= 0 && id < V, ErrorCode::invalid_argument, "lm_cross_entropy: label {} outside [0, {})", id, V);
+    total += mx + std::log(sum) - static_cast<double>(row[id]);
+  }
+  return total / static_cast<double>(rows);
+}
+
+void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path) {
+  const nn::LlamaConfig& c = m.config();
+  io::GgufWriter w;
+  const std::string a = c.arch + ".";
+  using VT = io::GgufValueType;
+  w.add_string("general.architecture", c.arch);
+  w.add_string("general.name", "spore train-lm");
+  w.add_int("general.file_type", 0, VT::u32);  // all F32
+  w.add_int(a + "context_length", c.ctx, VT::u32);
+  w.add_int(a + "embedding_length", c.dim, VT::u32);
+  w.add_int(a + "block_count", c.layers, VT::u32);
+  w.add_int(a + "feed_forward_length", c.ffn, VT::u32);
+  w.add_int(a + "attention.head_count", c.heads, VT::u32);
+  w.add_int(a + "attention.head_count_kv", c.kv_heads, VT::u32);
+  w.add_int(a + "rope.dimension_count", c.head_dim(), VT::u32);
+  w.add_float(a + "rope.freq_base", c.rope_theta);
+  w.add_float(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.add_int(a + "vocab_size", c.vocab, VT::u32);
+  if (tokenizer)
+    for (const auto& [key, value] : tokenizer->metadata())
+      if (key.rfind("tokenizer.", 0) == 0) w.add(key, value);
+  for (const auto& [name, t] : m.parameters_and_names()) w.add_tensor(name, *t, io::GgmlType::f32);
+  w.write(path);
+}
+
+LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&)>& on_progress) {
+  auto progress = [&](const LmProgress& p) {
+    if (on_progress) on_progress(p);
+  };
+  SPORE_CHECK(!o.ckpt_dir.empty(), ErrorCode::invalid_argument, "train-lm needs a checkpoint directory");
+  SPORE_CHECK(o.train_tokenizer != !o.tokenizer.empty(), ErrorCode::invalid_argument,
+              "give either a tokenizer GGUF or train_tokenizer (one of them)");
+  SPORE_CHECK(o.batch > 0 && o.steps > 0 && o.accum > 0 && o.warmup >= 0 && o.warmup < o.steps && o.eval_every >= 0 &&
+                  o.eval_batches > 0,
+              ErrorCode::invalid_argument,
+              "train-lm needs batch, steps, accum, eval batches > 0 and 0 <= warmup < steps (batch {}, steps {}, "
+              "accum {}, eval batches {}, warmup {})",
+              o.batch, o.steps, o.accum, o.eval_batches, o.warmup);
+  SPORE_CHECK(std::isfinite(o.lr) && o.lr > 0 && o.clip >= 0 && o.weight_decay >= 0 && o.min_lr_ratio >= 0 &&
+                  o.min_lr_ratio <= 1,
+              ErrorCode::invalid_argument,
+              "train-lm needs lr > 0, clip >= 0, weight decay >= 0, min lr ratio in [0, 1]");
+  SPORE_CHECK(o.mode == "graph" || o.mode == "pynative", ErrorCode::invalid_argument,
+              "mode '{}' is not graph or pynative", o.mode);
+  fs::create_directories(o.ckpt_dir);
+  const fs::path dir(o.ckpt_dir);
+  const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json",
+                 tok_path = dir / "tokenizer.gguf";
+
+  // Tokenizer: trained once and kept in the checkpoint directory (a resumed run must tokenize alike).
+  const std::string text = read_text(o.data, "training data");
+  std::string tok_source = o.tokenizer;
+  if (o.train_tokenizer) {
+    if (!fs::exists(tok_path)) {
+      const llm::BpeVocab v = llm::train_bpe(text, o.vocab);
+      io::GgufWriter w;
+      w.add_string("general.architecture", "tokenizer");
+      llm::add_tokenizer_metadata(w, v);
+      w.write(tok_path.string());
+    }
+    tok_source = tok_path.string();
+  }
+  SPORE_CHECK(fs::is_regular_file(tok_source), ErrorCode::not_found, "tokenizer '{}' does not exist", tok_source);
+  const io::GgufFile tok_file = io::GgufFile::open(tok_source);
+  const llm::Tokenizer tok = llm::Tokenizer::from_gguf(tok_file);
+
+  std::vector<int32_t> train_tokens = tok.encode(text), val_tokens;
+  if (!o.val_data.empty()) {
+    val_tokens = tok.encode(read_text(o.val_data, "validation data"));
+  } else {
+    const auto n_val = static_cast<size_t>(static_cast<double>(train_tokens.size()) * o.val_fraction);
+    val_tokens.assign(train_tokens.end() - static_cast<std::ptrdiff_t>(n_val), train_tokens.end());
+    train_tokens.resize(train_tokens.size() - n_val);
+  }
+  nn::LlamaConfig cfg = o.model;
+  cfg.vocab = tok.vocab_size();
+  cfg.validate();
+  const int64_t T = cfg.ctx, B = o.batch;
+  const auto n_train = static_cast<int64_t>(train_tokens.size()), n_val = static_cast<int64_t>(val_tokens.size());
+  SPORE_CHECK(n_train > T + 1, ErrorCode::invalid_argument,
+              "the training text has {} tokens, too few for windows of ctx {} + 1", n_train, T);
+  SPORE_CHECK(n_val > T + 1, ErrorCode::invalid_argument,
+              "the validation text has {} tokens, too few for one window of ctx {} + 1", n_val, T);
+
+  nn::set_seed(o.seed);
+  nn::LlamaModel net(cfg);
+  AdamOptions ao;
+  ao.lr = o.lr;
+  ao.beta2 = 0.95;
+  ao.weight_decay = o.weight_decay;
+  std::unique_ptr<Optimizer> opt = make_adamw(trainable_names(net), ao);
+  opt->set_schedule(warmup_lr(o.warmup, cosine_lr(o.lr, o.steps - o.warmup, o.lr * o.min_lr_ratio)));
+  nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
+  LossFn loss_fn = [&ce](const Tensor& logits, const Tensor& labels) {
+    const int64_t V = logits.shape()[2];
+    return ce(ops::reshape(logits, {-1, V}), ops::reshape(labels, {-1}));
+  };
+  ModelOptions mo;
+  mo.mode = o.mode;
+  mo.grad_accumulation = o.accum;
+  mo.clip_norm = o.clip;
+  mo.seed = o.seed;
+  Model model(net, loss_fn, *opt, {}, mo);
+
+  LmReport rep;
+  rep.vocab = cfg.vocab;
+  rep.params = net.num_parameters();
+  rep.train_tokens = n_train;
+  rep.val_tokens = n_val;
+  std::vector<std::pair<int64_t, double>> val_curve;
+  if (fs::exists(state_path) && fs::exists(ckpt)) {
+    json st;
+    try {
+      st = json::parse(read_text(state_path.string(), "checkpoint state"));
+    } catch (const json::exception& e) {
+      SPORE_FAIL(ErrorCode::parse_error, "checkpoint state '{}' is not valid JSON: {}", state_path.string(), e.what());
+    }
+    SPORE_CHECK(st.value("model", "") == model_key(cfg) && st.value("run", "") == run_key(o),
+                ErrorCode::invalid_argument,
+                "checkpoint '{}' was written by another run ({}; {}), not this one ({}; {}): use another --ckpt-dir",
+                o.ckpt_dir, st.value("model", ""), st.value("run", ""), model_key(cfg), run_key(o));
+    model.load_checkpoint(ckpt.string());
+    rep.step_losses = st.at("losses").get<std::vector<double>>();
+    val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
+    SPORE_CHECK(static_cast<int64_t>(rep.step_losses.size()) == model.global_step(), ErrorCode::parse_error,
+                "checkpoint state '{}' has {} losses for step {}", state_path.string(), rep.step_losses.size(),
+                model.global_step());
+    LmProgress p;
+    p.kind = "resume";
+    p.step = model.global_step();
+    p.steps = o.steps;
+    progress(p);
+  }
+  rep.start_step = model.global_step();
+
+  auto save = [&] {
+    model.save_checkpoint(ckpt.string() + ".tmp");
+    fs::rename(ckpt.string() + ".tmp", ckpt);
+    json st{{"model", model_key(cfg)},
+            {"run", run_key(o)},
+            {"step", model.global_step()},
+            {"losses", rep.step_losses},
+            {"val", val_curve}};
+    write_atomic(state_path, st.dump());
+  };
+  // Validation windows: the first ones of the validation tokens, in batches of at most B.
+  const int64_t n_windows = std::min<int64_t>(o.eval_batches * B, (n_val - 1) / T);
+  auto evaluate = [&] {
+    double total = 0;
+    for (int64_t w0 = 0; w0 < n_windows; w0 += B) {
+      std::vector<int64_t> offs;
+      for (int64_t w = w0; w < std::min(n_windows, w0 + B); ++w) offs.push_back(w * T);
+      auto [x, y] = windows(val_tokens, offs, T);
+      total += lm_cross_entropy(model.predict(x), y) * static_cast<double>(offs.size());
+    }
+    return total / static_cast<double>(n_windows);
+  };
+
+  double train_s = 0, interval_loss = 0;
+  int64_t interval_steps = 0, tokens_done = 0;
+  const int64_t last = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+  for (int64_t step = model.global_step(); step < last; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double loss = 0;
+    for (int64_t i = 0; i < o.accum; ++i) {
+      const uint64_t m = static_cast<uint64_t>(step * o.accum + i);
+      std::vector<int64_t> offs(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b)
+        offs[static_cast<size_t>(b)] = static_cast<int64_t>(
+            splitmix64(splitmix64(o.seed) ^ (m * static_cast<uint64_t>(B) + static_cast<uint64_t>(b))) %
+            static_cast<uint64_t>(n_train - T - 1));
+      auto [x, y] = windows(train_tokens, offs, T);
+      loss += model.train_step(x, y);
+    }
+    loss /= static_cast<double>(o.accum);
+    train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tokens_done += B * T * o.accum;
+    rep.step_losses.push_back(loss);
+    interval_loss += loss;
+    ++interval_steps;
+    LmProgress p;
+    p.kind = "step";
+    p.step = step + 1;
+    p.steps = o.steps;
+    p.loss = loss;
+    p.lr = opt->lr_at(step);
+    p.tokens_per_s = static_cast<double>(tokens_done) / train_s;
+    p.elapsed_s = train_s;
+    progress(p);
+    const bool at_end = step + 1 == last;
+    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == o.steps) {
+      LmProgress e = p;
+      e.kind = "eval";
+      e.train_loss = interval_loss / static_cast<double>(interval_steps);
+      e.train_ppl = std::exp(e.train_loss);
+      e.val_loss = evaluate();
+      e.val_ppl = std::exp(e.val_loss);
+      val_curve.emplace_back(step + 1, e.val_loss);
+      rep.val_loss = e.val_loss;
+      rep.val_ppl = e.val_ppl;
+      interval_loss = 0;
+      interval_steps = 0;
+      save();
+      progress(e);
+    } else if (at_end) {
+      save();
+    }
+  }
+  rep.steps = model.global_step();
+  rep.last_loss = rep.step_losses.empty() ? 0.0 : rep.step_losses.back();
+  rep.train_seconds = train_s;
+  rep.tokens_per_s = train_s > 0 ? static_cast<double>(tokens_done) / train_s : 0.0;
+  rep.checkpoint = ckpt.string();
+  if (rep.steps == o.steps && !val_curve.empty() && val_curve.back().first == o.steps) {
+    rep.val_loss = val_curve.back().second;
+    rep.val_ppl = std::exp(rep.val_loss);
+  }
+  if (!o.out.empty() && rep.steps == o.steps) {
+    export_llama_gguf(net, &tok_file, o.out);
+    rep.gguf = o.out;
+    fs::path svg(o.out);
+    svg.replace_extension(".loss.svg");
+    write_svg(svg.string(), rep.step_losses, val_curve);
+    rep.svg = svg.string();
+  }
+  return rep;
+}
+
+}  // namespace spore::train

@@ -1,0 +1,74 @@
+#pragma once
+// Pretraining a small Llama / Qwen2 language model on a text file (`spore train-lm`): a byte-level BPE tokenizer
+// trained on the text (or one taken from a GGUF), nn::LlamaModel trained by train::Model (causal LM loss: cross
+// entropy of the next token, mean over tokens; AdamW; linear warm-up then cosine decay; global-norm clipping;
+// gradient accumulation; graph or PyNative mode), evaluated every interval on held-out text, checkpointed so that
+// a resumed run gives the bits of an uninterrupted one, and exported as a GGUF that llm::Model (`spore generate`)
+// loads, with the tokenizer in its metadata.
+//
+//   train::LmOptions o;  o.model = {.arch = "llama", .dim = 128, .layers = 4, .heads = 4, .kv_heads = 2,
+//                                   .ffn = 384, .ctx = 128};
+//   o.data = "tinyshakespeare.txt";  o.train_tokenizer = true;  o.vocab = 512;  o.steps = 200;
+//   o.ckpt_dir = "ckpt";  o.out = "tiny.gguf";
+//   train::LmReport r = train::train_lm(o, [](const train::LmProgress& p) { ... });
+//
+// Batches: micro-batch m (optimizer step s, micro-batch i: m = s * accum + i) is B windows of ctx + 1 tokens at
+// offsets drawn from (seed, m), so the data a step sees does not depend on where a run was resumed. Validation:
+// the first eval_batches * B non-overlapping windows of the validation tokens (--val-data, else the last 10% of
+// the training text's tokens). Checkpoint directory: checkpoint.safetensors (parameters, AdamW state, step),
+// state.json (settings and loss history), tokenizer.gguf (the tokenizer's metadata).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/llama.h"
+
+namespace spore::io {
+class GgufFile;
+}
+
+namespace spore::train {
+
+struct LmOptions {
+  nn::LlamaConfig model;  // vocab is the tokenizer's size
+  std::string data, val_data;
+  std::string tokenizer;         // a GGUF with tokenizer.* metadata, or
+  bool train_tokenizer = false;  // train a byte-level BPE of `vocab` tokens on `data`
+  int64_t vocab = 0;
+  int64_t batch = 16, steps = 100, warmup = 0, accum = 1;
+  int64_t eval_every = 0;    // 0: evaluate at the end only
+  int64_t eval_batches = 8;  // validation batches of `batch` windows
+  double lr = 1e-3, min_lr_ratio = 0.1, clip = 1.0, weight_decay = 0.01;
+  double val_fraction = 0.1;  // without val_data: the last fraction of the tokens
+  uint64_t seed = 0;
+  std::string mode = "graph";  // "graph" | "pynative"
+  std::string ckpt_dir;        // required
+  std::string out;             // MODEL.gguf (optional); the loss curve goes beside it as MODEL.loss.svg
+  int64_t stop_after = 0;      // > 0: stop (checkpointed) after this step, as an interrupted run would
+};
+
+struct LmProgress {
+  std::string kind;  // "step", "eval", "resume"
+  int64_t step = 0, steps = 0;
+  double loss = 0, lr = 0, tokens_per_s = 0, elapsed_s = 0;
+  double train_loss = 0, train_ppl = 0, val_loss = 0, val_ppl = 0;  // "eval"
+};
+
+struct LmReport {
+  int64_t start_step = 0, steps = 0, params = 0, vocab = 0, train_tokens = 0, val_tokens = 0;
+  double last_loss = 0, val_loss = 0, val_ppl = 0, tokens_per_s = 0, train_seconds = 0;
+  std::string gguf, svg, checkpoint;
+  std::vector<double> step_losses;  // every step's loss (mean over its micro-batches), from step 1
+};
+
+LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&)>& on_progress = {});
+
+// Writes `m` as a GGUF of `m.config().arch` with f32 tensors under its parameter names, and every tokenizer.*
+// key of `tokenizer` (when given).
+void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path);
+
+// Mean next-token cross entropy of logits f32 [B, T, V] against labels i64 [B, T], in double.
+double lm_cross_entropy(const Tensor& logits, const Tensor& labels);
+
+}  // namespace spore::train

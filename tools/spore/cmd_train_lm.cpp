@@ -1,0 +1,148 @@
+// spore train-lm: pretrains a small Llama / Qwen2 decoder on a text file (train::train_lm, train/lm.h) and writes a
+// GGUF that `spore generate` runs. This file parses options and prints; the work is in the library.
+#include <unistd.h>
+
+#include <cmath>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <spore/spore.h>
+
+#include "base/thread_pool.h"
+#include "tools/spore/commands.h"
+#include "train/lm.h"
+
+namespace spore::cli {
+
+int cmd_train_lm(int argc, char** argv) {
+  CLI::App app(
+      "spore train-lm: pretrain a small Llama/Qwen2 decoder (causal LM loss, AdamW, warm-up + cosine, clipping, "
+      "accumulation) on a text file; resumable checkpoints, train/val loss and perplexity, a GGUF for spore generate "
+      "and a loss-curve SVG beside it",
+      "spore train-lm");
+  train::LmOptions o;
+  nn::LlamaConfig& m = o.model;
+  int threads = 0;
+  int64_t log_every = 0;
+  bool json = false;
+  app.add_option("--arch", m.arch, "llama | qwen2")->check(CLI::IsMember({"llama", "qwen2"}));
+  app.add_option("--dim", m.dim, "embedding width")->required()->check(CLI::PositiveNumber);
+  app.add_option("--layers", m.layers, "decoder blocks")->required()->check(CLI::PositiveNumber);
+  app.add_option("--heads", m.heads, "attention heads")->required()->check(CLI::PositiveNumber);
+  app.add_option("--kv-heads", m.kv_heads, "key/value heads (GQA; default: --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--ffn", m.ffn, "SwiGLU hidden width")->required()->check(CLI::PositiveNumber);
+  app.add_option("--ctx", m.ctx, "context (training window) length")->required()->check(CLI::PositiveNumber);
+  app.add_flag("--tie-embeddings", m.tie_embeddings, "the output matrix is the token embedding");
+  app.add_option("--rope-theta", m.rope_theta, "rope base")->check(CLI::PositiveNumber);
+  app.add_option("--data", o.data, "training text (UTF-8)")->required();
+  app.add_option("--val-data", o.val_data, "validation text (default: the last 10% of --data's tokens)");
+  auto* tok = app.add_option("--tokenizer", o.tokenizer, "a GGUF whose tokenizer.* metadata to use");
+  auto* train_tok = app.add_flag("--train-tokenizer", o.train_tokenizer, "train a byte-level BPE on --data");
+  tok->excludes(train_tok);
+  app.add_option("--vocab", o.vocab, "--train-tokenizer's vocabulary size (>= 257)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "sequences per micro-batch")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "optimizer steps")->required()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "peak learning rate")->required()->check(CLI::PositiveNumber);
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "the cosine ends at lr * this")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup", o.warmup, "linear warm-up steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--accum", o.accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", o.eval_every, "evaluate and checkpoint every N steps (0: at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation")->check(CLI::PositiveNumber);
+  app.add_option("--mode", o.mode, "graph | pynative")->check(CLI::IsMember({"graph", "pynative"}));
+  app.add_option("--seed", o.seed, "seed of the weights and the batches");
+  app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoints (resumed from when present)")->required();
+  app.add_option("-o,--output", o.out, "the trained model, MODEL.gguf (its loss curve: MODEL.loss.svg)")->required();
+  app.add_option("--stop-after", o.stop_after, "stop after this step, checkpointed (a later run resumes)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-every", log_every,
+                 "a progress line every N steps (default: every step on a terminal, "
+                 "else every 10)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--json", json, "one JSON object per step and evaluation, then {\"final\": true, ...}");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  SPORE_CHECK(o.train_tokenizer || !o.tokenizer.empty(), ErrorCode::invalid_argument,
+              "give --tokenizer GGUF or --train-tokenizer --vocab V");
+  SPORE_CHECK(!o.train_tokenizer || o.vocab > 0, ErrorCode::invalid_argument, "--train-tokenizer needs --vocab V");
+  set_threads(threads);
+  const bool tty = !json && ::isatty(STDOUT_FILENO) != 0;
+  if (log_every == 0) log_every = tty ? 1 : 10;
+  if (!json)
+    std::cout << fmt::format(
+                     "train-lm: {} dim {} layers {} heads {}/{} ffn {} ctx {}, batch {} x accum {}, {} steps, "
+                     "lr {} (warm-up {}), {} mode, {} threads\n",
+                     m.arch, m.dim, m.layers, m.heads, m.kv_heads, m.ffn, m.ctx, o.batch, o.accum, o.steps, o.lr,
+                     o.warmup, o.mode, num_threads())
+              << std::flush;
+  const auto on_progress = [&](const train::LmProgress& p) {
+    if (json) {
+      nlohmann::json j{{"step", p.step}};
+      if (p.kind == "step") {
+        if (p.step % log_every != 0 && p.step != p.steps) return;
+        j.update({{"loss", p.loss}, {"lr", p.lr}, {"tokens_per_s", p.tokens_per_s}});
+      } else if (p.kind == "eval") {
+        j.update({{"eval", true},
+                  {"train_loss", p.train_loss},
+                  {"train_ppl", p.train_ppl},
+                  {"val_loss", p.val_loss},
+                  {"val_ppl", p.val_ppl}});
+      } else {
+        j["resumed"] = true;
+      }
+      std::cout << j.dump() << std::endl;
+      return;
+    }
+    if (p.kind == "step") {
+      if (p.step % log_every != 0 && p.step != p.steps) return;
+      const std::string line = fmt::format("step {}/{}  loss {:.4f}  lr {:.3g}  {:.0f} tok/s  {:.1f} s", p.step,
+                                           p.steps, p.loss, p.lr, p.tokens_per_s, p.elapsed_s);
+      std::cout << (tty ? "\r" + line + "\x1b[K" : line + "\n") << std::flush;
+    } else if (p.kind == "eval") {
+      std::cout << fmt::format("{}eval at step {}: train loss {:.4f} (ppl {:.2f})  val loss {:.4f} (ppl {:.2f})\n",
+                               tty ? "\n" : "", p.step, p.train_loss, p.train_ppl, p.val_loss, p.val_ppl)
+                << std::flush;
+    } else {
+      std::cout << fmt::format("resumed from the checkpoint at step {}\n", p.step) << std::flush;
+    }
+  };
+  const train::LmReport r = train::train_lm(o, on_progress);
+  nlohmann::json fin{{"final", true},
+                     {"steps", r.steps},
+                     {"start_step", r.start_step},
+                     {"params", r.params},
+                     {"vocab", r.vocab},
+                     {"train_tokens", r.train_tokens},
+                     {"val_tokens", r.val_tokens},
+                     {"loss", r.last_loss},
+                     {"val_loss", r.val_loss},
+                     {"val_ppl", r.val_ppl},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"train_s", r.train_seconds},
+                     {"gguf", r.gguf},
+                     {"svg", r.svg},
+                     {"checkpoint", r.checkpoint},
+                     {"threads", num_threads()}};
+  if (json) {
+    std::cout << fin.dump() << std::endl;
+  } else {
+    std::cout << fmt::format(
+        "done: {} steps, {} parameters, vocab {}, val loss {:.4f} (ppl {:.2f}), {:.0f} tok/s{}{}\n", r.steps, r.params,
+        r.vocab, r.val_loss, r.val_ppl, r.tokens_per_s,
+        r.gguf.empty() ? ", stopped early (resume to finish)" : ", model " + r.gguf,
+        r.svg.empty() ? "" : ", loss curve " + r.svg);
+  }
+  return 0;
+}
+
+}  // namespace spore::cli
