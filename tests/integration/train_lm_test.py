@@ -21,6 +21,12 @@ def run(cmd, ok=True):
     return p
 
 
+def with_opt(cmd, flag, value):
+    """cmd with flag's value replaced (CLI11 refuses an option given twice)."""
+    i = cmd.index(flag)
+    return cmd[:i + 1] + [value] + cmd[i + 2:]
+
+
 def lines(p):
     return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
 
@@ -74,11 +80,11 @@ def main():
             (base[:2] + ["--dim", "32"], "required"),
             ([a for a in base if a != "--train-tokenizer"] + ["--ckpt-dir", f"{tmp}/c", "-o", f"{tmp}/c.gguf"],
              "--tokenizer"),
-            (base + ["--ckpt-dir", f"{tmp}/d", "-o", f"{tmp}/d.gguf", "--heads", "3"], "heads"),
+            (with_opt(base, "--heads", "3") + ["--ckpt-dir", f"{tmp}/d", "-o", f"{tmp}/d.gguf"], "heads"),
             ([x if x != text else f"{tmp}/missing.txt" for x in base] + ["--ckpt-dir", f"{tmp}/e", "-o", "e.gguf"],
              "does not exist"),
-            (base + ["--ckpt-dir", f"{tmp}/f", "-o", f"{tmp}/f.gguf", "--arch", "gpt2"], "arch"),
-            (base + ["--ckpt-dir", f"{tmp}/a", "-o", f"{tmp}/g.gguf", "--dim", "64"], "another run"),
+            (with_opt(base, "--arch", "gpt2") + ["--ckpt-dir", f"{tmp}/f", "-o", f"{tmp}/f.gguf"], "arch"),
+            (with_opt(base, "--dim", "64") + ["--ckpt-dir", f"{tmp}/a", "-o", f"{tmp}/g.gguf"], "another run"),
         ]
         for cmd, want in bad:
             p = run(cmd, ok=False)
