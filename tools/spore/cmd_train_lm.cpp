@@ -12,6 +12,7 @@
 #include <spore/spore.h>
 
 #include "base/thread_pool.h"
+#include "runtime/profiler.h"
 #include "tools/spore/commands.h"
 #include "train/lm.h"
 
@@ -65,6 +66,10 @@ int cmd_train_lm(int argc, char** argv) {
                  "a progress line every N steps (default: every step on a terminal, "
                  "else every 10)")
       ->check(CLI::NonNegativeNumber);
+  std::string profile_path;
+  app.add_option("--profile", profile_path,
+                 "record every kernel of the run: write a Chrome trace (Perfetto) to this file and print the top ops "
+                 "by time to stderr");
   app.add_flag("--json", json, "one JSON object per step and evaluation, then {\"final\": true, ...}");
   try {
     app.parse(argc, argv);
@@ -116,7 +121,14 @@ int cmd_train_lm(int argc, char** argv) {
       std::cout << fmt::format("resumed from the checkpoint at step {}\n", p.step) << std::flush;
     }
   };
+  std::unique_ptr<Profiler> prof;
+  if (!profile_path.empty()) prof = std::make_unique<Profiler>();
   const train::LmReport r = train::train_lm(o, on_progress);
+  if (prof) {
+    prof->write_chrome_trace(profile_path);
+    std::cerr << prof->top_table(25) << "trace: " << profile_path << "\n";
+    prof.reset();
+  }
   nlohmann::json fin{{"final", true},
                      {"steps", r.steps},
                      {"start_step", r.start_step},
