@@ -70,15 +70,19 @@ std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std:
   return {x, y};
 }
 
-std::string model_key(const nn::LlamaConfig& c) {
-  return fmt::format("{} vocab {} dim {} layers {} heads {} kv_heads {} ffn {} ctx {} tied {}", c.arch, c.vocab, c.dim,
-                     c.layers, c.heads, c.kv_heads, c.ffn, c.ctx, c.tie_embeddings);
+// The model and the data (token counts) a checkpoint belongs to.
+std::string model_key(const nn::LlamaConfig& c, int64_t n_train, int64_t n_val) {
+  return fmt::format(
+      "{} vocab {} dim {} layers {} heads {} kv_heads {} ffn {} ctx {} tied {} rope_theta {}; data {} + {} "
+      "tokens",
+      c.arch, c.vocab, c.dim, c.layers, c.heads, c.kv_heads, c.ffn, c.ctx, c.tie_embeddings, c.rope_theta, n_train,
+      n_val);
 }
 std::string run_key(const LmOptions& o) {
-  return fmt::format(
-      "batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {} "
-      "mode {}",
-      o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed, o.mode);
+  // Not the mode: graph and PyNative give the same bits, so a run may resume in the other one.
+  return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {} {}",
+                     o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed,
+                     o.train_tokenizer ? fmt::format("bpe {}", o.vocab) : "tokenizer " + o.tokenizer);
 }
 
 // The loss curve: every step's training loss and the validation losses, on one linear scale.
@@ -262,10 +266,10 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
     } catch (const json::exception& e) {
       SPORE_FAIL(ErrorCode::parse_error, "checkpoint state '{}' is not valid JSON: {}", state_path.string(), e.what());
     }
-    SPORE_CHECK(st.value("model", "") == model_key(cfg) && st.value("run", "") == run_key(o),
+    SPORE_CHECK(st.value("model", "") == model_key(cfg, n_train, n_val) && st.value("run", "") == run_key(o),
                 ErrorCode::invalid_argument,
                 "checkpoint '{}' was written by another run ({}; {}), not this one ({}; {}): use another --ckpt-dir",
-                o.ckpt_dir, st.value("model", ""), st.value("run", ""), model_key(cfg), run_key(o));
+                o.ckpt_dir, st.value("model", ""), st.value("run", ""), model_key(cfg, n_train, n_val), run_key(o));
     model.load_checkpoint(ckpt.string());
     rep.step_losses = st.at("losses").get<std::vector<double>>();
     val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
@@ -283,7 +287,7 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   auto save = [&] {
     model.save_checkpoint(ckpt.string() + ".tmp");
     fs::rename(ckpt.string() + ".tmp", ckpt);
-    json st{{"model", model_key(cfg)},
+    json st{{"model", model_key(cfg, n_train, n_val)},
             {"run", run_key(o)},
             {"step", model.global_step()},
             {"losses", rep.step_losses},
