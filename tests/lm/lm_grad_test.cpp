@@ -8,9 +8,13 @@
 #include <random>
 
 #include "autodiff/autodiff.h"
+#include "nn/init.h"
+#include "nn/llama.h"
+#include "nn/loss.h"
 #include "ops/llm_ops.h"
 #include "ops/ops.h"
 #include "runtime/runtime.h"
+#include "train/lm.h"
 
 namespace spore {
 namespace {
@@ -125,6 +129,64 @@ TEST(LmGrad, CausalGqaAttentionMatchesFiniteDifferences) {
       norm += std::fabs(gv[e]);
     }
     EXPECT_GT(norm, 0.0) << "input " << i;
+  }
+}
+
+// The whole decoder (GQA fold, causal mask, rope, tied head, q/k/v biases): the autodiff gradient of the mean
+// next-token cross entropy against f32 central differences of the same loss computed in double
+// (train::lm_cross_entropy), at a few elements of every parameter. h = 1e-2 keeps the f32 rounding of the loss
+// (~1e-7 relative) far below the difference; truncation is O(h^2).
+TEST(LmGrad, DecoderGradientsMatchFiniteDifferences) {
+  init();
+  for (const char* arch : {"llama", "qwen2"}) {
+    nn::set_seed(9);
+    nn::LlamaModel m({.arch = arch,
+                      .vocab = 11,
+                      .dim = 8,
+                      .layers = 2,
+                      .heads = 4,
+                      .kv_heads = 2,
+                      .ffn = 12,
+                      .ctx = 5,
+                      .tie_embeddings = std::string(arch) == "qwen2",
+                      .init_std = 0.5});
+    std::mt19937 g(21);
+    for (auto& [name, t] : m.parameters_and_names())
+      if (name.find("bias") != std::string::npos) *t = random_tensor(t->shape(), DType::f32, g, 0.3);
+    Tensor x = Tensor::empty({2, 5}, DType::i64), y = Tensor::empty({2, 5}, DType::i64);
+    for (int64_t i = 0; i < 10; ++i) {
+      x.data<int64_t>()[i] = static_cast<int64_t>(g() % 11);
+      y.data<int64_t>()[i] = static_cast<int64_t>(g() % 11);
+    }
+    nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
+    const nn::LossAndGrads lg = nn::value_and_grad(m, [&] {
+      return ce(ops::reshape(m(x), {10, 11}), ops::reshape(y, {10}));
+    });
+    const double loss = train::lm_cross_entropy(m(x), y);
+    EXPECT_NEAR(lg.loss.to_doubles()[0], loss, 1e-5);
+    int checked = 0;
+    for (auto& [name, t] : m.parameters_and_names()) {
+      const Tensor grad = lg.grads.at(name);
+      ASSERT_EQ(grad.shape(), t->shape()) << name;
+      const auto gv = grad.to_doubles();
+      const Tensor saved = *t;
+      for (int k = 0; k < 3; ++k) {
+        const auto e = static_cast<size_t>(g() % static_cast<uint32_t>(t->numel()));
+        auto v = saved.to_doubles();
+        const double h = 1e-2;
+        v[e] += h;
+        *t = Tensor::from_doubles(v, saved.shape(), DType::f32);
+        const double lp = train::lm_cross_entropy(m(x), y);
+        v[e] -= 2 * h;
+        *t = Tensor::from_doubles(v, saved.shape(), DType::f32);
+        const double lm = train::lm_cross_entropy(m(x), y);
+        *t = saved;
+        const double fd = (lp - lm) / (2 * h);
+        EXPECT_NEAR(gv[e], fd, 2e-4 + 2e-2 * std::fabs(fd)) << arch << " " << name << " element " << e;
+        ++checked;
+      }
+    }
+    EXPECT_GE(checked, 3 * 15);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/thread_pool.h"
+#include "io/gguf/gguf.h"
 #include "llm/generate.h"
 #include "llm/model.h"
 #include "runtime/runtime.h"
@@ -121,6 +122,38 @@ TEST(TrainLm, SameBitsOnOneAndTwoThreadsAndInBothModes) {
   EXPECT_EQ(slurp(r1.gguf), slurp(r2.gguf));
   EXPECT_EQ(r1.step_losses, rp.step_losses);
   EXPECT_EQ(slurp(r1.gguf), slurp(rp.gguf));
+}
+
+// --tokenizer GGUF (here the one an earlier run trained) and a Qwen2 model (q/k/v biases, tied embeddings): the
+// exported GGUF carries that tokenizer's vocabulary and merges, and llm::Model runs it.
+TEST(TrainLm, GgufTokenizerAndQwen2) {
+  init();
+  LmOptions a = tiny_options("tok_source");
+  a.steps = 3;
+  a.eval_every = 0;
+  train_lm(a);
+  LmOptions o = tiny_options("qwen2");
+  o.train_tokenizer = false;
+  o.tokenizer = (fs::path(a.ckpt_dir) / "tokenizer.gguf").string();
+  o.model.arch = "qwen2";
+  o.model.tie_embeddings = true;
+  o.steps = 8;
+  o.eval_every = 0;
+  o.lr = 1e-2;
+  const LmReport r = train_lm(o);
+  EXPECT_EQ(r.vocab, 300);
+  EXPECT_LT(r.step_losses.back(), r.step_losses.front());
+  const llm::Model m = llm::Model::load(r.gguf);
+  EXPECT_EQ(m.config().arch, "qwen2");
+  EXPECT_TRUE(m.config().tied_embeddings);
+  EXPECT_TRUE(m.config().qkv_bias);
+  const io::GgufFile src = io::GgufFile::open(o.tokenizer), out = io::GgufFile::open(r.gguf);
+  EXPECT_EQ(out.get_strings("tokenizer.ggml.tokens"), src.get_strings("tokenizer.ggml.tokens"));
+  EXPECT_EQ(out.get_strings("tokenizer.ggml.merges"), src.get_strings("tokenizer.ggml.merges"));
+  const std::string text = "five black cats went out one day";
+  EXPECT_EQ(m.tokenizer().encode(text), llm::Tokenizer::from_gguf(src).encode(text));
+  o.tokenizer = "/nonexistent/tok.gguf";
+  EXPECT_NE(testing::error_of([&] { train_lm(o); }).find("does not exist"), std::string::npos);
 }
 
 TEST(TrainLm, LossFallsOnTinyShakespeare) {
