@@ -126,6 +126,9 @@ Tensor LlamaModel::construct(const Tensor& tokens) {
     Tensor q = ops::reshape(b->attn_q->linear(h), {B * T, H, D});
     Tensor k = ops::reshape(b->attn_k->linear(h), {B * T, Hkv, D});
     Tensor v = ops::reshape(b->attn_v->linear(h), {B * T, Hkv, D});
+    // rope is f32 only: under mixed precision (train::ModelOptions::amp_level) q and k arrive in the low dtype.
+    if (q.dtype() != DType::f32) q = ops::cast(q, DType::f32);
+    if (k.dtype() != DType::f32) k = ops::cast(k, DType::f32);
     q = ops::rope(q, pos, c.rope_theta, c.rope_mode());
     k = ops::rope(k, pos, c.rope_theta, c.rope_mode());
     const Tensor qh = ops::reshape(heads_first(q, H), {B, Hkv, G * T, D});

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/autocast.h"
 #include "ops/dispatch.h"
 #include "ops/infer.h"
 #include "ops/ops.h"
@@ -339,8 +340,10 @@ std::vector<Tensor> rope_grad(const GradContext& g) {
   for (int64_t e = 0; e < rd; ++e)
     if (neox ? e >= rd / 2 : (e & 1) != 0) sign[static_cast<size_t>(e)] = -1.0;
   const Tensor f = Tensor::from_doubles(sign, {d}, DType::f32);
+  // rope is f32 and autocast leaves it alone; so does its rule (under O2 the sign flips would run in the low dtype).
+  const ops::AutocastScope f32_only(ops::AmpLevel::O0, DType::bf16);
   std::vector<Tensor> ins(g.inputs.begin(), g.inputs.end());
-  ins[0] = ops::mul(dy, f);
+  ins[0] = ops::mul(dy.dtype() == DType::f32 ? dy : ops::cast(dy, DType::f32), f);
   out[0] = ops::mul(ops::call1("rope"_op, ins, g.attrs), f);
   return out;
 }

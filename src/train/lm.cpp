@@ -82,7 +82,8 @@ std::string run_key(const LmOptions& o) {
   // Not the mode: graph and PyNative give the same bits, so a run may resume in the other one.
   return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {} {}",
                      o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed,
-                     o.train_tokenizer ? fmt::format("bpe {}", o.vocab) : "tokenizer " + o.tokenizer);
+                     o.train_tokenizer ? fmt::format("bpe {}", o.vocab) : "tokenizer " + o.tokenizer) +
+         (o.amp_level == "O0" ? std::string() : fmt::format(" amp {} {}", o.amp_level, dtype_name(o.amp_dtype)));
 }
 
 // The loss curve: every step's training loss and the validation losses, on one linear scale.
@@ -251,6 +252,8 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   mo.grad_accumulation = o.accum;
   mo.clip_norm = o.clip;
   mo.seed = o.seed;
+  mo.amp_level = o.amp_level;
+  mo.amp_dtype = o.amp_dtype;
   Model model(net, loss_fn, *opt, {}, mo);
 
   LmReport rep;

@@ -43,6 +43,8 @@ struct LmOptions {
   double val_fraction = 0.1;  // without val_data: the last fraction of the tokens
   uint64_t seed = 0;
   std::string mode = "graph";  // "graph" | "pynative"
+  std::string amp_level = "O0";  // mixed precision (train::ModelOptions): "O0".."O3", f32 master weights
+  DType amp_dtype = DType::bf16;
   std::string ckpt_dir;        // required
   std::string out;             // MODEL.gguf (optional); the loss curve goes beside it as MODEL.loss.svg
   int64_t stop_after = 0;      // > 0: stop (checkpointed) after this step, as an interrupted run would

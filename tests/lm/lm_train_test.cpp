@@ -156,6 +156,32 @@ TEST(TrainLm, GgufTokenizerAndQwen2) {
   EXPECT_NE(testing::error_of([&] { train_lm(o); }).find("does not exist"), std::string::npos);
 }
 
+// Mixed precision (O2 bf16: everything but norms, softmax, reductions and the loss in bf16, f32 master weights):
+// the losses follow f32's closely, and graph and PyNative mode still agree bit for bit.
+TEST(TrainLm, MixedPrecisionO2) {
+  init();
+  LmOptions o = tiny_options("amp_f32");
+  o.steps = 6;
+  o.eval_every = 0;
+  const LmReport f32 = train_lm(o);
+  o = tiny_options("amp_graph");
+  o.steps = 6;
+  o.eval_every = 0;
+  o.amp_level = "O2";
+  const LmReport graph = train_lm(o);
+  o = tiny_options("amp_pynative");
+  o.steps = 6;
+  o.eval_every = 0;
+  o.amp_level = "O2";
+  o.mode = "pynative";
+  const LmReport py = train_lm(o);
+  EXPECT_EQ(graph.step_losses, py.step_losses);
+  EXPECT_NE(graph.step_losses, f32.step_losses);  // bf16 did run
+  for (size_t i = 0; i < f32.step_losses.size(); ++i)
+    EXPECT_NEAR(graph.step_losses[i], f32.step_losses[i], 0.05) << "step " << i + 1;
+  EXPECT_NEAR(graph.val_loss, f32.val_loss, 0.05);
+}
+
 TEST(TrainLm, LossFallsOnTinyShakespeare) {
   SPORE_SHARED_DATA_DIR(dir, "text-corpus");
   init();

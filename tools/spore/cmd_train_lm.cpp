@@ -56,6 +56,13 @@ int cmd_train_lm(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation")->check(CLI::PositiveNumber);
   app.add_option("--mode", o.mode, "graph | pynative")->check(CLI::IsMember({"graph", "pynative"}));
+  std::string amp_dtype = "bf16";
+  app.add_option("--amp-level", o.amp_level,
+                 "mixed precision: O0 (f32), O1 (matmul/linear/attention in --amp-dtype), O2 (all but norms, softmax, "
+                 "reductions and the loss), O3 (all); f32 master weights and AdamW state")
+      ->check(CLI::IsMember({"O0", "O1", "O2", "O3"}));
+  app.add_option("--amp-dtype", amp_dtype, "the low dtype of --amp-level: bf16 | f16")
+      ->check(CLI::IsMember({"bf16", "f16"}));
   app.add_option("--seed", o.seed, "seed of the weights and the batches");
   app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoints (resumed from when present)")->required();
@@ -77,6 +84,7 @@ int cmd_train_lm(int argc, char** argv) {
     return app.exit(e);
   }
   if (m.kv_heads == 0) m.kv_heads = m.heads;
+  o.amp_dtype = amp_dtype == "f16" ? DType::f16 : DType::bf16;
   SPORE_CHECK(o.train_tokenizer || !o.tokenizer.empty(), ErrorCode::invalid_argument,
               "give --tokenizer GGUF or --train-tokenizer --vocab V");
   SPORE_CHECK(!o.train_tokenizer || o.vocab > 0, ErrorCode::invalid_argument, "--train-tokenizer needs --vocab V");
