@@ -140,8 +140,10 @@ TEST(TrainLm, GgufTokenizerAndQwen2) {
   o.steps = 8;
   o.eval_every = 0;
   o.lr = 1e-2;
+  o.val_data = o.data;  // --val-data: all of --data trains, the other file validates
   const LmReport r = train_lm(o);
   EXPECT_EQ(r.vocab, 300);
+  EXPECT_EQ(r.val_tokens, r.train_tokens);
   EXPECT_LT(r.step_losses.back(), r.step_losses.front());
   const llm::Model m = llm::Model::load(r.gguf);
   EXPECT_EQ(m.config().arch, "qwen2");
