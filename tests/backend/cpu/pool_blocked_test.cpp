@@ -67,6 +67,8 @@ TEST(PoolBlocked, SameBitsAsTheNchwKernels) {
       {"avg_pool2d"_op, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, true, 14, 14},
       {"avg_pool2d"_op, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false, 14, 14},
       {"avg_pool2d"_op, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, true, true, 11, 15},
+      {"max_pool2d"_op, {6, 3}, {1, 1}, {2, 1, 3, 1}, {1, 1}, false, false, 12, 9},  // rows folded 4, then 2
+      {"avg_pool2d"_op, {5, 5}, {2, 1}, {2, 2, 2, 2}, {1, 1}, false, false, 13, 10},
   };
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
