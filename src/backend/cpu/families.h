@@ -15,4 +15,7 @@ void register_fused_elementwise(KernelRegistry& r);
 void register_attention(KernelRegistry& r);  // attention.cpp: attention
 void register_blockq(KernelRegistry& r);     // blockq.cpp: linear_blockq, embed_blockq
 void register_llm_attention(KernelRegistry& r);  // llm_attention.cpp: rope, attention_kv
+// shape.cpp: dst [cols, rows] = src [rows, cols] transposed (es-byte elements), as the transpose op copies: tiles
+// that keep both sides in cache, over the threads.
+void transpose_2d(const void* src, void* dst, int64_t rows, int64_t cols, size_t es);
 }  // namespace spore::cpu

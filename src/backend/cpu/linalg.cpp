@@ -315,11 +315,9 @@ void matmul_f32(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Ten
   const std::shared_ptr<Storage> owner = constant_b ? b.storage() : nullptr;
   for (size_t bi = 0; bi < a_off.size(); ++bi) {
     const float* x = pa + a_off[bi];
-    if (!a_rows) {  // [K, M] -> [M, K]
-      parallel_for(num_chunks(m, 64), [&](int64_t t) {
-        for (int64_t i = t * 64; i < std::min(m, t * 64 + 64); ++i)
-          for (int64_t kk = 0; kk < k; ++kk) at[i * k + kk] = x[kk * m + i];
-      });
+    if (!a_rows) {  // [K, M] -> [M, K] in cache tiles (a scalar column walk ran weight-gradient products at 65-127
+                    // GFLOP/s against 170-185 for plain ones in LM training)
+      transpose_2d(x, at.data(), k, m, sizeof(float));
       x = at.data();
     }
     linear_f32(m, k, n, x, pb + b_off[bi], w_kn, nullptr, pc + static_cast<int64_t>(bi) * m * n, owner);

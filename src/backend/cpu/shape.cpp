@@ -387,6 +387,13 @@ void pad(KernelContext& k) {
 
 }  // namespace
 
+void transpose_2d(const void* src, void* dst, int64_t rows, int64_t cols, size_t es) {
+  CopyPlan p;  // dst [cols, rows] row-major: dst[j, i] = src[i, j]
+  p.add(cols, 1, rows);
+  p.add(rows, cols, 1);
+  strided_copy(static_cast<const char*>(src), static_cast<char*>(dst), p, es);
+}
+
 void register_shape(KernelRegistry& r) {
   for (OpId op : {"reshape"_op, "squeeze"_op, "unsqueeze"_op, "flatten"_op})
     r.add(Backend::cpu, op, dtypes::all, copy_kernel, "memcpy");
