@@ -181,6 +181,9 @@ TEST(TensorModel, FullQueueIsUnavailable) {
 
 // Concurrent requests are merged (the batch-size histogram counts fewer runs than requests) and each gets exactly the
 // bits it gets alone: the MLP and conv kernels are batch-invariant, which the auto check found at warm-up.
+// Whether four requests overlap depends on thread start-up: on a loaded machine (ctest -j on 2 cores) each could
+// arrive after the one before had run alone. So up to 5 rounds of 4, until one round merged; every round's bits are
+// checked.
 void check_batching(const std::string& name, const std::string& path, const Shape& row) {
   Metrics metrics;
   TensorModel::declare_metrics(metrics);
@@ -188,15 +191,21 @@ void check_batching(const std::string& name, const std::string& path, const Shap
   m.wait_ready();
   ASSERT_TRUE(m.batchable()) << m.batching_note();
   constexpr int n = 4;
-  std::vector<Tensor> xs;
-  for (int i = 0; i < n; ++i) xs.push_back(rows(1, row, 10 + i));
-  std::vector<std::future<std::vector<Tensor>>> fs;
-  for (int i = 0; i < n; ++i) fs.push_back(std::async(std::launch::async, [&, i] { return m.infer({xs[i]}); }));
-  std::vector<Tensor> merged;
-  for (auto& f : fs) merged.push_back(f.get().at(0));
-  EXPECT_LT(metrics.value("spore:infer_batch_size", {{"model", name}}), n);  // fewer runs than requests
   deploy::Session direct(path);
-  for (int i = 0; i < n; ++i) EXPECT_TRUE(merged[i].bit_equal(direct.run(std::vector<Tensor>{xs[i]}).at(0))) << i;
+  int requests = 0;
+  for (int round = 0; round < 5; ++round) {
+    std::vector<Tensor> xs;
+    for (int i = 0; i < n; ++i) xs.push_back(rows(1, row, 10 + round * n + i));
+    std::vector<std::future<std::vector<Tensor>>> fs;
+    for (int i = 0; i < n; ++i) fs.push_back(std::async(std::launch::async, [&, i] { return m.infer({xs[i]}); }));
+    std::vector<Tensor> merged;
+    for (auto& f : fs) merged.push_back(f.get().at(0));
+    requests += n;
+    for (int i = 0; i < n; ++i)
+      EXPECT_TRUE(merged[i].bit_equal(direct.run(std::vector<Tensor>{xs[i]}).at(0))) << round << " " << i;
+    if (metrics.value("spore:infer_batch_size", {{"model", name}}) < requests) break;
+  }
+  EXPECT_LT(metrics.value("spore:infer_batch_size", {{"model", name}}), requests);  // fewer runs than requests
 }
 
 TEST(TensorModel, BatchingMergesConcurrentRequestsMlp) { check_batching("mlp", mlp_model(), {64}); }
