@@ -6,9 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "base/thread_pool.h"
+#include "io/file_util.h"
 #include "io/gguf/gguf.h"
 #include "llm/generate.h"
 #include "llm/model.h"
@@ -19,13 +19,6 @@
 namespace spore::train {
 namespace {
 namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // A small text with structure to learn: counting rhymes.
 fs::path tiny_text() {
@@ -83,12 +76,12 @@ TEST(TrainLm, ResumeGivesTheBitsOfAnUninterruptedRun) {
   EXPECT_EQ(rb.steps, 10);
   EXPECT_EQ(rb.step_losses, ra.step_losses);  // bit for bit, the steps before the interruption included
   EXPECT_EQ(rb.val_loss, ra.val_loss);
-  EXPECT_EQ(slurp(rb.gguf), slurp(ra.gguf));
+  EXPECT_EQ(io::read_file_bytes(rb.gguf), io::read_file_bytes(ra.gguf));
 
   // A finished run resumed again does no step and writes the same model.
   const LmReport again = train_lm(b);
   EXPECT_EQ(again.start_step, 10);
-  EXPECT_EQ(slurp(again.gguf), slurp(ra.gguf));
+  EXPECT_EQ(io::read_file_bytes(again.gguf), io::read_file_bytes(ra.gguf));
 
   // The exported model runs in llm::Model with the trained tokenizer.
   const llm::Model m = llm::Model::load(ra.gguf);
@@ -119,9 +112,9 @@ TEST(TrainLm, SameBitsOnOneAndTwoThreadsAndInBothModes) {
   const LmReport rp = train_lm(o);
   set_threads(saved);
   EXPECT_EQ(r1.step_losses, r2.step_losses);
-  EXPECT_EQ(slurp(r1.gguf), slurp(r2.gguf));
+  EXPECT_EQ(io::read_file_bytes(r1.gguf), io::read_file_bytes(r2.gguf));
   EXPECT_EQ(r1.step_losses, rp.step_losses);
-  EXPECT_EQ(slurp(r1.gguf), slurp(rp.gguf));
+  EXPECT_EQ(io::read_file_bytes(r1.gguf), io::read_file_bytes(rp.gguf));
 }
 
 // --tokenizer GGUF (here the one an earlier run trained) and a Qwen2 model (q/k/v biases, tied embeddings): the
@@ -187,7 +180,7 @@ TEST(TrainLm, MixedPrecisionO2) {
 TEST(TrainLm, LossFallsOnTinyShakespeare) {
   SPORE_SHARED_DATA_DIR(dir, "text-corpus");
   init();
-  const std::string full = slurp(fs::path(dir) / "tinyshakespeare.txt");
+  const std::string full = io::read_file_bytes((fs::path(dir) / "tinyshakespeare.txt").string());
   ASSERT_GT(full.size(), 300000u);
   const fs::path part = testing::temp_dir("lm_train") / "shakespeare_300k.txt";
   std::ofstream(part, std::ios::binary) << full.substr(0, 300000);
