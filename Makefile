@@ -32,7 +32,8 @@ python: build
 
 # The main job: build, show what spore runs on and a graph-mode demo, then train SimpleNet on the bundled digits
 # in graph mode, evaluate the checkpoint, export it (.spore and ONNX), check its ops, convert it to fp16 and to
-# static int8 (the report gives size and accuracy cost against f32), and benchmark the int8 file.
+# static int8 (the report gives size and accuracy cost against f32), and benchmark the int8 file. Last, the small
+# language model spore trained on Shakespeare (data/lm, shipped) writes 64 greedy tokens.
 demo: build
 	./$(BUILD)/spore info
 	./$(BUILD)/spore demo
@@ -47,6 +48,7 @@ demo: build
 	./$(BUILD)/spore convert out/simplenet.onnx -o out/simplenet_int8.spore --quantize int8 \
 	  --calib-data digits:data/digits.csv.gz --eval-data digits:data/digits.csv.gz
 	./$(BUILD)/spore bench out/simplenet_int8.spore --batch 32 --threads 1
+	./$(BUILD)/spore generate data/lm/shakespeare.gguf -p "ROMEO:" -n 64 --temp 0
 
 # Every test: unit, conformance (every op x dtype vs the reference backend), integration (CLI), acceptance
 # (training runs on real data). ctest runs tests side by side: OpenMP threads that spin-wait for work

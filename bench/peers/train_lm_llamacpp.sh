@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# A model pretrained by `spore train-lm` run in llama.cpp (issue 25): the README's Shakespeare model, its GGUF read by
-# the llama.cpp build of bench/peers/llama (build.sh first), then
+# A model pretrained by `spore train-lm` run in llama.cpp (issue 25): by default the Shakespeare model shipped in
+# data/lm/shakespeare.gguf (f16, ctx 128; data/lm/README.md has the command that trained it), read by the llama.cpp
+# build of bench/peers/llama (build.sh first), then
 #   - tokenization: llama-completion --verbose-prompt on a passage of the corpus against `spore tokenize`;
 #   - greedy decoding: bench/peers/llama/build/bin/llama_ref on spore's prompt ids against `spore generate --temp 0`,
-#     as many tokens as the model's context (--ctx 64) leaves after the prompt.
+#     64 tokens after the prompt (the model's context must hold prompt + 64).
+# With MODEL=train it first trains the README's ctx-64 model (300 steps), which leaves 59 tokens after the prompt.
 # Prints both comparisons and exits non-zero when either differs.
 #   bash bench/peers/train_lm_llamacpp.sh [SPORE=build/spore] [DATA=../shared/data/text-corpus/tinyshakespeare.txt]
+#                                         [MODEL=data/lm/shakespeare.gguf | train]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 spore="${1:-$root/build/spore}"
 data="${2:-$root/../shared/data/text-corpus/tinyshakespeare.txt}"
+model="${3:-$root/data/lm/shakespeare.gguf}"
 bin="$root/bench/peers/llama/build/bin"
 [ -x "$bin/llama_ref" ] && [ -x "$bin/llama-completion" ] || { echo "build llama.cpp first: bash bench/peers/llama/build.sh" >&2; exit 2; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-"$spore" train-lm --arch llama --dim 192 --layers 4 --heads 6 --kv-heads 2 --ffn 512 --ctx 64 --data "$data" \
-  --train-tokenizer --vocab 768 --batch 16 --steps 300 --lr 3e-3 --warmup 15 --eval-every 100 \
-  --ckpt-dir "$work/ck" -o "$work/m.gguf" --json | tail -1
+if [ "$model" = train ]; then
+  "$spore" train-lm --arch llama --dim 192 --layers 4 --heads 6 --kv-heads 2 --ffn 512 --ctx 64 --data "$data" \
+    --train-tokenizer --vocab 768 --batch 16 --steps 300 --lr 3e-3 --warmup 15 --eval-every 100 \
+    --ckpt-dir "$work/ck" -o "$work/m.gguf" --json | tail -1
+else
+  cp "$model" "$work/m.gguf"
+fi
+ctx=$("$spore" generate "$work/m.gguf" -p x -n 1 --json 2>/dev/null | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin).get('ctx', 0))" || echo 0)
 
 # Tokenization of 13 lines of the corpus (newlines included).
 text="$(sed -n 100,112p "$data")"
@@ -31,7 +40,8 @@ echo "tokenization: spore $(wc -l <"$work/spore_tok.txt") tokens, llama.cpp $(wc
 # Greedy decoding from "ROMEO:" (no BOS: the model's metadata asks for none).
 prompt="$("$spore" tokenize "$work/m.gguf" "ROMEO:" | tr ' ' ',')"
 n_prompt=$(echo "$prompt" | tr ',' '\n' | wc -l)
-n=$((64 - n_prompt))
+n=64
+[ "$ctx" -gt 0 ] && [ $((ctx - n_prompt)) -lt $n ] && n=$((ctx - n_prompt))
 "$spore" generate "$work/m.gguf" -p "ROMEO:" -n "$n" --temp 0 --ignore-eos --json >"$work/spore_gen.json"
 "$bin/llama_ref" "$work/m.gguf" --tokens "$prompt" --n-decode "$n" --threads 2 --out "$work/ref" >/dev/null
 /usr/bin/python3 - "$work" "$tok_ok" <<'EOF'

@@ -150,14 +150,30 @@ double lm_cross_entropy(const Tensor& logits, const Tensor& labels) {
   return total / static_cast<double>(rows);
 }
 
-void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path) {
+void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path,
+                       const std::string& type) {
+  // general.file_type is llama.cpp's LLAMA_FTYPE: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32.
+  struct OutType {
+    const char* name;
+    io::GgmlType ggml;
+    int64_t file_type;
+  };
+  static constexpr OutType kTypes[] = {{"f32", io::GgmlType::f32, 0},
+                                       {"f16", io::GgmlType::f16, 1},
+                                       {"bf16", io::GgmlType::bf16, 32},
+                                       {"q8_0", io::GgmlType::q8_0, 7}};
+  const OutType* out = nullptr;
+  for (const OutType& t : kTypes)
+    if (type == t.name) out = &t;
+  SPORE_CHECK(out != nullptr, ErrorCode::invalid_argument,
+              "export_llama_gguf: tensor type '{}' is not one of f32, f16, bf16, q8_0", type);
   const nn::LlamaConfig& c = m.config();
   io::GgufWriter w;
   const std::string a = c.arch + ".";
   using VT = io::GgufValueType;
   w.add_string("general.architecture", c.arch);
   w.add_string("general.name", "spore train-lm");
-  w.add_int("general.file_type", 0, VT::u32);  // all F32
+  w.add_int("general.file_type", out->file_type, VT::u32);
   w.add_int(a + "context_length", c.ctx, VT::u32);
   w.add_int(a + "embedding_length", c.dim, VT::u32);
   w.add_int(a + "block_count", c.layers, VT::u32);
@@ -171,7 +187,12 @@ void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const s
   if (tokenizer)
     for (const auto& [key, value] : tokenizer->metadata())
       if (key.rfind("tokenizer.", 0) == 0) w.add(key, value);
-  for (const auto& [name, t] : m.parameters_and_names()) w.add_tensor(name, *t, io::GgmlType::f32);
+  for (const auto& [name, t] : m.parameters_and_names()) {
+    // q8_0 blocks run along a row: rows whose length is not a multiple of 32 stay f16.
+    io::GgmlType as = t->rank() < 2 ? io::GgmlType::f32 : out->ggml;
+    if (as == io::GgmlType::q8_0 && t->dim(-1) % 32 != 0) as = io::GgmlType::f16;
+    w.add_tensor(name, *t, as);
+  }
   w.write(path);
 }
 
@@ -370,7 +391,7 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
     rep.val_ppl = std::exp(rep.val_loss);
   }
   if (!o.out.empty() && rep.steps == o.steps) {
-    export_llama_gguf(net, &tok_file, o.out);
+    export_llama_gguf(net, &tok_file, o.out, o.out_type);
     rep.gguf = o.out;
     fs::path svg(o.out);
     svg.replace_extension(".loss.svg");

@@ -47,6 +47,7 @@ struct LmOptions {
   DType amp_dtype = DType::bf16;
   std::string ckpt_dir;        // required
   std::string out;             // MODEL.gguf (optional); the loss curve goes beside it as MODEL.loss.svg
+  std::string out_type = "f32";  // the GGUF's matrices: "f32" | "f16" | "bf16" | "q8_0" (1-D tensors stay f32)
   int64_t stop_after = 0;      // > 0: stop (checkpointed) after this step, as an interrupted run would
 };
 
@@ -66,9 +67,11 @@ struct LmReport {
 
 LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&)>& on_progress = {});
 
-// Writes `m` as a GGUF of `m.config().arch` with f32 tensors under its parameter names, and every tokenizer.*
-// key of `tokenizer` (when given).
-void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path);
+// Writes `m` as a GGUF of `m.config().arch` with its tensors under their parameter names, and every tokenizer.*
+// key of `tokenizer` (when given). Matrices are stored as `type` ("f32", "f16", "bf16" or "q8_0", as llama.cpp's
+// converter does: 1-D tensors - norms, biases - stay f32); another type is an invalid_argument error.
+void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path,
+                       const std::string& type = "f32");
 
 // Mean next-token cross entropy of logits f32 [B, T, V] against labels i64 [B, T], in double.
 double lm_cross_entropy(const Tensor& logits, const Tensor& labels);

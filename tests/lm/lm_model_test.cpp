@@ -103,6 +103,63 @@ TEST(LlamaModel, Qwen2TiedLogitsEqualLlmInferenceOnTheExportedGguf) {
                     12);
 }
 
+// --out-type: matrices stored as f16 / bf16 / q8_0 (rows not a multiple of 32 fall back to f16), 1-D tensors f32,
+// general.file_type set to match; llm inference on the file stays close to the f32 export (a loose bound: the
+// weights are rounded, q8_0 the most). An unknown type is an error naming it.
+TEST(LlamaModel, ExportStoresMatricesInTheAskedType) {
+  init();
+  const auto dir = testing::temp_dir("lm_out_type");
+  const io::GgufFile tok = io::GgufFile::open(tokenizer_gguf((dir / "tok.gguf").string()));
+  const nn::LlamaConfig c{
+      .arch = "llama", .vocab = 300, .dim = 64, .layers = 1, .heads = 4, .kv_heads = 2, .ffn = 80, .ctx = 6};
+  nn::set_seed(5);
+  nn::LlamaModel net(c);
+  randomize(net, 5);
+  const std::vector<int32_t> toks = {3, 17, 250, 9, 42, 1};
+  auto logits_of = [&](const std::string& path) {
+    const llm::Model lm = llm::Model::load(path);
+    llm::Session s(lm, {.ctx = c.ctx});
+    return s.feed(toks, true);
+  };
+  const std::string f32_path = (dir / "f32.gguf").string();
+  train::export_llama_gguf(net, &tok, f32_path);
+  const std::vector<float> ref = logits_of(f32_path);
+  struct Case {
+    std::string type;
+    io::GgmlType want;
+    int64_t file_type;
+    double tol;
+  };
+  for (const Case& k : {Case{"f16", io::GgmlType::f16, 1, 0.05}, Case{"bf16", io::GgmlType::bf16, 32, 0.4},
+                        Case{"q8_0", io::GgmlType::q8_0, 7, 0.4}}) {
+    const std::string path = (dir / (k.type + ".gguf")).string();
+    train::export_llama_gguf(net, &tok, path, k.type);
+    const io::GgufFile f = io::GgufFile::open(path);
+    EXPECT_EQ(f.get_int("general.file_type"), k.file_type) << k.type;
+    for (const io::GgufTensorInfo& t : f.tensors()) {
+      io::GgmlType want = t.shape.size() < 2 ? io::GgmlType::f32 : k.want;
+      if (want == io::GgmlType::q8_0 && t.shape.back() % 32 != 0) want = io::GgmlType::f16;  // ffn_down: rows of 80
+      EXPECT_EQ(t.type, want) << k.type << " " << t.name;
+    }
+    const std::vector<float> got = logits_of(path);
+    ASSERT_EQ(got.size(), ref.size());
+    double max_diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, std::fabs(double{got[i]} - ref[i]));
+    EXPECT_GT(max_diff, 0.0) << k.type << ": the weights were rounded, so the logits should move";
+    EXPECT_LT(max_diff, k.tol) << k.type;
+  }
+  EXPECT_THROW(
+      {
+        try {
+          train::export_llama_gguf(net, &tok, (dir / "x.gguf").string(), "q4_k");
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("'q4_k'"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
 TEST(LlamaModel, ParameterNamesAreGgufNames) {
   init();
   nn::LlamaModel m(

@@ -67,6 +67,8 @@ int cmd_train_lm(int argc, char** argv) {
   app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoints (resumed from when present)")->required();
   app.add_option("-o,--output", o.out, "the trained model, MODEL.gguf (its loss curve: MODEL.loss.svg)")->required();
+  app.add_option("--out-type", o.out_type, "the GGUF's matrices: f32 | f16 | bf16 | q8_0 (norms stay f32)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   app.add_option("--stop-after", o.stop_after, "stop after this step, checkpointed (a later run resumes)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-every", log_every,
