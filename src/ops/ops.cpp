@@ -160,6 +160,9 @@ Tensor scatter(const Tensor& x, const Tensor& idx, const Tensor& upd, int64_t ax
 Tensor index_select(const Tensor& x, const Tensor& idx, int64_t axis) {
   return c1("index_select"_op, {x, idx}, {{"axis", axis}});
 }
+Tensor resample(const Tensor& x, const Tensor& idx, const Tensor& w, int64_t axis) {
+  return c1("resample"_op, {x, idx, w}, {{"axis", axis}});
+}
 Tensor embedding(const Tensor& table, const Tensor& ids) { return c1("embedding"_op, {table, ids}); }
 Tensor pad(const Tensor& x, const Ints& pads, const std::string& mode, double value) {
   return c1("pad"_op, {x}, {{"pads", pads}, {"mode", mode}, {"value", value}});

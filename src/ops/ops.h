@@ -151,6 +151,9 @@ Tensor gather_elements(const Tensor& x, const Tensor& indices, int64_t axis);
 Tensor scatter(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis,
                const std::string& reduction = "none");
 Tensor index_select(const Tensor& x, const Tensor& indices, int64_t axis);  // indices 1-D
+// Weighted taps along one axis (Resize's separable interpolation): y[.., o, ..] = sum_t weights[o, t] *
+// x[.., indices[o, t], ..]; indices i32/i64 [out, taps], weights [out, taps] in x's dtype.
+Tensor resample(const Tensor& x, const Tensor& indices, const Tensor& weights, int64_t axis);
 Tensor embedding(const Tensor& table, const Tensor& ids);  // table [V,D], ids any shape -> [..., D]
 // pads: begins for every dim then ends (ONNX order). mode "constant" | "reflect" | "edge".
 Tensor pad(const Tensor& x, const Ints& pads, const std::string& mode = "constant", double value = 0.0);

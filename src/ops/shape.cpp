@@ -378,6 +378,25 @@ std::vector<TensorType> infer_index_select(const InferContext& c) {
   return infer_gather(c);
 }
 
+// resample: indices and weights [out, taps], weights in x's dtype; y is x with dim axis = out.
+std::vector<TensorType> infer_resample(const InferContext& c) {
+  const TensorType& x = c.in(0);
+  check_index_dtype(c, 1);
+  c.check(x.rank() > 0, ErrorCode::shape_mismatch, "cannot resample a rank-0 tensor");
+  const int64_t axis = infer::normalize_axis(c, c.attrs.i("axis"), x.rank());
+  if (!(c.in(1).rank() == 2)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("indices must be [out, taps], got {}", c.in(1).str()));
+  if (!(c.in(2).dims == c.in(1).dims)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("weights {} must have the shape of indices {}", c.in(2).str(), c.in(1).str()));
+  if (!(c.in(2).dtype == x.dtype)) [[unlikely]]
+    c.fail(ErrorCode::dtype_mismatch,
+           fmt::format("weights must have x's dtype {}, got {}", dtype_name(x.dtype), dtype_name(c.in(2).dtype)));
+  std::vector<Dim> out = x.dims;
+  out[static_cast<size_t>(axis)] = c.in(1).dims[0];
+  return {TensorType(x.dtype, std::move(out))};
+}
+
 std::vector<TensorType> infer_embedding(const InferContext& c) {
   const TensorType& table = c.in(0);
   check_index_dtype(c, 1);
@@ -404,6 +423,30 @@ Tensor scatter_rows_add(const Shape& shape, DType dtype, const Tensor& idx, cons
 
 Tensor scatter_rows_grad(const Tensor& x, const Tensor& idx, const Tensor& g, int64_t axis) {
   return scatter_rows_add(x.shape(), x.dtype(), idx, g, axis);
+}
+
+// resample, tap by tap: dx += rows of dy * w[:, t] added at indices[:, t]; dw[:, t] = the sum over every dim but
+// axis of dy * x[.., indices[:, t], ..].
+std::vector<Tensor> resample_grad(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& dy, int64_t axis) {
+  const int r = x.rank();
+  if (axis < 0) axis += r;
+  const int64_t out = idx.shape()[0], taps = idx.shape()[1];
+  Ints wshape(static_cast<size_t>(r), 1), others;
+  wshape[static_cast<size_t>(axis)] = out;
+  for (int d = 0; d < r; ++d)
+    if (d != axis) others.push_back(d);
+  Tensor dx;
+  std::vector<Tensor> dw;
+  for (int64_t t = 0; t < taps; ++t) {
+    const Tensor it = ops::reshape(ops::slice(idx, {t}, {t + 1}, {1}), {out});
+    const Tensor wt = ops::reshape(ops::slice(w, {t}, {t + 1}, {1}), wshape);
+    const Tensor s = scatter_rows_add(x.shape(), x.dtype(), it, ops::mul(dy, wt), axis);
+    dx = dx.defined() ? ops::add(dx, s) : s;
+    Tensor prod = ops::mul(dy, ops::index_select(x, it, axis));
+    if (!others.empty()) prod = ops::reduce_sum(prod, others);
+    dw.push_back(ops::reshape(prod, {out, 1}));
+  }
+  return {dx, Tensor(), ops::concat(dw, 1)};
 }
 
 // pad: constant mode crops the gradient back; in reflect/edge mode every output element reads one input element
@@ -757,6 +800,18 @@ void register_shape_ops(OpRegistry& r) {
       .grad([](const GradContext& g) {
         if (!grad0(g).defined()) return std::vector<Tensor>{Tensor(), Tensor()};
         return std::vector<Tensor>{scatter_rows_grad(g.inputs[0], g.inputs[1], grad0(g), g.attrs.i("axis")), Tensor()};
+      });
+
+  r.def("resample"_op)
+      .doc("Weighted taps along axis: y[.., o, ..] = sum_t weights[o, t] * x[.., indices[o, t], ..] (Resize).")
+      .inputs({"x", "indices", "weights"})
+      .attr("axis", K::i64)
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
+      .infer(infer_resample)
+      .grad([](const GradContext& g) {
+        if (!grad0(g).defined()) return std::vector<Tensor>{Tensor(), Tensor(), Tensor()};
+        return resample_grad(g.inputs[0], g.inputs[1], g.inputs[2], grad0(g), g.attrs.i("axis"));
       });
 
   r.def("embedding"_op)

@@ -127,6 +127,27 @@ void add_shape_cases(CaseList& c, ErrorList& e) {
                   .attr("axis", I(1))
                   .input_dtype(1, i32)
                   .gen(1, Gen::index(33, true)));
+  // resample: taps 2 (linear) along a middle and the last axis, 4 (cubic) and 3 (the general row path), 1 tap.
+  c.push_back(OpCase("resample/middle_linear", "resample"_op, {{2, 5, 37}, {9, 2}, {9, 2}})
+                  .attr("axis", I(1))
+                  .input_dtype(1, i64)
+                  .gen(1, Gen::index(5, true)));
+  c.push_back(OpCase("resample/last_linear_i32", "resample"_op, {{3, 4, 6}, {11, 2}, {11, 2}})
+                  .attr("axis", I(-1))
+                  .input_dtype(1, i32)
+                  .gen(1, Gen::index(6)));
+  c.push_back(OpCase("resample/cubic", "resample"_op, {{2, 3, 6, 5}, {10, 4}, {10, 4}})
+                  .attr("axis", I(2))
+                  .input_dtype(1, i64)
+                  .gen(1, Gen::index(6)));
+  c.push_back(OpCase("resample/three_taps_first", "resample"_op, {{4, 33}, {3, 3}, {3, 3}})
+                  .attr("axis", I(0))
+                  .input_dtype(1, i64)
+                  .gen(1, Gen::index(4)));
+  c.push_back(OpCase("resample/one_tap_last", "resample"_op, {{2, 7}, {5, 1}, {5, 1}})
+                  .attr("axis", I(1))
+                  .input_dtype(1, i64)
+                  .gen(1, Gen::index(7)));
   c.push_back(
       OpCase("embedding/2d_ids", "embedding"_op, {{10, 33}, {3, 4}}).input_dtype(1, i64).gen(1, Gen::index(10, true)));
   c.push_back(OpCase("embedding/i32_d1", "embedding"_op, {{7, 1}, {1000}}).input_dtype(1, i32).gen(1, Gen::index(7)));
@@ -287,6 +308,30 @@ void add_shape_cases(CaseList& c, ErrorList& e) {
                {f32, i64},
                {{"axis", I(0)}},
                ErrorCode::shape_mismatch});
+  e.push_back({"resample/indices_rank",
+               "resample"_op,
+               {{5, 3}, {4}, {4}},
+               {f32, i64, f32},
+               {{"axis", I(0)}},
+               ErrorCode::shape_mismatch});
+  e.push_back({"resample/weights_shape",
+               "resample"_op,
+               {{5, 3}, {4, 2}, {4, 3}},
+               {f32, i64, f32},
+               {{"axis", I(0)}},
+               ErrorCode::shape_mismatch});
+  e.push_back({"resample/weights_dtype",
+               "resample"_op,
+               {{5, 3}, {4, 2}, {4, 2}},
+               {f32, i64, DType::f64},
+               {{"axis", I(1)}},
+               ErrorCode::dtype_mismatch});
+  e.push_back({"resample/float_indices",
+               "resample"_op,
+               {{5, 3}, {4, 2}, {4, 2}},
+               {f32, f32, f32},
+               {{"axis", I(0)}},
+               ErrorCode::dtype_mismatch});
   e.push_back({"embedding/rank", "embedding"_op, {{5, 3, 2}, {4}}, {f32, i64}, {}, ErrorCode::shape_mismatch});
   e.push_back({"embedding/float_ids", "embedding"_op, {{5, 3}, {4}}, {f32, f32}, {}, ErrorCode::dtype_mismatch});
   e.push_back({"pad/pads_length", "pad"_op, {{2, 3}}, {f32}, {{"pads", Ints{1, 1}}}, ErrorCode::invalid_argument});

@@ -230,6 +230,14 @@ std::unique_ptr<Graph> shape_graph() {
   outs.push_back(node(*g, "scatter"_op, {x, ge_idx, upd}, {{"axis", int64_t{1}}, {"reduction", std::string("add")}}));
   outs.push_back(node(*g, "index_select"_op, {x, g->add_constant(Tensor::from_vector<int64_t>({1, 1, 0}, {3}))},
                       {{"axis", int64_t{1}}}));
+  outs.push_back(node(*g, "resample"_op,
+                      {x, g->add_constant(Tensor::from_vector<int64_t>({0, 1, 1, 3, 2, 2, 3, 0, 1, 1}, {5, 2})),
+                       g->add_constant(weight({5, 2}, 32))},
+                      {{"axis", int64_t{-1}}}));
+  outs.push_back(node(*g, "resample"_op,
+                      {x, g->add_constant(Tensor::from_vector<int64_t>({0, 1, 2, 2, 1, 0}, {2, 3})),
+                       g->add_constant(weight({2, 3}, 33))},
+                      {{"axis", int64_t{1}}}));
   outs.push_back(node(*g, "embedding"_op, {g->add_constant(weight({5, 3}, 31), "emb.table"), idx}));
   outs.push_back(node(*g, "pad"_op, {x}, {{"pads", Ints{0, 1, 2, 1, 0, -1}}, {"value", 1.5}}));
   outs.push_back(node(*g, "pad"_op, {x}, {{"pads", Ints{0, 1, 2, 0, 2, 1}}, {"mode", std::string("reflect")}}));

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/byte_copy.h"
 #include "backend/cpu/families.h"
+#include "base/half.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
@@ -98,6 +99,103 @@ void gather(KernelContext& k) {
 void embedding(KernelContext& k) {
   const Shape& s = k.in(0).shape();
   take_rows(k.in(0), k.in(1), k.out(), 1, s[0], s[1], k.op, 0);
+}
+
+// ---- resample: x viewed as [outer, n, inner], y as [outer, out, inner]; indices checked and wrapped once, serially.
+// Every output element sums its taps in tap order in A (f32; f64 for f64 data) and is rounded to S once. Along an
+// inner axis a y row is a weighted sum of `taps` contiguous x rows; along the last axis (inner 1) each element
+// gathers its taps. Tasks are fixed-size chunks of y, so the bits do not depend on the thread count.
+template <typename S, typename A>
+void resample_rows(const S* __restrict x, S* __restrict y, const int64_t* ix, const A* w, int64_t q0, int64_t q1,
+                   int64_t n, int64_t out, int64_t taps, int64_t inner, A* __restrict acc) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t o = q / out, j = q % out;
+    const S* xo = x + o * n * inner;
+    S* __restrict yr = y + q * inner;
+    const int64_t* jt = ix + j * taps;
+    const A* wt = w + j * taps;
+    if (taps == 2) {
+      const S* __restrict x0 = xo + jt[0] * inner;
+      const S* __restrict x1 = xo + jt[1] * inner;
+      const A w0 = wt[0], w1 = wt[1];
+      for (int64_t i = 0; i < inner; ++i)
+        yr[i] = static_cast<S>(w0 * static_cast<A>(x0[i]) + w1 * static_cast<A>(x1[i]));
+      continue;
+    }
+    for (int64_t i = 0; i < inner; ++i) acc[i] = wt[0] * static_cast<A>(xo[jt[0] * inner + i]);
+    for (int64_t t = 1; t < taps; ++t) {
+      const S* __restrict xt = xo + jt[t] * inner;
+      const A wv = wt[t];
+      for (int64_t i = 0; i < inner; ++i) acc[i] += wv * static_cast<A>(xt[i]);
+    }
+    for (int64_t i = 0; i < inner; ++i) yr[i] = static_cast<S>(acc[i]);
+  }
+}
+
+template <typename S, typename A>
+void resample_last(const S* __restrict x, S* __restrict y, const int64_t* ix, const A* w, int64_t o0, int64_t o1,
+                   int64_t n, int64_t out, int64_t taps) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const S* xo = x + o * n;
+    S* __restrict yo = y + o * out;
+    for (int64_t j = 0; j < out; ++j) {
+      const int64_t* jt = ix + j * taps;
+      const A* wt = w + j * taps;
+      A a = wt[0] * static_cast<A>(xo[jt[0]]);
+      for (int64_t t = 1; t < taps; ++t) a += wt[t] * static_cast<A>(xo[jt[t]]);
+      yo[j] = static_cast<S>(a);
+    }
+  }
+}
+
+template <typename S, typename A>
+void resample_typed(KernelContext& k) {
+  const Tensor& x = k.in(0);
+  const Tensor& idx = k.in(1);
+  const size_t axis = static_cast<size_t>(norm_axis(k.attrs.i("axis"), x.rank()));
+  const Shape& s = x.shape();
+  const int64_t outer = prod(s, 0, axis), n = s[axis], inner = prod(s, axis + 1, s.size());
+  const int64_t out = idx.shape()[0], taps = idx.shape()[1];
+  check_indices(idx, n, k.op, static_cast<int64_t>(axis));
+  if (k.out().numel() == 0) return;
+  std::vector<int64_t> ix(static_cast<size_t>(out * taps));
+  std::vector<A> w(ix.size());
+  const Indices raw(idx);
+  const S* wp = k.in(2).data<S>();
+  for (size_t i = 0; i < ix.size(); ++i) {
+    ix[i] = wrap(raw[static_cast<int64_t>(i)], n);
+    w[i] = static_cast<A>(wp[i]);
+  }
+  const S* xp = x.data<S>();
+  S* yp = k.out().data<S>();
+  if (taps == 0) {
+    std::fill(yp, yp + k.out().numel(), static_cast<S>(A{0}));
+    return;
+  }
+  if (inner == 1) {
+    const int64_t grain = std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(sizeof(S) * taps) / out);
+    parallel_for(num_chunks(outer, grain), [&](int64_t c) {
+      resample_last<S, A>(xp, yp, ix.data(), w.data(), c * grain, std::min(outer, (c + 1) * grain), n, out, taps);
+    });
+    return;
+  }
+  const int64_t rows = outer * out;
+  const int64_t grain = std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(sizeof(S) * taps) / inner);
+  parallel_for(num_chunks(rows, grain), [&](int64_t c) {
+    std::vector<A> acc(taps == 2 ? 0 : static_cast<size_t>(inner));
+    resample_rows<S, A>(xp, yp, ix.data(), w.data(), c * grain, std::min(rows, (c + 1) * grain), n, out, taps, inner,
+                        acc.data());
+  });
+}
+
+void resample(KernelContext& k) {
+  switch (k.in(0).dtype()) {
+    case DType::f32: return resample_typed<float, float>(k);
+    case DType::f64: return resample_typed<double, double>(k);
+    case DType::f16: return resample_typed<f16, float>(k);
+    case DType::bf16: return resample_typed<bf16, float>(k);
+    default: SPORE_FAIL(ErrorCode::dtype_mismatch, "[resample] no CPU kernel for {}", dtype_name(k.in(0).dtype()));
+  }
 }
 
 // One row of gather_elements: out[j] = x[idx[e0 + j] * axis stride (+ j when the axis is not the last)].
@@ -299,6 +397,7 @@ void full(KernelContext& k) {
 void register_shape_index(KernelRegistry& r) {
   r.add(Backend::cpu, "gather"_op, dtypes::all, gather, "memcpy");
   r.add(Backend::cpu, "index_select"_op, dtypes::all, gather, "memcpy");
+  r.add(Backend::cpu, "resample"_op, dtypes::floating, resample, "rows");
   r.add(Backend::cpu, "embedding"_op, dtypes::all, embedding, "memcpy");
   r.add(Backend::cpu, "gather_elements"_op, dtypes::all, gather_elements, "copy");
   r.add(Backend::cpu, "scatter"_op, dtypes::all, scatter, "copy");

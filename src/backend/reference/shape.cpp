@@ -106,6 +106,24 @@ void gather(KernelContext& k) {
   }
 }
 
+// resample: each output element sums its taps in tap order, in double, rounded once to the dtype.
+void resample(KernelContext& k) {
+  const Tensor& x = k.in(0);
+  const Tensor& idx = k.in(1);
+  const Tensor& w = k.in(2);
+  const int64_t axis = norm_axis(k.attrs.i("axis"), x.rank()), taps = idx.shape()[1];
+  for (int64_t i = 0; i < k.out().numel(); ++i) {
+    Ints o = unravel(i, k.out().shape());
+    const int64_t oa = o[static_cast<size_t>(axis)];
+    double acc = 0;
+    for (int64_t t = 0; t < taps; ++t) {
+      o[static_cast<size_t>(axis)] = index_at(idx, oa * taps + t, x.shape()[axis], "resample", axis);
+      acc += get(w, oa * taps + t) * get(x, ravel(o, x.shape()));
+    }
+    put(k.out(), i, acc);
+  }
+}
+
 void embedding(KernelContext& k) {
   const Tensor& table = k.in(0);
   const int64_t d = table.shape()[1];
@@ -213,6 +231,7 @@ void register_shape(KernelRegistry& r) {
   add("slice"_op, dtypes::all, slice);
   add("gather"_op, dtypes::all, gather);
   add("index_select"_op, dtypes::all, gather);
+  add("resample"_op, dtypes::floating, resample);
   add("embedding"_op, dtypes::all, embedding);
   add("gather_elements"_op, dtypes::all, gather_elements);
   add("scatter"_op, dtypes::all, scatter);

@@ -172,6 +172,42 @@ class Exporter {
     SPORE_FAIL(ErrorCode::unsupported, "export_onnx: node {} has no ONNX equivalent ({})", n.label(), why);
   }
 
+  // resample as ONNX spells Resize's taps: per tap t, Gather(x, indices[:, t], axis) * weights[:, t] (reshaped to
+  // broadcast along axis), summed in tap order.
+  void export_resample(const Node& n, const Attrs& a, const std::vector<std::string>& in, const std::string& y) {
+    const TensorType& it = n.input(1)->type;
+    const int rank = n.input(0)->type.rank();
+    SPORE_CHECK(it.dims[0].is_static() && it.dims[1].is_static(), ErrorCode::unsupported,
+                "export_onnx: node {} has run-time resample taps {}", n.label(), it.str());
+    int64_t axis = a.i("axis");
+    if (axis < 0) axis += rank;
+    const int64_t out = it.dims[0].size, taps = it.dims[1].size;
+    Ints wshape(static_cast<size_t>(rank), 1);
+    wshape[static_cast<size_t>(axis)] = out;
+    const std::string shape = ints_init(wshape, y, "wshape");
+    const std::string& nm = n.name;
+    auto sub = [&](const std::string& what) { return nm.empty() ? std::string() : nm + "/" + what; };
+    std::string acc;
+    for (int64_t t = 0; t < taps; ++t) {
+      const std::string tag = fmt::format("tap{}", t);
+      const std::string col = scalar_init(static_cast<double>(t), DType::i64, y, "tap");
+      const std::string ids = tmp(y, "ids"), w = tmp(y, "w"), wr = tmp(y, "wr"), g = tmp(y, "g");
+      attr_i(emit("Gather", {in[1], col}, {ids}, sub(tag + "/ids")), "axis", 1);
+      attr_i(emit("Gather", {in[2], col}, {w}, sub(tag + "/w")), "axis", 1);
+      emit("Reshape", {w, shape}, {wr}, sub(tag + "/wr"));
+      attr_i(emit("Gather", {in[0], ids}, {g}, sub(tag + "/gather")), "axis", axis);
+      const std::string m = taps == 1 ? y : tmp(y, "m");
+      emit("Mul", {g, wr}, {m}, taps == 1 ? nm : sub(tag + "/mul"));
+      if (t == 0) {
+        acc = m;
+        continue;
+      }
+      const std::string sum = t == taps - 1 ? y : tmp(y, "sum");
+      emit("Add", {acc, m}, {sum}, t == taps - 1 ? nm : sub(tag + "/add"));
+      acc = sum;
+    }
+  }
+
   void export_constant(const Node& n) {
     const Value* v = n.output(0);
     // The value's own name when it has one, else the node's !name, else a generated one.
@@ -417,6 +453,7 @@ class Exporter {
         return;
       }
       case "index_select"_op: attr_i(simple("Gather"), "axis", a.i("axis")); return;  // 1-D indices
+      case "resample"_op: return export_resample(n, a, in, y);
       case "embedding"_op: attr_i(simple("Gather"), "axis", 0); return;
       case "pad"_op: {
         std::vector<std::string> pi = {in[0], ints_init(a.ints("pads"), y, "pads")};

@@ -966,6 +966,7 @@ V emit_resize(NodeCtx& c) {
   if (!scales.empty() && static_cast<int>(scales.size()) != r) c.fail(ErrorCode::invalid_argument, "{} scales for rank {}", scales.size(), r);
   if (!sizes.empty() && static_cast<int>(sizes.size()) != r) c.fail(ErrorCode::invalid_argument, "{} sizes for rank {}", sizes.size(), r);
   Value* y = x;
+  std::vector<std::pair<int, AxisPlan>> plans;
   for (int ax = 0; ax < r; ++ax) {
     const int64_t in = s[ax];
     int64_t out;
@@ -1051,9 +1052,28 @@ V emit_resize(NodeCtx& c) {
         p.w[base + j] = coef[j];
       }
     }
-    // Apply this axis.
+    plans.emplace_back(ax, std::move(p));
+  }
+  // Axes apply one at a time, in the order that keeps the early passes small: the largest reduction first, then
+  // the smallest growth; on a tie the last axis (whose pass gathers single elements) goes first, while the tensor
+  // is smallest.
+  std::stable_sort(plans.begin(), plans.end(), [r](const auto& a, const auto& b) {
+    const double ga = static_cast<double>(a.second.out) / static_cast<double>(a.second.in);
+    const double gb = static_cast<double>(b.second.out) / static_cast<double>(b.second.in);
+    if (ga != gb) return ga < gb;
+    return (a.first == r - 1) > (b.first == r - 1);
+  });
+  for (const auto& [ax, p] : plans) {
+    const int64_t out = p.out;
     Shape wshape(r, 1);
     wshape[ax] = out;
+    if (p.taps > 1 && coord != "tf_crop_and_resize") {
+      // One resample op: its taps' indices and weights as [out, taps] constants.
+      Tensor ids = Tensor::from_vector<int64_t>(p.idx, {out, p.taps});
+      Tensor ws = Tensor::from_doubles(p.w, {out, p.taps}, c.dtype(x));
+      y = c.op("resample"_op, {y, c.konst(std::move(ids)), c.konst(std::move(ws))}, {{"axis", int64_t{ax}}});
+      continue;
+    }
     Value* acc = nullptr;
     for (int t = 0; t < p.taps; ++t) {
       std::vector<int64_t> ids(static_cast<size_t>(out));
