@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "io/gguf/gguf.h"
 #include "io/hf_model.h"
+#include "llm/lora.h"
 #include "ops/ops.h"
 #include "runtime/trace.h"
 
@@ -359,7 +360,10 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
                        rope_freqs_);
     };
     auto lin = [](const Tensor& a, const Weight& w, const std::optional<Tensor>& b = std::nullopt) {
-      return ops::linear_blockq(a, w.data, fmt_of(w.format), b);
+      Tensor y = ops::linear_blockq(a, w.data, fmt_of(w.format), b);
+      for (const LoraDelta& d : w.lora)
+        y = ops::add(y, ops::mul(ops::linear_blockq(ops::linear_blockq(a, d.a, "f32"), d.b, "f32"), d.scale));
+      return y;
     };
     for (int64_t l = 0; l < c.n_layer; ++l) {
       const LayerWeights& w = layers_[static_cast<size_t>(l)];
@@ -393,6 +397,26 @@ std::unique_ptr<Graph> Model::step_graph(const StepOptions& o) const {
     return out;
   };
   return trace_function(fn, types, names);
+}
+
+void Model::add_lora(LoraAdapter a, double scale) {
+  SPORE_CHECK(std::isfinite(scale), ErrorCode::invalid_argument, "LoRA scale {} is not finite", scale);
+  fit_adapter(a, cfg_);
+  for (auto& [name, p] : a.tensors) {
+    // fit_adapter checked the name: blk.<i>.<cell>.weight
+    const size_t d1 = name.find('.'), d2 = name.find('.', d1 + 1);
+    const auto l = static_cast<size_t>(std::stoll(name.substr(d1 + 1, d2 - d1 - 1)));
+    const std::string cell = name.substr(d2 + 1, name.size() - d2 - 1 - 7);
+    LayerWeights& w = layers_.at(l);
+    Weight* target = cell == "attn_q"        ? &w.wq
+                     : cell == "attn_k"      ? &w.wk
+                     : cell == "attn_v"      ? &w.wv
+                     : cell == "attn_output" ? &w.wo
+                     : cell == "ffn_gate"    ? &w.w_gate
+                     : cell == "ffn_up"      ? &w.w_up
+                                             : &w.w_down;
+    target->lora.push_back({p.a.contiguous(), p.b.contiguous(), scale * a.scale()});
+  }
 }
 
 }  // namespace spore::llm

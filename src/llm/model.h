@@ -17,6 +17,8 @@
 
 namespace spore::llm {
 
+struct LoraAdapter;
+
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2" (GGUF general.architecture; HF model_type mapped to these)
   std::string source;  // "gguf" or "hf"
@@ -32,7 +34,14 @@ struct ModelConfig {
   std::string weight_type;  // the dominant format of the matrices ("q8_0", "f16", ...) for reports
 };
 
+// A LoRA adapter's update of one matrix at run time: y += scale * B (A x) (Model::add_lora).
+struct LoraDelta {
+  Tensor a, b;  // f32 [r, in], [out, r]
+  double scale = 1.0;
+};
+
 struct Weight {
+  std::vector<LoraDelta> lora;  // adapters applied to this matrix, in the order added
   Tensor data;  // typed [N, K] for f32/f16/bf16, u8 [N, row_bytes] for q8_0/q4_0; aliases the file mapping
   llm_ops::WeightFormat format = llm_ops::WeightFormat::f32;
   int64_t rows() const { return data.shape()[0]; }
@@ -86,6 +95,11 @@ class Model {
   // normed hidden states [T, E]), then k_new_l, v_new_l f32 [T, Hkv, D] for every layer, which the caller writes into
   // its cache at the step's positions.
   std::unique_ptr<Graph> step_graph(const StepOptions& o) const;
+
+  // Applies a LoRA adapter (llm/lora.h) in every step graph built from now on: each adapted matrix computes
+  // W x + scale * (alpha / r) * B (A x), the branch in f32 (linear_blockq, batch invariant). fit_adapter checks it
+  // against this model first (architecture, layers, shapes: errors name the tensor). Adapters add up.
+  void add_lora(LoraAdapter a, double scale = 1.0);
 
  private:
   ModelConfig cfg_;

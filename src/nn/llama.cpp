@@ -1,19 +1,22 @@
 // The trainable Llama / Qwen2 decoder (nn/llama.h).
 #include "nn/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 
 #include "base/error.h"
 #include "nn/init.h"
+#include "nn/layers.h"
 #include "ops/llm_ops.h"
 #include "ops/ops.h"
 
 namespace spore::nn {
 namespace {
 
-// A cell that only holds "weight" (and "bias"): the GGUF names are <cell>.weight / <cell>.bias.
+// A cell that only holds "weight" (and "bias"): the GGUF names are <cell>.weight / <cell>.bias. A projection may
+// carry a LoRA adapter ("lora_a", "lora_b") and a frozen weight in a storage format the forward dequantizes.
 class WeightCell : public Cell {
  public:
   explicit WeightCell(Tensor w, const Tensor& b = Tensor()) : w_(&register_parameter("weight", std::move(w))) {
@@ -21,11 +24,79 @@ class WeightCell : public Cell {
   }
   const Tensor& w() const { return *w_; }
   std::optional<Tensor> b() const { return b_ ? std::optional<Tensor>(*b_) : std::nullopt; }
-  Tensor linear(const Tensor& x) const { return ops::linear(x, *w_, b()); }
+  Tensor linear(const Tensor& x) {
+    Tensor y = ops::linear(x, weight_f32(), b());
+    if (!lora_a_) return y;
+    Tensor xi = dropout_ ? (*dropout_)(x) : x;
+    Tensor a = *lora_a_, bm = *lora_b_;
+    if (lora_dtype_ != DType::f32) {  // the low-precision branch: every cast is a node of its own
+      if (xi.dtype() != lora_dtype_) xi = ops::cast(xi, lora_dtype_);
+      a = ops::cast(a, lora_dtype_);
+      bm = ops::cast(bm, lora_dtype_);
+    }
+    Tensor d = ops::linear(ops::linear(xi, a), bm);
+    if (d.dtype() != y.dtype()) d = ops::cast(d, y.dtype());
+    return ops::add(y, ops::mul(d, lora_scale_));
+  }
+  int64_t out_features() const { return w_->shape()[0]; }
+  int64_t in_features() const { return in_; }
+
+  void add_lora(const LoraConfig& c) {
+    in_ = in_features_of_weight();
+    lora_a_ = &register_parameter("lora_a", init::kaiming_uniform({c.r, in_}, std::sqrt(5.0)));
+    lora_b_ = &register_parameter("lora_b", init::zeros({out_features(), c.r}));
+    lora_scale_ = c.scale();
+    lora_dtype_ = c.dtype;
+    if (c.dropout > 0) {
+      dropout_ = std::make_unique<Dropout>(c.dropout);
+      register_cell("lora_dropout", *dropout_);
+    }
+  }
+  void set_frozen(Tensor w, const std::string& format) {
+    const int64_t n = out_features(), k = in_features_of_weight();
+    if (format == "f32" || format == "bf16") {
+      const DType want = format == "f32" ? DType::f32 : DType::bf16;
+      SPORE_CHECK(w.dtype() == want && w.shape() == Shape({n, k}), ErrorCode::shape_mismatch,
+                  "frozen {} matrix: expected {} [{}, {}], got {} {}", format, dtype_name(want), n, k,
+                  dtype_name(w.dtype()), shape_str(w.shape()));
+    } else {
+      SPORE_CHECK(format == "q8_0", ErrorCode::invalid_argument, "frozen matrix format '{}' is not f32, bf16 or q8_0",
+                  format);
+      SPORE_CHECK(k % 32 == 0 && w.dtype() == DType::u8 && w.shape() == Shape({n, k / 32 * 34}),
+                  ErrorCode::shape_mismatch,
+                  "frozen q8_0 matrix: expected u8 [{}, {}] (K = {} in blocks of 32), got {} {}", n, k / 32 * 34, k,
+                  dtype_name(w.dtype()), shape_str(w.shape()));
+    }
+    in_ = k;
+    format_ = format;
+    for (Parameter* p : parameter_slots(false))
+      if (&p->value == w_) {
+        p->value = std::move(w);
+        p->requires_grad = false;
+      }
+  }
 
  private:
+  int64_t in_features_of_weight() const { return format_ == "f32" || format_ == "bf16" ? w_->shape()[1] : in_; }
+  // The weight as f32 [N, K]: itself, or dequantized where it is used (no gradient reaches a frozen copy).
+  Tensor weight_f32() const {
+    if (format_ == "f32") return *w_;
+    if (format_ == "bf16") return ops::cast(*w_, DType::f32);
+    const int64_t n = w_->shape()[0];
+    Tensor rows = Tensor::empty({n}, DType::i64);
+    for (int64_t i = 0; i < n; ++i) rows.data<int64_t>()[i] = i;
+    return ops::embed_blockq(*w_, rows, format_);
+  }
+
   Tensor* w_;
   Tensor* b_ = nullptr;
+  std::string format_ = "f32";
+  int64_t in_ = 0;  // K (a q8_0 weight's shape does not say it directly)
+  Tensor* lora_a_ = nullptr;
+  Tensor* lora_b_ = nullptr;
+  double lora_scale_ = 0;
+  DType lora_dtype_ = DType::f32;
+  std::unique_ptr<Dropout> dropout_;
 };
 
 std::unique_ptr<WeightCell> matrix(int64_t rows, int64_t cols, double std, bool bias = false) {
@@ -73,6 +144,17 @@ struct LlamaModel::Block : Cell {
     register_cell("ffn_up", *ffn_up);
     register_cell("ffn_down", *ffn_down);
   }
+  WeightCell* projection(const std::string& cell) {
+    for (auto [name, w] : {std::pair{"attn_q", &attn_q},
+                           {"attn_k", &attn_k},
+                           {"attn_v", &attn_v},
+                           {"attn_output", &attn_output},
+                           {"ffn_gate", &ffn_gate},
+                           {"ffn_up", &ffn_up},
+                           {"ffn_down", &ffn_down}})
+      if (cell == name) return w->get();
+    return nullptr;
+  }
 };
 
 LlamaModel::LlamaModel(const LlamaConfig& c) : cfg_(c) {
@@ -94,6 +176,81 @@ LlamaModel::LlamaModel(const LlamaConfig& c) : cfg_(c) {
 }
 
 LlamaModel::~LlamaModel() = default;
+
+const std::vector<LlamaProjection>& llama_projections() {
+  static const std::vector<LlamaProjection> p = {{"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+                                                 {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"},
+                                                 {"ffn_gate", "mlp.gate_proj"},  {"ffn_up", "mlp.up_proj"},
+                                                 {"ffn_down", "mlp.down_proj"}};
+  return p;
+}
+
+std::string peft_module_name(const std::string& cell) {
+  for (const LlamaProjection& p : llama_projections())
+    if (cell == p.cell) {
+      const std::string m = p.hf_module;
+      return m.substr(m.find('.') + 1);
+    }
+  SPORE_FAIL(ErrorCode::invalid_argument, "'{}' is not a projection of a Llama block", cell);
+}
+
+std::vector<std::string> lora_target_cells(const std::string& spec) {
+  std::vector<std::string> out;
+  std::string known;
+  for (const LlamaProjection& p : llama_projections()) known += (known.empty() ? "" : ", ") + peft_module_name(p.cell);
+  if (spec == "all-linear") {
+    for (const LlamaProjection& p : llama_projections()) out.emplace_back(p.cell);
+    return out;
+  }
+  size_t at = 0;
+  while (at <= spec.size()) {
+    const size_t end = std::min(spec.find(',', at), spec.size());
+    const std::string name = spec.substr(at, end - at);
+    at = end + 1;
+    std::string cell;
+    for (const LlamaProjection& p : llama_projections())
+      if (name == p.cell || name == peft_module_name(p.cell)) cell = p.cell;
+    SPORE_CHECK(!cell.empty(), ErrorCode::invalid_argument,
+                "LoRA target '{}' is not a projection of a Llama block ({}, or all-linear)", name, known);
+    if (std::find(out.begin(), out.end(), cell) == out.end()) out.push_back(cell);
+  }
+  return out;
+}
+
+void LoraConfig::validate() const {
+  SPORE_CHECK(r > 0 && std::isfinite(alpha) && alpha > 0 && dropout >= 0 && dropout < 1, ErrorCode::invalid_argument,
+              "LoRA needs r > 0, alpha > 0 and 0 <= dropout < 1 (r {}, alpha {}, dropout {})", r, alpha, dropout);
+  SPORE_CHECK(!targets.empty(), ErrorCode::invalid_argument, "LoRA needs at least one target projection");
+  for (const std::string& t : targets) lora_target_cells(t);
+  SPORE_CHECK(dtype == DType::f32 || dtype == DType::bf16, ErrorCode::invalid_argument,
+              "LoRA dtype must be f32 or bf16, got {}", dtype_name(dtype));
+}
+
+void LlamaModel::add_lora(const LoraConfig& c) {
+  SPORE_CHECK(!lora_, ErrorCode::invalid_argument, "LlamaModel::add_lora: the model has adapters already");
+  c.validate();
+  for (Parameter* p : parameter_slots()) p->requires_grad = false;
+  for (Block* b : blocks_)
+    for (const std::string& t : c.targets) b->projection(t)->add_lora(c);
+  lora_ = c;
+}
+
+void LlamaModel::set_frozen_matrix(const std::string& name, Tensor w, const std::string& format) {
+  // "blk.<i>.<cell>.weight"
+  const std::string pre = "blk.", suf = ".weight";
+  WeightCell* cell = nullptr;
+  if (name.rfind(pre, 0) == 0 && name.size() > pre.size() + suf.size() &&
+      name.compare(name.size() - suf.size(), suf.size(), suf) == 0) {
+    const std::string mid = name.substr(pre.size(), name.size() - pre.size() - suf.size());
+    const size_t dot = mid.find('.');
+    if (dot != std::string::npos && dot > 0 && mid.find_first_not_of("0123456789") == dot) {
+      const int64_t i = std::stoll(mid.substr(0, dot));
+      if (i < cfg_.layers) cell = blocks_[static_cast<size_t>(i)]->projection(mid.substr(dot + 1));
+    }
+  }
+  SPORE_CHECK(cell != nullptr, ErrorCode::invalid_argument, "'{}' is not a block matrix of this model", name);
+  cell->set_frozen(std::move(w), format);
+}
 
 Tensor LlamaModel::construct(const Tensor& tokens) {
   const LlamaConfig& c = cfg_;

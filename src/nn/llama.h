@@ -15,6 +15,7 @@
 // llama) or "neox" (halves, GGUF qwen2), as the loader applies them. Qwen2 has q/k/v biases.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,33 @@ struct LlamaConfig {
   void validate() const;
 };
 
+// LoRA (Hu et al. 2021, as Hugging Face PEFT defines it) on the projections of every block: y = W x + b + (alpha / r) *
+// B (A (dropout(x))) with A [r, in] (kaiming-uniform, a = sqrt(5), as PEFT) and B [out, r] (zeros, so a fresh adapter
+// leaves the model's output unchanged). Dropout draws from the counter-based RNG keyed by the training step
+// (nn::StepScope), so runs are deterministic.
+struct LoraConfig {
+  int64_t r = 8;
+  double alpha = 16;
+  double dropout = 0;
+  std::vector<std::string> targets;  // block cells: "attn_q", "attn_v", ... (lora_target_cells makes them)
+  DType dtype = DType::f32;          // the branch's compute dtype: f32, or bf16 (f32 parameters, explicit casts)
+  double scale() const { return alpha / static_cast<double>(r); }
+  void validate() const;  // r > 0, alpha finite, 0 <= dropout < 1, targets known and not empty, dtype f32 | bf16
+};
+
+// A block's projections: the cell name (GGUF "blk.N.<cell>.weight") and the Hugging Face module path under
+// "model.layers.N." (PEFT's keys and target_modules use its last part, "q_proj").
+struct LlamaProjection {
+  const char* cell;
+  const char* hf_module;
+};
+const std::vector<LlamaProjection>& llama_projections();
+// "q_proj,v_proj" (PEFT module names, or cell names "attn_q") -> {"attn_q", "attn_v"}; "all-linear" -> all seven.
+// An unknown name is an error that lists the known ones.
+std::vector<std::string> lora_target_cells(const std::string& spec);
+// The PEFT module name of a cell ("attn_q" -> "q_proj"); an error for an unknown cell.
+std::string peft_module_name(const std::string& cell);
+
 class LlamaModel : public Cell {
  public:
   explicit LlamaModel(const LlamaConfig& c);
@@ -46,6 +74,15 @@ class LlamaModel : public Cell {
   Tensor construct(const Tensor& tokens) override;
   const LlamaConfig& config() const { return cfg_; }
 
+  // Adds LoRA adapters ("blk.N.<cell>.lora_a" [r, in] and ".lora_b" [out, r]) to the target projections of every
+  // block and freezes every other parameter (requires_grad false: no gradient, no optimizer state). Once only.
+  void add_lora(const LoraConfig& c);
+  const LoraConfig* lora() const { return lora_ ? &*lora_ : nullptr; }
+  // Replaces a block matrix ("blk.0.attn_q.weight") by a frozen copy stored as `format`: "f32" (f32 [N, K]),
+  // "bf16" (bf16 [N, K]) or "q8_0" (u8 [N, K / 32 * 34], ggml's blocks); the forward dequantizes it to f32 where it
+  // is used and no gradient flows to it (a QLoRA-style base).
+  void set_frozen_matrix(const std::string& name, Tensor w, const std::string& format);
+
   struct Block;
 
  private:
@@ -53,6 +90,7 @@ class LlamaModel : public Cell {
   std::unique_ptr<Cell> token_embd_, output_norm_, output_;
   CellList blk_;
   std::vector<Block*> blocks_;
+  std::optional<LoraConfig> lora_;
 };
 
 }  // namespace spore::nn

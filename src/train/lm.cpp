@@ -27,7 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_text(const std::string& path, const char* what) {
+}  // namespace
+
+std::string read_text_file(const std::string& path, const char* what) {
   SPORE_CHECK(fs::is_regular_file(path), ErrorCode::not_found, "{} '{}' does not exist or is not a file", what, path);
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
@@ -37,6 +39,8 @@ std::string read_text(const std::string& path, const char* what) {
   SPORE_CHECK(!s.empty(), ErrorCode::invalid_argument, "{} '{}' is empty", what, path);
   return s;
 }
+
+namespace {
 
 void write_atomic(const fs::path& path, const std::string& bytes) {
   const fs::path tmp = path.string() + ".tmp";
@@ -55,8 +59,9 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// x, y i64 [B, T]: windows of ctx + 1 tokens at the given offsets.
-std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets, int64_t T) {
+// x, y i64 [B, T]: windows of ctx + 1 tokens at the given offsets; a label that the mask says is no target is -1.
+std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask,
+                                  const std::vector<int64_t>& offsets, int64_t T) {
   const auto B = static_cast<int64_t>(offsets.size());
   Tensor x = Tensor::empty({B, T}, DType::i64), y = Tensor::empty({B, T}, DType::i64);
   int64_t* xp = x.data<int64_t>();
@@ -65,30 +70,26 @@ std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std:
     for (int64_t t = 0; t < T; ++t) {
       const size_t at = static_cast<size_t>(offsets[static_cast<size_t>(b)] + t);
       xp[b * T + t] = tokens[at];
-      yp[b * T + t] = tokens[at + 1];
+      yp[b * T + t] = mask.empty() || mask[at + 1] ? tokens[at + 1] : -1;
     }
   return {x, y};
 }
 
 // The model and the data (token counts) a checkpoint belongs to.
-std::string model_key(const nn::LlamaConfig& c, int64_t n_train, int64_t n_val) {
-  return fmt::format(
-      "{} vocab {} dim {} layers {} heads {} kv_heads {} ffn {} ctx {} tied {} rope_theta {}; data {} + {} "
-      "tokens",
-      c.arch, c.vocab, c.dim, c.layers, c.heads, c.kv_heads, c.ffn, c.ctx, c.tie_embeddings, c.rope_theta, n_train,
-      n_val);
+std::string model_key(const nn::LlamaConfig& c) {
+  return fmt::format("{} vocab {} dim {} layers {} heads {} kv_heads {} ffn {} ctx {} tied {} rope_theta {}", c.arch,
+                     c.vocab, c.dim, c.layers, c.heads, c.kv_heads, c.ffn, c.ctx, c.tie_embeddings, c.rope_theta);
 }
-std::string run_key(const LmOptions& o) {
+std::string run_key(const LmRunOptions& o) {
   // Not the mode: graph and PyNative give the same bits, so a run may resume in the other one.
-  return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {} {}",
-                     o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed,
-                     o.train_tokenizer ? fmt::format("bpe {}", o.vocab) : "tokenizer " + o.tokenizer) +
+  return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {}",
+                     o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed) +
          (o.amp_level == "O0" ? std::string() : fmt::format(" amp {} {}", o.amp_level, dtype_name(o.amp_dtype)));
 }
 
 // The loss curve: every step's training loss and the validation losses, on one linear scale.
 void write_svg(const std::string& path, const std::vector<double>& train,
-               const std::vector<std::pair<int64_t, double>>& val) {
+               const std::vector<std::pair<int64_t, double>>& val, const std::string& title) {
   const double W = 720, H = 420, L = 60, R = 20, T = 30, Bm = 50;
   double lo = 1e300, hi = -1e300;
   for (double v : train) lo = std::min(lo, v), hi = std::max(hi, v);
@@ -100,10 +101,10 @@ void write_svg(const std::string& path, const std::vector<double>& train,
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
       "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      "<text x=\"{}\" y=\"18\">spore train-lm: loss per step (train: blue, validation: orange)</text>\n"
+      "<text x=\"{}\" y=\"18\">{}: loss per step (train: blue, validation: orange)</text>\n"
       "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n"
       "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
-      W, H, L, L, T, L, H - Bm, L, H - Bm, W - R, H - Bm);
+      W, H, L, title, L, T, L, H - Bm, L, H - Bm, W - R, H - Bm);
   for (int i = 0; i <= 4; ++i) {
     const double v = lo + (hi - lo) * i / 4;
     s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3f}</text>\n", L - 4, Y(v) + 4, v);
@@ -115,18 +116,19 @@ void write_svg(const std::string& path, const std::vector<double>& train,
     pts += fmt::format("{:.1f},{:.1f} ", X(static_cast<double>(i + 1)), Y(train[i]));
   s += fmt::format("<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.2\" points=\"{}\"/>\n", pts);
   pts.clear();
-  for (const auto& [st, v] : val) pts += fmt::format("{:.1f},{:.1f} ", X(static_cast<double>(st)), Y(v));
+  for (const auto& [st, v] : val)
+    pts += fmt::format("{:.1f},{:.1f} ", X(std::max<double>(1, static_cast<double>(st))), Y(v));
   s += fmt::format("<polyline fill=\"none\" stroke=\"#ff7f0e\" stroke-width=\"2\" points=\"{}\"/>\n", pts);
   for (const auto& [st, v] : val)
-    s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"#ff7f0e\"/>\n", X(static_cast<double>(st)),
-                     Y(v));
+    s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"#ff7f0e\"/>\n",
+                     X(std::max<double>(1, static_cast<double>(st))), Y(v));
   s += "</svg>\n";
   write_atomic(path, s);
 }
 
 }  // namespace
 
-double lm_cross_entropy(const Tensor& logits, const Tensor& labels) {
+double lm_cross_entropy(const Tensor& logits, const Tensor& labels, int64_t* count) {
   SPORE_CHECK(logits.rank() == 3 && logits.dtype() == DType::f32 && labels.rank() == 2 &&
                   labels.shape()[0] == logits.shape()[0] && labels.shape()[1] == logits.shape()[1],
               ErrorCode::shape_mismatch, "lm_cross_entropy: logits f32 [B, T, V] and labels [B, T], got {} and {}",
@@ -137,17 +139,36 @@ double lm_cross_entropy(const Tensor& logits, const Tensor& labels) {
   const float* p = lg.data<float>();
   const auto ids = lb.to_doubles();
   double total = 0;
+  int64_t n = 0;
   for (int64_t r = 0; r < rows; ++r) {
+    const auto id = static_cast<int64_t>(ids[static_cast<size_t>(r)]);
+    if (id < 0) continue;  // not a target
+    SPORE_CHECK(id < V, ErrorCode::invalid_argument, "lm_cross_entropy: label {} outside [0, {})", id, V);
     const float* row = p + r * V;
     double mx = row[0];
     for (int64_t j = 1; j < V; ++j) mx = std::max(mx, static_cast<double>(row[j]));
     double sum = 0;
     for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
-    const auto id = static_cast<int64_t>(ids[static_cast<size_t>(r)]);
-    SPORE_CHECK(id >= 0 && id < V, ErrorCode::invalid_argument, "lm_cross_entropy: label {} outside [0, {})", id, V);
     total += mx + std::log(sum) - static_cast<double>(row[id]);
+    ++n;
   }
-  return total / static_cast<double>(rows);
+  if (count) *count = n;
+  return n > 0 ? total / static_cast<double>(n) : 0.0;
+}
+
+void write_loss_svg(const std::string& path, const LmReport& r, const std::string& title) {
+  write_svg(path, r.step_losses, r.val_curve, title);
+}
+
+void split_validation(LmTokens& t, double val_fraction) {
+  const auto n_val = static_cast<size_t>(static_cast<double>(t.train.size()) * val_fraction);
+  const auto cut = static_cast<std::ptrdiff_t>(t.train.size() - n_val);
+  t.val.assign(t.train.begin() + cut, t.train.end());
+  t.train.resize(static_cast<size_t>(cut));
+  if (!t.train_mask.empty()) {
+    t.val_mask.assign(t.train_mask.begin() + cut, t.train_mask.end());
+    t.train_mask.resize(static_cast<size_t>(cut));
+  }
 }
 
 void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path,
@@ -196,77 +217,59 @@ void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const s
   w.write(path);
 }
 
-LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&)>& on_progress) {
+LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, const LmRunOptions& o,
+                       const std::string& key, const std::function<void(const LmProgress&)>& on_progress,
+                       bool eval_at_start) {
   auto progress = [&](const LmProgress& p) {
     if (on_progress) on_progress(p);
   };
-  SPORE_CHECK(!o.ckpt_dir.empty(), ErrorCode::invalid_argument, "train-lm needs a checkpoint directory");
-  SPORE_CHECK(o.train_tokenizer != !o.tokenizer.empty(), ErrorCode::invalid_argument,
-              "give either a tokenizer GGUF or train_tokenizer (one of them)");
+  SPORE_CHECK(!o.ckpt_dir.empty(), ErrorCode::invalid_argument, "training needs a checkpoint directory");
   SPORE_CHECK(o.batch > 0 && o.steps > 0 && o.accum > 0 && o.warmup >= 0 && o.warmup < o.steps && o.eval_every >= 0 &&
                   o.eval_batches > 0,
               ErrorCode::invalid_argument,
-              "train-lm needs batch, steps, accum, eval batches > 0 and 0 <= warmup < steps (batch {}, steps {}, "
+              "training needs batch, steps, accum, eval batches > 0 and 0 <= warmup < steps (batch {}, steps {}, "
               "accum {}, eval batches {}, warmup {})",
               o.batch, o.steps, o.accum, o.eval_batches, o.warmup);
   SPORE_CHECK(std::isfinite(o.lr) && o.lr > 0 && o.clip >= 0 && o.weight_decay >= 0 && o.min_lr_ratio >= 0 &&
                   o.min_lr_ratio <= 1,
               ErrorCode::invalid_argument,
-              "train-lm needs lr > 0, clip >= 0, weight decay >= 0, min lr ratio in [0, 1]");
+              "training needs lr > 0, clip >= 0, weight decay >= 0, min lr ratio in [0, 1]");
   SPORE_CHECK(o.mode == "graph" || o.mode == "pynative", ErrorCode::invalid_argument,
               "mode '{}' is not graph or pynative", o.mode);
+  SPORE_CHECK(ctx > 0 && ctx <= net.config().ctx, ErrorCode::invalid_argument,
+              "the training window {} must be in [1, the model's context {}]", ctx, net.config().ctx);
   fs::create_directories(o.ckpt_dir);
   const fs::path dir(o.ckpt_dir);
-  const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json",
-                 tok_path = dir / "tokenizer.gguf";
-
-  // Tokenizer: trained once and kept in the checkpoint directory (a resumed run must tokenize alike).
-  const std::string text = read_text(o.data, "training data");
-  std::string tok_source = o.tokenizer;
-  if (o.train_tokenizer) {
-    if (!fs::exists(tok_path)) {
-      const llm::BpeVocab v = llm::train_bpe(text, o.vocab);
-      io::GgufWriter w;
-      w.add_string("general.architecture", "tokenizer");
-      llm::add_tokenizer_metadata(w, v);
-      w.write(tok_path.string());
-    }
-    tok_source = tok_path.string();
-  }
-  SPORE_CHECK(fs::is_regular_file(tok_source), ErrorCode::not_found, "tokenizer '{}' does not exist", tok_source);
-  const io::GgufFile tok_file = io::GgufFile::open(tok_source);
-  const llm::Tokenizer tok = llm::Tokenizer::from_gguf(tok_file);
-
-  std::vector<int32_t> train_tokens = tok.encode(text), val_tokens;
-  if (!o.val_data.empty()) {
-    val_tokens = tok.encode(read_text(o.val_data, "validation data"));
-  } else {
-    const auto n_val = static_cast<size_t>(static_cast<double>(train_tokens.size()) * o.val_fraction);
-    val_tokens.assign(train_tokens.end() - static_cast<std::ptrdiff_t>(n_val), train_tokens.end());
-    train_tokens.resize(train_tokens.size() - n_val);
-  }
-  nn::LlamaConfig cfg = o.model;
-  cfg.vocab = tok.vocab_size();
-  cfg.validate();
-  const int64_t T = cfg.ctx, B = o.batch;
+  const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json";
+  const std::vector<int32_t>& train_tokens = data.train;
+  const std::vector<int32_t>& val_tokens = data.val;
+  const int64_t T = ctx, B = o.batch;
   const auto n_train = static_cast<int64_t>(train_tokens.size()), n_val = static_cast<int64_t>(val_tokens.size());
   SPORE_CHECK(n_train > T + 1, ErrorCode::invalid_argument,
               "the training text has {} tokens, too few for windows of ctx {} + 1", n_train, T);
   SPORE_CHECK(n_val > T + 1, ErrorCode::invalid_argument,
               "the validation text has {} tokens, too few for one window of ctx {} + 1", n_val, T);
 
-  nn::set_seed(o.seed);
-  nn::LlamaModel net(cfg);
   AdamOptions ao;
   ao.lr = o.lr;
   ao.beta2 = 0.95;
   ao.weight_decay = o.weight_decay;
   std::unique_ptr<Optimizer> opt = make_adamw(trainable_names(net), ao);
   opt->set_schedule(warmup_lr(o.warmup, cosine_lr(o.lr, o.steps - o.warmup, o.lr * o.min_lr_ratio)));
-  nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
-  LossFn loss_fn = [&ce](const Tensor& logits, const Tensor& labels) {
+  const bool masked = !data.train_mask.empty();
+  nn::SoftmaxCrossEntropyWithLogits ce(true, masked ? "none" : "mean");
+  LossFn loss_fn = [&ce, masked](const Tensor& logits, const Tensor& labels) {
     const int64_t V = logits.shape()[2];
-    return ce(ops::reshape(logits, {-1, V}), ops::reshape(labels, {-1}));
+    const Tensor lg = ops::reshape(logits, {-1, V}), lb = ops::reshape(labels, {-1});
+    if (!masked) return ce(lg, lb);
+    // Labels -1 are not targets: the mean over the others (at least one counted, so a window without targets
+    // gives 0).
+    const Tensor zero = Tensor::scalar(0, DType::i64);
+    const Tensor keep = ops::ge(lb, zero);
+    const Tensor per = ce(lg, ops::where(keep, lb, zero));
+    const Tensor m = ops::cast(keep, per.dtype());
+    return ops::div(ops::reduce_sum(ops::mul(per, m)),
+                    ops::maximum(ops::reduce_sum(m), Tensor::scalar(1, per.dtype())));
   };
   ModelOptions mo;
   mo.mode = o.mode;
@@ -278,25 +281,24 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   Model model(net, loss_fn, *opt, {}, mo);
 
   LmReport rep;
-  rep.vocab = cfg.vocab;
+  rep.vocab = net.config().vocab;
   rep.params = net.num_parameters();
   rep.train_tokens = n_train;
   rep.val_tokens = n_val;
-  std::vector<std::pair<int64_t, double>> val_curve;
+  const std::string data_key = fmt::format("{}; data {} + {} tokens", key, n_train, n_val);
   if (fs::exists(state_path) && fs::exists(ckpt)) {
     json st;
     try {
-      st = json::parse(read_text(state_path.string(), "checkpoint state"));
+      st = json::parse(read_text_file(state_path.string(), "checkpoint state"));
     } catch (const json::exception& e) {
       SPORE_FAIL(ErrorCode::parse_error, "checkpoint state '{}' is not valid JSON: {}", state_path.string(), e.what());
     }
-    SPORE_CHECK(st.value("model", "") == model_key(cfg, n_train, n_val) && st.value("run", "") == run_key(o),
-                ErrorCode::invalid_argument,
+    SPORE_CHECK(st.value("model", "") == data_key && st.value("run", "") == run_key(o), ErrorCode::invalid_argument,
                 "checkpoint '{}' was written by another run ({}; {}), not this one ({}; {}): use another --ckpt-dir",
-                o.ckpt_dir, st.value("model", ""), st.value("run", ""), model_key(cfg, n_train, n_val), run_key(o));
+                o.ckpt_dir, st.value("model", ""), st.value("run", ""), data_key, run_key(o));
     model.load_checkpoint(ckpt.string());
     rep.step_losses = st.at("losses").get<std::vector<double>>();
-    val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
+    rep.val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
     SPORE_CHECK(static_cast<int64_t>(rep.step_losses.size()) == model.global_step(), ErrorCode::parse_error,
                 "checkpoint state '{}' has {} losses for step {}", state_path.string(), rep.step_losses.size(),
                 model.global_step());
@@ -311,25 +313,43 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   auto save = [&] {
     model.save_checkpoint(ckpt.string() + ".tmp");
     fs::rename(ckpt.string() + ".tmp", ckpt);
-    json st{{"model", model_key(cfg, n_train, n_val)},
+    json st{{"model", data_key},
             {"run", run_key(o)},
             {"step", model.global_step()},
             {"losses", rep.step_losses},
-            {"val", val_curve}};
+            {"val", rep.val_curve}};
     write_atomic(state_path, st.dump());
   };
-  // Validation windows: the first ones of the validation tokens, in batches of at most B.
+  // Validation windows: the first ones of the validation tokens, in batches of at most B; the mean over their
+  // targets.
   const int64_t n_windows = std::min<int64_t>(o.eval_batches * B, (n_val - 1) / T);
   auto evaluate = [&] {
     double total = 0;
+    int64_t targets = 0;
     for (int64_t w0 = 0; w0 < n_windows; w0 += B) {
       std::vector<int64_t> offs;
       for (int64_t w = w0; w < std::min(n_windows, w0 + B); ++w) offs.push_back(w * T);
-      auto [x, y] = windows(val_tokens, offs, T);
-      total += lm_cross_entropy(model.predict(x), y) * static_cast<double>(offs.size());
+      auto [x, y] = windows(val_tokens, data.val_mask, offs, T);
+      int64_t n = 0;
+      const double mean = lm_cross_entropy(model.predict(x), y, &n);
+      total += mean * static_cast<double>(n);
+      targets += n;
     }
-    return total / static_cast<double>(n_windows);
+    SPORE_CHECK(targets > 0, ErrorCode::invalid_argument,
+                "the validation windows hold no target tokens (no assistant turns in the first {} windows)", n_windows);
+    return total / static_cast<double>(targets);
   };
+  if (eval_at_start && model.global_step() == 0) {
+    LmProgress e;
+    e.kind = "eval";
+    e.steps = o.steps;
+    e.val_loss = evaluate();
+    e.val_ppl = std::exp(e.val_loss);
+    e.train_loss = std::nan("");
+    e.train_ppl = std::nan("");
+    rep.val_curve.emplace_back(0, e.val_loss);
+    progress(e);
+  }
 
   double train_s = 0, interval_loss = 0;
   int64_t interval_steps = 0, tokens_done = 0;
@@ -344,7 +364,7 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
         offs[static_cast<size_t>(b)] = static_cast<int64_t>(
             splitmix64(splitmix64(o.seed) ^ (m * static_cast<uint64_t>(B) + static_cast<uint64_t>(b))) %
             static_cast<uint64_t>(n_train - T - 1));
-      auto [x, y] = windows(train_tokens, offs, T);
+      auto [x, y] = windows(train_tokens, data.train_mask, offs, T);
       loss += model.train_step(x, y);
     }
     loss /= static_cast<double>(o.accum);
@@ -370,7 +390,7 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
       e.train_ppl = std::exp(e.train_loss);
       e.val_loss = evaluate();
       e.val_ppl = std::exp(e.val_loss);
-      val_curve.emplace_back(step + 1, e.val_loss);
+      rep.val_curve.emplace_back(step + 1, e.val_loss);
       rep.val_loss = e.val_loss;
       rep.val_ppl = e.val_ppl;
       interval_loss = 0;
@@ -386,16 +406,55 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   rep.train_seconds = train_s;
   rep.tokens_per_s = train_s > 0 ? static_cast<double>(tokens_done) / train_s : 0.0;
   rep.checkpoint = ckpt.string();
-  if (rep.steps == o.steps && !val_curve.empty() && val_curve.back().first == o.steps) {
-    rep.val_loss = val_curve.back().second;
+  if (rep.steps == o.steps && !rep.val_curve.empty() && rep.val_curve.back().first == o.steps) {
+    rep.val_loss = rep.val_curve.back().second;
     rep.val_ppl = std::exp(rep.val_loss);
   }
+  return rep;
+}
+
+LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&)>& on_progress) {
+  SPORE_CHECK(!o.ckpt_dir.empty(), ErrorCode::invalid_argument, "train-lm needs a checkpoint directory");
+  SPORE_CHECK(o.train_tokenizer != !o.tokenizer.empty(), ErrorCode::invalid_argument,
+              "give either a tokenizer GGUF or train_tokenizer (one of them)");
+  fs::create_directories(o.ckpt_dir);
+  const fs::path tok_path = fs::path(o.ckpt_dir) / "tokenizer.gguf";
+
+  // Tokenizer: trained once and kept in the checkpoint directory (a resumed run must tokenize alike).
+  const std::string text = read_text_file(o.data, "training data");
+  std::string tok_source = o.tokenizer;
+  if (o.train_tokenizer) {
+    if (!fs::exists(tok_path)) {
+      const llm::BpeVocab v = llm::train_bpe(text, o.vocab);
+      io::GgufWriter w;
+      w.add_string("general.architecture", "tokenizer");
+      llm::add_tokenizer_metadata(w, v);
+      w.write(tok_path.string());
+    }
+    tok_source = tok_path.string();
+  }
+  SPORE_CHECK(fs::is_regular_file(tok_source), ErrorCode::not_found, "tokenizer '{}' does not exist", tok_source);
+  const io::GgufFile tok_file = io::GgufFile::open(tok_source);
+  const llm::Tokenizer tok = llm::Tokenizer::from_gguf(tok_file);
+
+  LmTokens data;
+  data.train = tok.encode(text);
+  if (!o.val_data.empty()) data.val = tok.encode(read_text_file(o.val_data, "validation data"));
+  else split_validation(data, o.val_fraction);
+  nn::LlamaConfig cfg = o.model;
+  cfg.vocab = tok.vocab_size();
+  cfg.validate();
+  nn::set_seed(o.seed);
+  nn::LlamaModel net(cfg);
+  const std::string key =
+      model_key(cfg) + (o.train_tokenizer ? fmt::format("; bpe {}", o.vocab) : "; tokenizer " + o.tokenizer);
+  LmReport rep = train_decoder(net, data, cfg.ctx, o, key, on_progress);
   if (!o.out.empty() && rep.steps == o.steps) {
     export_llama_gguf(net, &tok_file, o.out, o.out_type);
     rep.gguf = o.out;
     fs::path svg(o.out);
     svg.replace_extension(".loss.svg");
-    write_svg(svg.string(), rep.step_losses, val_curve);
+    write_loss_svg(svg.string(), rep, "spore train-lm");
     rep.svg = svg.string();
   }
   return rep;

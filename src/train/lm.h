@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/llama.h"
@@ -30,12 +31,8 @@ class GgufFile;
 
 namespace spore::train {
 
-struct LmOptions {
-  nn::LlamaConfig model;  // vocab is the tokenizer's size
-  std::string data, val_data;
-  std::string tokenizer;         // a GGUF with tokenizer.* metadata, or
-  bool train_tokenizer = false;  // train a byte-level BPE of `vocab` tokens on `data`
-  int64_t vocab = 0;
+// The settings train-lm and finetune share: batches, schedule, AdamW, clipping, evaluation, checkpoints.
+struct LmRunOptions {
   int64_t batch = 16, steps = 100, warmup = 0, accum = 1;
   int64_t eval_every = 0;    // 0: evaluate at the end only
   int64_t eval_batches = 8;  // validation batches of `batch` windows
@@ -46,9 +43,17 @@ struct LmOptions {
   std::string amp_level = "O0";  // mixed precision (train::ModelOptions): "O0".."O3", f32 master weights
   DType amp_dtype = DType::bf16;
   std::string ckpt_dir;        // required
-  std::string out;             // MODEL.gguf (optional); the loss curve goes beside it as MODEL.loss.svg
-  std::string out_type = "f32";  // the GGUF's matrices: "f32" | "f16" | "bf16" | "q8_0" (1-D tensors stay f32)
   int64_t stop_after = 0;      // > 0: stop (checkpointed) after this step, as an interrupted run would
+};
+
+struct LmOptions : LmRunOptions {
+  nn::LlamaConfig model;  // vocab is the tokenizer's size
+  std::string data, val_data;
+  std::string tokenizer;         // a GGUF with tokenizer.* metadata, or
+  bool train_tokenizer = false;  // train a byte-level BPE of `vocab` tokens on `data`
+  int64_t vocab = 0;
+  std::string out;  // MODEL.gguf (optional); the loss curve goes beside it as MODEL.loss.svg
+  std::string out_type = "f32";  // the GGUF's matrices: "f32" | "f16" | "bf16" | "q8_0" (1-D tensors stay f32)
 };
 
 struct LmProgress {
@@ -63,6 +68,7 @@ struct LmReport {
   double last_loss = 0, val_loss = 0, val_ppl = 0, tokens_per_s = 0, train_seconds = 0;
   std::string gguf, svg, checkpoint;
   std::vector<double> step_losses;  // every step's loss (mean over its micro-batches), from step 1
+  std::vector<std::pair<int64_t, double>> val_curve;  // (step, validation loss) of every evaluation
 };
 
 LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&)>& on_progress = {});
@@ -73,7 +79,29 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
 void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path,
                        const std::string& type = "f32");
 
-// Mean next-token cross entropy of logits f32 [B, T, V] against labels i64 [B, T], in double.
-double lm_cross_entropy(const Tensor& logits, const Tensor& labels);
+// Mean next-token cross entropy of logits f32 [B, T, V] against labels i64 [B, T], in double. Labels < 0 are not
+// targets (finetune's non-assistant tokens) and count for nothing; `count` (when given) gets the targets' number.
+double lm_cross_entropy(const Tensor& logits, const Tensor& labels, int64_t* count = nullptr);
+
+// ---- The pieces train_lm and finetune (train/finetune.h) share.
+// Token streams; a mask (when not empty, one byte per token) marks the tokens that are targets of the loss.
+struct LmTokens {
+  std::vector<int32_t> train, val;
+  std::vector<uint8_t> train_mask, val_mask;
+};
+// The training text's tokens and the validation ones: `val_text`'s, or the last o.val_fraction of the training ones
+// (with their mask).
+void split_validation(LmTokens& t, double val_fraction);
+// Trains `net` (its trainable parameters) on windows of ctx + 1 tokens: the batches, schedule, AdamW, evaluation and
+// resumable checkpoints that train_lm describes. `key` names the model and data a checkpoint directory belongs to.
+// With `eval_at_start`, the validation loss before the first step is reported as an "eval" at step 0 (and in
+// val_curve) before training starts.
+LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, const LmRunOptions& o,
+                       const std::string& key, const std::function<void(const LmProgress&)>& on_progress,
+                       bool eval_at_start = false);
+// The loss curve (every step's training loss and the validation losses) as an SVG.
+void write_loss_svg(const std::string& path, const LmReport& r, const std::string& title);
+// Reads a whole text file; errors name `what` and the path (missing, unreadable, empty).
+std::string read_text_file(const std::string& path, const char* what);
 
 }  // namespace spore::train

@@ -11,10 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "llm/chat_template.h"
 #include "llm/generate.h"
+#include "llm/lora.h"
 #include "llm/model.h"
-#include "base/thread_pool.h"
 #include "runtime/profiler.h"
 #include "runtime/runtime.h"
 #include "tools/spore/commands.h"
@@ -94,6 +95,12 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--disable-pass", disabled_passes,
                  "skip this pass when compiling the step plans, e.g. group_linear_blockq (repeatable)")
       ->allow_extra_args(false);
+  std::vector<std::string> loras;
+  app.add_option("--lora", loras,
+                 "apply a LoRA adapter (a PEFT folder or a llama.cpp adapter .gguf) at run time (repeatable)")
+      ->allow_extra_args(false);
+  double lora_scale = 1.0;
+  app.add_option("--lora-scale", lora_scale, "scale of the --lora adapters (1: as trained, 0: the base model)");
   app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "print one JSON object at the end instead of streaming text");
   app.add_option("--dump-logits", dump_logits,
@@ -112,7 +119,8 @@ int cmd_generate(int argc, char** argv) {
 
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  const llm::Model m = llm::Model::load(model, !no_mmap);
+  llm::Model m = llm::Model::load(model, !no_mmap);
+  for (const std::string& l : loras) m.add_lora(llm::read_adapter(l), lora_scale);
   llm::SessionOptions so;
   so.ctx = ctx;
   so.max_batch = max_batch;
