@@ -458,29 +458,28 @@ TEST(Lora, ChatDataTrainsOnAssistantTokens) {
   EXPECT_NE(testing::error_of([&] { train::finetune(f); }).find("role 'robot'"), std::string::npos);
 }
 
-// KJV on a tinyshakespeare base at test size (a 0.14 M-parameter base pretrained for 40 steps): the KJV validation
-// loss falls by more than 3% (measured: 4.86 -> 4.62, -4.9%). The issue's >= 20% is measured on the README's base with
-// `spore finetune` (bench/peers/README.md); this small base leaves an adapter little to steer.
+// The LoRA acceptance at test size: the Shakespeare model spore trained (data/lm/shakespeare.gguf, shipped)
+// tuned on KJV text for 20 steps of 8 x 64 tokens: the KJV validation loss falls by at least 20% (measured: 5.17 ->
+// 3.59, -30.6%), and the base's file is only read.
 TEST(Lora, KjvValidationLossFallsOnAShakespeareBase) {
   SPORE_SHARED_DATA_DIR(data, "text-corpus");
   init();
-  const std::string shakes = io::read_file_bytes((fs::path(data) / "tinyshakespeare.txt").string());
   const std::string kjv = io::read_file_bytes((fs::path(data) / "kjv-bible.txt").string());
-  ASSERT_GT(kjv.size(), 1000000u);
-  const fs::path s = dir() / "shakespeare_200k.txt", k = dir() / "kjv_train.txt", kv = dir() / "kjv_val.txt";
-  std::ofstream(s, std::ios::binary) << shakes.substr(0, 200000);
+  ASSERT_GT(kjv.size(), 2100000u);
+  const fs::path k = dir() / "kjv_train.txt", kv = dir() / "kjv_val.txt";
   std::ofstream(k, std::ios::binary) << kjv.substr(100000, 200000);
   std::ofstream(kv, std::ios::binary) << kjv.substr(2000000, 40000);
-  const nn::LlamaConfig c{.arch = "llama", .dim = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 128, .ctx = 32};
-  const std::string base = trained_base(s.string(), 40, c, 384);
+  const std::string base = testing::repo_root() + "/data/lm/shakespeare.gguf";
+  const std::string before = io::read_file_bytes(base);
   train::FinetuneOptions f;
   f.base = base;
   f.data = k.string();
   f.val_data = kv.string();
   f.batch = 8;
-  f.steps = 80;
-  f.warmup = 4;
-  f.lr = 2e-2;
+  f.ctx = 64;
+  f.steps = 20;
+  f.warmup = 2;
+  f.lr = 1e-2;
   f.eval_batches = 4;
   f.lora = {.r = 8, .alpha = 16, .dropout = 0.05, .targets = nn::lora_target_cells("all-linear")};
   f.out_dir = (dir() / "ft_kjv").string();
@@ -490,7 +489,8 @@ TEST(Lora, KjvValidationLossFallsOnAShakespeareBase) {
   std::printf("[kjv] base val loss %.3f -> %.3f (%.1f%%), trainable %lld of %lld\n", r.base_val_loss, r.val_loss,
               100.0 * (r.val_loss - r.base_val_loss) / r.base_val_loss, static_cast<long long>(r.trainable_params),
               static_cast<long long>(r.all_params));
-  EXPECT_LT(r.val_loss, 0.97 * r.base_val_loss);
+  EXPECT_LT(r.val_loss, 0.8 * r.base_val_loss);
+  EXPECT_EQ(io::read_file_bytes(base), before);
 }
 
 }  // namespace
