@@ -3,7 +3,9 @@
 at O0 (f32), O2 bf16 and O2 f16 with dynamic loss scaling; test accuracy, loss, skipped steps and samples/s.
 
     /usr/bin/python3 bench/train/amp_vs_f32.py [--spore build/spore] [--dataset mnist:../shared/data/mnist]
-        [--models simplenet,lenet] [--epochs 5] [--batch 64] [--lr 0.01] [--mode graph] [--threads 2]
+        [--models simplenet,lenet] [--epochs 5] [--batch 64] [--lr 0.01] [--optimizer momentum] [--mode graph]
+        [--threads 2]
+    /usr/bin/python3 bench/train/amp_vs_f32.py --models transformer --optimizer adamw --lr 0.001
 
 The goal is the O2 runs' accuracy within 0.3 points of f32's. On a 2,000-image test split one point is 20 images.
 """
@@ -24,6 +26,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--optimizer", default="momentum")
     ap.add_argument("--mode", default="graph")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
@@ -35,7 +38,7 @@ def main():
         base = None
         for name, extra in configs:
             out = subprocess.run([a.spore, "train", "--model", model, "--dataset", a.dataset, "--epochs",
-                                  str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr), "--mode", a.mode,
+                                  str(a.epochs), "--batch", str(a.batch), "--lr", str(a.lr), "--optimizer", a.optimizer, "--mode", a.mode,
                                   "--threads", str(a.threads), "--json", *extra], check=True, capture_output=True,
                                  text=True).stdout
             f = json.loads(out.splitlines()[-1])

@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "nn/init.h"
+#include "ops/ops.h"
 
 namespace spore::train {
 namespace {
@@ -56,6 +58,28 @@ Mlp::Mlp(int64_t in, int64_t hidden, int64_t classes) : fc1(in, hidden, true, "r
 
 Tensor Mlp::construct(const Tensor& x) { return fc2(fc1(flatten(x))); }
 
+RowTransformer::RowTransformer(int64_t c, int64_t h, int64_t w, int64_t classes, int64_t d_model, int64_t nhead,
+                               int64_t layers)
+    : c_((check_input("RowTransformer", c, h, w, 1), c)),
+      h_(h),
+      w_(w),
+      embed(c * w, d_model),
+      norm({d_model}),
+      head(d_model, classes) {
+  pos_ = &register_parameter("pos_embedding", nn::init::normal({h, d_model}, 0.0, 0.02));
+  for (int64_t i = 0; i < layers; ++i)
+    blocks.append(std::make_unique<nn::TransformerEncoderLayer>(d_model, nhead, 2 * d_model, 0.1, "gelu", true));
+  SPORE_REGISTER_CELLS(embed, blocks, norm, head);
+}
+
+Tensor RowTransformer::construct(const Tensor& x) {
+  // [N, C, H, W] -> [N, H, C, W] -> [N, H, C * W]: a token per image row.
+  Tensor t = ops::reshape(ops::transpose(x, {0, 2, 1, 3}), {-1, h_, c_ * w_});
+  t = ops::add(embed(t), *pos_);
+  for (size_t i = 0; i < blocks.size(); ++i) t = blocks[i](t);
+  return head(ops::reduce_mean(norm(t), {1}));
+}
+
 std::unique_ptr<nn::Cell> make_model(const std::string& name, const Shape& s, int64_t classes) {
   SPORE_CHECK(s.size() == 3, ErrorCode::invalid_argument,
               "train::make_model: expected an input shape [C, H, W], got {}", shape_str(s));
@@ -64,8 +88,9 @@ std::unique_ptr<nn::Cell> make_model(const std::string& name, const Shape& s, in
   if (name == "simplenet") return std::make_unique<SimpleNet>(s[0], s[1], s[2], classes);
   if (name == "lenet") return std::make_unique<LeNet5>(s[0], s[1], s[2], classes);
   if (name == "mlp") return std::make_unique<Mlp>(s[0] * s[1] * s[2], 128, classes);
-  SPORE_FAIL(ErrorCode::invalid_argument, "train::make_model: unknown model '{}' (expected simplenet, lenet or mlp)",
-             name);
+  if (name == "transformer") return std::make_unique<RowTransformer>(s[0], s[1], s[2], classes);
+  SPORE_FAIL(ErrorCode::invalid_argument,
+             "train::make_model: unknown model '{}' (expected simplenet, lenet, mlp or transformer)", name);
 }
 
 namespace {

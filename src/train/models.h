@@ -4,9 +4,10 @@
 #include <memory>
 #include <string>
 
+#include "data/sources.h"
 #include "nn/cell.h"
 #include "nn/layers.h"
-#include "data/sources.h"
+#include "nn/transformer.h"
 
 namespace spore::train {
 
@@ -52,7 +53,26 @@ class Mlp : public nn::Cell {
   nn::Dense fc1, fc2;
 };
 
-// "simplenet" | "lenet" | "mlp" for inputs of shape [C, H, W]; weights drawn from nn::set_seed's stream.
+// A Transformer encoder classifier over image rows (ViT-style, a token per row): the [C, H, W] image as H tokens of
+// C * W values -> Dense to d_model -> + a learned position embedding [H, d_model] -> `layers` pre-norm encoder layers
+// (nhead heads, feed-forward 2 * d_model, GELU, dropout 0.1) -> LayerNorm -> mean over tokens -> Dense classes.
+class RowTransformer : public nn::Cell {
+ public:
+  RowTransformer(int64_t channels, int64_t height, int64_t width, int64_t num_classes = 10, int64_t d_model = 64,
+                 int64_t nhead = 4, int64_t layers = 2);
+  Tensor construct(const Tensor& x) override;
+
+ private:
+  int64_t c_, h_, w_;
+  nn::Dense embed;
+  Tensor* pos_;
+  nn::CellList blocks;
+  nn::LayerNorm norm;
+  nn::Dense head;
+};
+
+// "simplenet" | "lenet" | "mlp" | "transformer" for inputs of shape [C, H, W]; weights drawn from nn::set_seed's
+// stream.
 std::unique_ptr<nn::Cell> make_model(const std::string& name, const Shape& input_shape, int64_t num_classes = 10);
 
 // A train/test split loaded from a CLI dataset spec:

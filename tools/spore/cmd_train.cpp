@@ -1,4 +1,4 @@
-// spore train: trains a zoo model (simplenet, lenet, mlp) on MNIST / Fashion-MNIST / digits with
+// spore train: trains a zoo model (simplenet, lenet, mlp, transformer) on MNIST / Fashion-MNIST / digits with
 // train::Model, in PyNative or graph mode, printing per-epoch loss, test accuracy and throughput.
 #include <chrono>
 #include <cmath>
@@ -51,7 +51,8 @@ int cmd_train(int argc, char** argv) {
   uint64_t seed = 0;
   double lr = 0.01, weight_decay = 0.0, clip_norm = 0.0;
   bool json = false, no_progress = false;
-  app.add_option("--model", model_name, "simplenet | lenet | mlp")->check(CLI::IsMember({"simplenet", "lenet", "mlp"}));
+  app.add_option("--model", model_name, "simplenet | lenet | mlp | transformer (a token per image row)")
+      ->check(CLI::IsMember({"simplenet", "lenet", "mlp", "transformer"}));
   app.add_option("--dataset", dataset, "mnist:DIR | fashion-mnist:DIR | digits:FILE")->required();
   app.add_option("--epochs", epochs, "epochs")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "batch size")->check(CLI::PositiveNumber);

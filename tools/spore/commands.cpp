@@ -15,7 +15,7 @@ constexpr Command commands[] = {
     {"ops", "every registered op: dtypes, backends with kernels, traits (--json)", cmd_ops},
     {"graph", "parse, verify and print a text-IR graph file (--dot for Graphviz)", cmd_graph},
     {"demo", "a small graph-mode demo: trace, compile, run, profile", cmd_demo},
-    {"train", "train a model (simplenet, lenet, mlp) on MNIST / digits; checkpoints, --json", cmd_train},
+    {"train", "train a model (simplenet, lenet, mlp, transformer) on MNIST / digits; checkpoints, --json", cmd_train},
     {"train-lm", "pretrain a small Llama/Qwen2 LM on a text file: BPE tokenizer, checkpoints, GGUF out, --json",
      cmd_train_lm},
     {"finetune", "LoRA fine-tuning of a Llama/Qwen2 GGUF (frozen f32/bf16/q8_0 base): PEFT and GGUF adapters, --json",
