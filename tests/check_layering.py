@@ -23,8 +23,10 @@ ALLOWED["autodiff"] = {"base", "tensor", "ir", "ops"}
 for upper, below in {
     "io": {"base", "tensor", "ir", "ops"},
     "data": {"base", "tensor"},
+    # communicators; the MPI module (parallel/module/) is part of the layer's folder
+    "parallel": {"base"},
     "nn": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime"},
-    "train": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "data", "io", "llm"},
+    "train": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "data", "io", "llm", "parallel"},
     "llm": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "nn", "io", "data"},
     # deployed models: load (io) + compile per input signature (runtime)
     "deploy": {"base", "tensor", "ir", "ops", "autodiff", "passes", "runtime", "io"},

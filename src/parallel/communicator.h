@@ -1,0 +1,73 @@
+#pragma once
+// Communicators: the collectives data-parallel training needs, over one process (SingleCommunicator) or OpenMPI
+// (MpiCommunicator, parallel/mpi_communicator.cpp), chosen at run time by world().
+//
+// Determinism: a reduction's bits never depend on timing or on which message arrives first. Every reduction over
+// ranks is tree_sum (parallel/tree.h) over the ranks' contributions in rank order: rank r owns slice r of the
+// vector, receives slice r from every rank, adds them in that fixed tree and sends the result back. IEEE addition is
+// commutative, so only the association matters, and the tree fixes it.
+//
+// Faults: a rank that waits longer than timeout_seconds() for a peer throws spore::Error naming the collective, the
+// peer and the limit (SPORE_COMM_TIMEOUT, seconds; default 300). A dead peer usually ends the job sooner: mpirun
+// stops every rank when one exits with an error.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/dtype.h"
+
+namespace spore::parallel {
+
+enum class ReduceOp { sum, mean };  // mean: the tree sum divided by size(), in the element type
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "single" | "mpi"
+
+  // In place over `count` elements of dtype (f32 or f64): every rank ends with the same reduced bits.
+  virtual void allreduce(void* data, int64_t count, DType dtype, ReduceOp op = ReduceOp::sum) = 0;
+  // in: size() * count_per_rank elements; out (count_per_rank): rank r gets slice r of the reduction.
+  virtual void reduce_scatter(const void* in, void* out, int64_t count_per_rank, DType dtype,
+                              ReduceOp op = ReduceOp::sum) = 0;
+  // out (size() * bytes_per_rank bytes): rank r's `in` at offset r * bytes_per_rank.
+  virtual void allgather(const void* in, void* out, int64_t bytes_per_rank) = 0;
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // Point to point; tag in [0, 16384). A recv must name the sender's byte count exactly.
+  virtual void send(const void* data, int64_t bytes, int peer, int tag = 0) = 0;
+  virtual void recv(void* data, int64_t bytes, int peer, int tag = 0) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job now (MPI_Abort); for a rank that failed while the others may wait on it.
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// The process's communicator: MPI when launched by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the environment,
+// or SPORE_COMM=mpi), else a single process (SPORE_COMM=single forces it). The MPI implementation lives in a module
+// (libspore_mpi.so, built only when MPI's headers are found) loaded with dlopen here, so spore itself never links
+// libmpi; launched by mpirun without the module, this throws an error that says so.
+Communicator& world();
+std::unique_ptr<Communicator> make_single_communicator();
+// The MPI communicator, loading the module: $SPORE_MPI_MODULE, else libspore_mpi.so beside the executable (or one
+// folder up), else the library search path.
+std::unique_ptr<Communicator> make_mpi_communicator();
+// True when the environment says this process was started by mpirun.
+bool launched_by_mpi();
+
+// The transport's own description ("Open MPI v4.1.4"; "single" for one process).
+std::string transport_version(Communicator& comm);
+// MPI's own MPI_Allreduce (f32 sum, order up to the library): the baseline bench/allreduce_bench compares with.
+void native_mpi_allreduce_f32(Communicator& comm, const float* in, float* out, int64_t count);
+
+// How long a collective waits for a peer before it fails (SPORE_COMM_TIMEOUT, seconds; default 300).
+double timeout_seconds();
+
+// Start-up check that every rank runs the same configuration: fields are (name, value) pairs, the same names in the
+// same order on every rank. Rank 0's values are broadcast; every rank throws (invalid_argument) if any rank differs,
+// naming the first such rank, the field and both values. Collective: every rank must call it.
+void check_same_config(Communicator& comm, const std::vector<std::pair<std::string, std::string>>& fields);
+
+}  // namespace spore::parallel

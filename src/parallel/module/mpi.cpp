@@ -1,0 +1,117 @@
+// libspore_mpi.so: spore's transport over OpenMPI (the C interface in parallel/mpi_abi.h). Built only when CMake finds
+// MPI; loaded by parallel::make_mpi_communicator with dlopen, so the spore binary does not link libmpi.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "parallel/mpi_abi.h"
+
+namespace {
+
+thread_local std::string g_error;
+bool g_we_initialized = false;
+
+int fail(const char* what, int code) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  g_error = std::string(what) + ": " + std::string(text, static_cast<size_t>(len));
+  return -1;
+}
+
+int init(int* rank, int* size) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) return fail("MPI_Init_thread", rc);
+    g_we_initialized = true;
+  }
+  // Errors come back as codes (and become spore::Error), instead of MPI aborting the job.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  return 0;
+}
+
+void finalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_we_initialized && !finalized) MPI_Finalize();
+}
+
+int isend(const void* data, int bytes, int peer, int tag, void** request) {
+  auto* r = new MPI_Request;
+  const int rc = MPI_Isend(data, bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, r);
+  if (rc != MPI_SUCCESS) {
+    delete r;
+    return fail("MPI_Isend", rc);
+  }
+  *request = r;
+  return 0;
+}
+
+int irecv(void* data, int bytes, int peer, int tag, void** request) {
+  auto* r = new MPI_Request;
+  const int rc = MPI_Irecv(data, bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, r);
+  if (rc != MPI_SUCCESS) {
+    delete r;
+    return fail("MPI_Irecv", rc);
+  }
+  *request = r;
+  return 0;
+}
+
+int test(void* request) {
+  auto* r = static_cast<MPI_Request*>(request);
+  int done = 0;
+  MPI_Status status;
+  const int rc = MPI_Test(r, &done, &status);
+  if (rc != MPI_SUCCESS) {
+    delete r;
+    return fail("MPI_Test", rc);
+  }
+  if (!done) return 0;
+  delete r;
+  return 1;
+}
+
+void cancel(void* request) {
+  auto* r = static_cast<MPI_Request*>(request);
+  if (*r != MPI_REQUEST_NULL) {
+    MPI_Cancel(r);
+    MPI_Request_free(r);
+  }
+  delete r;
+}
+
+void abort_job(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
+const char* last_error() { return g_error.c_str(); }
+
+const char* library_version() {
+  static char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  if (!text[0]) {
+    int len = 0;
+    MPI_Get_library_version(text, &len);
+    if (char* nl = std::strchr(text, '\n')) *nl = '\0';
+    if (char* comma = std::strchr(text, ',')) *comma = '\0';
+  }
+  return text;
+}
+
+int native_allreduce_f32(const float* in, float* out, int count) {
+  const int rc = MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? 0 : fail("MPI_Allreduce", rc);
+}
+
+const spore_mpi_api kApi{
+    SPORE_MPI_ABI_VERSION, init, finalize, isend, irecv, test, cancel, abort_job, last_error, library_version,
+    native_allreduce_f32};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const spore_mpi_api* spore_mpi_api_v1() { return &kApi; }
