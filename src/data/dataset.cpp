@@ -132,10 +132,24 @@ std::vector<int64_t> Dataset::epoch_order(int64_t epoch) const {
 
 Batch Dataset::make_batch(int64_t epoch, int64_t b) const { return make_batch(epoch, b, epoch_order(epoch)); }
 
-Batch Dataset::make_batch(int64_t epoch, int64_t b, const std::vector<int64_t>& order) const {
+int64_t Dataset::batch_size(int64_t b) const {
   SPORE_CHECK(b >= 0 && b < batches_per_epoch(), ErrorCode::invalid_argument,
               "Dataset::make_batch: batch {} out of range [0, {})", b, batches_per_epoch());
-  int64_t begin = b * batch_, end = std::min(n_, begin + batch_);
+  return std::min(n_, (b + 1) * batch_) - b * batch_;
+}
+
+Batch Dataset::make_batch(int64_t epoch, int64_t b, const std::vector<int64_t>& order) const {
+  return make_batch(epoch, b, order, 0, batch_size(b));
+}
+
+Batch Dataset::make_batch(int64_t epoch, int64_t b, const std::vector<int64_t>& order, int64_t first,
+                          int64_t count) const {
+  const int64_t size = batch_size(b);
+  SPORE_CHECK(first >= 0 && count >= 0 && first + count <= size, ErrorCode::invalid_argument,
+              "Dataset::make_batch: rows [{}, {}) out of batch {}'s {} rows", first, first + count, b, size);
+  SPORE_CHECK(static_cast<int64_t>(order.size()) == n_, ErrorCode::invalid_argument,
+              "Dataset::make_batch: the order has {} entries for {} samples", order.size(), n_);
+  const int64_t begin = b * batch_ + first, end = begin + count;
   Batch out;
   out.epoch = epoch;
   if (maps_.empty() && x_.is_contiguous() && (!y_.defined() || y_.is_contiguous())) {

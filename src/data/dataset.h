@@ -59,6 +59,12 @@ class Dataset {
   // Builds batch `b` of `epoch` synchronously (what the iterator does, on whichever thread).
   Batch make_batch(int64_t epoch, int64_t b) const;
   Batch make_batch(int64_t epoch, int64_t b, const std::vector<int64_t>& order) const;
+  // Rows [first, first + count) of that batch only (a distributed sampler's share: data-parallel ranks each build
+  // their own rows of the global batch, without overlap). Maps see the same (seed, epoch, index) keys as in the whole
+  // batch, so the rows equal the whole batch's.
+  Batch make_batch(int64_t epoch, int64_t b, const std::vector<int64_t>& order, int64_t first, int64_t count) const;
+  // The size of batch b (the last one may be short without drop_remainder).
+  int64_t batch_size(int64_t b) const;
   int64_t epochs() const { return epochs_; }
 
   BatchIterator begin_iteration() const;

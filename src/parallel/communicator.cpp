@@ -56,10 +56,19 @@ std::unique_ptr<Communicator> make_single_communicator() { return std::make_uniq
 
 bool launched_by_mpi() { return env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK"); }
 
-Communicator& world() {
+namespace {
+std::unique_ptr<Communicator>& world_slot() {
   static std::unique_ptr<Communicator> comm;
+  return comm;
+}
+}  // namespace
+
+Communicator* started_world() { return world_slot().get(); }
+
+Communicator& world() {
+  std::unique_ptr<Communicator>& comm = world_slot();
   static std::once_flag once;
-  std::call_once(once, [] {
+  std::call_once(once, [&comm] {
     const char* forced = std::getenv("SPORE_COMM");
     const std::string kind = forced && *forced ? forced : (launched_by_mpi() ? "mpi" : "single");
     SPORE_CHECK(kind == "mpi" || kind == "single", ErrorCode::invalid_argument,

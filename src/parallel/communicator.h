@@ -50,6 +50,8 @@ class Communicator {
 // (libspore_mpi.so, built only when MPI's headers are found) loaded with dlopen here, so spore itself never links
 // libmpi; launched by mpirun without the module, this throws an error that says so.
 Communicator& world();
+// world() if it has been started, else null (an error handler's way to reach the other ranks without starting MPI).
+Communicator* started_world();
 std::unique_ptr<Communicator> make_single_communicator();
 // The MPI communicator, loading the module: $SPORE_MPI_MODULE, else libspore_mpi.so beside the executable (or one
 // folder up), else the library search path.

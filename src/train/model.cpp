@@ -1,12 +1,15 @@
 #include "train/model.h"
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "autodiff/autodiff.h"
 #include "base/error.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
+#include "parallel/communicator.h"
+#include "parallel/tree.h"
 #include "runtime/jit.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
@@ -133,9 +136,73 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
               trainable.empty() ? "" : trainable.begin()->first);
 
   state_ = opt_.init_state(param_values());
+
+  const ParallelContext& pc = opts_.parallel;
+  SPORE_CHECK(pc.parallel_mode == "stand_alone" || pc.parallel_mode == "data_parallel", ErrorCode::invalid_argument,
+              "train::Model: parallel_mode '{}': expected stand_alone or data_parallel", pc.parallel_mode);
+  if (pc.parallel_mode == "data_parallel") {
+    comm_ = pc.comm ? pc.comm : &parallel::world();
+    const int64_t n = comm_->size();
+    SPORE_CHECK(pc.grad_shards >= 0, ErrorCode::invalid_argument, "data parallel: grad_shards {} < 0", pc.grad_shards);
+    shards_ = pc.grad_shards > 0 ? pc.grad_shards : n;
+    SPORE_CHECK(shards_ % n == 0 && parallel::is_subtree_size(shards_ / n), ErrorCode::invalid_argument,
+                "data parallel: grad_shards {} on {} ranks: the rank count must divide it and leave each rank a "
+                "power of two of shards (e.g. grad_shards {})",
+                shards_, n, n * 2);
+    SPORE_CHECK(opts_.grad_accumulation == 1, ErrorCode::unsupported,
+                "data parallel: grad_accumulation {} is not supported (grad_shards is the accumulation)",
+                opts_.grad_accumulation);
+    SPORE_CHECK(!scaling_, ErrorCode::unsupported, "data parallel: loss scaling is not supported yet");
+    SPORE_CHECK(buffers_.empty(), ErrorCode::unsupported,
+                "data parallel: the network has {} non-trainable buffer(s) (BatchNorm running statistics), which "
+                "are not synchronised across ranks yet",
+                buffers_.size());
+  }
 }
 
 Model::~Model() = default;
+
+struct Model::Traced {
+  Tensor loss, logits;
+  std::vector<Tensor> grads, buffers;
+};
+
+namespace {
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+}  // namespace
+
+void Model::check_ranks_agree(std::vector<std::pair<std::string, std::string>> extra) const {
+  // The model's structure and the parameters' bytes as hashes (the values would make unreadable messages).
+  uint64_t shape_hash = 0xcbf29ce484222325ull, value_hash = shape_hash;
+  std::string dtypes;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Tensor& v = slots_[i]->value;
+    shape_hash = fnv1a(shape_hash, names_[i].data(), names_[i].size() + 1);
+    shape_hash = fnv1a(shape_hash, v.shape().data(), v.shape().size() * sizeof(int64_t));
+    const Tensor c = v.contiguous();
+    value_hash = fnv1a(value_hash, c.raw_data(), c.nbytes());
+    if (dtypes.find(dtype_name(v.dtype())) == std::string::npos) dtypes += std::string(dtype_name(v.dtype())) + " ";
+  }
+  std::vector<std::pair<std::string, std::string>> f{
+      {"world size", std::to_string(comm_->size())},
+      {"model (parameter names and shapes)", fmt::format("{:016x} ({} parameters)", shape_hash, slots_.size())},
+      {"parameter dtype", dtypes},
+      {"amp", opts_.amp_level + " " + std::string(dtype_name(opts_.amp_dtype))},
+      {"mode", opts_.mode},
+      {"optimizer", opt_.name()},
+      {"grad_shards", std::to_string(shards_)},
+      {"gradients_mean", opts_.parallel.gradients_mean ? "true" : "false"},
+      {"clip_norm", fmt::format("{}", opts_.clip_norm)},
+      {"seed", std::to_string(opts_.seed)},
+      {"step", std::to_string(step_)},
+      {"parameter values", fmt::format("{:016x}", value_hash)}};
+  f.insert(f.end(), extra.begin(), extra.end());
+  parallel::check_same_config(*comm_, f);
+}
 
 std::vector<Tensor> Model::param_values() const {
   std::vector<Tensor> v;
@@ -159,7 +226,108 @@ double Model::train_step(const Tensor& x, const Tensor& y) {
     bool mode;
     ~Back() { net.set_train(mode); }
   } back{net_, was_training};
+  if (comm_) return train_step_data_parallel(x, y);
   return opts_.mode == "graph" ? train_step_graph(x, y) : train_step_pynative(x, y);
+}
+
+std::pair<Tensor, std::vector<Tensor>> Model::shard_loss_and_grads(const Tensor& x, const Tensor& y, int64_t counter) {
+  const size_t np = slots_.size(), nb = buffers_.size();
+  // A parameter the loss does not reach has no gradient: zeros, as the accumulation from zeros would give.
+  const auto or_zeros = [this](std::vector<Tensor>& grads) {
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (!grads[i].defined()) grads[i] = Tensor::zeros(slots_[i]->value.shape(), slots_[i]->value.dtype());
+  };
+  if (opts_.mode == "graph") {
+    if (!shard_fn_) {
+      // (x, y, counter, params, buffers) -> (loss, buffers', grads)
+      shard_fn_ = std::make_unique<CompiledFunction>(TensorFn([this, np, nb, or_zeros](std::span<const Tensor> in) {
+                                                       Traced t = trace_forward_backward(
+                                                           in[0], in[1], in[2], sub(in, 3, np), sub(in, 3 + np, nb));
+                                                       or_zeros(t.grads);
+                                                       std::vector<Tensor> out{t.loss};
+                                                       out.insert(out.end(), t.buffers.begin(), t.buffers.end());
+                                                       out.insert(out.end(), t.grads.begin(), t.grads.end());
+                                                       return out;
+                                                     }),
+                                                     CompileRole{.name = "train_shard"});
+    }
+    std::vector<Tensor> in{x, y, counter_tensor(counter)};
+    for (nn::Parameter* p : slots_) in.push_back(p->value);
+    for (nn::Parameter* p : buffers_) in.push_back(p->value);
+    std::vector<Tensor> out = (*shard_fn_)(std::span<const Tensor>(in));
+    SPORE_ASSERT(out.size() == 1 + nb + np, "shard plan output count");
+    for (size_t i = 0; i < nb; ++i) buffers_[i]->value = out[1 + i];
+    return {out[0], std::vector<Tensor>(out.begin() + 1 + static_cast<std::ptrdiff_t>(nb), out.end())};
+  }
+  nn::LossAndGrads r;
+  Tensor loss_t;
+  {
+    nn::StepScope scope(counter_tensor(counter));
+    AmpScope amp(amp_level_, opts_.amp_dtype);
+    r = nn::value_and_grad(net_, [&] { return loss_t = loss_fn_(net_(x), y); });
+  }
+  std::vector<Tensor> grads;
+  for (const std::string& n : names_) grads.push_back(r.grads.at(n));
+  or_zeros(grads);
+  return {loss_t, grads};
+}
+
+double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
+  if (!ranks_checked_) {
+    check_ranks_agree({});
+    ranks_checked_ = true;
+  }
+  const int64_t n = comm_->size(), per_rank = shards_ / n, rows = x.dim(0);
+  SPORE_CHECK(rows % per_rank == 0 && rows > 0, ErrorCode::invalid_argument,
+              "data parallel: rank {} got {} rows, not a positive multiple of its {} shards (grad_shards {} / {} "
+              "ranks)",
+              comm_->rank(), rows, per_rank, shards_, n);
+  const int64_t shard_rows = rows / per_rank;
+  // This rank's shards' gradients (and loss, as the last element) flattened; parameters f32 (master weights).
+  int64_t total = 0;
+  for (nn::Parameter* p : slots_) {
+    SPORE_CHECK(p->value.dtype() == DType::f32, ErrorCode::unsupported,
+                "data parallel: parameters must be f32 (master weights), got {}", dtype_name(p->value.dtype()));
+    total += p->value.numel();
+  }
+  std::vector<std::vector<float>> flat(static_cast<size_t>(per_rank),
+                                       std::vector<float>(static_cast<size_t>(total + 1)));
+  for (int64_t k = 0; k < per_rank; ++k) {
+    // Each shard in fresh storage, so a kernel sees the same alignment whichever rank and offset it came from.
+    const Tensor xs = x.slice(0, k * shard_rows, (k + 1) * shard_rows).clone();
+    const Tensor ys = y.slice(0, k * shard_rows, (k + 1) * shard_rows).clone();
+    const int64_t shard = comm_->rank() * per_rank + k;
+    auto [loss, grads] = shard_loss_and_grads(xs, ys, step_ * shards_ + shard);
+    float* dst = flat[static_cast<size_t>(k)].data();
+    for (const Tensor& g : grads) {
+      SPORE_CHECK(g.dtype() == DType::f32, ErrorCode::unsupported, "data parallel: a {} gradient (expected f32)",
+                  dtype_name(g.dtype()));
+      const Tensor c = g.contiguous();
+      std::memcpy(dst, c.raw_data(), c.nbytes());
+      dst += c.numel();
+    }
+    *dst = static_cast<float>(loss.item());
+  }
+  // The rank's run of shards is a whole subtree of the M-shard tree; the allreduce sums the runs in the same tree.
+  std::vector<float*> parts;
+  for (auto& f : flat) parts.push_back(f.data());
+  parallel::tree_sum<float>(parts, total + 1);
+  float* sum = parts[0];
+  comm_->allreduce(sum, total + 1, DType::f32, parallel::ReduceOp::sum);
+  const float m = static_cast<float>(shards_);
+  if (opts_.parallel.gradients_mean)
+    for (int64_t e = 0; e < total; ++e) sum[e] = sum[e] / m;
+  const double loss = static_cast<double>(sum[total] / m);
+  std::vector<Tensor> grads;
+  const float* src = sum;
+  for (nn::Parameter* p : slots_) {
+    Tensor g = Tensor::empty(p->value.shape(), DType::f32);
+    std::memcpy(g.raw_data(), src, g.nbytes());
+    src += g.numel();
+    grads.push_back(std::move(g));
+  }
+  apply_update(grads);
+  return loss;
 }
 
 void Model::apply_update(std::vector<Tensor>& grads) {
@@ -247,11 +415,6 @@ double Model::train_step_pynative(const Tensor& x, const Tensor& y) {
   }
   return loss;
 }
-
-struct Model::Traced {
-  Tensor loss, logits;
-  std::vector<Tensor> grads, buffers;
-};
 
 Model::Traced Model::trace_forward_backward(const Tensor& x, const Tensor& y, const Tensor& counter,
                                             std::span<const Tensor> params, std::span<const Tensor> buffers,
@@ -421,11 +584,12 @@ Tensor Model::forward_eval(const Tensor& x) {
 
 const Plan* Model::compiled_plan(const std::string& which) const {
   const std::map<std::string, const CompiledFunction*> fns{{"step", step_fn_.get()},   {"micro", micro_fn_.get()},
-                                                         {"apply", apply_fn_.get()}, {"eval", eval_fn_.get()},
-                                                         {"update", update_fn_.get()}};
+                                                           {"shard", shard_fn_.get()}, {"apply", apply_fn_.get()},
+                                                           {"eval", eval_fn_.get()},   {"update", update_fn_.get()}};
   auto it = fns.find(which);
   SPORE_CHECK(it != fns.end(), ErrorCode::invalid_argument,
-              "train::Model::compiled_plan: expected 'step', 'micro', 'apply', 'eval' or 'update', got '{}'", which);
+              "train::Model::compiled_plan: expected 'step', 'micro', 'shard', 'apply', 'eval' or 'update', got '{}'",
+              which);
   return it->second ? it->second->last_plan() : nullptr;
 }
 
@@ -482,6 +646,17 @@ void Model::train(int64_t epochs, const data::Dataset& ds, std::vector<std::shar
   SPORE_CHECK(epochs >= 0, ErrorCode::invalid_argument, "train::Model::train: expected epochs >= 0, got {}", epochs);
   SPORE_CHECK(ds.batches_per_epoch() > 0, ErrorCode::invalid_argument,
               "train::Model::train: the dataset yields no batches ({} samples)", ds.size());
+  if (comm_) {
+    const int64_t first = ds.batch_size(0), last = ds.batch_size(ds.batches_per_epoch() - 1);
+    SPORE_CHECK(first % shards_ == 0 && last % shards_ == 0, ErrorCode::invalid_argument,
+                "data parallel: batches of {} rows (the last {}) do not split into grad_shards {} equal shards: use a "
+                "batch size that {} divides, and drop_remainder",
+                first, last, shards_, shards_);
+    check_ranks_agree({{"global batch", std::to_string(first)},
+                       {"dataset", fmt::format("{} samples, {} batches", ds.size(), ds.batches_per_epoch())},
+                       {"epoch", std::to_string(epoch_)}});
+    ranks_checked_ = true;
+  }
   RunContext c;
   c.model = this;
   c.epochs = epoch_ + epochs;
@@ -496,11 +671,14 @@ void Model::train(int64_t epochs, const data::Dataset& ds, std::vector<std::shar
     double loss_sum = 0;
     int64_t seen = 0;
     for (int64_t b = 0; b < c.batches_per_epoch && !c.stop; ++b) {
-      data::Batch batch = ds.make_batch(epoch_, b, order);
+      // Data parallel: this rank's rows of the global batch only (the distributed sampler).
+      const int64_t global_rows = ds.batch_size(b), rows = comm_ ? global_rows / comm_->size() : global_rows;
+      data::Batch batch =
+          comm_ ? ds.make_batch(epoch_, b, order, comm_->rank() * rows, rows) : ds.make_batch(epoch_, b, order);
       SPORE_CHECK(batch.y.defined(), ErrorCode::invalid_argument, "train::Model::train: the dataset has no labels");
       c.loss = train_step(batch.x, batch.y);
       c.batch = b;
-      c.batch_size = batch.x.dim(0);
+      c.batch_size = global_rows;
       c.step = step_;
       c.lr = last_lr_;
       c.loss_scale = scale_;
@@ -529,7 +707,8 @@ void Model::save_checkpoint(const std::string& path) const {
   info.step = step_;
   info.epoch = epoch_;
   info.seed = opts_.seed;
-  train::save_checkpoint(path, net_, &opt_, state_, info);
+  if (!comm_ || comm_->rank() == 0) train::save_checkpoint(path, net_, &opt_, state_, info);
+  if (comm_) comm_->barrier();  // the file is complete before any rank goes on (and may load it)
 }
 
 void Model::load_checkpoint(const std::string& path) {

@@ -37,6 +37,9 @@ namespace spore {
 class CompiledFunction;
 class Plan;
 }
+namespace spore::parallel {
+class Communicator;
+}
 
 namespace spore::train {
 
@@ -59,6 +62,22 @@ struct LossScale {
   bool drop_overflow_update = true;  // fixed only (dynamic always skips)
 };
 
+// Data parallelism (MindSpore's set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)): each
+// global batch (the dataset's batch) is cut into `grad_shards` M fixed micro-shards of batch / M rows; rank r of N
+// computes shards [r M/N, (r+1) M/N) from its own rows of the batch (Model::train loads only those) and the shards'
+// gradients and losses are summed by parallel::tree_sum in shard order - locally over its run of M/N shards, then
+// across ranks by the communicator's allreduce, which continues the same tree. The step's gradient is that sum / M
+// (gradients_mean, DistributedGradReducer's mean) or the sum; its loss is the losses' sum / M. As nothing depends on
+// N, N = 1, 2, 4 ... give the same bits, given M: N must divide M and M / N be a power of two (a whole subtree).
+// Dropout's counter is step * M + shard. Not yet: BatchNorm statistics sync (a network with buffers is refused),
+// loss scaling, grad_accumulation > 1 (the shards are the accumulation), overlapping the allreduce with backward.
+struct ParallelContext {
+  std::string parallel_mode = "stand_alone";  // "stand_alone" | "data_parallel"
+  int64_t grad_shards = 0;                    // M; 0: the world size
+  bool gradients_mean = true;
+  parallel::Communicator* comm = nullptr;  // null: parallel::world()
+};
+
 struct ModelOptions {
   std::string mode = "pynative";  // "pynative" | "graph"
   int64_t grad_accumulation = 1;  // micro-batches whose mean gradient makes one optimizer step
@@ -70,6 +89,7 @@ struct ModelOptions {
   std::string amp_level = "O0";  // "O0" | "O1" | "O2" | "O3"
   DType amp_dtype = DType::bf16;  // f16 | bf16
   LossScale loss_scale;
+  ParallelContext parallel;
 };
 
 class Model {
@@ -88,14 +108,16 @@ class Model {
   void train(int64_t epochs, const data::Dataset& ds, std::vector<std::shared_ptr<Callback>> callbacks = {},
              const data::Dataset* eval_ds = nullptr);
   // One micro-batch: forward, backward and (every grad_accumulation micro-batches) an optimizer step.
-  // Returns the loss.
+  // Returns the loss. Data parallel: one global step; x and y are this rank's rows of the global batch (rows
+  // [rank * B/N, (rank+1) * B/N)), and the loss returned is the global batch's, the same on every rank.
   double train_step(const Tensor& x, const Tensor& y);
 
   std::map<std::string, double> eval(const data::Dataset& ds);
   Tensor predict(const Tensor& x);
 
   // Checkpoints: parameters (and buffers) under their dotted names, optimizer state under
-  // "optimizer.<state name>", and step/epoch/seed/optimizer in the metadata.
+  // "optimizer.<state name>", and step/epoch/seed/optimizer in the metadata. Data parallel: rank 0 writes, and every
+  // rank returns once the file is complete (a barrier), so any rank may load it.
   void save_checkpoint(const std::string& path) const;
   void load_checkpoint(const std::string& path);
 
@@ -108,11 +130,16 @@ class Model {
   const std::vector<Tensor>& optimizer_state() const { return state_; }
   nn::Cell& network() { return net_; }
   // The plan a graph-mode function last ran: "step" (forward + backward + update), "micro"/"apply"
-  // (grad_accumulation > 1), "eval" (eval/predict: an inference graph), "update" (PyNative's optimizer plan);
+  // (grad_accumulation > 1), "shard" (data parallel: one shard's forward + backward), "eval" (eval/predict: an
+  // inference graph), "update" (PyNative's optimizer plan, and data parallel's);
   // null before its first run.
   const Plan* compiled_plan(const std::string& which) const;
   Optimizer& optimizer() { return opt_; }
   const ModelOptions& options() const { return opts_; }
+  bool data_parallel() const { return comm_ != nullptr; }
+  // Data parallel: the communicator and M (1 and the world size when stand-alone).
+  parallel::Communicator* communicator() const { return comm_; }
+  int64_t grad_shards() const { return shards_; }
 
  private:
   struct Traced;
@@ -123,6 +150,11 @@ class Model {
   double train_step_pynative(const Tensor& x, const Tensor& y);
   double train_step_graph(const Tensor& x, const Tensor& y);
   double train_micro_graph(const Tensor& x, const Tensor& y);
+  double train_step_data_parallel(const Tensor& x, const Tensor& y);
+  // One shard's loss and gradients (graph: a cached plan; PyNative: eager), buffers updated.
+  std::pair<Tensor, std::vector<Tensor>> shard_loss_and_grads(const Tensor& x, const Tensor& y, int64_t counter);
+  // Data parallel: the start-up check that every rank runs the same model and settings (+ extra fields).
+  void check_ranks_agree(std::vector<std::pair<std::string, std::string>> extra) const;
   // Under a trace: the forward and backward with parameters and buffers bound to the symbolic inputs.
   // `scale` (undefined: no loss scaling) multiplies the loss for backward; the gradients come back divided by it.
   Traced trace_forward_backward(const Tensor& x, const Tensor& y, const Tensor& counter,
@@ -153,7 +185,10 @@ class Model {
   bool note_overflow(bool overflowed);
   bool skip_on_overflow() const { return opts_.loss_scale.kind == "dynamic" || opts_.loss_scale.drop_overflow_update; }
   // Graph mode: the fused step (grad_accumulation 1), or the micro and apply plans; the eval forward.
-  std::unique_ptr<CompiledFunction> step_fn_, micro_fn_, apply_fn_, eval_fn_;
+  std::unique_ptr<CompiledFunction> step_fn_, micro_fn_, apply_fn_, eval_fn_, shard_fn_;
+  parallel::Communicator* comm_ = nullptr;  // data parallel only
+  int64_t shards_ = 1;
+  bool ranks_checked_ = false;       // check_ranks_agree ran
   std::vector<Tensor> eval_params_;  // the parameter tensors eval_fn_'s plans have baked in
   // PyNative mode: the optimizer update (clip + opt_.update) as one cached plan.
   std::unique_ptr<CompiledFunction> update_fn_;

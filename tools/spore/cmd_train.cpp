@@ -14,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "nn/init.h"
 #include "nn/loss.h"
+#include "parallel/communicator.h"
 #include "runtime/profiler.h"
 #include "tools/spore/commands.h"
 #include "train/model.h"
@@ -40,9 +41,34 @@ class StepLog : public train::Callback {
   bool json_;
 };
 
+// Discards what is written to it: data-parallel ranks other than 0 print nothing on stdout.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
+
+int train_main(int argc, char** argv);
+
 }  // namespace
 
+// A data-parallel rank that fails ends the whole job (MPI_Abort) after printing its error, so the other ranks do not
+// wait for it in their next allreduce.
 int cmd_train(int argc, char** argv) {
+  try {
+    return train_main(argc, argv);
+  } catch (const std::exception& e) {
+    parallel::Communicator* comm = parallel::started_world();
+    if (comm == nullptr || comm->size() == 1) throw;
+    std::fprintf(stderr, "spore train: error: rank %d: %s\n", comm->rank(), e.what());
+    std::fflush(stderr);
+    comm->abort(1);
+    return 1;  // not reached
+  }
+}
+
+namespace {
+
+int train_main(int argc, char** argv) {
   CLI::App app("spore train: train a model (train::Model) and report loss, test accuracy and samples/s per epoch",
                "spore train");
   std::string model_name = "simplenet", dataset, optimizer = "momentum", mode = "graph", ckpt_dir;
@@ -85,6 +111,19 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--loss-scale", loss_scale,
                  "none | dynamic[:INIT] (INIT default 2^24; halves on overflow, doubles after 2000 good steps) | "
                  "fixed:S (a step whose gradients overflow is skipped)");
+  std::string parallel_mode = "stand_alone", grad_reduce = "mean", resume;
+  int64_t grad_shards = 0;
+  app.add_option("--parallel", parallel_mode,
+                 "stand_alone | data: data parallel over the ranks of `mpirun -np N spore train ...` (bit-identical "
+                 "for every N given --grad-shards; batches without a remainder)")
+      ->check(CLI::IsMember({"stand_alone", "data"}));
+  app.add_option("--grad-shards", grad_shards,
+                 "data parallel: cut each batch into M fixed shards whose gradients are summed in one tree order "
+                 "(default: the rank count); N ranks need N | M and M/N a power of two")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-reduce", grad_reduce, "data parallel: mean (the shards' gradient sum / M) | sum")
+      ->check(CLI::IsMember({"mean", "sum"}));
+  app.add_option("--resume", resume, "a checkpoint of this model to continue from (its epoch counts toward --epochs)");
   std::string profile_path;
   app.add_option("--profile", profile_path,
                  "record every kernel of the first epoch's training steps: write a Chrome trace (Perfetto) to this file and print "
@@ -127,8 +166,23 @@ int cmd_train(int argc, char** argv) {
   mo.amp_level = amp_level;
   mo.amp_dtype = amp_dtype == "f16" ? DType::f16 : DType::bf16;
   mo.loss_scale = ls;
+  const bool data_parallel = parallel_mode == "data";
+  NullBuffer null_buffer;
+  std::streambuf* const cout_buffer = std::cout.rdbuf();
+  struct RestoreCout {
+    std::streambuf* b;
+    ~RestoreCout() { std::cout.rdbuf(b); }
+  } restore_cout{cout_buffer};
+  if (data_parallel) {
+    mo.parallel = {
+        .parallel_mode = "data_parallel", .grad_shards = grad_shards, .gradients_mean = grad_reduce == "mean"};
+    if (parallel::world().rank() != 0) std::cout.rdbuf(&null_buffer);
+  }
   train::Model model(*net, train::loss_of(ce), *opt, {"accuracy"}, mo);
-  const data::Dataset train_ds = data::Dataset::from_tensors(split.train.x, split.train.y).shuffle(seed).batch(batch);
+  if (!resume.empty()) model.load_checkpoint(resume);
+  // Data parallel: every batch splits into the shards (a short last batch would not).
+  const data::Dataset train_ds =
+      data::Dataset::from_tensors(split.train.x, split.train.y).shuffle(seed).batch(batch, data_parallel);
   const data::Dataset test_ds = data::Dataset::from_tensors(split.test.x, split.test.y).batch(std::max<int64_t>(batch, 256));
   const int64_t n_train = split.train.x.dim(0), n_test = split.test.x.dim(0);
   {
@@ -144,9 +198,15 @@ int cmd_train(int argc, char** argv) {
       amp_level == "O0" ? std::string()
                         : fmt::format(", amp {} {}{}", amp_level, amp_dtype,
                                       ls.kind == "none" ? std::string() : fmt::format(", loss scale {} {:g}", ls.kind, ls.scale));
+  const std::string dp_note =
+      data_parallel
+          ? fmt::format(", data parallel on {} rank(s) ({}), {} gradient shards ({})", model.communicator()->size(),
+                        parallel::transport_version(*model.communicator()), model.grad_shards(), grad_reduce)
+          : std::string();
   if (!json)
-    std::cout << fmt::format("{} on {} ({} train, {} test), {} mode, {} lr {}, batch {}, {} threads{}\n", model_name,
-                             split.description, n_train, n_test, mode, opt->name(), lr, batch, num_threads(), amp_note);
+    std::cout << fmt::format("{} on {} ({} train, {} test), {} mode, {} lr {}, batch {}, {} threads{}{}\n", model_name,
+                             split.description, n_train, n_test, mode, opt->name(), lr, batch, num_threads(), amp_note,
+                             dp_note);
 
   std::vector<std::shared_ptr<train::Callback>> callbacks;
   if (log_every > 0) callbacks.push_back(std::make_shared<StepLog>(log_every, json));
@@ -177,7 +237,11 @@ int cmd_train(int argc, char** argv) {
   double total_s = 0;
   std::string last_ckpt;
   std::map<std::string, double> m;
-  for (int64_t e = 0; e < epochs; ++e) {
+  const int64_t first_epoch = model.epoch();
+  SPORE_CHECK(first_epoch < epochs, ErrorCode::invalid_argument,
+              "--resume {}: the checkpoint is at epoch {}, nothing is left of --epochs {}", resume, first_epoch,
+              epochs);
+  for (int64_t e = first_epoch; e < epochs; ++e) {
     const auto t0 = std::chrono::steady_clock::now();
     model.train(1, train_ds, callbacks);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -212,14 +276,28 @@ int cmd_train(int argc, char** argv) {
                 << std::flush;
     }
   }
-  const double sps = static_cast<double>(n_train * epochs) / total_s;
-  nlohmann::json fin{{"final", true},        {"accuracy", m.at("accuracy")}, {"loss", m.at("loss")},
-                     {"train_loss", mean_loss->loss}, {"samples_per_s", sps}, {"epochs", epochs},
-                     {"steps", model.global_step()}, {"mode", mode},      {"model", model_name},
-                     {"train_samples", n_train}, {"test_samples", n_test}, {"checkpoint", last_ckpt},
-                     {"amp_level", amp_level}, {"amp_dtype", amp_level == "O0" ? "f32" : amp_dtype},
-                     {"loss_scale_kind", ls.kind}, {"loss_scale", model.loss_scale()},
-                     {"overflow_steps", model.overflow_steps()}, {"nonfinite_loss_steps", nonfinite->steps}};
+  const double sps = static_cast<double>(n_train * (epochs - first_epoch)) / total_s;
+  nlohmann::json fin{{"final", true},
+                     {"accuracy", m.at("accuracy")},
+                     {"loss", m.at("loss")},
+                     {"train_loss", mean_loss->loss},
+                     {"samples_per_s", sps},
+                     {"epochs", epochs},
+                     {"steps", model.global_step()},
+                     {"mode", mode},
+                     {"model", model_name},
+                     {"train_samples", n_train},
+                     {"test_samples", n_test},
+                     {"checkpoint", last_ckpt},
+                     {"amp_level", amp_level},
+                     {"amp_dtype", amp_level == "O0" ? "f32" : amp_dtype},
+                     {"loss_scale_kind", ls.kind},
+                     {"loss_scale", model.loss_scale()},
+                     {"overflow_steps", model.overflow_steps()},
+                     {"nonfinite_loss_steps", nonfinite->steps},
+                     {"parallel", parallel_mode},
+                     {"ranks", data_parallel ? model.communicator()->size() : 1},
+                     {"grad_shards", model.grad_shards()}};
   if (const Plan* p = model.compiled_plan("step")) {  // what ran in which dtype: the step plan's ops by output dtype
     std::map<std::string, int64_t> by;
     for (const Node* n : p->graph().nodes())
@@ -240,4 +318,5 @@ int cmd_train(int argc, char** argv) {
   return 0;
 }
 
+}  // namespace
 }  // namespace spore::cli
