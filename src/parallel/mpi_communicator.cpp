@@ -183,6 +183,12 @@ class MpiCommunicator final : public Communicator {
   }
 
   [[noreturn]] void abort(int code) override {
+    // MPI_Abort normally ends the whole job; should it stall (several ranks aborting at once, a launcher already
+    // gone), this process still exits, and mpirun ends the others when it sees a rank exit with an error.
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      std::_Exit(code);
+    }).detach();
     api_->abort(code);
     std::_Exit(code);
   }
