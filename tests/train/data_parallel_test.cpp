@@ -1,0 +1,136 @@
+// train::Model's data parallelism (ModelOptions::parallel) on the single-process communicator: the M-shard tree sum
+// equals gradient accumulation over the same micro-batches (for M = 2 the tree g0 + g1 is the accumulation
+// (0 + g0) + g1), both modes agree, and unsupported settings fail with a clear error. Several ranks: ctest
+// parallel_dp_train (mpirun).
+#include <gtest/gtest.h>
+
+#include "base/rng.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/loss.h"
+#include "runtime/runtime.h"
+#include "test_util.h"
+#include "train/model.h"
+#include "train/models.h"
+
+namespace spore {
+namespace {
+
+data::Dataset quadrants(int64_t n, int64_t batch, bool drop = false) {
+  std::vector<double> x(static_cast<size_t>(n * 64));
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    y[static_cast<size_t>(i)] = static_cast<int64_t>(philox_uniform(5, 1, static_cast<uint64_t>(i)) * 4) % 4;
+    for (int64_t p = 0; p < 64; ++p)
+      x[static_cast<size_t>(i * 64 + p)] = philox_uniform(5, 2, static_cast<uint64_t>(i * 64 + p)) +
+                                           (((p / 8 >= 4) * 2 + (p % 8 >= 4)) == y[static_cast<size_t>(i)] ? 0.5 : 0);
+  }
+  return data::Dataset::from_tensors(Tensor::from_doubles(x, {n, 1, 8, 8}, DType::f32),
+                                     Tensor::from_vector<int64_t>(y, {n}))
+      .shuffle(3)
+      .batch(batch, drop);
+}
+
+struct DpRun {
+  std::unique_ptr<nn::Cell> net;
+  nn::SoftmaxCrossEntropyWithLogits ce{true, "mean"};
+  std::unique_ptr<train::Optimizer> opt;
+  std::unique_ptr<train::Model> model;
+  explicit DpRun(train::ModelOptions o, const std::string& optimizer = "adam") {
+    nn::set_seed(11);
+    net = train::make_model("lenet", {1, 8, 8}, 4);
+    opt = train::make_optimizer(optimizer, train::trainable_names(*net), 0.01);
+    model = std::make_unique<train::Model>(*net, train::loss_of(ce), *opt, std::vector<std::string>{}, o);
+  }
+};
+
+train::ModelOptions dp(const std::string& mode, int64_t shards) {
+  train::ModelOptions o;
+  o.mode = mode;
+  o.clip_norm = 0.5;
+  o.parallel = {.parallel_mode = "data_parallel", .grad_shards = shards};
+  return o;
+}
+
+void expect_same_parameters(nn::Cell& a, nn::Cell& b) {
+  const auto pa = a.parameters_and_names(), pb = b.parameters_and_names();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(pa[i].second->bit_equal(*pb[i].second)) << pa[i].first;
+}
+
+TEST(DataParallel, TwoShardsEqualAccumulatingTwoMicroBatches) {
+  init();
+  for (const char* mode : {"pynative", "graph"}) {
+    SCOPED_TRACE(mode);
+    DpRun a(dp(mode, 2));
+    train::ModelOptions acc;
+    acc.mode = mode;
+    acc.clip_norm = 0.5;
+    acc.grad_accumulation = 2;
+    DpRun b(acc);
+    a.model->train(2, quadrants(64, 8));
+    b.model->train(2, quadrants(64, 4));
+    EXPECT_EQ(a.model->global_step(), 16);
+    EXPECT_EQ(b.model->global_step(), 16);
+    expect_same_parameters(*a.net, *b.net);
+    EXPECT_EQ(a.model->grad_shards(), 2);
+    EXPECT_TRUE(a.model->data_parallel());
+  }
+}
+
+TEST(DataParallel, ModesAgreeAndTheLossIsTheShardsMean) {
+  init();
+  DpRun a(dp("pynative", 4)), b(dp("graph", 4));
+  const data::Dataset ds = quadrants(64, 16);
+  std::vector<double> la, lb;
+  for (int64_t s = 0; s < 4; ++s) {
+    const data::Batch batch = ds.make_batch(0, s);
+    la.push_back(a.model->train_step(batch.x, batch.y));
+    lb.push_back(b.model->train_step(batch.x, batch.y));
+  }
+  EXPECT_EQ(la, lb);
+  expect_same_parameters(*a.net, *b.net);
+  EXPECT_NE(b.model->compiled_plan("shard"), nullptr);
+  EXPECT_LT(la.back(), 2.0);
+  EXPECT_GT(la.back(), 0.0);
+}
+
+TEST(DataParallel, UnsupportedSettingsFailClearly) {
+  init();
+  EXPECT_NE(testing::error_of([] { DpRun r(dp("graph", 3)); }).find("power of two"), std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              train::ModelOptions o = dp("graph", 2);
+              o.grad_accumulation = 2;
+              DpRun r(o);
+            }).find("grad_accumulation"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              train::ModelOptions o = dp("graph", 2);
+              o.parallel.parallel_mode = "pipeline";
+              DpRun r(o);
+            }).find("stand_alone or data_parallel"),
+            std::string::npos);
+  // A batch the shards cannot split (10 rows, 4 shards), found before the first step.
+  EXPECT_NE(testing::error_of([] {
+              DpRun r(dp("graph", 4));
+              r.model->train(1, quadrants(40, 10));
+            }).find("do not split into grad_shards 4"),
+            std::string::npos);
+  // BatchNorm's running statistics are not synchronised across ranks yet: refused.
+  EXPECT_NE(testing::error_of([] {
+              struct BnNet : nn::Cell {
+                nn::BatchNorm2d bn{1};
+                nn::Flatten flat;
+                nn::Dense fc{64, 4};
+                BnNet() { SPORE_REGISTER_CELLS(bn, flat, fc); }
+                Tensor construct(const Tensor& x) override { return fc(flat(bn(x))); }
+              } net;
+              nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
+              auto opt = train::make_optimizer("sgd", train::trainable_names(net), 0.1);
+              train::Model m(net, train::loss_of(ce), *opt, {}, dp("graph", 2));
+            }).find("not synchronised"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace spore
