@@ -19,6 +19,7 @@
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "ops/ops.h"
+#include "parallel/communicator.h"
 #include "train/model.h"
 #include "train/optimizer.h"
 
@@ -82,8 +83,10 @@ std::string model_key(const nn::LlamaConfig& c) {
 }
 std::string run_key(const LmRunOptions& o) {
   // Not the mode: graph and PyNative give the same bits, so a run may resume in the other one.
+  // Nor the rank count: with the same grad_shards, data parallelism gives the same bits on any.
   return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {}",
                      o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed) +
+         (o.data_parallel ? fmt::format(" grad_shards {}", o.grad_shards) : std::string()) +
          (o.amp_level == "O0" ? std::string() : fmt::format(" amp {} {}", o.amp_level, dtype_name(o.amp_dtype)));
 }
 
@@ -238,6 +241,9 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
               "mode '{}' is not graph or pynative", o.mode);
   SPORE_CHECK(ctx > 0 && ctx <= net.config().ctx, ErrorCode::invalid_argument,
               "the training window {} must be in [1, the model's context {}]", ctx, net.config().ctx);
+  // Data parallel: only rank 0 writes files (the others wait at a barrier where they need them).
+  parallel::Communicator* comm = o.data_parallel ? &parallel::world() : nullptr;
+  const bool writer = comm == nullptr || comm->rank() == 0;
   fs::create_directories(o.ckpt_dir);
   const fs::path dir(o.ckpt_dir);
   const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json";
@@ -278,7 +284,12 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
   mo.seed = o.seed;
   mo.amp_level = o.amp_level;
   mo.amp_dtype = o.amp_dtype;
+  if (comm) mo.parallel = {.parallel_mode = "data_parallel", .grad_shards = o.grad_shards, .comm = comm};
   Model model(net, loss_fn, *opt, {}, mo);
+  // This rank's rows of each step's batch (all of them stand-alone).
+  const int64_t rows = comm ? B / comm->size() : B, first_row = comm ? comm->rank() * rows : 0;
+  SPORE_CHECK(!comm || B % model.grad_shards() == 0, ErrorCode::invalid_argument,
+              "data parallel: batch {} does not split into grad_shards {} equal shards", B, model.grad_shards());
 
   LmReport rep;
   rep.vocab = net.config().vocab;
@@ -311,14 +322,17 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
   rep.start_step = model.global_step();
 
   auto save = [&] {
-    model.save_checkpoint(ckpt.string() + ".tmp");
-    fs::rename(ckpt.string() + ".tmp", ckpt);
-    json st{{"model", data_key},
-            {"run", run_key(o)},
-            {"step", model.global_step()},
-            {"losses", rep.step_losses},
-            {"val", rep.val_curve}};
-    write_atomic(state_path, st.dump());
+    model.save_checkpoint(ckpt.string() + ".tmp");  // data parallel: rank 0 writes, everyone waits for it
+    if (writer) {
+      fs::rename(ckpt.string() + ".tmp", ckpt);
+      json st{{"model", data_key},
+              {"run", run_key(o)},
+              {"step", model.global_step()},
+              {"losses", rep.step_losses},
+              {"val", rep.val_curve}};
+      write_atomic(state_path, st.dump());
+    }
+    if (comm) comm->barrier();
   };
   // Validation windows: the first ones of the validation tokens, in batches of at most B; the mean over their
   // targets.
@@ -359,9 +373,9 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
     double loss = 0;
     for (int64_t i = 0; i < o.accum; ++i) {
       const uint64_t m = static_cast<uint64_t>(step * o.accum + i);
-      std::vector<int64_t> offs(static_cast<size_t>(B));
-      for (int64_t b = 0; b < B; ++b)
-        offs[static_cast<size_t>(b)] = static_cast<int64_t>(
+      std::vector<int64_t> offs(static_cast<size_t>(rows));
+      for (int64_t b = first_row; b < first_row + rows; ++b)
+        offs[static_cast<size_t>(b - first_row)] = static_cast<int64_t>(
             splitmix64(splitmix64(o.seed) ^ (m * static_cast<uint64_t>(B) + static_cast<uint64_t>(b))) %
             static_cast<uint64_t>(n_train - T - 1));
       auto [x, y] = windows(train_tokens, data.train_mask, offs, T);
@@ -419,18 +433,22 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
               "give either a tokenizer GGUF or train_tokenizer (one of them)");
   fs::create_directories(o.ckpt_dir);
   const fs::path tok_path = fs::path(o.ckpt_dir) / "tokenizer.gguf";
+  // Data parallel: rank 0 trains the tokenizer and writes the model; the others wait for the tokenizer.
+  parallel::Communicator* comm = o.data_parallel ? &parallel::world() : nullptr;
+  const bool writer = comm == nullptr || comm->rank() == 0;
 
   // Tokenizer: trained once and kept in the checkpoint directory (a resumed run must tokenize alike).
   const std::string text = read_text_file(o.data, "training data");
   std::string tok_source = o.tokenizer;
   if (o.train_tokenizer) {
-    if (!fs::exists(tok_path)) {
+    if (writer && !fs::exists(tok_path)) {
       const llm::BpeVocab v = llm::train_bpe(text, o.vocab);
       io::GgufWriter w;
       w.add_string("general.architecture", "tokenizer");
       llm::add_tokenizer_metadata(w, v);
       w.write(tok_path.string());
     }
+    if (comm) comm->barrier();
     tok_source = tok_path.string();
   }
   SPORE_CHECK(fs::is_regular_file(tok_source), ErrorCode::not_found, "tokenizer '{}' does not exist", tok_source);
@@ -449,7 +467,7 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   const std::string key =
       model_key(cfg) + (o.train_tokenizer ? fmt::format("; bpe {}", o.vocab) : "; tokenizer " + o.tokenizer);
   LmReport rep = train_decoder(net, data, cfg.ctx, o, key, on_progress);
-  if (!o.out.empty() && rep.steps == o.steps) {
+  if (!o.out.empty() && rep.steps == o.steps && writer) {
     export_llama_gguf(net, &tok_file, o.out, o.out_type);
     rep.gguf = o.out;
     fs::path svg(o.out);

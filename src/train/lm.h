@@ -44,6 +44,11 @@ struct LmRunOptions {
   DType amp_dtype = DType::bf16;
   std::string ckpt_dir;        // required
   int64_t stop_after = 0;      // > 0: stop (checkpointed) after this step, as an interrupted run would
+  // Data parallel over parallel::world() (train::ParallelContext): each step's `batch` windows are cut into
+  // grad_shards shards and rank r draws only its rows; N = 1, 2, 4 ... give the same bits for the same grad_shards.
+  // Needs accum 1. Rank 0 writes the tokenizer, checkpoints and outputs; every rank resumes from them.
+  bool data_parallel = false;
+  int64_t grad_shards = 0;  // 0: the rank count
 };
 
 struct LmOptions : LmRunOptions {

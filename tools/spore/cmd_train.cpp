@@ -41,34 +41,9 @@ class StepLog : public train::Callback {
   bool json_;
 };
 
-// Discards what is written to it: data-parallel ranks other than 0 print nothing on stdout.
-class NullBuffer : public std::streambuf {
- protected:
-  int overflow(int c) override { return c; }
-};
-
-int train_main(int argc, char** argv);
-
 }  // namespace
 
-// A data-parallel rank that fails ends the whole job (MPI_Abort) after printing its error, so the other ranks do not
-// wait for it in their next allreduce.
 int cmd_train(int argc, char** argv) {
-  try {
-    return train_main(argc, argv);
-  } catch (const std::exception& e) {
-    parallel::Communicator* comm = parallel::started_world();
-    if (comm == nullptr || comm->size() == 1) throw;
-    std::fprintf(stderr, "spore train: error: rank %d: %s\n", comm->rank(), e.what());
-    std::fflush(stderr);
-    comm->abort(1);
-    return 1;  // not reached
-  }
-}
-
-namespace {
-
-int train_main(int argc, char** argv) {
   CLI::App app("spore train: train a model (train::Model) and report loss, test accuracy and samples/s per epoch",
                "spore train");
   std::string model_name = "simplenet", dataset, optimizer = "momentum", mode = "graph", ckpt_dir;
@@ -167,16 +142,10 @@ int train_main(int argc, char** argv) {
   mo.amp_dtype = amp_dtype == "f16" ? DType::f16 : DType::bf16;
   mo.loss_scale = ls;
   const bool data_parallel = parallel_mode == "data";
-  NullBuffer null_buffer;
-  std::streambuf* const cout_buffer = std::cout.rdbuf();
-  struct RestoreCout {
-    std::streambuf* b;
-    ~RestoreCout() { std::cout.rdbuf(b); }
-  } restore_cout{cout_buffer};
   if (data_parallel) {
     mo.parallel = {
         .parallel_mode = "data_parallel", .grad_shards = grad_shards, .gradients_mean = grad_reduce == "mean"};
-    if (parallel::world().rank() != 0) std::cout.rdbuf(&null_buffer);
+    start_data_parallel();
   }
   train::Model model(*net, train::loss_of(ce), *opt, {"accuracy"}, mo);
   if (!resume.empty()) model.load_checkpoint(resume);
@@ -318,5 +287,4 @@ int train_main(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
 }  // namespace spore::cli

@@ -79,6 +79,15 @@ int cmd_train_lm(int argc, char** argv) {
   app.add_option("--profile", profile_path,
                  "record every kernel of the run: write a Chrome trace (Perfetto) to this file and print the top ops "
                  "by time to stderr");
+  std::string parallel_mode = "stand_alone";
+  app.add_option("--parallel", parallel_mode,
+                 "stand_alone | data: data parallel over the ranks of `mpirun -np N spore train-lm ...` (bit-identical "
+                 "for every N given --grad-shards; needs --accum 1)")
+      ->check(CLI::IsMember({"stand_alone", "data"}));
+  app.add_option("--grad-shards", o.grad_shards,
+                 "data parallel: each step's --batch windows as M fixed shards summed in one tree order (default: the "
+                 "rank count); N ranks need N | M and M/N a power of two")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "one JSON object per step and evaluation, then {\"final\": true, ...}");
   try {
     app.parse(argc, argv);
@@ -91,6 +100,8 @@ int cmd_train_lm(int argc, char** argv) {
               "give --tokenizer GGUF or --train-tokenizer --vocab V");
   SPORE_CHECK(!o.train_tokenizer || o.vocab > 0, ErrorCode::invalid_argument, "--train-tokenizer needs --vocab V");
   set_threads(threads);
+  o.data_parallel = parallel_mode == "data";
+  if (o.data_parallel) start_data_parallel();
   const bool tty = !json && ::isatty(STDOUT_FILENO) != 0;
   if (log_every == 0) log_every = tty ? 1 : 10;
   if (!json)

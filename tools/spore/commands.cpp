@@ -1,10 +1,13 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iostream>
+#include <streambuf>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "parallel/communicator.h"
 #include "runtime/plugin.h"
 #include "tools/spore/commands.h"
 
@@ -33,6 +36,24 @@ constexpr Command commands[] = {
      cmd_generate},
     {"serve", "HTTP server: OpenAI API for LLMs, KServe v2 for tensor models, /health, /metrics (docs/SERVE.md)",
      cmd_serve},
+};
+
+// A data-parallel rank that fails ends the whole job (MPI_Abort) after printing its error, so the other ranks do not
+// wait for it in their next collective until the timeout.
+int fail(const char* command, const char* what) {
+  parallel::Communicator* comm = parallel::started_world();
+  if (comm != nullptr && comm->size() > 1) {
+    std::fprintf(stderr, "spore %s: error: rank %d: %s\n", command, comm->rank(), what);
+    std::fflush(stderr);
+    comm->abort(1);
+  }
+  std::fprintf(stderr, "spore %s: error: %s\n", command, what);
+  return 1;
+}
+
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
 };
 
 void usage(FILE* f) {
@@ -74,16 +95,17 @@ int main_dispatch(int argc, char** argv) {
     try {
       for (const std::string& lib : plugins) load_custom_ops(lib);
       return c.run(argc - 1, argv + 1);
-    } catch (const spore::Error& e) {
-      std::fprintf(stderr, "spore %s: error: %s\n", c.name, e.what());
-      return 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "spore %s: error: %s\n", c.name, e.what());
-      return 1;
+      return fail(c.name, e.what());
     }
   }
   std::fprintf(stderr, "spore: unknown command '%s' (run 'spore --help' for the list)\n", argv[1]);
   return 2;
+}
+
+void start_data_parallel() {
+  static NullBuffer null_buffer;
+  if (parallel::world().rank() != 0) std::cout.rdbuf(&null_buffer);
 }
 
 }  // namespace spore::cli

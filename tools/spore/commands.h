@@ -30,4 +30,8 @@ int cmd_serve(int argc, char** argv);
 
 int main_dispatch(int argc, char** argv);
 
+// Data-parallel commands (mpirun -np N spore train ... --parallel data): starts the communicator and discards stdout
+// on every rank but 0, so the job prints one run's output. An error on any rank ends the whole job (main_dispatch).
+void start_data_parallel();
+
 }  // namespace spore::cli
