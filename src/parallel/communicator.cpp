@@ -1,5 +1,6 @@
 #include "parallel/communicator.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -16,20 +17,22 @@ class SingleCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "single"; }
-  void allreduce(void*, int64_t count, DType dtype, ReduceOp) override { check(count, dtype, "allreduce"); }
-  void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp) override {
+  [[noreturn]] void abort(int code) override { std::_Exit(code); }
+
+ protected:
+  void do_allreduce(void*, int64_t count, DType dtype, ReduceOp) override { check(count, dtype, "allreduce"); }
+  void do_reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp) override {
     check(count, dtype, "reduce_scatter");
     if (count > 0) std::memmove(out, in, static_cast<size_t>(count) * dtype_size(dtype));
   }
-  void allgather(const void* in, void* out, int64_t bytes) override {
+  void do_allgather(const void* in, void* out, int64_t bytes) override {
     SPORE_CHECK(bytes >= 0, ErrorCode::invalid_argument, "allgather: negative byte count {}", bytes);
     if (bytes > 0) std::memmove(out, in, static_cast<size_t>(bytes));
   }
-  void broadcast(void*, int64_t, int root) override { peer_check(root, "broadcast root"); }
-  void send(const void*, int64_t, int peer, int) override { no_peer(peer, "send"); }
-  void recv(void*, int64_t, int peer, int) override { no_peer(peer, "recv"); }
-  void barrier() override {}
-  [[noreturn]] void abort(int code) override { std::_Exit(code); }
+  void do_broadcast(void*, int64_t, int root) override { peer_check(root, "broadcast root"); }
+  void do_send(const void*, int64_t, int peer, int) override { no_peer(peer, "send"); }
+  void do_recv(void*, int64_t, int peer, int) override { no_peer(peer, "recv"); }
+  void do_barrier() override {}
 
  private:
   static void check(int64_t count, DType dtype, const char* op) {
@@ -51,6 +54,39 @@ bool env_set(const char* name) {
 }
 
 }  // namespace
+
+template <typename Fn>
+void Communicator::timed(const char* op, int64_t bytes, Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  CollectiveStats& st = stats_[op];
+  ++st.calls;
+  st.bytes += bytes;
+  st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Communicator::allreduce(void* data, int64_t count, DType dtype, ReduceOp op) {
+  timed("allreduce", count * static_cast<int64_t>(dtype_size(dtype)), [&] { do_allreduce(data, count, dtype, op); });
+}
+void Communicator::reduce_scatter(const void* in, void* out, int64_t count_per_rank, DType dtype, ReduceOp op) {
+  timed("reduce_scatter", count_per_rank * size() * static_cast<int64_t>(dtype_size(dtype)),
+        [&] { do_reduce_scatter(in, out, count_per_rank, dtype, op); });
+}
+void Communicator::allgather(const void* in, void* out, int64_t bytes_per_rank) {
+  timed("allgather", bytes_per_rank * size(), [&] { do_allgather(in, out, bytes_per_rank); });
+}
+void Communicator::broadcast(void* data, int64_t bytes, int root) {
+  timed("broadcast", bytes, [&] { do_broadcast(data, bytes, root); });
+}
+void Communicator::send(const void* data, int64_t bytes, int peer, int tag) {
+  timed("send", bytes, [&] { do_send(data, bytes, peer, tag); });
+}
+void Communicator::recv(void* data, int64_t bytes, int peer, int tag) {
+  timed("recv", bytes, [&] { do_recv(data, bytes, peer, tag); });
+}
+void Communicator::barrier() {
+  timed("barrier", 0, [&] { do_barrier(); });
+}
 
 std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }
 

@@ -11,6 +11,7 @@
 // peer and the limit (SPORE_COMM_TIMEOUT, seconds; default 300). A dead peer usually ends the job sooner: mpirun
 // stops every rank when one exits with an error.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,14 @@ namespace spore::parallel {
 
 enum class ReduceOp { sum, mean };  // mean: the tree sum divided by size(), in the element type
 
+// What a communicator has done, per operation ("allreduce", ...): calls, payload bytes (this rank's buffer: the
+// vector reduced, the bytes gathered or sent) and wall time inside the calls, waiting for peers included.
+struct CollectiveStats {
+  int64_t calls = 0, bytes = 0;
+  double seconds = 0;
+};
+
+// The public operations count and time each call (stats()) around the implementation's do_* function.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -30,19 +39,34 @@ class Communicator {
   virtual std::string backend() const = 0;  // "single" | "mpi"
 
   // In place over `count` elements of dtype (f32 or f64): every rank ends with the same reduced bits.
-  virtual void allreduce(void* data, int64_t count, DType dtype, ReduceOp op = ReduceOp::sum) = 0;
+  void allreduce(void* data, int64_t count, DType dtype, ReduceOp op = ReduceOp::sum);
   // in: size() * count_per_rank elements; out (count_per_rank): rank r gets slice r of the reduction.
-  virtual void reduce_scatter(const void* in, void* out, int64_t count_per_rank, DType dtype,
-                              ReduceOp op = ReduceOp::sum) = 0;
+  void reduce_scatter(const void* in, void* out, int64_t count_per_rank, DType dtype, ReduceOp op = ReduceOp::sum);
   // out (size() * bytes_per_rank bytes): rank r's `in` at offset r * bytes_per_rank.
-  virtual void allgather(const void* in, void* out, int64_t bytes_per_rank) = 0;
-  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  void allgather(const void* in, void* out, int64_t bytes_per_rank);
+  void broadcast(void* data, int64_t bytes, int root);
   // Point to point; tag in [0, 16384). A recv must name the sender's byte count exactly.
-  virtual void send(const void* data, int64_t bytes, int peer, int tag = 0) = 0;
-  virtual void recv(void* data, int64_t bytes, int peer, int tag = 0) = 0;
-  virtual void barrier() = 0;
+  void send(const void* data, int64_t bytes, int peer, int tag = 0);
+  void recv(void* data, int64_t bytes, int peer, int tag = 0);
+  void barrier();
   // Ends every rank of the job now (MPI_Abort); for a rank that failed while the others may wait on it.
   [[noreturn]] virtual void abort(int code) = 0;
+
+  const std::map<std::string, CollectiveStats>& stats() const { return stats_; }
+
+ protected:
+  virtual void do_allreduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
+  virtual void do_reduce_scatter(const void* in, void* out, int64_t count_per_rank, DType dtype, ReduceOp op) = 0;
+  virtual void do_allgather(const void* in, void* out, int64_t bytes_per_rank) = 0;
+  virtual void do_broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual void do_send(const void* data, int64_t bytes, int peer, int tag) = 0;
+  virtual void do_recv(void* data, int64_t bytes, int peer, int tag) = 0;
+  virtual void do_barrier() = 0;
+
+ private:
+  template <typename Fn>
+  void timed(const char* op, int64_t bytes, Fn&& fn);
+  std::map<std::string, CollectiveStats> stats_;
 };
 
 // The process's communicator: MPI when launched by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the environment,

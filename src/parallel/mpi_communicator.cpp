@@ -97,7 +97,27 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
-  void allreduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
+  [[noreturn]] void abort(int code) override {
+    // MPI_Abort normally ends the whole job; should it stall (several ranks aborting at once, a launcher already
+    // gone), this process still exits, and mpirun ends the others when it sees a rank exit with an error.
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      std::_Exit(code);
+    }).detach();
+    api_->abort(code);
+    std::_Exit(code);
+  }
+
+  void native_allreduce(const float* in, float* out, int64_t count) {
+    SPORE_CHECK(count >= 0 && count <= INT_MAX, ErrorCode::invalid_argument, "MPI_Allreduce: count {} out of range",
+                count);
+    if (api_->native_allreduce_f32(in, out, static_cast<int>(count)) != 0)
+      SPORE_FAIL(ErrorCode::unavailable, "MPI_Allreduce failed: {}", api_->last_error());
+  }
+  std::string library_version() const { return api_->library_version(); }
+
+ protected:
+  void do_allreduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
     check_reduce(count, dtype, "allreduce");
     if (count == 0) return;
     const size_t es = dtype_size(dtype);
@@ -117,7 +137,7 @@ class MpiCommunicator final : public Communicator {
     wait("allreduce", reqs);
   }
 
-  void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) override {
+  void do_reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) override {
     check_reduce(count, dtype, "reduce_scatter");
     if (count == 0) return;
     const size_t es = dtype_size(dtype);
@@ -128,7 +148,7 @@ class MpiCommunicator final : public Communicator {
         [&](int) { return count; }, count, dtype, op, static_cast<char*>(out), /*own_in_out=*/true);
   }
 
-  void allgather(const void* in, void* out, int64_t bytes_per_rank) override {
+  void do_allgather(const void* in, void* out, int64_t bytes_per_rank) override {
     SPORE_CHECK(bytes_per_rank >= 0, ErrorCode::invalid_argument, "allgather: negative byte count {}", bytes_per_rank);
     char* o = static_cast<char*>(out);
     if (bytes_per_rank > 0) std::memmove(o + rank_ * bytes_per_rank, in, static_cast<size_t>(bytes_per_rank));
@@ -141,7 +161,7 @@ class MpiCommunicator final : public Communicator {
     wait("allgather", reqs);
   }
 
-  void broadcast(void* data, int64_t bytes, int root) override {
+  void do_broadcast(void* data, int64_t bytes, int root) override {
     check_peer(root, "broadcast root");
     std::vector<Pending> reqs;
     if (rank_ == root) {
@@ -153,14 +173,14 @@ class MpiCommunicator final : public Communicator {
     wait("broadcast", reqs);
   }
 
-  void send(const void* data, int64_t bytes, int peer, int tag) override {
+  void do_send(const void* data, int64_t bytes, int peer, int tag) override {
     check_user(peer, tag, "send");
     std::vector<Pending> reqs;
     post_send(reqs, data, bytes, peer, kUser + tag);
     wait("send", reqs);
   }
 
-  void recv(void* data, int64_t bytes, int peer, int tag) override {
+  void do_recv(void* data, int64_t bytes, int peer, int tag) override {
     check_user(peer, tag, "recv");
     std::vector<Pending> reqs;
     post_recv(reqs, data, bytes, peer, kUser + tag);
@@ -168,7 +188,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Everyone reports to rank 0, which releases everyone: a rank that never arrives is named by rank 0.
-  void barrier() override {
+  void do_barrier() override {
     char none = 0;
     std::vector<Pending> reqs;
     if (rank_ == 0) {
@@ -181,25 +201,6 @@ class MpiCommunicator final : public Communicator {
     }
     wait("barrier", reqs);
   }
-
-  [[noreturn]] void abort(int code) override {
-    // MPI_Abort normally ends the whole job; should it stall (several ranks aborting at once, a launcher already
-    // gone), this process still exits, and mpirun ends the others when it sees a rank exit with an error.
-    std::thread([code] {
-      std::this_thread::sleep_for(std::chrono::seconds(5));
-      std::_Exit(code);
-    }).detach();
-    api_->abort(code);
-    std::_Exit(code);
-  }
-
-  void native_allreduce(const float* in, float* out, int64_t count) {
-    SPORE_CHECK(count >= 0 && count <= INT_MAX, ErrorCode::invalid_argument, "MPI_Allreduce: count {} out of range",
-                count);
-    if (api_->native_allreduce_f32(in, out, static_cast<int>(count)) != 0)
-      SPORE_FAIL(ErrorCode::unavailable, "MPI_Allreduce failed: {}", api_->last_error());
-  }
-  std::string library_version() const { return api_->library_version(); }
 
  private:
   // Sends slice r (at slice(r), count(r) elements) to rank r for every r, receives this rank's slice from every rank

@@ -145,7 +145,9 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
     const int64_t n = comm_->size();
     SPORE_CHECK(pc.grad_shards >= 0, ErrorCode::invalid_argument, "data parallel: grad_shards {} < 0", pc.grad_shards);
     shards_ = pc.grad_shards > 0 ? pc.grad_shards : n;
-    SPORE_CHECK(shards_ % n == 0 && parallel::is_subtree_size(shards_ / n), ErrorCode::invalid_argument,
+    // One process sums all M shards itself (any M); several ranks each sum a run of M/N, which is a whole subtree
+    // of the M-shard tree only for a power of two.
+    SPORE_CHECK(n == 1 || (shards_ % n == 0 && parallel::is_subtree_size(shards_ / n)), ErrorCode::invalid_argument,
                 "data parallel: grad_shards {} on {} ranks: the rank count must divide it and leave each rank a "
                 "power of two of shards (e.g. grad_shards {})",
                 shards_, n, n * 2);

@@ -68,7 +68,8 @@ struct LossScale {
 // gradients and losses are summed by parallel::tree_sum in shard order - locally over its run of M/N shards, then
 // across ranks by the communicator's allreduce, which continues the same tree. The step's gradient is that sum / M
 // (gradients_mean, DistributedGradReducer's mean) or the sum; its loss is the losses' sum / M. As nothing depends on
-// N, N = 1, 2, 4 ... give the same bits, given M: N must divide M and M / N be a power of two (a whole subtree).
+// N, N = 1, 2, 4 ... give the same bits, given M: N must divide M and (N > 1) M / N be a power of two (a whole
+// subtree; e.g. M = 6 runs on 1, 3 or 6 ranks).
 // Dropout's counter is step * M + shard. Not yet: BatchNorm statistics sync (a network with buffers is refused),
 // loss scaling, grad_accumulation > 1 (the shards are the accumulation), overlapping the allreduce with backward.
 struct ParallelContext {

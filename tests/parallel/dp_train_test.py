@@ -3,16 +3,19 @@
 gives, on 2 and 4 ranks (mpirun --oversubscribe, 2 cores in CI), the same per-step losses (JSON, printed in full
 precision) and the same final checkpoint bytes as one process; a 2-rank run resumed from epoch 1's checkpoint ends
 with the uninterrupted run's checkpoint; mismatched ranks (seeds), shard counts the ranks cannot split and a missing
-MPI module fail with one clear error, never a hang.
+MPI module fail with one clear error, never a hang; 3 ranks (6 shards) and PyNative mode match too; a rank stopped
+mid-run (SIGSTOP) makes the other fail within SPORE_COMM_TIMEOUT with an error naming the collective and the rank.
 Without mpirun: SKIPPED (exit 77), a failure when CI=true.
 
 usage: dp_train_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 LIMIT = 120  # seconds per run
 
@@ -29,12 +32,19 @@ def main():
         return 77
     env = dict(os.environ)
     if module:
+        if not os.path.exists(module):
+            if os.environ.get("CI") == "true":
+                print(f"FAIL: the MPI module {module} was not built (libopenmpi-dev missing?)")
+                return 1
+            print(f"SKIPPED: the MPI module {module} was not built (MPI headers missing at build time)")
+            return 77
         env["SPORE_MPI_MODULE"] = module
     failures = []
     tmp = tempfile.mkdtemp(prefix="spore_dp_")
 
-    def args(ckpt, *extra, shards=4):
-        return ["train", "--model", "simplenet", "--dataset", "digits:" + digits, "--epochs", "2", "--batch", "64",
+    def args(ckpt, *extra, shards=4, epochs=2, batch=64):
+        return ["train", "--model", "simplenet", "--dataset", "digits:" + digits, "--epochs", str(epochs), "--batch",
+                str(batch),
                 "--parallel", "data", "--grad-shards", str(shards), "--json", "--log-every", "1", "--threads", "1",
                 "--ckpt-dir", os.path.join(tmp, ckpt)] + list(extra)
 
@@ -84,6 +94,56 @@ def main():
                 failures.append(f"{np} ranks: epoch {e} checkpoint (parameters, optimizer state) differs from 1 process")
         print(f"{np} ranks: {len(got)} step losses and both checkpoints bit-identical to 1 process"
               if not failures else f"{np} ranks: differences", flush=True)
+
+        comm = final.get("comm", {}).get("allreduce", {})
+        if comm.get("calls") != len(ref_losses) or comm.get("bytes", 0) <= 0:
+            failures.append(f"{np} ranks: the final line's comm.allreduce is {comm} (expected one call per step)")
+
+    # A rank count that is no power of two: 3 ranks, 6 shards (2 each), batches of 60.
+    ref3 = run(0, args("m6_np1", shards=6, epochs=1, batch=60))
+    got3 = run(3, args("m6_np3", shards=6, epochs=1, batch=60))
+    if ref3 is not None and got3 is not None:
+        if losses(ref3)[0] != losses(got3)[0] or ckpt("m6_np1", 1) != ckpt("m6_np3", 1):
+            failures.append("3 ranks, 6 shards: losses or checkpoint differ from 1 process")
+        else:
+            print("3 ranks (6 shards): step losses and checkpoint bit-identical to 1 process", flush=True)
+    # PyNative mode on 2 ranks: the graph-mode reference's bits.
+    r = run(2, args("pynative", "--mode", "pynative"))
+    if r is not None and losses(r)[0] != ref_losses:
+        failures.append("PyNative on 2 ranks: step losses differ from graph mode on 1 process")
+
+    # A rank that stops answering (SIGSTOP, as a hung process would): the other fails within the time limit with an
+    # error naming the collective and the rank, and the job ends.
+    hang_env = dict(env)
+    hang_env["SPORE_COMM_TIMEOUT"] = "3"
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", spore] + args("hang", epochs=200)
+    print("$", " ".join(cmd), "(one rank SIGSTOPped after 3 s)", flush=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=hang_env)
+    time.sleep(3)
+    ranks = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    if len(ranks) != 2 or p.poll() is not None:
+        failures.append(f"hang case: expected 2 running ranks under mpirun, found {ranks} (exit {p.poll()})")
+        p.kill()
+    else:
+        os.kill(int(ranks[-1]), signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            _, err = p.communicate(timeout=60)
+            took = time.time() - t0
+            line = next((l for l in err.splitlines() if "timed out" in l), "")
+            if p.returncode == 0 or "waiting for data from rank" not in line or took > 30:
+                failures.append(f"hang case: exit {p.returncode} after {took:.1f} s, stderr:\n{err[-1500:]}")
+            else:
+                print(f"  -> after {took:.1f} s: {line}", flush=True)
+        except subprocess.TimeoutExpired:
+            failures.append("hang case: the job did not end within 60 s of stopping a rank")
+            p.kill()
+            p.communicate()
+        for pid in ranks:  # the stopped rank, if mpirun left it
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     # Resume: 2 ranks continue from 1 process's epoch-1 checkpoint; every rank loads it.
     r = run(2, args("resumed", "--resume", os.path.join(tmp, "np1", "simplenet_epoch1.safetensors")))

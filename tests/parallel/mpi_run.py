@@ -19,6 +19,13 @@ def main():
                 return 1
             print("SKIPPED: mpirun not found (install openmpi-bin)")
             return 77
+        module = os.environ.get("SPORE_MPI_MODULE", "")
+        if module and not os.path.exists(module):
+            if os.environ.get("CI") == "true":
+                print(f"FAIL: the MPI module {module} was not built (libopenmpi-dev missing?)")
+                return 1
+            print(f"SKIPPED: the MPI module {module} was not built (MPI headers missing at build time)")
+            return 77
         cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n)] + cmd
     print("$", " ".join(cmd), flush=True)
     try:

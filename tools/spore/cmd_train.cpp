@@ -279,6 +279,10 @@ int cmd_train(int argc, char** argv) {
       std::cout << "training step ops by output dtype: " << line << "\n";
     }
   }
+  if (data_parallel) {
+    fin["comm"] = comm_stats_json();
+    if (!json) std::cout << comm_stats_text() << "\n";
+  }
   if (json)
     std::cout << fin.dump() << std::endl;
   else

@@ -166,9 +166,11 @@ int cmd_train_lm(int argc, char** argv) {
                      {"svg", r.svg},
                      {"checkpoint", r.checkpoint},
                      {"threads", num_threads()}};
+  if (o.data_parallel) fin["comm"] = comm_stats_json();
   if (json) {
     std::cout << fin.dump() << std::endl;
   } else {
+    if (o.data_parallel) std::cout << comm_stats_text() << "\n";
     std::cout << fmt::format(
         "done: {} steps, {} parameters, vocab {}, val loss {:.4f} (ppl {:.2f}), {:.0f} tok/s{}{}\n", r.steps, r.params,
         r.vocab, r.val_loss, r.val_ppl, r.tokens_per_s,

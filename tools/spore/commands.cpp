@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 #include "parallel/communicator.h"
 #include "runtime/plugin.h"
@@ -106,6 +109,28 @@ int main_dispatch(int argc, char** argv) {
 void start_data_parallel() {
   static NullBuffer null_buffer;
   if (parallel::world().rank() != 0) std::cout.rdbuf(&null_buffer);
+}
+
+nlohmann::json comm_stats_json() {
+  nlohmann::json j = nlohmann::json::object();
+  if (const parallel::Communicator* comm = parallel::started_world())
+    for (const auto& [op, st] : comm->stats())
+      j[op] = {{"calls", st.calls},
+               {"bytes", st.bytes},
+               {"seconds", st.seconds},
+               {"gbps", st.seconds > 0 ? static_cast<double>(st.bytes) / st.seconds / 1e9 : 0.0}};
+  return j;
+}
+
+std::string comm_stats_text() {
+  const parallel::Communicator* comm = parallel::started_world();
+  if (comm == nullptr) return {};
+  std::string line;
+  for (const auto& [op, st] : comm->stats())
+    line += fmt::format("{}{} {} calls, {:.2f} MB, {:.3f} s", line.empty() ? "" : "; ", op, st.calls,
+                        static_cast<double>(st.bytes) / 1e6, st.seconds);
+  return fmt::format("communication (rank {} of {}, waiting included): {}", comm->rank(), comm->size(),
+                     line.empty() ? "none" : line);
 }
 
 }  // namespace spore::cli

@@ -1,4 +1,7 @@
 #pragma once
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
 // The spore CLI: one file per subcommand (cmd_<name>.cpp), listed once in commands.cpp.
 // Every command has --help, prints one clear line and exits non-zero on bad input.
 namespace spore::cli {
@@ -33,5 +36,9 @@ int main_dispatch(int argc, char** argv);
 // Data-parallel commands (mpirun -np N spore train ... --parallel data): starts the communicator and discards stdout
 // on every rank but 0, so the job prints one run's output. An error on any rank ends the whole job (main_dispatch).
 void start_data_parallel();
+// This rank's communication so far, per operation: {"allreduce": {"calls", "bytes", "seconds", "gbps"}, ...} (the
+// final --json line's "comm"), and as one line of text; empty when no communicator was started.
+nlohmann::json comm_stats_json();
+std::string comm_stats_text();
 
 }  // namespace spore::cli
