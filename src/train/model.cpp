@@ -11,6 +11,7 @@
 #include "parallel/communicator.h"
 #include "parallel/tree.h"
 #include "runtime/jit.h"
+#include "runtime/profiler.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 
@@ -315,7 +316,11 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
   for (auto& f : flat) parts.push_back(f.data());
   parallel::tree_sum<float>(parts, total + 1);
   float* sum = parts[0];
+  const int64_t t0 = Profiler::now_ns();
   comm_->allreduce(sum, total + 1, DType::f32, parallel::ReduceOp::sum);
+  if (Profiler* prof = Profiler::active())  // on this rank's timeline (spore train --profile: one trace per rank)
+    prof->record_span({fmt::format("allreduce {} KiB (gradients + loss)", (total + 1) * 4 / 1024), "comm", t0,
+                       Profiler::now_ns(), Profiler::thread_number()});
   const float m = static_cast<float>(shards_);
   if (opts_.parallel.gradients_mean)
     for (int64_t e = 0; e < total; ++e) sum[e] = sum[e] / m;

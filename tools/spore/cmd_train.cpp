@@ -100,9 +100,10 @@ int cmd_train(int argc, char** argv) {
       ->check(CLI::IsMember({"mean", "sum"}));
   app.add_option("--resume", resume, "a checkpoint of this model to continue from (its epoch counts toward --epochs)");
   std::string profile_path;
-  app.add_option("--profile", profile_path,
-                 "record every kernel of the first epoch's training steps: write a Chrome trace (Perfetto) to this file and print "
-                 "the top ops by time to stderr");
+  app.add_option(
+      "--profile", profile_path,
+      "record every kernel of the first epoch's training steps: write a Chrome trace (Perfetto) to this file and print "
+      "the top ops by time to stderr (data parallel: FILE.rank<R>.json per rank, allreduces as \"comm\" spans)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -203,6 +204,11 @@ int cmd_train(int argc, char** argv) {
 
   std::unique_ptr<Profiler> prof;
   if (!profile_path.empty()) prof = std::make_unique<Profiler>();
+  if (prof && data_parallel) {  // one trace per rank: trace.json -> trace.rank0.json, trace.rank1.json, ...
+    std::filesystem::path p(profile_path);
+    const std::string ext = p.extension().string();
+    profile_path = p.replace_extension(fmt::format(".rank{}{}", model.communicator()->rank(), ext)).string();
+  }
   double total_s = 0;
   std::string last_ckpt;
   std::map<std::string, double> m;
