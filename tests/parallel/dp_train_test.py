@@ -32,6 +32,9 @@ def main():
         print("SKIPPED: mpirun not found (install openmpi-bin)")
         return 77
     env = dict(os.environ)
+    # Containers often forbid the cross-process memory copy (CMA) OpenMPI's shared-memory transport uses for large
+    # messages ("Read -1, expected ..., errno = 1"); copying through the shared segment works everywhere.
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     if module:
         if not os.path.exists(module):
             if os.environ.get("CI") == "true":

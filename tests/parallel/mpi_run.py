@@ -27,9 +27,13 @@ def main():
             print(f"SKIPPED: the MPI module {module} was not built (MPI headers missing at build time)")
             return 77
         cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n)] + cmd
+    env = dict(os.environ)
+    # Containers often forbid the cross-process memory copy (CMA) OpenMPI's shared-memory transport uses for large
+    # messages ("Read -1, expected ..., errno = 1"); copying through the shared segment works everywhere.
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     print("$", " ".join(cmd), flush=True)
     try:
-        r = subprocess.run(cmd, timeout=limit)
+        r = subprocess.run(cmd, timeout=limit, env=env)
     except subprocess.TimeoutExpired:
         print(f"FAIL: timed out after {limit:.0f} s")
         return 1
