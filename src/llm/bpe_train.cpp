@@ -14,26 +14,20 @@ namespace {
 
 constexpr const char* kEndOfText = "<|endoftext|>";
 
-void write_metadata(io::GgufWriter& w, const std::vector<std::string>& tokens, const std::vector<int64_t>& types,
-                    const std::vector<std::string>& merges, int32_t eos) {
-  w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", "gpt-2");
-  w.add_strings("tokenizer.ggml.tokens", tokens);
-  w.add_ints("tokenizer.ggml.token_type", types);
-  w.add_strings("tokenizer.ggml.merges", merges);
-  if (eos >= 0) {
-    w.add_int("tokenizer.ggml.bos_token_id", eos, io::GgufValueType::u32);
-    w.add_int("tokenizer.ggml.eos_token_id", eos, io::GgufValueType::u32);
-  }
-  w.add_bool("tokenizer.ggml.add_bos_token", false);
-  w.add_bool("tokenizer.ggml.add_eos_token", false);
+TokenizerMetadata metadata_of(const std::vector<std::string>& tokens, const std::vector<int64_t>& types,
+                              const std::vector<std::string>& merges, int32_t eos) {
+  TokenizerMetadata md;
+  md.tokens = tokens;
+  md.types = types;
+  md.merges = merges;
+  md.bos = md.eos = eos;  // <|endoftext|> is both, as GPT-2's
+  return md;
 }
 
-Tokenizer from_metadata(const std::vector<std::string>& tokens, const std::vector<int64_t>& types,
-                        const std::vector<std::string>& merges, int32_t eos) {
+Tokenizer from_metadata(const TokenizerMetadata& md) {
   io::GgufWriter w;
   w.add_string("general.architecture", "tokenizer");
-  write_metadata(w, tokens, types, merges, eos);
+  add_tokenizer_metadata(w, md);
   const std::string bytes = w.encode();
   const io::GgufFile f = io::GgufFile::parse(bytes.data(), bytes.size(), "trained BPE tokenizer");
   return Tokenizer::from_gguf(f);
@@ -52,7 +46,7 @@ BpeVocab train_bpe(std::string_view text, int64_t vocab_size) {
   v.types.assign(256, static_cast<int64_t>(TokenType::normal));
 
   // Unique words (the pre-tokenizer's pieces) with their counts, as symbol id sequences; first-seen order.
-  const Tokenizer base = from_metadata(v.tokens, v.types, {}, -1);
+  const Tokenizer base = from_metadata(metadata_of(v.tokens, v.types, {}, -1));
   std::unordered_map<std::string_view, size_t> index;
   std::vector<std::vector<int32_t>> words;
   std::vector<int64_t> counts;
@@ -112,10 +106,26 @@ BpeVocab train_bpe(std::string_view text, int64_t vocab_size) {
   return v;
 }
 
-void add_tokenizer_metadata(io::GgufWriter& w, const BpeVocab& v) {
-  write_metadata(w, v.tokens, v.types, v.merges, v.eos);
+void add_tokenizer_metadata(io::GgufWriter& w, const TokenizerMetadata& md) {
+  using VT = io::GgufValueType;
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", md.pre);
+  w.add_strings("tokenizer.ggml.tokens", md.tokens);
+  w.add_ints("tokenizer.ggml.token_type", md.types);
+  w.add_strings("tokenizer.ggml.merges", md.merges);
+  if (md.bos >= 0) w.add_int("tokenizer.ggml.bos_token_id", md.bos, VT::u32);
+  if (md.eos >= 0) w.add_int("tokenizer.ggml.eos_token_id", md.eos, VT::u32);
+  if (md.unk >= 0) w.add_int("tokenizer.ggml.unknown_token_id", md.unk, VT::u32);
+  if (md.pad >= 0) w.add_int("tokenizer.ggml.padding_token_id", md.pad, VT::u32);
+  w.add_bool("tokenizer.ggml.add_bos_token", md.add_bos);
+  w.add_bool("tokenizer.ggml.add_eos_token", md.add_eos);
+  if (!md.chat_template.empty()) w.add_string("tokenizer.chat_template", md.chat_template);
 }
 
-Tokenizer tokenizer_of(const BpeVocab& v) { return from_metadata(v.tokens, v.types, v.merges, v.eos); }
+void add_tokenizer_metadata(io::GgufWriter& w, const BpeVocab& v) {
+  add_tokenizer_metadata(w, metadata_of(v.tokens, v.types, v.merges, v.eos));
+}
+
+Tokenizer tokenizer_of(const BpeVocab& v) { return from_metadata(metadata_of(v.tokens, v.types, v.merges, v.eos)); }
 
 }  // namespace spore::llm

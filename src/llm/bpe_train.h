@@ -33,6 +33,9 @@ struct BpeVocab {
 // vocab_size >= 257 (the 256 bytes and <|endoftext|>); fewer tokens when the text runs out of pairs seen twice.
 BpeVocab train_bpe(std::string_view text, int64_t vocab_size);
 void add_tokenizer_metadata(io::GgufWriter& w, const BpeVocab& v);
+// Any byte-level BPE's metadata (Tokenizer::gguf_metadata: a tokenizer.json's, for one): tokenizer.ggml.model
+// "gpt2", pre, tokens, token types, merges, bos/eos/unk/padding ids (when >= 0), add_bos/add_eos, chat template.
+void add_tokenizer_metadata(io::GgufWriter& w, const TokenizerMetadata& md);
 Tokenizer tokenizer_of(const BpeVocab& v);
 
 }  // namespace spore::llm

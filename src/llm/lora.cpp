@@ -61,27 +61,6 @@ std::vector<std::string> targets_of(const std::map<std::string, LoraPair>& tenso
   return out;
 }
 
-// Rows of a q/k projection's output, per head of `hd` rows: GGUF llama order (adjacent rope pairs: row 2j + s) <->
-// Hugging Face order (halves: row s * hd/2 + j). to_gguf: HF -> GGUF, else GGUF -> HF.
-Tensor permute_rows(const Tensor& b, int64_t heads, bool to_gguf) {
-  const Tensor src = b.contiguous();
-  const int64_t rows = src.shape()[0], cols = src.shape()[1];
-  SPORE_CHECK(heads > 0 && rows % heads == 0 && (rows / heads) % 2 == 0, ErrorCode::shape_mismatch,
-              "LoRA: {} q/k rows do not split into {} heads of even size", rows, heads);
-  const int64_t hd = rows / heads, half = hd / 2;
-  Tensor out = Tensor::empty(src.shape(), DType::f32);
-  const float* s = src.data<float>();
-  float* d = out.data<float>();
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t j = 0; j < half; ++j)
-      for (int64_t k = 0; k < 2; ++k) {
-        const int64_t g = h * hd + 2 * j + k, f = h * hd + k * half + j;
-        const int64_t from = to_gguf ? f : g, to = to_gguf ? g : f;
-        std::copy(s + from * cols, s + (from + 1) * cols, d + to * cols);
-      }
-  return out;
-}
-
 void set_convention(LoraAdapter& a, bool permuted) {
   if (a.permuted_qk == permuted) return;
   for (auto& [name, pair] : a.tensors) {
@@ -90,7 +69,7 @@ void set_convention(LoraAdapter& a, bool permuted) {
     if (!parse_block_name(name, l, cell) || (cell != "attn_q" && cell != "attn_k")) continue;
     SPORE_CHECK(a.n_head > 0 && a.n_head_kv > 0, ErrorCode::invalid_argument,
                 "LoRA: the head counts are needed to reorder '{}' between GGUF and Hugging Face row order", name);
-    pair.b = permute_rows(pair.b, cell == "attn_q" ? a.n_head : a.n_head_kv, permuted);
+    pair.b = permute_qk_rows(pair.b, cell == "attn_q" ? a.n_head : a.n_head_kv, permuted);
   }
   a.permuted_qk = permuted;
 }
@@ -124,6 +103,27 @@ void check_pairs(LoraAdapter& a, const std::string& file) {
 }
 
 }  // namespace
+
+Tensor permute_qk_rows(const Tensor& b, int64_t heads, bool to_gguf) {
+  SPORE_CHECK(b.rank() == 2 && b.dtype() == DType::f32, ErrorCode::invalid_argument,
+              "q/k rows: need an f32 matrix, got {} {}", dtype_name(b.dtype()), shape_str(b.shape()));
+  const Tensor src = b.contiguous();
+  const int64_t rows = src.shape()[0], cols = src.shape()[1];
+  SPORE_CHECK(heads > 0 && rows % heads == 0 && (rows / heads) % 2 == 0, ErrorCode::shape_mismatch,
+              "q/k rows: {} rows do not split into {} heads of even size", rows, heads);
+  const int64_t hd = rows / heads, half = hd / 2;
+  Tensor out = Tensor::empty(src.shape(), DType::f32);
+  const float* s = src.data<float>();
+  float* d = out.data<float>();
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < half; ++j)
+      for (int64_t k = 0; k < 2; ++k) {
+        const int64_t g = h * hd + 2 * j + k, f = h * hd + k * half + j;
+        const int64_t from = to_gguf ? f : g, to = to_gguf ? g : f;
+        std::copy(s + from * cols, s + (from + 1) * cols, d + to * cols);
+      }
+  return out;
+}
 
 void write_peft(const LoraAdapter& in, const std::string& dir) {
   LoraAdapter a = in;

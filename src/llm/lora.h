@@ -55,6 +55,11 @@ LoraAdapter read_gguf_adapter(const std::string& path);
 // A folder: PEFT; a file: GGUF.
 LoraAdapter read_adapter(const std::string& path);
 
+// Rows of a q/k projection's output (f32 [heads * hd, in]), per head of hd rows: GGUF llama order (adjacent rope
+// pairs: row 2j + s) <-> Hugging Face order (halves: row s * hd/2 + j). to_gguf: HF -> GGUF, else GGUF -> HF. Used for
+// adapters' B matrices and for whole q/k weights (train::export_llama_hf).
+Tensor permute_qk_rows(const Tensor& w, int64_t heads, bool to_gguf);
+
 // Checks `a` against the base (architecture, layer index and shape of every tensor: errors name the tensor, its
 // shape and the expected one) and puts its q/k rows in the base's convention.
 void fit_adapter(LoraAdapter& a, const ModelConfig& base);

@@ -10,9 +10,10 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <fstream>
 #include <queue>
 #include <unordered_map>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "data/gzip.h"
@@ -224,6 +225,7 @@ struct Tokenizer::Impl {
   // BPE merges: (left id, right id) -> (rank, merged id).
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
   std::vector<std::unique_ptr<Regex>> regexes;
+  std::vector<std::string> regex_src;   // their patterns, as given
   std::vector<int32_t> special_tokens;  // control / unknown / user-defined, longest text first
   bool byte_level = true;        // BPE: bytes mapped to printable characters (GPT-2); else SentencePiece-style
   bool byte_fallback = false;    // unknown characters -> <0xNN> tokens
@@ -240,6 +242,10 @@ struct Tokenizer::Impl {
   int32_t find(std::string_view s) const {
     auto it = token_to_id.find(s);
     return it == token_to_id.end() ? -1 : it->second;
+  }
+  void add_regex(const std::string& pattern) {
+    regexes.push_back(std::make_unique<Regex>(pattern, source));
+    regex_src.push_back(pattern);
   }
   void finish();
   void find_eog();
@@ -771,7 +777,7 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& f) {
     PreTypeInfo info = pre_type_info(m->pre, m->source);
     m->ignore_merges = info.ignore_merges;
     if (m->pre == "llama3" || m->pre == "llama-bpe" || m->pre == "llama-v3") m->add_bos_ = true;
-    for (const auto& r : info.regexes) m->regexes.push_back(std::make_unique<Regex>(r, m->source));
+    for (const auto& r : info.regexes) m->add_regex(r);
   } else {
     m->pre = model;
   }
@@ -872,18 +878,17 @@ Tokenizer Tokenizer::from_hf_json(const std::string& json_text, const std::strin
                       ErrorCode::unsupported, "{}: Split pre-tokenizer with behavior '{}' is not supported", name,
                       p.value("behavior", ""));
           if (pat.contains("Regex")) {
-            m->regexes.push_back(std::make_unique<Regex>(pat["Regex"].get<std::string>(), name));
+            m->add_regex(pat["Regex"].get<std::string>());
           } else {
             std::string lit;  // a literal string pattern: quote it for PCRE2
             lit = "\\Q" + pat.at("String").get<std::string>() + "\\E";
-            m->regexes.push_back(std::make_unique<Regex>(lit, name));
+            m->add_regex(lit);
           }
         } else if (t == "ByteLevel") {
           byte_level = true;
-          if (p.value("use_regex", true)) m->regexes.push_back(std::make_unique<Regex>(kGpt2Regex, name));
+          if (p.value("use_regex", true)) m->add_regex(kGpt2Regex);
         } else if (t == "Digits") {
-          m->regexes.push_back(std::make_unique<Regex>(p.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+",
-                                                       name));
+          m->add_regex(p.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+");
         } else if (t == "Metaspace") {
           metaspace = true;
           m->add_space_prefix = p.value("prepend_scheme", "always") != "never" && p.value("add_prefix_space", true);
@@ -1025,6 +1030,177 @@ Tokenizer Tokenizer::load(const std::string& path) {
   if (head == "GGUF") return from_gguf(io::GgufFile::open(path));
   const fs::path cfg = fs::path(path).parent_path() / "tokenizer_config.json";
   return from_hf_json(read_text(path), fs::exists(cfg) ? read_text(cfg.string()) : "", path);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Export: GGUF metadata and tokenizer.json
+
+namespace {
+
+// GGUF pre-tokenizer names tried for a tokenizer.json's regexes, one per distinct regex list (and ignore_merges).
+constexpr const char* kPreCandidates[] = {"gpt-2",          "qwen2",     "llama-bpe", "dbrx",
+                                          "starcoder",      "falcon",    "default",   "deepseek-llm",
+                                          "deepseek-coder", "poro-chat", "viking"};
+
+// Hugging Face spells GPT-2 contractions case-insensitively; llama.cpp's regexes (pre_type_info) spell the cases.
+std::string canonical_regex(std::string r) {
+  const std::string hf = "(?i:'s|'t|'re|'ve|'m|'ll|'d)";
+  const std::string cased = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])";
+  for (size_t at; (at = r.find(hf)) != std::string::npos;) r.replace(at, hf.size(), cased);
+  return r;
+}
+
+void require_byte_level(const Tokenizer::Impl& m, VocabType type, const char* what) {
+  SPORE_CHECK(type == VocabType::bpe && m.byte_level, ErrorCode::unsupported,
+              "{}: {} needs a byte-level BPE tokenizer; this one is {} (model.type / pre_tokenizer: only BPE with a "
+              "ByteLevel pre-tokenizer has GGUF gpt2 metadata)",
+              m.source, what,
+              type == VocabType::spm   ? "SentencePiece-style BPE (Metaspace)"
+              : type == VocabType::wpm ? "WordPiece"
+                                       : "not byte-level");
+}
+
+}  // namespace
+
+TokenizerMetadata Tokenizer::gguf_metadata(bool drop_nfc) const {
+  const Impl& m = *impl_;
+  require_byte_level(m, m.type, "GGUF tokenizer metadata");
+  TokenizerMetadata md;
+  if (m.pre == "hf") {
+    SPORE_CHECK(!m.byte_fallback, ErrorCode::unsupported,
+                "{}: model.byte_fallback is true, which GGUF gpt2 tokenizer metadata cannot express", m.source);
+    SPORE_CHECK(!m.nfc_normalize || drop_nfc, ErrorCode::unsupported,
+                "{}: normalizer NFC cannot be expressed in GGUF tokenizer metadata (llama.cpp does not normalize)",
+                m.source);
+    std::vector<std::string> want;
+    for (const std::string& r : m.regex_src) want.push_back(canonical_regex(r));
+    md.pre.clear();
+    for (const char* name : kPreCandidates) {
+      const PreTypeInfo info = pre_type_info(name, m.source);
+      if (info.regexes == want && info.ignore_merges == m.ignore_merges) {
+        md.pre = name;
+        break;
+      }
+    }
+    std::string listed;
+    for (const std::string& r : m.regex_src) listed += (listed.empty() ? "'" : ", '") + r + "'";
+    SPORE_CHECK(!md.pre.empty(), ErrorCode::unsupported,
+                "{}: pre_tokenizer regexes [{}] (model.ignore_merges {}) are not those of any GGUF "
+                "tokenizer.ggml.pre that llama.cpp knows",
+                m.source, listed, m.ignore_merges);
+    for (size_t i = 0; i < m.tokens.size(); ++i)
+      SPORE_CHECK(!m.lstrip[i] && !m.rstrip[i], ErrorCode::unsupported,
+                  "{}: added_tokens '{}' (id {}) has lstrip/rstrip, which GGUF tokenizer metadata cannot express",
+                  m.source, m.tokens[i], i);
+  } else {
+    md.pre = m.pre;
+  }
+  md.tokens = m.tokens;
+  md.types.reserve(m.types.size());
+  for (size_t i = 0; i < m.tokens.size(); ++i) {
+    // tokenizer.json may leave ids unassigned; llama.cpp's converter names them [PAD<id>].
+    if (m.tokens[i].empty()) md.tokens[i] = fmt::format("[PAD{}]", i);
+    md.types.push_back(static_cast<int64_t>(m.types[i]));
+  }
+  std::vector<std::pair<int32_t, uint64_t>> ranked;
+  ranked.reserve(m.merges.size());
+  for (const auto& [pair, rm] : m.merges) ranked.emplace_back(rm.first, pair);
+  std::sort(ranked.begin(), ranked.end());
+  md.merges.reserve(ranked.size());
+  for (const auto& [rank, pair] : ranked)
+    md.merges.push_back(m.tokens[pair >> 32] + " " + m.tokens[pair & 0xffffffffu]);
+  md.bos = m.bos, md.eos = m.eos, md.unk = m.unk, md.pad = m.pad;
+  md.add_bos = m.add_bos_, md.add_eos = m.add_eos_;
+  md.chat_template = m.chat_template;
+  return md;
+}
+
+void Tokenizer::write_hf(const std::string& dir) const {
+  using nlohmann::json;
+  const Impl& m = *impl_;
+  require_byte_level(m, m.type, "a Hugging Face tokenizer.json");
+  const TokenizerMetadata md = gguf_metadata();
+  const PreTypeInfo info = pre_type_info(md.pre, m.source);
+  auto byte_level = [](bool use_regex) {
+    return json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
+  };
+  json pre;
+  if (info.regexes == std::vector<std::string>{kGpt2Regex}) {
+    pre = byte_level(true);
+  } else {
+    json steps = json::array();
+    for (const std::string& r : info.regexes)
+      steps.push_back(
+          json{{"type", "Split"}, {"pattern", {{"Regex", r}}}, {"behavior", "Isolated"}, {"invert", false}});
+    steps.push_back(byte_level(false));
+    pre = json{{"type", "Sequence"}, {"pretokenizers", steps}};
+  }
+  json vocab = json::object(), added = json::array();
+  for (size_t i = 0; i < md.tokens.size(); ++i) {
+    const std::string& t = md.tokens[i];
+    if (!vocab.contains(t)) vocab[t] = i;
+    const auto type = static_cast<TokenType>(md.types[i]);
+    if (type == TokenType::control || type == TokenType::user_defined || type == TokenType::unknown)
+      added.push_back(json{{"id", i},
+                           {"content", t},
+                           {"single_word", false},
+                           {"lstrip", false},
+                           {"rstrip", false},
+                           {"normalized", type == TokenType::user_defined},
+                           {"special", type != TokenType::user_defined}});
+  }
+  json post = nullptr;
+  if (md.add_bos || md.add_eos) {
+    // What encode(add_special) adds: [BOS] $A [EOS].
+    json single = json::array(), special = json::object();
+    auto add_special = [&](int32_t id) {
+      const std::string& t = md.tokens[static_cast<size_t>(id)];
+      single.push_back(json{{"SpecialToken", {{"id", t}, {"type_id", 0}}}});
+      special[t] = json{{"id", t}, {"ids", {id}}, {"tokens", {t}}};
+    };
+    if (md.add_bos && md.bos >= 0) add_special(md.bos);
+    single.push_back(json{{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    if (md.add_eos && md.eos >= 0) add_special(md.eos);
+    post = json{{"type", "TemplateProcessing"}, {"single", single}, {"pair", single}, {"special_tokens", special}};
+  }
+  const json tj{{"version", "1.0"},
+                {"truncation", nullptr},
+                {"padding", nullptr},
+                {"added_tokens", added},
+                {"normalizer", nullptr},
+                {"pre_tokenizer", pre},
+                {"post_processor", post},
+                {"decoder", byte_level(true)},
+                {"model",
+                 {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", md.unk >= 0 ? json(md.tokens[static_cast<size_t>(md.unk)]) : json(nullptr)},
+                  {"continuing_subword_prefix", nullptr},
+                  {"end_of_word_suffix", nullptr},
+                  {"fuse_unk", false},
+                  {"byte_fallback", false},
+                  {"ignore_merges", info.ignore_merges},
+                  {"vocab", vocab},
+                  {"merges", md.merges}}}};
+  auto name_of = [&](int32_t id) { return id >= 0 ? json(md.tokens[static_cast<size_t>(id)]) : json(nullptr); };
+  json cfg{{"tokenizer_class", "PreTrainedTokenizerFast"},
+           {"bos_token", name_of(md.bos)},
+           {"eos_token", name_of(md.eos)},
+           {"unk_token", name_of(md.unk)},
+           {"pad_token", name_of(md.pad)},
+           {"add_bos_token", md.add_bos},
+           {"add_eos_token", md.add_eos},
+           {"clean_up_tokenization_spaces", false}};
+  if (!md.chat_template.empty()) cfg["chat_template"] = md.chat_template;
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  for (const auto& [file, j] : {std::pair<const char*, const json*>{"tokenizer.json", &tj},
+                                std::pair<const char*, const json*>{"tokenizer_config.json", &cfg}}) {
+    const fs::path path = fs::path(dir) / file;
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << j->dump(1) << "\n";
+    SPORE_CHECK(f.good(), ErrorCode::io_error, "could not write '{}'", path.string());
+  }
 }
 
 }  // namespace spore::llm

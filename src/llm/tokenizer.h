@@ -30,6 +30,18 @@ enum class VocabType { spm, bpe, wpm };
 // Token types as GGUF stores them (tokenizer.ggml.token_type).
 enum class TokenType : uint8_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
 
+// A byte-level BPE tokenizer as GGUF metadata holds it (tokenizer.ggml.*; llm::add_tokenizer_metadata in
+// llm/bpe_train.h writes it). Ids < 0 are absent.
+struct TokenizerMetadata {
+  std::string pre = "gpt-2";        // tokenizer.ggml.pre: llama.cpp's name of the pre-tokenizer regexes
+  std::vector<std::string> tokens;  // tokenizer.ggml.tokens
+  std::vector<int64_t> types;       // tokenizer.ggml.token_type (TokenType values)
+  std::vector<std::string> merges;  // "left right", by rank
+  int32_t bos = -1, eos = -1, unk = -1, pad = -1;
+  bool add_bos = false, add_eos = false;
+  std::string chat_template;  // "" if none
+};
+
 class Tokenizer {
  public:
   // A .gguf file, a Hugging Face folder (tokenizer.json [+ tokenizer_config.json]), or a tokenizer.json file
@@ -65,6 +77,17 @@ class Tokenizer {
   bool is_eog(int32_t id) const;
   // The model's chat template (GGUF tokenizer.chat_template or tokenizer_config.json chat_template), "" if none.
   const std::string& chat_template() const;
+
+  // This byte-level BPE tokenizer as GGUF metadata that tokenizes alike: a tokenizer.json's pre-tokenizer regexes
+  // become the tokenizer.ggml.pre whose regexes are the same. What GGUF cannot express is an unsupported error
+  // naming the tokenizer.json field (model.type, model.byte_fallback, pre_tokenizer, normalizer, added_tokens'
+  // lstrip/rstrip). An NFC normalizer (Qwen2's) is dropped with `drop_nfc` (text already in NFC, such as ASCII,
+  // tokenizes alike; llama.cpp's converter drops it too), else it is such an error.
+  TokenizerMetadata gguf_metadata(bool drop_nfc = false) const;
+  // Writes this byte-level BPE tokenizer as a Hugging Face tokenizer.json and tokenizer_config.json (bos/eos,
+  // add_bos_token/add_eos_token, chat_template) into `dir` (created) in Hugging Face's format, which Tokenizer::load
+  // reads back to the same tokens. Another vocabulary type is an unsupported error.
+  void write_hf(const std::string& dir) const;
 
   struct Impl;
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -14,7 +15,9 @@
 #include "base/error.h"
 #include "io/gguf/gguf.h"
 #include "io/gguf/gguf_writer.h"
+#include "io/safetensors.h"
 #include "llm/bpe_train.h"
+#include "llm/lora.h"
 #include "llm/tokenizer.h"
 #include "nn/init.h"
 #include "nn/loss.h"
@@ -218,6 +221,75 @@ void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const s
     w.add_tensor(name, *t, as);
   }
   w.write(path);
+}
+
+namespace {
+
+// A parameter's GGUF name ("blk.3.attn_q.weight") -> its Hugging Face name ("model.layers.3.self_attn.q_proj.weight").
+std::string hf_name(const std::string& name) {
+  if (name == "token_embd.weight") return "model.embed_tokens.weight";
+  if (name == "output_norm.weight") return "model.norm.weight";
+  if (name == "output.weight") return "lm_head.weight";
+  const std::string pre = "blk.";
+  const size_t dot = name.find('.', pre.size());
+  const size_t last = name.rfind('.');
+  if (name.rfind(pre, 0) == 0 && dot != std::string::npos && last > dot) {
+    const std::string layer = name.substr(pre.size(), dot - pre.size());
+    const std::string cell = name.substr(dot + 1, last - dot - 1), kind = name.substr(last);
+    const std::string p = "model.layers." + layer + ".";
+    if (cell == "attn_norm") return p + "input_layernorm" + kind;
+    if (cell == "ffn_norm") return p + "post_attention_layernorm" + kind;
+    for (const nn::LlamaProjection& proj : nn::llama_projections())
+      if (cell == proj.cell) return p + proj.hf_module + kind;
+  }
+  SPORE_FAIL(ErrorCode::internal, "export_llama_hf: no Hugging Face name for parameter '{}'", name);
+}
+
+}  // namespace
+
+void export_llama_hf(nn::LlamaModel& m, const llm::Tokenizer& tokenizer, const std::string& dir) {
+  const nn::LlamaConfig& c = m.config();
+  SPORE_CHECK(tokenizer.vocab_size() == c.vocab, ErrorCode::invalid_argument,
+              "export_llama_hf: the tokenizer has {} tokens, the model {}", tokenizer.vocab_size(), c.vocab);
+  fs::create_directories(dir);
+  const bool qwen2 = c.arch == "qwen2";
+  auto id_or_null = [](int32_t id) { return id >= 0 ? json(id) : json(nullptr); };
+  nlohmann::ordered_json cfg{{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+                             {"model_type", c.arch},
+                             {"hidden_size", c.dim},
+                             {"intermediate_size", c.ffn},
+                             {"num_attention_heads", c.heads},
+                             {"num_key_value_heads", c.kv_heads},
+                             {"num_hidden_layers", c.layers},
+                             {"head_dim", c.head_dim()},
+                             {"vocab_size", c.vocab},
+                             {"max_position_embeddings", c.ctx},
+                             {"rms_norm_eps", c.rms_eps},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", nullptr},
+                             {"hidden_act", "silu"},
+                             {"attention_bias", c.qkv_bias()},
+                             {"attention_dropout", 0.0},
+                             {"tie_word_embeddings", c.tie_embeddings},
+                             {"bos_token_id", id_or_null(tokenizer.bos_id())},
+                             {"eos_token_id", id_or_null(tokenizer.eos_id())},
+                             {"torch_dtype", "float32"},
+                             {"use_cache", true}};
+  if (qwen2) cfg.update({{"use_sliding_window", false}, {"sliding_window", c.ctx}, {"max_window_layers", c.layers}});
+  else cfg.update({{"mlp_bias", false}, {"pretraining_tp", 1}});
+  write_atomic(fs::path(dir) / "config.json", cfg.dump(2) + "\n");
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, t] : m.parameters_and_names()) {
+    Tensor w = t->contiguous();
+    // GGUF llama files (and train-lm's training) hold q/k rows in rope's adjacent-pair order; HF in halves.
+    if (!qwen2 && t->rank() == 2) {
+      if (name.find(".attn_q.weight") != std::string::npos) w = llm::permute_qk_rows(w, c.heads, false);
+      if (name.find(".attn_k.weight") != std::string::npos) w = llm::permute_qk_rows(w, c.kv_heads, false);
+    }
+    tensors.emplace(hf_name(name), w);
+  }
+  io::write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  tokenizer.write_hf(dir);
 }
 
 LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, const LmRunOptions& o,
@@ -427,6 +499,30 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
   return rep;
 }
 
+namespace {
+
+bool is_gguf_file(const std::string& path) {
+  if (!fs::is_regular_file(path)) return false;
+  std::ifstream f(path, std::ios::binary);
+  char head[4] = {};
+  f.read(head, 4);
+  return f.gcount() == 4 && std::string_view(head, 4) == "GGUF";
+}
+
+// The GGUF metadata made from a tokenizer.json must tokenize `what` as the tokenizer.json does.
+void check_same_tokens(const std::vector<int32_t>& hf, const std::vector<int32_t>& gguf, const std::string& tokenizer,
+                       const std::string& what) {
+  size_t i = 0;
+  while (i < hf.size() && i < gguf.size() && hf[i] == gguf[i]) ++i;
+  SPORE_CHECK(
+      i == hf.size() && i == gguf.size(), ErrorCode::unsupported,
+      "tokenizer '{}': its GGUF metadata tokenizes '{}' differently from the tokenizer.json from token {} on "
+      "({} vs {} tokens): the text needs a rule of the tokenizer.json (its normalizer) that GGUF cannot express",
+      tokenizer, what, i, gguf.size(), hf.size());
+}
+
+}  // namespace
+
 LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&)>& on_progress) {
   SPORE_CHECK(!o.ckpt_dir.empty(), ErrorCode::invalid_argument, "train-lm needs a checkpoint directory");
   SPORE_CHECK(o.train_tokenizer != !o.tokenizer.empty(), ErrorCode::invalid_argument,
@@ -437,9 +533,11 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   parallel::Communicator* comm = o.data_parallel ? &parallel::world() : nullptr;
   const bool writer = comm == nullptr || comm->rank() == 0;
 
-  // Tokenizer: trained once and kept in the checkpoint directory (a resumed run must tokenize alike).
+  // Tokenizer: trained once and kept in the checkpoint directory (a resumed run must tokenize alike). A Hugging Face
+  // tokenizer.json becomes GGUF metadata there too, checked below to tokenize the data as the tokenizer.json does.
   const std::string text = read_text_file(o.data, "training data");
   std::string tok_source = o.tokenizer;
+  std::optional<llm::Tokenizer> hf_tok;
   if (o.train_tokenizer) {
     if (writer && !fs::exists(tok_path)) {
       const llm::BpeVocab v = llm::train_bpe(text, o.vocab);
@@ -450,15 +548,35 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
     }
     if (comm) comm->barrier();
     tok_source = tok_path.string();
+  } else {
+    SPORE_CHECK(fs::exists(tok_source), ErrorCode::not_found, "tokenizer '{}' does not exist", tok_source);
+    if (!is_gguf_file(tok_source)) {
+      hf_tok = llm::Tokenizer::load(tok_source);
+      io::GgufWriter w;
+      w.add_string("general.architecture", "tokenizer");
+      llm::add_tokenizer_metadata(w, hf_tok->gguf_metadata(/*drop_nfc=*/true));
+      w.write(tok_path.string());
+      tok_source = tok_path.string();
+    }
   }
-  SPORE_CHECK(fs::is_regular_file(tok_source), ErrorCode::not_found, "tokenizer '{}' does not exist", tok_source);
   const io::GgufFile tok_file = io::GgufFile::open(tok_source);
   const llm::Tokenizer tok = llm::Tokenizer::from_gguf(tok_file);
+  SPORE_CHECK(o.hf_out.empty() || tok.type() == llm::VocabType::bpe, ErrorCode::unsupported,
+              "--hf-out writes a byte-level BPE tokenizer.json; tokenizer '{}' is not byte-level BPE (model {})",
+              o.tokenizer, tok.pre_type());
 
   LmTokens data;
   data.train = tok.encode(text);
-  if (!o.val_data.empty()) data.val = tok.encode(read_text_file(o.val_data, "validation data"));
-  else split_validation(data, o.val_fraction);
+  std::string val_text;
+  if (!o.val_data.empty()) {
+    val_text = read_text_file(o.val_data, "validation data");
+    data.val = tok.encode(val_text);
+  }
+  if (hf_tok) {
+    check_same_tokens(hf_tok->encode(text), data.train, o.tokenizer, o.data);
+    if (!o.val_data.empty()) check_same_tokens(hf_tok->encode(val_text), data.val, o.tokenizer, o.val_data);
+  }
+  if (o.val_data.empty()) split_validation(data, o.val_fraction);
   nn::LlamaConfig cfg = o.model;
   cfg.vocab = tok.vocab_size();
   cfg.validate();
@@ -470,6 +588,10 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   if (!o.out.empty() && rep.steps == o.steps && writer) {
     export_llama_gguf(net, &tok_file, o.out, o.out_type);
     rep.gguf = o.out;
+    if (!o.hf_out.empty()) {
+      export_llama_hf(net, tok, o.hf_out);
+      rep.hf_dir = o.hf_out;
+    }
     fs::path svg(o.out);
     svg.replace_extension(".loss.svg");
     write_loss_svg(svg.string(), rep, "spore train-lm");

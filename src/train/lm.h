@@ -1,10 +1,11 @@
 #pragma once
 // Pretraining a small Llama / Qwen2 language model on a text file (`spore train-lm`): a byte-level BPE tokenizer
-// trained on the text (or one taken from a GGUF), nn::LlamaModel trained by train::Model (causal LM loss: cross
-// entropy of the next token, mean over tokens; AdamW; linear warm-up then cosine decay; global-norm clipping;
-// gradient accumulation; graph or PyNative mode), evaluated every interval on held-out text, checkpointed so that
-// a resumed run gives the bits of an uninterrupted one, and exported as a GGUF that llm::Model (`spore generate`)
-// loads, with the tokenizer in its metadata.
+// trained on the text (or one taken from a GGUF or a Hugging Face tokenizer.json), nn::LlamaModel trained by
+// train::Model (causal LM loss: cross entropy of the next token, mean over tokens; AdamW; linear warm-up then cosine
+// decay; global-norm clipping; gradient accumulation; graph or PyNative mode), evaluated every interval on held-out
+// text, checkpointed so that a resumed run gives the bits of an uninterrupted one, and exported as a GGUF that
+// llm::Model (`spore generate`) loads, with the tokenizer in its metadata, and optionally as a Hugging Face folder
+// (config.json, model.safetensors, tokenizer.json).
 //
 //   train::LmOptions o;  o.model = {.arch = "llama", .dim = 128, .layers = 4, .heads = 4, .kv_heads = 2,
 //                                   .ffn = 384, .ctx = 128};
@@ -27,6 +28,9 @@
 
 namespace spore::io {
 class GgufFile;
+}
+namespace spore::llm {
+class Tokenizer;
 }
 
 namespace spore::train {
@@ -54,11 +58,12 @@ struct LmRunOptions {
 struct LmOptions : LmRunOptions {
   nn::LlamaConfig model;  // vocab is the tokenizer's size
   std::string data, val_data;
-  std::string tokenizer;         // a GGUF with tokenizer.* metadata, or
+  std::string tokenizer;         // a GGUF with tokenizer.* metadata, a Hugging Face tokenizer.json or folder, or
   bool train_tokenizer = false;  // train a byte-level BPE of `vocab` tokens on `data`
   int64_t vocab = 0;
   std::string out;  // MODEL.gguf (optional); the loss curve goes beside it as MODEL.loss.svg
   std::string out_type = "f32";  // the GGUF's matrices: "f32" | "f16" | "bf16" | "q8_0" (1-D tensors stay f32)
+  std::string hf_out;            // also a Hugging Face folder of the model (export_llama_hf) when not empty
 };
 
 struct LmProgress {
@@ -71,7 +76,7 @@ struct LmProgress {
 struct LmReport {
   int64_t start_step = 0, steps = 0, params = 0, vocab = 0, train_tokens = 0, val_tokens = 0;
   double last_loss = 0, val_loss = 0, val_ppl = 0, tokens_per_s = 0, train_seconds = 0;
-  std::string gguf, svg, checkpoint;
+  std::string gguf, svg, checkpoint, hf_dir;
   std::vector<double> step_losses;  // every step's loss (mean over its micro-batches), from step 1
   std::vector<std::pair<int64_t, double>> val_curve;  // (step, validation loss) of every evaluation
 };
@@ -83,6 +88,13 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
 // converter does: 1-D tensors - norms, biases - stay f32); another type is an invalid_argument error.
 void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const std::string& path,
                        const std::string& type = "f32");
+
+// Writes `m` as a Hugging Face folder `dir` (created) in the layout of transformers' LlamaForCausalLM /
+// Qwen2ForCausalLM checkpoints, which llm::Model::load_hf reads: config.json, model.safetensors (f32, HF names:
+// model.embed_tokens.weight, model.layers.{i}.self_attn.q_proj.weight, ..., model.norm.weight, lm_head.weight unless
+// tied; llama's q/k rows put back from GGUF's rope order into HF's, llm::permute_qk_rows) and the tokenizer
+// (Tokenizer::write_hf: tokenizer.json, tokenizer_config.json; byte-level BPE only, else an unsupported error).
+void export_llama_hf(nn::LlamaModel& m, const llm::Tokenizer& tokenizer, const std::string& dir);
 
 // Mean next-token cross entropy of logits f32 [B, T, V] against labels i64 [B, T], in double. Labels < 0 are not
 // targets (finetune's non-assistant tokens) and count for nothing; `count` (when given) gets the targets' number.

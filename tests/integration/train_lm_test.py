@@ -3,7 +3,8 @@
 
 usage: train_lm_test.py SPORE_BINARY
 A tiny Llama trains for a few steps with --json: step, eval and final lines carry their keys, the loss falls, the
-GGUF and the loss-curve SVG are written, `spore generate` runs the GGUF with the trained tokenizer, a run stopped with
+GGUF and the loss-curve SVG are written, `spore generate` runs the GGUF with the trained tokenizer and the --hf-out
+folder with the same greedy text, the folder's tokenizer.json as --tokenizer gives a GGUF that tokenizes alike, a run stopped with
 --stop-after and resumed gives the same final line (losses, validation loss) as an uninterrupted one, and bad flags
 or bad data give one line on stderr and a non-zero exit.
 """
@@ -43,7 +44,7 @@ def main():
                 "2", "--ffn", "48", "--ctx", "16", "--data", text, "--train-tokenizer", "--vocab", "300", "--batch",
                 "4", "--steps", "12", "--lr", "0.005", "--warmup", "2", "--accum", "2", "--eval-every", "6",
                 "--eval-batches", "2", "--seed", "3", "--threads", "2", "--json", "--log-every", "1"]
-        a = lines(run(base + ["--ckpt-dir", f"{tmp}/a", "-o", f"{tmp}/a.gguf"]))
+        a = lines(run(base + ["--ckpt-dir", f"{tmp}/a", "-o", f"{tmp}/a.gguf", "--hf-out", f"{tmp}/a-hf"]))
         steps = [l for l in a if "loss" in l and "eval" not in l and not l.get("final")]
         evals = [l for l in a if l.get("eval")]
         fin = a[-1]
@@ -65,6 +66,25 @@ def main():
         out = json.loads(g.stdout.strip().splitlines()[-1])
         assert out["generated_tokens"] > 0 and out["prompt_tokens"] > 0, out
 
+        # --hf-out: the Hugging Face folder generates the GGUF's greedy tokens; its tokenizer.json, given back to
+        # train-lm as --tokenizer, makes a GGUF that tokenizes as the folder does.
+        assert fin["hf_dir"] == f"{tmp}/a-hf", fin
+        for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+            assert os.path.getsize(f"{tmp}/a-hf/{f}") > 0, f
+        gen = {}
+        for m in (f"{tmp}/a.gguf", f"{tmp}/a-hf"):
+            g = run([spore, "generate", m, "-p", "five little", "-n", "12", "--temp", "0", "--json"])
+            gen[m] = json.loads(g.stdout.strip().splitlines()[-1])
+        assert gen[f"{tmp}/a.gguf"]["text"] == gen[f"{tmp}/a-hf"]["text"], gen
+        assert gen[f"{tmp}/a.gguf"]["generated_tokens"] == gen[f"{tmp}/a-hf"]["generated_tokens"] > 0, gen
+        t = lines(run([x for x in with_opt(base, "--steps", "3") if x != "--train-tokenizer"]
+                      + ["--ckpt-dir", f"{tmp}/t", "-o", f"{tmp}/t.gguf", "--tokenizer", f"{tmp}/a-hf/tokenizer.json"]))
+        assert t[-1]["vocab"] == fin["vocab"], t[-1]
+        sample = "Eight speckled frogs, naïve café: they went out one day!\n"
+        toks = [json.loads(run([spore, "tokenize", m, sample, "--json"]).stdout)["ids"]
+                for m in (f"{tmp}/t.gguf", f"{tmp}/a-hf")]
+        assert toks[0] == toks[1] and len(toks[0]) > 5, toks
+
         # Interrupted after step 5, resumed: the same final line as the uninterrupted run.
         b1 = lines(run(base + ["--ckpt-dir", f"{tmp}/b", "-o", f"{tmp}/b.gguf", "--stop-after", "5"]))
         assert b1[-1]["steps"] == 5 and b1[-1]["gguf"] == "", b1[-1]
@@ -76,6 +96,15 @@ def main():
             assert fa.read() == fb.read(), "resumed model differs"
 
         # Bad input: one clear line, non-zero exit.
+        garbage = f"{tmp}/garbage.json"
+        with open(garbage, "w") as f:
+            f.write('{"model": ')
+        with open(f"{tmp}/a-hf/tokenizer.json") as f:
+            tj = json.load(f)
+        tj["model"]["byte_fallback"] = True
+        fallback = f"{tmp}/fallback.json"
+        with open(fallback, "w") as f:
+            json.dump(tj, f)
         bad = [
             (base[:2] + ["--dim", "32"], "required"),
             ([a for a in base if a != "--train-tokenizer"] + ["--ckpt-dir", f"{tmp}/c", "-o", f"{tmp}/c.gguf"],
@@ -85,6 +114,10 @@ def main():
              "does not exist"),
             (with_opt(base, "--arch", "gpt2") + ["--ckpt-dir", f"{tmp}/f", "-o", f"{tmp}/f.gguf"], "arch"),
             (with_opt(base, "--dim", "64") + ["--ckpt-dir", f"{tmp}/a", "-o", f"{tmp}/g.gguf"], "another run"),
+            ([x for x in base if x != "--train-tokenizer"] + ["--tokenizer", garbage, "--ckpt-dir", f"{tmp}/h", "-o",
+                                                              f"{tmp}/h.gguf"], "not valid JSON"),
+            ([x for x in base if x != "--train-tokenizer"] + ["--tokenizer", fallback, "--ckpt-dir", f"{tmp}/i", "-o",
+                                                              f"{tmp}/i.gguf"], "model.byte_fallback"),
         ]
         for cmd, want in bad:
             p = run(cmd, ok=False)

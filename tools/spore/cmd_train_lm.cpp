@@ -40,7 +40,9 @@ int cmd_train_lm(int argc, char** argv) {
   app.add_option("--rope-theta", m.rope_theta, "rope base")->check(CLI::PositiveNumber);
   app.add_option("--data", o.data, "training text (UTF-8)")->required();
   app.add_option("--val-data", o.val_data, "validation text (default: the last 10% of --data's tokens)");
-  auto* tok = app.add_option("--tokenizer", o.tokenizer, "a GGUF whose tokenizer.* metadata to use");
+  auto* tok = app.add_option("--tokenizer", o.tokenizer,
+                             "a GGUF whose tokenizer.* metadata to use, or a Hugging Face tokenizer.json (or its "
+                             "folder) of a byte-level BPE, written into the GGUF as such metadata");
   auto* train_tok = app.add_flag("--train-tokenizer", o.train_tokenizer, "train a byte-level BPE on --data");
   tok->excludes(train_tok);
   app.add_option("--vocab", o.vocab, "--train-tokenizer's vocabulary size (>= 257)")->check(CLI::PositiveNumber);
@@ -67,6 +69,9 @@ int cmd_train_lm(int argc, char** argv) {
   app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoints (resumed from when present)")->required();
   app.add_option("-o,--output", o.out, "the trained model, MODEL.gguf (its loss curve: MODEL.loss.svg)")->required();
+  app.add_option("--hf-out", o.hf_out,
+                 "also write the model as a Hugging Face folder: config.json, model.safetensors, tokenizer.json, "
+                 "tokenizer_config.json");
   app.add_option("--out-type", o.out_type, "the GGUF's matrices: f32 | f16 | bf16 | q8_0 (norms stay f32)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   app.add_option("--stop-after", o.stop_after, "stop after this step, checkpointed (a later run resumes)")
@@ -97,7 +102,7 @@ int cmd_train_lm(int argc, char** argv) {
   if (m.kv_heads == 0) m.kv_heads = m.heads;
   o.amp_dtype = amp_dtype == "f16" ? DType::f16 : DType::bf16;
   SPORE_CHECK(o.train_tokenizer || !o.tokenizer.empty(), ErrorCode::invalid_argument,
-              "give --tokenizer GGUF or --train-tokenizer --vocab V");
+              "give --tokenizer (GGUF | tokenizer.json) or --train-tokenizer --vocab V");
   SPORE_CHECK(!o.train_tokenizer || o.vocab > 0, ErrorCode::invalid_argument, "--train-tokenizer needs --vocab V");
   set_threads(threads);
   o.data_parallel = parallel_mode == "data";
@@ -165,6 +170,7 @@ int cmd_train_lm(int argc, char** argv) {
                      {"gguf", r.gguf},
                      {"svg", r.svg},
                      {"checkpoint", r.checkpoint},
+                     {"hf_dir", r.hf_dir},
                      {"threads", num_threads()}};
   if (o.data_parallel) fin["comm"] = comm_stats_json();
   if (json) {
@@ -172,10 +178,10 @@ int cmd_train_lm(int argc, char** argv) {
   } else {
     if (o.data_parallel) std::cout << comm_stats_text() << "\n";
     std::cout << fmt::format(
-        "done: {} steps, {} parameters, vocab {}, val loss {:.4f} (ppl {:.2f}), {:.0f} tok/s{}{}\n", r.steps, r.params,
-        r.vocab, r.val_loss, r.val_ppl, r.tokens_per_s,
+        "done: {} steps, {} parameters, vocab {}, val loss {:.4f} (ppl {:.2f}), {:.0f} tok/s{}{}{}\n", r.steps,
+        r.params, r.vocab, r.val_loss, r.val_ppl, r.tokens_per_s,
         r.gguf.empty() ? ", stopped early (resume to finish)" : ", model " + r.gguf,
-        r.svg.empty() ? "" : ", loss curve " + r.svg);
+        r.hf_dir.empty() ? "" : ", Hugging Face folder " + r.hf_dir, r.svg.empty() ? "" : ", loss curve " + r.svg);
   }
   return 0;
 }
