@@ -29,11 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-void init() {
-  runtime_init();
-  set_threads(2);
-}
-
 std::string read_all(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;
@@ -59,7 +54,7 @@ fs::path tiny_text() {
 
 LmOptions tiny_options(const std::string& tag, const std::string& arch) {
   LmOptions o;
-  o.model = {.arch = arch, .dim = 32, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 48, .ctx = 32};
+  o.model = {.arch = arch, .dim = 32, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 48, .ctx = 64};
   o.model.tie_embeddings = arch == "qwen2";
   o.data = tiny_text().string();
   o.train_tokenizer = true;
@@ -87,7 +82,7 @@ std::string real_text(size_t n) {
 
 // Greedy continuation of `prompt` by argmax over the logits, `n` tokens.
 std::vector<int32_t> greedy(const llm::Model& m, const std::vector<int32_t>& prompt, int n) {
-  llm::Session s(m, {.ctx = 32});
+  llm::Session s(m, {.ctx = 64});
   std::vector<float> logits = s.feed(prompt);
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) {
@@ -99,7 +94,8 @@ std::vector<int32_t> greedy(const llm::Model& m, const std::vector<int32_t>& pro
 }
 
 TEST(HfExport, HfOutRunsAsTheGguf) {
-  init();
+  spore::init();
+  set_threads(2);
   for (const std::string arch : {"llama", "qwen2"}) {
     SCOPED_TRACE(arch);
     const LmOptions o = tiny_options("roundtrip_" + arch, arch);
@@ -186,7 +182,7 @@ TEST(HfExport, HfOutRunsAsTheGguf) {
     // differ in rope's pairing of the same values, so in summation order only), and greedy tokens are identical.
     EXPECT_EQ(mh.config().rope_mode, "neox");
     const std::vector<int32_t> ids = mg.tokenizer().encode("three speckled frogs went out one day, four");
-    llm::Session sg(mg, {.ctx = 32}), sh(mh, {.ctx = 32});
+    llm::Session sg(mg, {.ctx = 64}), sh(mh, {.ctx = 64});
     const std::vector<float> lg = sg.feed(ids, true), lh = sh.feed(ids, true);
     ASSERT_EQ(lg.size(), ids.size() * static_cast<size_t>(V));
     ASSERT_EQ(lh.size(), lg.size());
@@ -203,13 +199,14 @@ TEST(HfExport, HfOutRunsAsTheGguf) {
 
 // A tokenizer.json as train-lm's tokenizer: the GGUF's metadata tokenizes real text as the tokenizer.json does.
 TEST(HfExport, TokenizerJsonAsTheTokenizer) {
-  init();
+  spore::init();
+  set_threads(2);
   const fs::path dir = testing::temp_dir("lm_hf") / "tokjson";
   fs::remove_all(dir);
   llm::tokenizer_of(llm::train_bpe(read_all(tiny_text()), 320)).write_hf((dir / "tok").string());
   const fs::path tj = dir / "tok" / "tokenizer.json";
   const llm::Tokenizer hf = llm::Tokenizer::load(tj.string());
-  for (const std::string source : {tj.string(), (dir / "tok").string()}) {  // the file, or its folder
+  for (const std::string& source : {tj.string(), (dir / "tok").string()}) {  // the file, or its folder
     LmOptions o = tiny_options("tokjson_run", "llama");
     o.train_tokenizer = false;
     o.tokenizer = source;
@@ -265,7 +262,8 @@ TEST(HfExport, QwenTokenizerJsonAsGgufMetadata) {
 
 // What GGUF metadata cannot express, and bad inputs, are one-line errors naming the field or file.
 TEST(HfExport, BadTokenizersAreNamedErrors) {
-  init();
+  spore::init();
+  set_threads(2);
   const fs::path dir = testing::temp_dir("lm_hf") / "bad";
   fs::remove_all(dir);
   llm::tokenizer_of(llm::train_bpe(read_all(tiny_text()), 300)).write_hf((dir / "good").string());
@@ -282,6 +280,7 @@ TEST(HfExport, BadTokenizersAreNamedErrors) {
     o.train_tokenizer = false;
     o.tokenizer = tokenizer;
     o.steps = 2;
+    o.warmup = 0;
     if (!data.empty()) o.data = data;
     const std::string e = testing::error_of([&] { train_lm(o); });
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
@@ -321,6 +320,7 @@ TEST(HfExport, BadTokenizersAreNamedErrors) {
   ok.train_tokenizer = false;
   ok.tokenizer = nfc;
   ok.steps = 2;
+  ok.warmup = 0;
   EXPECT_EQ(train_lm(ok).steps, 2);
   // --hf-out needs a byte-level BPE (tokenizer.json cannot carry SentencePiece scores): refused before training.
   SPORE_SHARED_DATA_DIR(models, "gguf-models");
