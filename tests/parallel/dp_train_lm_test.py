@@ -12,30 +12,16 @@ import subprocess
 import sys
 import tempfile
 
+from mpi_run import mpi_setup
+
 LIMIT = 180
 
 
 def main():
     spore = sys.argv[1]
-    mpirun = shutil.which("mpirun")
+    mpirun, env, rc = mpi_setup(sys.argv[2] if len(sys.argv) > 2 else "")
     if mpirun is None:
-        if os.environ.get("CI") == "true":
-            print("FAIL: mpirun not found (install openmpi-bin: scripts/install-deps.sh)")
-            return 1
-        print("SKIPPED: mpirun not found (install openmpi-bin)")
-        return 77
-    env = dict(os.environ)
-    # Containers often forbid the cross-process memory copy (CMA) OpenMPI's shared-memory transport uses for large
-    # messages ("Read -1, expected ..., errno = 1"); copying through the shared segment works everywhere.
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    if len(sys.argv) > 2:
-        if not os.path.exists(sys.argv[2]):
-            if os.environ.get("CI") == "true":
-                print(f"FAIL: the MPI module {sys.argv[2]} was not built (libopenmpi-dev missing?)")
-                return 1
-            print(f"SKIPPED: the MPI module {sys.argv[2]} was not built (MPI headers missing at build time)")
-            return 77
-        env["SPORE_MPI_MODULE"] = sys.argv[2]
+        return rc
     tmp = tempfile.mkdtemp(prefix="spore_dplm_")
     text = os.path.join(tmp, "text.txt")
     names = ["one", "two", "three", "four", "five", "six", "seven", "eight"]

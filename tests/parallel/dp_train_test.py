@@ -18,31 +18,17 @@ import sys
 import tempfile
 import time
 
+from mpi_run import mpi_setup
+
 LIMIT = 120  # seconds per run
 
 
 def main():
     spore, digits = sys.argv[1], sys.argv[2]
     module = sys.argv[3] if len(sys.argv) > 3 else ""
-    mpirun = shutil.which("mpirun")
+    mpirun, env, rc = mpi_setup(module)
     if mpirun is None:
-        if os.environ.get("CI") == "true":
-            print("FAIL: mpirun not found (install openmpi-bin: scripts/install-deps.sh)")
-            return 1
-        print("SKIPPED: mpirun not found (install openmpi-bin)")
-        return 77
-    env = dict(os.environ)
-    # Containers often forbid the cross-process memory copy (CMA) OpenMPI's shared-memory transport uses for large
-    # messages ("Read -1, expected ..., errno = 1"); copying through the shared segment works everywhere.
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    if module:
-        if not os.path.exists(module):
-            if os.environ.get("CI") == "true":
-                print(f"FAIL: the MPI module {module} was not built (libopenmpi-dev missing?)")
-                return 1
-            print(f"SKIPPED: the MPI module {module} was not built (MPI headers missing at build time)")
-            return 77
-        env["SPORE_MPI_MODULE"] = module
+        return rc
     failures = []
     tmp = tempfile.mkdtemp(prefix="spore_dp_")
 

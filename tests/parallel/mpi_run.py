@@ -2,35 +2,43 @@
 """Runs a command under `mpirun --allow-run-as-root --oversubscribe -np N` (CI runs as root on 2 cores) with a time
 limit. Without mpirun it exits 77 (ctest's SKIP), unless CI=true, where a missing mpirun is a failure.
 
-usage: mpi_run.py N TIMEOUT_S COMMAND [ARGS...]   (N = 0: run COMMAND alone, without mpirun)"""
+usage: mpi_run.py N TIMEOUT_S COMMAND [ARGS...]   (N = 0: run COMMAND alone, without mpirun)
+The other mpi tests import mpi_setup from here."""
 import os
 import shutil
 import subprocess
 import sys
 
 
-def main():
-    n, limit, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
-    if n > 0:
-        mpirun = shutil.which("mpirun")
-        if mpirun is None:
-            if os.environ.get("CI") == "true":
-                print("FAIL: mpirun not found (install openmpi-bin: scripts/install-deps.sh)")
-                return 1
-            print("SKIPPED: mpirun not found (install openmpi-bin)")
-            return 77
-        module = os.environ.get("SPORE_MPI_MODULE", "")
-        if module and not os.path.exists(module):
-            if os.environ.get("CI") == "true":
-                print(f"FAIL: the MPI module {module} was not built (libopenmpi-dev missing?)")
-                return 1
-            print(f"SKIPPED: the MPI module {module} was not built (MPI headers missing at build time)")
-            return 77
-        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n)] + cmd
+def mpi_setup(module=""):
+    """(mpirun, env, 0) for running spore under mpirun with the MPI module `module` (when given), or (None, None,
+    exit code) after saying why not: 77 (ctest's SKIP) without mpirun or the module, 1 when CI=true."""
+    ci = os.environ.get("CI") == "true"
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print(("FAIL" if ci else "SKIPPED") + ": mpirun not found (install openmpi-bin: scripts/install-deps.sh)")
+        return None, None, 1 if ci else 77
+    if module and not os.path.exists(module):
+        print(("FAIL" if ci else "SKIPPED") + f": the MPI module {module} was not built (MPI headers missing at build "
+              "time: libopenmpi-dev)")
+        return None, None, 1 if ci else 77
     env = dict(os.environ)
     # Containers often forbid the cross-process memory copy (CMA) OpenMPI's shared-memory transport uses for large
     # messages ("Read -1, expected ..., errno = 1"); copying through the shared segment works everywhere.
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    if module:
+        env["SPORE_MPI_MODULE"] = module
+    return mpirun, env, 0
+
+
+def main():
+    n, limit, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+    env = dict(os.environ)
+    if n > 0:
+        mpirun, env, rc = mpi_setup(os.environ.get("SPORE_MPI_MODULE", ""))
+        if mpirun is None:
+            return rc
+        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n)] + cmd
     print("$", " ".join(cmd), flush=True)
     try:
         r = subprocess.run(cmd, timeout=limit, env=env)
