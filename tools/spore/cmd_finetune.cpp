@@ -83,36 +83,7 @@ int cmd_finetune(int argc, char** argv) {
   set_threads(threads);
   const bool tty = !json && ::isatty(STDOUT_FILENO) != 0;
   if (log_every == 0) log_every = tty ? 1 : 10;
-  const auto on_progress = [&](const train::LmProgress& p) {
-    if (json) {
-      nlohmann::json j{{"step", p.step}};
-      if (p.kind == "step") {
-        if (p.step % log_every != 0 && p.step != p.steps) return;
-        j.update({{"loss", p.loss}, {"lr", p.lr}, {"tokens_per_s", p.tokens_per_s}});
-      } else if (p.kind == "eval") {
-        j.update({{"eval", true}, {"val_loss", p.val_loss}, {"val_ppl", p.val_ppl}});
-        if (std::isfinite(p.train_loss)) j.update({{"train_loss", p.train_loss}, {"train_ppl", p.train_ppl}});
-      } else {
-        j["resumed"] = true;
-      }
-      std::cout << j.dump() << std::endl;
-      return;
-    }
-    if (p.kind == "step") {
-      if (p.step % log_every != 0 && p.step != p.steps) return;
-      const std::string line = fmt::format("step {}/{}  loss {:.4f}  lr {:.3g}  {:.0f} tok/s  {:.1f} s", p.step,
-                                           p.steps, p.loss, p.lr, p.tokens_per_s, p.elapsed_s);
-      std::cout << (tty ? "\r" + line + "\x1b[K" : line + "\n") << std::flush;
-    } else if (p.kind == "eval" && p.step == 0) {
-      std::cout << fmt::format("base model: val loss {:.4f} (ppl {:.2f})\n", p.val_loss, p.val_ppl) << std::flush;
-    } else if (p.kind == "eval") {
-      std::cout << fmt::format("{}eval at step {}: train loss {:.4f} (ppl {:.2f})  val loss {:.4f} (ppl {:.2f})\n",
-                               tty ? "\n" : "", p.step, p.train_loss, p.train_ppl, p.val_loss, p.val_ppl)
-                << std::flush;
-    } else {
-      std::cout << fmt::format("resumed from the checkpoint at step {}\n", p.step) << std::flush;
-    }
-  };
+  const auto on_progress = [&](const train::LmProgress& p) { print_lm_progress(p, json, tty, log_every); };
   if (!json)
     std::cout << fmt::format(
                      "finetune: {} with LoRA r {} alpha {} dropout {} on {}, base {}, {} steps, lr {}, {} "

@@ -116,37 +116,7 @@ int cmd_train_lm(int argc, char** argv) {
                      m.arch, m.dim, m.layers, m.heads, m.kv_heads, m.ffn, m.ctx, o.batch, o.accum, o.steps, o.lr,
                      o.warmup, o.mode, num_threads())
               << std::flush;
-  const auto on_progress = [&](const train::LmProgress& p) {
-    if (json) {
-      nlohmann::json j{{"step", p.step}};
-      if (p.kind == "step") {
-        if (p.step % log_every != 0 && p.step != p.steps) return;
-        j.update({{"loss", p.loss}, {"lr", p.lr}, {"tokens_per_s", p.tokens_per_s}});
-      } else if (p.kind == "eval") {
-        j.update({{"eval", true},
-                  {"train_loss", p.train_loss},
-                  {"train_ppl", p.train_ppl},
-                  {"val_loss", p.val_loss},
-                  {"val_ppl", p.val_ppl}});
-      } else {
-        j["resumed"] = true;
-      }
-      std::cout << j.dump() << std::endl;
-      return;
-    }
-    if (p.kind == "step") {
-      if (p.step % log_every != 0 && p.step != p.steps) return;
-      const std::string line = fmt::format("step {}/{}  loss {:.4f}  lr {:.3g}  {:.0f} tok/s  {:.1f} s", p.step,
-                                           p.steps, p.loss, p.lr, p.tokens_per_s, p.elapsed_s);
-      std::cout << (tty ? "\r" + line + "\x1b[K" : line + "\n") << std::flush;
-    } else if (p.kind == "eval") {
-      std::cout << fmt::format("{}eval at step {}: train loss {:.4f} (ppl {:.2f})  val loss {:.4f} (ppl {:.2f})\n",
-                               tty ? "\n" : "", p.step, p.train_loss, p.train_ppl, p.val_loss, p.val_ppl)
-                << std::flush;
-    } else {
-      std::cout << fmt::format("resumed from the checkpoint at step {}\n", p.step) << std::flush;
-    }
-  };
+  const auto on_progress = [&](const train::LmProgress& p) { print_lm_progress(p, json, tty, log_every); };
   std::unique_ptr<Profiler> prof;
   if (!profile_path.empty()) prof = std::make_unique<Profiler>();
   const train::LmReport r = train::train_lm(o, on_progress);

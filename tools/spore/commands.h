@@ -1,9 +1,14 @@
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
 // The spore CLI: one file per subcommand (cmd_<name>.cpp), listed once in commands.cpp.
 // Every command has --help, prints one clear line and exits non-zero on bad input.
+namespace spore::train {
+struct LmProgress;
+}
+
 namespace spore::cli {
 
 struct Command {
@@ -32,6 +37,10 @@ int cmd_generate(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 
 int main_dispatch(int argc, char** argv);
+
+// spore train-lm's and spore finetune's progress (lm_progress.cpp): a JSON object per reported step, evaluation or
+// resume, or text lines (steps every log_every, rewritten in place on a terminal).
+void print_lm_progress(const train::LmProgress& p, bool json, bool tty, int64_t log_every);
 
 // Data-parallel commands (mpirun -np N spore train ... --parallel data): starts the communicator and discards stdout
 // on every rank but 0, so the job prints one run's output. An error on any rank ends the whole job (main_dispatch).
