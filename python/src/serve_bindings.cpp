@@ -73,7 +73,9 @@ serve::ServeConfig config_of(const std::vector<std::pair<std::string, std::strin
   if (has("http_threads")) c.server.http_threads = static_cast<int>(i64("http_threads", 1));
   if (has("shutdown_timeout")) c.shutdown_deadline_s = o["shutdown_timeout"].cast<double>();
   if (has("access_log")) c.server.access_log = o["access_log"].cast<bool>();
-  c.llm_factory = serve::make_engine_backend;
+  c.llm_factory = [](const std::string& path, const spore::llm::EngineOptions& o) {
+    return spore::serve::make_engine_backend(path, o);
+  };
   return c;
 }
 

@@ -2,16 +2,23 @@
 #include <fmt/format.h>
 
 #include "base/dtype.h"
+#include "llm/lora.h"
 #include "llm/model.h"
 #include "serve/llm_backend.h"
 
 namespace spore::serve {
 namespace {
 
+llm::Model with_adapters(llm::Model m, const std::vector<std::string>& loras, double scale) {
+  for (const std::string& l : loras) m.add_lora(llm::read_adapter(l), scale);
+  return m;
+}
+
 class EngineBackend final : public LlmBackend {
  public:
-  EngineBackend(const std::string& path, const llm::EngineOptions& opts)
-      : model_(llm::Model::load(path)), engine_(model_, opts) {}
+  EngineBackend(const std::string& path, const llm::EngineOptions& opts, const std::vector<std::string>& loras,
+                double lora_scale)
+      : model_(with_adapters(llm::Model::load(path), loras, lora_scale)), engine_(model_, opts) {}
   uint64_t submit(llm::Request r) override { return engine_.submit(std::move(r)); }
   void cancel(uint64_t id) override { engine_.cancel(id); }
   std::vector<float> embed(std::span<const int32_t> tokens) override { return engine_.embed(tokens); }
@@ -38,8 +45,9 @@ class EngineBackend final : public LlmBackend {
 
 }  // namespace
 
-std::unique_ptr<LlmBackend> make_engine_backend(const std::string& path, const llm::EngineOptions& opts) {
-  return std::make_unique<EngineBackend>(path, opts);
+std::unique_ptr<LlmBackend> make_engine_backend(const std::string& path, const llm::EngineOptions& opts,
+                                                const std::vector<std::string>& loras, double lora_scale) {
+  return std::make_unique<EngineBackend>(path, opts, loras, lora_scale);
 }
 
 }  // namespace spore::serve

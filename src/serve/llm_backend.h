@@ -34,8 +34,10 @@ class LlmBackend {
   virtual std::string description() const = 0;  // "llama q8_0, 24 layers, ctx 2048, 4 slots, KV f16"
 };
 
-// Loads the model (GGUF file or Hugging Face folder) and starts an llm::Engine over it. The engine warms up on its
-// own thread: ready() turns true when it is done.
-std::unique_ptr<LlmBackend> make_engine_backend(const std::string& path, const llm::EngineOptions& opts);
+// Loads the model (GGUF file or Hugging Face folder), applies the LoRA adapters `loras` (PEFT folders or GGUF
+// adapters, llm/lora.h) at `lora_scale`, and starts an llm::Engine over it. The engine warms up on its own thread:
+// ready() turns true when it is done.
+std::unique_ptr<LlmBackend> make_engine_backend(const std::string& path, const llm::EngineOptions& opts,
+                                                const std::vector<std::string>& loras = {}, double lora_scale = 1.0);
 
 }  // namespace spore::serve

@@ -46,6 +46,11 @@ int cmd_serve(int argc, char** argv) {
                  "bytes of KV rows kept for shared prompt prefixes (-1: a quarter of the slots' KV, 0: off)");
   app.add_option("--api-key", c.server.api_key, "require 'Authorization: Bearer KEY' (all routes but the health ones)");
   app.add_option("--threads", c.threads, "compute threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  std::vector<std::string> loras;
+  double lora_scale = 1.0;
+  app.add_option("--lora", loras, "a LoRA adapter for the positional LLM (PEFT folder or adapter .gguf; repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--lora-scale", lora_scale, "scale of the --lora adapters (1: as trained, 0: the base model)");
   app.add_option("--timeout", c.timeout_s, "seconds a generation request may take from submit (0: no limit)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-body", max_body_text, "largest request body, e.g. 32MiB (bigger: 413)")->capture_default_str();
@@ -96,7 +101,10 @@ int cmd_serve(int argc, char** argv) {
   }
   c.server.access_log = !no_access_log;
   c.batching = batching == "on" ? serve::Batching::on : batching == "off" ? serve::Batching::off : serve::Batching::auto_;
-  c.llm_factory = serve::make_engine_backend;
+  // --lora adapts the positional model only: another --model NAME=PATH is another base.
+  c.llm_factory = [model, loras, lora_scale](const std::string& path, const llm::EngineOptions& o) {
+    return serve::make_engine_backend(path, o, path == model ? loras : std::vector<std::string>{}, lora_scale);
+  };
   return serve::run_serve(c);
 }
 
