@@ -235,7 +235,7 @@ class MpiCommunicator final : public Communicator {
     for (char* p : raw) parts.push_back(reinterpret_cast<T*>(p));
     tree_sum<T>(parts, n);
     T* out = reinterpret_cast<T*>(result);
-    if (parts[0] != out) std::memcpy(out, parts[0], static_cast<size_t>(n) * sizeof(T));
+    if (n > 0 && parts[0] != out) std::memcpy(out, parts[0], static_cast<size_t>(n) * sizeof(T));  // n 0: maybe null
     if (op == ReduceOp::mean)
       for (int64_t e = 0; e < n; ++e) out[e] = out[e] / static_cast<T>(size_);
   }
