@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "io/gguf/gguf.h"
+#include "io/file_util.h"
 #include "io/gguf/gguf_writer.h"
 #include "io/safetensors.h"
 #include "llm/bpe_train.h"
@@ -35,26 +35,12 @@ using nlohmann::json;
 
 std::string read_text_file(const std::string& path, const char* what) {
   SPORE_CHECK(fs::is_regular_file(path), ErrorCode::not_found, "{} '{}' does not exist or is not a file", what, path);
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
-  SPORE_CHECK(f.good() || f.eof(), ErrorCode::io_error, "{} '{}' could not be read", what, path);
+  std::string s = io::read_file_bytes(path);
   SPORE_CHECK(!s.empty(), ErrorCode::invalid_argument, "{} '{}' is empty", what, path);
   return s;
 }
 
 namespace {
-
-void write_atomic(const fs::path& path, const std::string& bytes) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    SPORE_CHECK(f.good(), ErrorCode::io_error, "could not write '{}'", tmp.string());
-  }
-  fs::rename(tmp, path);
-}
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -129,7 +115,7 @@ void write_svg(const std::string& path, const std::vector<double>& train,
     s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"#ff7f0e\"/>\n",
                      X(std::max<double>(1, static_cast<double>(st))), Y(v));
   s += "</svg>\n";
-  write_atomic(path, s);
+  io::write_file_atomic(path, s);
 }
 
 }  // namespace
@@ -277,7 +263,7 @@ void export_llama_hf(nn::LlamaModel& m, const llm::Tokenizer& tokenizer, const s
                              {"use_cache", true}};
   if (qwen2) cfg.update({{"use_sliding_window", false}, {"sliding_window", c.ctx}, {"max_window_layers", c.layers}});
   else cfg.update({{"mlp_bias", false}, {"pretraining_tp", 1}});
-  write_atomic(fs::path(dir) / "config.json", cfg.dump(2) + "\n");
+  io::write_file_atomic((fs::path(dir) / "config.json").string(), cfg.dump(2) + "\n");
   std::map<std::string, Tensor> tensors;
   for (const auto& [name, t] : m.parameters_and_names()) {
     Tensor w = t->contiguous();
@@ -402,7 +388,7 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
               {"step", model.global_step()},
               {"losses", rep.step_losses},
               {"val", rep.val_curve}};
-      write_atomic(state_path, st.dump());
+      io::write_file_atomic(state_path.string(), st.dump());
     }
     if (comm) comm->barrier();
   };
