@@ -45,19 +45,7 @@ int cmd_finetune(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "bf16", "q8_0"}));
   app.add_option("--ctx", o.ctx, "training window (default: the base's context, at most 256)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "sequences per micro-batch")->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "optimizer steps")->required()->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "peak learning rate")->required()->check(CLI::PositiveNumber);
-  app.add_option("--min-lr-ratio", o.min_lr_ratio, "the cosine ends at lr * this")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--warmup", o.warmup, "linear warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--clip", o.clip, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay (default 0)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--accum", o.accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
-  app.add_option("--eval-every", o.eval_every, "evaluate and checkpoint every N steps (0: at the end)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation")->check(CLI::PositiveNumber);
-  app.add_option("--mode", o.mode, "graph | pynative")->check(CLI::IsMember({"graph", "pynative"}));
+  add_lm_run_options(app, o);
   app.add_option("--amp-level", o.amp_level, "mixed precision: O0 (f32), O1, O2, O3 (as train-lm)")
       ->check(CLI::IsMember({"O0", "O1", "O2", "O3"}));
   app.add_option("--amp-dtype", amp_dtype, "the low dtype of --amp-level: bf16 | f16")

@@ -46,18 +46,7 @@ int cmd_train_lm(int argc, char** argv) {
   auto* train_tok = app.add_flag("--train-tokenizer", o.train_tokenizer, "train a byte-level BPE on --data");
   tok->excludes(train_tok);
   app.add_option("--vocab", o.vocab, "--train-tokenizer's vocabulary size (>= 257)")->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "sequences per micro-batch")->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "optimizer steps")->required()->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "peak learning rate")->required()->check(CLI::PositiveNumber);
-  app.add_option("--min-lr-ratio", o.min_lr_ratio, "the cosine ends at lr * this")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--warmup", o.warmup, "linear warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--clip", o.clip, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->check(CLI::NonNegativeNumber);
-  app.add_option("--accum", o.accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
-  app.add_option("--eval-every", o.eval_every, "evaluate and checkpoint every N steps (0: at the end)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation")->check(CLI::PositiveNumber);
-  app.add_option("--mode", o.mode, "graph | pynative")->check(CLI::IsMember({"graph", "pynative"}));
+  add_lm_run_options(app, o);
   std::string amp_dtype = "bf16";
   app.add_option("--amp-level", o.amp_level,
                  "mixed precision: O0 (f32), O1 (matmul/linear/attention in --amp-dtype), O2 (all but norms, softmax, "

@@ -5,8 +5,12 @@
 #include <nlohmann/json_fwd.hpp>
 // The spore CLI: one file per subcommand (cmd_<name>.cpp), listed once in commands.cpp.
 // Every command has --help, prints one clear line and exits non-zero on bad input.
+namespace CLI {
+class App;
+}
 namespace spore::train {
 struct LmProgress;
+struct LmRunOptions;
 }
 
 namespace spore::cli {
@@ -38,8 +42,10 @@ int cmd_serve(int argc, char** argv);
 
 int main_dispatch(int argc, char** argv);
 
-// spore train-lm's and spore finetune's progress (lm_progress.cpp): a JSON object per reported step, evaluation or
-// resume, or text lines (steps every log_every, rewritten in place on a terminal).
+// spore train-lm's and spore finetune's shared flags (batch, steps, lr, schedule, clipping, evaluation, mode), and
+// their progress (lm_common.cpp): a JSON object per reported step, evaluation or resume, or text lines (steps every
+// log_every, rewritten in place on a terminal).
+void add_lm_run_options(CLI::App& app, train::LmRunOptions& o);
 void print_lm_progress(const train::LmProgress& p, bool json, bool tty, int64_t log_every);
 
 // Data-parallel commands (mpirun -np N spore train ... --parallel data): starts the communicator and discards stdout

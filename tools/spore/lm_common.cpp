@@ -1,8 +1,9 @@
-// The progress lines of spore train-lm and spore finetune (train::LmProgress): one printer, so both commands speak
-// the same JSON keys and text.
+// What spore train-lm and spore finetune share: the options of train::LmRunOptions, and the progress lines
+// (train::LmProgress), so both commands take the same flags and speak the same JSON keys and text.
 #include <cmath>
 #include <iostream>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,23 @@
 #include "train/lm.h"
 
 namespace spore::cli {
+
+void add_lm_run_options(CLI::App& app, train::LmRunOptions& o) {
+  app.add_option("--batch", o.batch, "sequences per micro-batch")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "optimizer steps")->required()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "peak learning rate")->required()->check(CLI::PositiveNumber);
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "the cosine ends at lr * this")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup", o.warmup, "linear warm-up steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--accum", o.accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", o.eval_every, "evaluate and checkpoint every N steps (0: at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-batches", o.eval_batches, "validation batches per evaluation")->check(CLI::PositiveNumber);
+  app.add_option("--mode", o.mode, "graph | pynative")->check(CLI::IsMember({"graph", "pynative"}));
+}
 
 void print_lm_progress(const train::LmProgress& p, bool json, bool tty, int64_t log_every) {
   if (p.kind == "step" && p.step % log_every != 0 && p.step != p.steps) return;
