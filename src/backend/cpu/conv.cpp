@@ -24,6 +24,7 @@
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
 #include "backend/cpu/pointwise_nchw.h"
+#include "backend/cpu/pool_blocked.h"
 #include "backend/cpu/winograd.h"
 #include "base/thread_pool.h"
 
@@ -1085,11 +1086,17 @@ inline __m256 swap_pairs(__m256 v) {
 inline __m256 takes(__m256 acc, __m256 v) {
   return _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, acc, _CMP_GT_OQ));
 }
+// take_max on 8 lanes in three instructions instead of four: max(v, acc) is `v > acc ? v : acc` (MAXPS returns its
+// second operand unless the first is greater: a NaN v gives acc, and so do ties, -0 against +0 included), then v
+// wherever v is NaN.
+inline __m256 take_max8(__m256 acc, __m256 v) {
+  return _mm256_blendv_ps(_mm256_max_ps(v, acc), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
 
 // One step of a pooling window's fold: take_max for max pooling, + for average pooling; the identity it starts from.
 inline float pool_fold(bool is_max, float acc, float v) { return is_max ? take_max(acc, v) : acc + v; }
 inline __m256 pool_fold(bool is_max, __m256 acc, __m256 v) {
-  return is_max ? _mm256_blendv_ps(acc, v, takes(acc, v)) : _mm256_add_ps(acc, v);
+  return is_max ? take_max8(acc, v) : _mm256_add_ps(acc, v);
 }
 inline float pool_identity(bool is_max) { return is_max ? -std::numeric_limits<float>::infinity() : 0.0f; }
 
@@ -1105,9 +1112,7 @@ void max_pool_2x2_rows(const PoolGeom& g, const float* x, float* y, int64_t r0, 
         for (int64_t x0 = 0; x0 < g.ow; x0 += 8) {
           const int64_t xs = std::min(x0, g.ow - 8);
           const Win8 w = load_win8(a + 2 * xs, b + 2 * xs);
-          const __m256 m1 = _mm256_blendv_ps(w.v0, w.v1, takes(w.v0, w.v1));
-          const __m256 m2 = _mm256_blendv_ps(m1, w.v2, takes(m1, w.v2));
-          const __m256 m3 = _mm256_blendv_ps(m2, w.v3, takes(m2, w.v3));
+          const __m256 m3 = take_max8(take_max8(take_max8(w.v0, w.v1), w.v2), w.v3);
           _mm256_storeu_ps(out + xs, swap_pairs(m3));
         }
       else
@@ -1281,6 +1286,7 @@ void pool_separable(const PoolGeom& g, const float* x, float* y) {
 // row-major window, else pool_separable's (column folds over the rows, then over the columns) - so the bits are
 // the plain layout's.
 void pool_blocked(const PoolGeom& g, const float* x, float* y) {
+  const bool wide = detail::pool_use_avx512();
   const __m256 vid = _mm256_set1_ps(pool_identity(g.is_max));
   const auto vfold = [&](__m256 acc, __m256 v) { return pool_fold(g.is_max, acc, v); };
   const bool tiling = g.is_max && is_2x2_tiling(g);
@@ -1319,6 +1325,11 @@ void pool_blocked(const PoolGeom& g, const float* x, float* y) {
       const float* src[4];
       int64_t valid_rows = 0, held = 0;
       const auto flush = [&] {
+        if (wide) {
+          detail::pool_column_folds_avx512(g.is_max, c, src, held, valid_rows == held, g.w * 8);
+          held = 0;
+          return;
+        }
         for (int64_t j = 0; j < g.w * 8; j += 8) {
           __m256 v = valid_rows == held ? _mm256_loadu_ps(src[0] + j)
                                         : vfold(_mm256_loadu_ps(c + j), _mm256_loadu_ps(src[0] + j));
@@ -1335,17 +1346,26 @@ void pool_blocked(const PoolGeom& g, const float* x, float* y) {
         if (held == 4) flush();
       }
       if (held > 0) flush();
-      if (g.is_max && valid_rows > 0) {  // the window's columns unchecked between x_lo and x_hi
-        for (int64_t xx = x_lo; xx < x_hi; ++xx) {
-          const float* cx = c + (xx * g.sw - g.pw.begin) * 8;
-          __m256 acc = vid;
-          for (int64_t j = 0; j < g.kw; ++j) acc = vfold(acc, _mm256_loadu_ps(cx + j * g.dw * 8));
-          _mm256_storeu_ps(out + xx * 8, acc);
+      // The windows whose columns are all inside the row, [x_lo, done), without column checks: two pixels a vector
+      // with AVX-512 (max and average), else one (max; averages take the loop below).
+      int64_t done = x_lo;
+      if (valid_rows > 0 && x_hi > x_lo) {
+        if (wide) {
+          const int64_t dh = std::min(y0 + g.kh, g.h + g.ph.end) - y0;  // as the loop below divides
+          const float n = static_cast<float>(g.include_pad ? dh * g.kw : valid_rows * g.kw);
+          done = detail::pool_row_interior_avx512(g.is_max, c, out, x_lo, x_hi, g.sw, g.pw.begin, g.kw, g.dw, n);
         }
+        if (g.is_max)
+          for (; done < x_hi; ++done) {
+            const float* cx = c + (done * g.sw - g.pw.begin) * 8;
+            __m256 acc = vid;
+            for (int64_t j = 0; j < g.kw; ++j) acc = vfold(acc, _mm256_loadu_ps(cx + j * g.dw * 8));
+            _mm256_storeu_ps(out + done * 8, acc);
+          }
       }
       for (int64_t xx = 0; xx < g.ow; ++xx) {
-        if (g.is_max && valid_rows > 0 && xx == x_lo && x_hi > x_lo) {
-          xx = x_hi - 1;
+        if (xx == x_lo && done > x_lo) {
+          xx = done - 1;
           continue;
         }
         const int64_t x0 = xx * g.sw - g.pw.begin;

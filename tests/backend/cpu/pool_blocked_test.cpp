@@ -69,6 +69,10 @@ TEST(PoolBlocked, SameBitsAsTheNchwKernels) {
       {"avg_pool2d"_op, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, true, true, 11, 15},
       {"max_pool2d"_op, {6, 3}, {1, 1}, {2, 1, 3, 1}, {1, 1}, false, false, 12, 9},  // rows folded 4, then 2
       {"avg_pool2d"_op, {5, 5}, {2, 1}, {2, 2, 2, 2}, {1, 1}, false, false, 13, 10},
+      // Long rows: many AVX-512 pixel pairs, an odd one left over, an odd row width in the column folds.
+      {"max_pool2d"_op, {3, 3}, {2, 2}, {0, 0, 0, 0}, {1, 1}, true, false, 9, 37},
+      {"avg_pool2d"_op, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, false, false, 7, 29},
+      {"max_pool2d"_op, {2, 3}, {1, 3}, {0, 1, 0, 1}, {1, 2}, false, false, 5, 33},  // stride 3, dilation 2
   };
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
