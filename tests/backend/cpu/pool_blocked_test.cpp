@@ -1,7 +1,7 @@
-// max_pool2d / avg_pool2d on the blocked layout [N, C/8, H, W, 8] (layout "nchw8c", backend/cpu/conv.cpp's
-// pool_blocked) against the same op on NCHW: the same bits, element for element - each lane follows the plain
-// kernels' sequence (the 2x2 tiling's window order, else column folds then row folds) - with NaN and -0 among
-// the inputs, over strides, padding, ceil mode, dilation and count_include_pad; and the reference backend agrees.
+// max_pool2d / avg_pool2d on NCHW and on the blocked layout [N, C/8, H, W, 8] (layout "nchw8c", backend/cpu/conv.cpp's
+// pool_plain and pool_blocked): both give the bits of the documented fold sequence computed one scalar at a time
+// (the 2x2 tiling's window order, else column folds then row folds), element for element, with NaN and -0 among the
+// inputs, over strides, padding, ceil mode, dilation and count_include_pad; and the reference backend agrees.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -48,6 +49,56 @@ Tensor to_blocked(const Tensor& x) {
       for (int64_t i = 0; i < s[2] * s[3]; ++i)
         dst[cpu::test::nchw8c_at(n, c, i / s[3], i % s[3], s[1], s[2], s[3])] = src[(n * s[1] + c) * s[2] * s[3] + i];
   return b;
+}
+
+// The sequence every f32 pooling kernel follows, one scalar at a time: max 2x2/2 windows tiling the input fold in
+// row-major window order from the first element; any other window folds each column over the window's rows inside
+// the image (from the first such row), then those columns inside the image from the identity (-inf / 0), and an
+// average divides by the window's size (count_include_pad: clipped to the padded image) or its in-image count.
+// take_max: a NaN wins, else a strictly larger value.
+Tensor sequence_pool(const Tensor& x, const Shape& ys, bool is_max, const V& k, const V& s, const V& pad, const V& dil,
+                     bool include_pad) {
+  const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = ys[2], ow = ys[3];
+  Tensor y = Tensor::empty(ys, DType::f32);
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  const auto fold = [&](float acc, float v) { return is_max ? ((v != v || v > acc) ? v : acc) : acc + v; };
+  const bool tiling =
+      is_max && k == V{2, 2} && s == V{2, 2} && pad == V{0, 0, 0, 0} && dil == V{1, 1} && oh == h / 2 && ow == w / 2;
+  std::vector<float> c(static_cast<size_t>(w));
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* in = px + p * h * w;
+    for (int64_t yy = 0; yy < oh; ++yy)
+      for (int64_t xx = 0; xx < ow; ++xx) {
+        float& out = py[(p * oh + yy) * ow + xx];
+        if (tiling) {
+          const float* a = in + 2 * yy * w + 2 * xx;
+          out = fold(fold(fold(a[0], a[1]), a[w]), a[w + 1]);
+          continue;
+        }
+        const int64_t y0 = yy * s[0] - pad[0], x0 = xx * s[1] - pad[1];
+        int64_t rows = 0, cols = 0;
+        for (int64_t i = 0; i < k[0]; ++i) {
+          const int64_t iy = y0 + i * dil[0];
+          if (iy < 0 || iy >= h) continue;
+          for (int64_t ix = 0; ix < w; ++ix) c[ix] = rows == 0 ? in[iy * w + ix] : fold(c[ix], in[iy * w + ix]);
+          ++rows;
+        }
+        float acc = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+        for (int64_t j = 0; j < k[1] && rows > 0; ++j) {
+          const int64_t ix = x0 + j * dil[1];
+          if (ix < 0 || ix >= w) continue;
+          acc = fold(acc, c[ix]);
+          ++cols;
+        }
+        if (!is_max) {
+          const int64_t dh = std::min(y0 + k[0], h + pad[2]) - y0, dw = std::min(x0 + k[1], w + pad[3]) - x0;
+          acc /= static_cast<float>(include_pad ? dh * dw : rows * cols);
+        }
+        out = acc;
+      }
+  }
+  return y;
 }
 
 TEST(PoolBlocked, SameBitsAsTheNchwKernels) {
@@ -90,6 +141,9 @@ TEST(PoolBlocked, SameBitsAsTheNchwKernels) {
     if (c.op == "max_pool2d"_op) a.set("dilation", c.dilation);
     else a.set("count_include_pad", c.include_pad);
     const Tensor plain = run_pool(c.op, x, a);
+    const Tensor seq = sequence_pool(x, plain.shape(), c.op == "max_pool2d"_op, c.kernel, c.stride, c.padding,
+                                     c.dilation, c.include_pad);
+    EXPECT_EQ(std::memcmp(plain.raw_data(), seq.raw_data(), seq.nbytes()), 0) << "NCHW kernel against the sequence";
     Attrs ab = a;
     ab.set("layout", std::string("nchw8c"));
     const Tensor xb = to_blocked(x);
