@@ -1326,27 +1326,9 @@ void pool_plain(const PoolGeom& g, const float* x, float* y) {
     float* xb = pool_scratch(0, in_plane * 8);
     float* yb = pool_scratch(1, out_plane * 8);
     float* c = pool_scratch(2, g.w * 8);
-    const float* src = x + p0 * in_plane;
-    int64_t i = 0;
-    for (; i + 8 <= in_plane; i += 8) {
-      __m256 r[8];
-      for (int64_t l = 0; l < 8; ++l) r[l] = l < valid ? _mm256_loadu_ps(src + l * in_plane + i) : _mm256_setzero_ps();
-      transpose8(r);
-      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(xb + (i + k) * 8, r[k]);
-    }
-    for (; i < in_plane; ++i)
-      for (int64_t l = 0; l < 8; ++l) xb[i * 8 + l] = l < valid ? src[l * in_plane + i] : 0.0f;
+    planes_to_block8(x + p0 * in_plane, in_plane, valid, xb);
     for (int64_t yy = 0; yy < g.oh; ++yy) pr.row(xb, yb + yy * g.ow * 8, yy, c);
-    float* dst = y + p0 * out_plane;
-    i = 0;
-    for (; i + 8 <= out_plane; i += 8) {
-      __m256 r[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(yb + (i + k) * 8);
-      transpose8(r);
-      for (int64_t l = 0; l < valid; ++l) _mm256_storeu_ps(dst + l * out_plane + i, r[l]);
-    }
-    for (; i < out_plane; ++i)
-      for (int64_t l = 0; l < valid; ++l) dst[l * out_plane + i] = yb[i * 8 + l];
+    block8_to_planes(yb, out_plane, valid, y + p0 * out_plane);
   });
 }
 

@@ -163,36 +163,17 @@ void depthwise_plain_conv(const DepthwiseBlockedConv& g, const float* x, const f
   yb.resize(static_cast<size_t>(g.n * b.c * out_plane));
   float* const xp = xb.data();  // the caller's buffers: the tasks run on other threads, with their own thread_locals
   float* const yp = yb.data();
-  // [N, C, H, W] -> [N, C/8, H, W, 8], zero channels past C: 8 pixels x 8 channels at a time through an in-register
-  // transpose (transpose8.h), the plane's last pixels one by one.
+  // [N, C, H, W] -> [N, C/8, H, W, 8], zero channels past C (transpose8.h).
   parallel_for(g.n * cb_n, [&](int64_t t) {
-    const int64_t n = t / cb_n, cb = t % cb_n, valid = std::min<int64_t>(8, g.c - cb * 8);
-    float* dst = xp + t * in_plane * 8;
-    const float* src = x + (n * g.c + cb * 8) * in_plane;
-    int64_t i = 0;
-    for (; i + 8 <= in_plane; i += 8) {
-      __m256 r[8];
-      for (int64_t l = 0; l < 8; ++l) r[l] = l < valid ? _mm256_loadu_ps(src + l * in_plane + i) : _mm256_setzero_ps();
-      transpose8(r);
-      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + (i + k) * 8, r[k]);
-    }
-    for (; i < in_plane; ++i)
-      for (int64_t l = 0; l < 8; ++l) dst[i * 8 + l] = l < valid ? src[l * in_plane + i] : 0.0f;
+    const int64_t n = t / cb_n, cb = t % cb_n;
+    planes_to_block8(x + (n * g.c + cb * 8) * in_plane, in_plane, std::min<int64_t>(8, g.c - cb * 8),
+                     xp + t * in_plane * 8);
   });
   depthwise_blocked_conv(b, xp, w, bias, yp, weights_owner);
   parallel_for(g.n * cb_n, [&](int64_t t) {
-    const int64_t n = t / cb_n, cb = t % cb_n, valid = std::min<int64_t>(8, g.c - cb * 8);
-    const float* src = yp + t * out_plane * 8;
-    float* dst = y + (n * g.c + cb * 8) * out_plane;
-    int64_t i = 0;
-    for (; i + 8 <= out_plane; i += 8) {
-      __m256 r[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + (i + k) * 8);
-      transpose8(r);
-      for (int64_t l = 0; l < valid; ++l) _mm256_storeu_ps(dst + l * out_plane + i, r[l]);
-    }
-    for (; i < out_plane; ++i)
-      for (int64_t l = 0; l < valid; ++l) dst[l * out_plane + i] = src[i * 8 + l];
+    const int64_t n = t / cb_n, cb = t % cb_n;
+    block8_to_planes(yp + t * out_plane * 8, out_plane, std::min<int64_t>(8, g.c - cb * 8),
+                     y + (n * g.c + cb * 8) * out_plane);
   });
 }
 

@@ -3,6 +3,8 @@
 // columns. Shuffles move bits unchanged, so it serves every 4-byte dtype.
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace spore::cpu {
 
 inline void transpose8(__m256 r[8]) {
@@ -22,6 +24,33 @@ inline void transpose8(__m256 r[8]) {
   r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
   r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// `valid` (1-8) planes of `plane` floats each, `plane` apart from src, into one 8-channel block [plane, 8] at dst
+// (zeros in the lanes past valid): 8 pixels x 8 planes at a time through transpose8, the last pixels one by one.
+inline void planes_to_block8(const float* src, int64_t plane, int64_t valid, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= plane; i += 8) {
+    __m256 r[8];
+    for (int64_t l = 0; l < 8; ++l) r[l] = l < valid ? _mm256_loadu_ps(src + l * plane + i) : _mm256_setzero_ps();
+    transpose8(r);
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + (i + k) * 8, r[k]);
+  }
+  for (; i < plane; ++i)
+    for (int64_t l = 0; l < 8; ++l) dst[i * 8 + l] = l < valid ? src[l * plane + i] : 0.0f;
+}
+
+// The inverse: the first `valid` lanes of the block [plane, 8] at src back into planes `plane` apart from dst.
+inline void block8_to_planes(const float* src, int64_t plane, int64_t valid, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= plane; i += 8) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + (i + k) * 8);
+    transpose8(r);
+    for (int64_t l = 0; l < valid; ++l) _mm256_storeu_ps(dst + l * plane + i, r[l]);
+  }
+  for (; i < plane; ++i)
+    for (int64_t l = 0; l < valid; ++l) dst[l * plane + i] = src[i * 8 + l];
 }
 
 }  // namespace spore::cpu
