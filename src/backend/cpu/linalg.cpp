@@ -1,6 +1,6 @@
 // CPU kernels of the linalg family. f32 matmul and linear run spore's own kernels (linear_f32: a dot kernel for
 // <= 16 outputs, gemm_linear.h above), transposes and batch broadcasting read through strides; f64 runs loops;
-// f16 and bf16 are staged through f32.
+// f16 is staged through f32, and bf16 too where the CPU has no AVX512_BF16 (else gemm_bf16.h).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -9,8 +9,10 @@
 #include <immintrin.h>
 
 #include "backend/cpu/families.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/gemm_linear.h"
 #include "backend/cpu/onednn_util.h"
+#include "base/half.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
@@ -293,9 +295,16 @@ void linear_f32(int64_t m, int64_t k, int64_t n, const float* x, const float* w,
   gemm_linear(m, k, n, x, w, bias, y, owner, w_kn);
 }
 
-// f32 matmul over matmul_geom's batches (broadcast by offsets): A is used in place when its rows are contiguous,
-// else (transpose_a) copied to [M, K]; B in place as [K, N] or [N, K].
-void matmul_f32(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Tensor& c, bool constant_b) {
+// matmul over matmul_geom's batches (broadcast by offsets), each batch one linear(m, k, n, x, w, w_kn, y, owner,
+// parallel) of element type T: A is used in place when its rows are contiguous, else (transpose_a) copied to
+// [M, K]; B in place as [K, N] or [N, K]. A B shared by every batch, with A's batches back to back (a [B, T, K]
+// activation times a weight: backward's dx = dy @ W), is one product of B*M rows, not B products that pack W
+// again each. Many batches (attention's per-head products) run as one task each when batch_tasks is set (the
+// kernel called with parallel = false), else each batch splits into tasks itself. None of these choices changes a
+// bit: the kernels fix every output's summation order from K alone.
+template <typename T, typename Linear>
+void matmul_batches(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Tensor& c, bool constant_b,
+                    const Linear& linear, bool batch_tasks = false) {
   const size_t r = g.c_dims.size();
   const int64_t am = g.a_strides[r - 2], ak = g.a_strides[r - 1], bk = g.b_strides[r - 2], bn = g.b_strides[r - 1];
   const int64_t m = g.m, k = g.k, n = g.n;
@@ -307,21 +316,40 @@ void matmul_f32(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Ten
               am, ak);
   SPORE_CHECK(w_kn || (bk == 1 && (n == 1 || bn == k)), ErrorCode::internal, "[matmul] unexpected B strides {},{}",
               bk, bn);
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
-  float* pc = c.data<float>();
-  std::vector<float> at;
-  if (!a_rows) at.resize(static_cast<size_t>(m * k));
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* pc = static_cast<T*>(c.raw_data());
   const std::shared_ptr<Storage> owner = constant_b ? b.storage() : nullptr;
-  for (size_t bi = 0; bi < a_off.size(); ++bi) {
-    const float* x = pa + a_off[bi];
+  const auto batches = static_cast<int64_t>(a_off.size());
+  bool stacked = a_rows && batches > 1;  // one product of batches * m rows
+  for (int64_t bi = 0; stacked && bi < batches; ++bi) stacked = b_off[bi] == 0 && a_off[bi] == bi * m * k;
+  if (stacked) return linear(batches * m, k, n, pa, pb, w_kn, pc, owner, true);
+  const auto one = [&](int64_t bi, std::vector<T>& at, bool parallel) {
+    const T* x = pa + a_off[bi];
     if (!a_rows) {  // [K, M] -> [M, K] in cache tiles (a scalar column walk ran weight-gradient products at 65-127
                     // GFLOP/s against 170-185 for plain ones in LM training)
-      transpose_2d(x, at.data(), k, m, sizeof(float));
+      at.resize(static_cast<size_t>(m * k));
+      transpose_2d(x, at.data(), k, m, sizeof(T));
       x = at.data();
     }
-    linear_f32(m, k, n, x, pb + b_off[bi], w_kn, nullptr, pc + static_cast<int64_t>(bi) * m * n, owner);
+    linear(m, k, n, x, pb + b_off[bi], w_kn, pc + bi * m * n, owner, parallel);
+  };
+  if (batch_tasks && batches > 1) {
+    parallel_for(batches, [&](int64_t bi) {
+      std::vector<T> at;
+      one(bi, at, false);
+    });
+    return;
   }
+  std::vector<T> at;
+  for (int64_t bi = 0; bi < batches; ++bi) one(bi, at, true);
+}
+
+void matmul_f32(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Tensor& c, bool constant_b) {
+  matmul_batches<float>(
+      g, a, b, c, constant_b,
+      [](int64_t m, int64_t k, int64_t n, const float* x, const float* w, bool w_kn, float* y,
+         const std::shared_ptr<Storage>& owner, bool) { linear_f32(m, k, n, x, w, w_kn, nullptr, y, owner); });
 }
 
 void run_matmul(const MatmulGeom& g, const Tensor& a, const Tensor& b, const Tensor& c, bool constant_b) {
@@ -375,13 +403,56 @@ void low_precision(KernelContext& k) {
   run_in_f32(k, kernel);
 }
 
+// bf16 on a CPU with AVX512_BF16: gemm_bf16 (vdpbf16ps, gemm_bf16.h says what it does to the bits) on the bf16
+// operands; elsewhere, with SPORE_PORTABLE_NUMERICS=1 or SPORE_GEMM_BF16=0, the widened f32 path above. The choice
+// depends on the machine and the environment only, never on the shape.
+void bf16_gemm(int64_t m, int64_t k, int64_t n, const uint16_t* x, const uint16_t* w, bool w_kn, uint16_t* y,
+               const std::shared_ptr<Storage>& owner, bool parallel) {
+  gemm_bf16(m, k, n, x, w, w_kn, nullptr, y, owner, parallel);
+}
+
+void matmul_bf16_kernel(KernelContext& k) {
+  if (!gemm_bf16_enabled()) return run_in_f32(k, matmul_kernel);
+  const MatmulGeom g = matmul_geom(k.in(0), k.in(1), k.attrs.b("transpose_a"), k.attrs.b("transpose_b"));
+  if (handle_empty(g, nullptr, k.out(0))) return;
+  note_kernel_impl("gemm_bf16_avx512");
+  // Batches as tasks when there are enough of them and each is small (attention's per-head products).
+  const int64_t batches = g.m ? k.out(0).numel() / (g.m * g.n) : 0;
+  const bool batch_tasks = batches >= 8 && g.m * g.n * g.k <= (int64_t{1} << 18);
+  matmul_batches<uint16_t>(g, k.in(0), k.in(1), k.out(0), (k.constant_inputs >> 1) & 1, bf16_gemm, batch_tasks);
+}
+
+void linear_bf16_kernel(KernelContext& k) {
+  if (!gemm_bf16_enabled()) return run_in_f32(k, linear_kernel);
+  const Tensor &x = k.in(0), &w = k.in(1), &y = k.out(0);
+  const int64_t in = w.dim(1), out = w.dim(0);
+  MatmulGeom g;
+  g.m = in ? x.numel() / in : y.numel() / std::max<int64_t>(out, 1);
+  g.k = in;
+  g.n = out;
+  const Tensor* bias = k.num_inputs() > 2 ? &k.in(2) : nullptr;
+  if (handle_empty(g, bias, y)) return;
+  note_kernel_impl("gemm_bf16_avx512");
+  std::vector<float> b32;
+  if (bias) {
+    b32.resize(static_cast<size_t>(out));
+    const auto* b = static_cast<const uint16_t*>(bias->raw_data());
+    for (int64_t c = 0; c < out; ++c) b32[c] = bf16_bits_to_float(b[c]);
+  }
+  gemm_bf16(g.m, in, out, static_cast<const uint16_t*>(x.raw_data()), static_cast<const uint16_t*>(w.raw_data()), false,
+            bias ? b32.data() : nullptr, static_cast<uint16_t*>(y.raw_data()),
+            (k.constant_inputs >> 1) & 1 ? w.storage() : nullptr);
+}
+
 }  // namespace
 
 void register_linalg(KernelRegistry& r) {
   r.add(Backend::cpu, "matmul"_op, {DType::f32, DType::f64}, matmul_kernel, "gemm+dot");  // own kernels
-  r.add(Backend::cpu, "matmul"_op, {DType::f16, DType::bf16}, low_precision<matmul_kernel>, "gemm+dot");
+  r.add(Backend::cpu, "matmul"_op, {DType::f16}, low_precision<matmul_kernel>, "gemm+dot");
+  r.add(Backend::cpu, "matmul"_op, {DType::bf16}, matmul_bf16_kernel, "gemm_bf16|gemm+dot");
   r.add(Backend::cpu, "linear"_op, {DType::f32, DType::f64}, linear_kernel, "gemm+dot");
-  r.add(Backend::cpu, "linear"_op, {DType::f16, DType::bf16}, low_precision<linear_kernel>, "gemm+dot");
+  r.add(Backend::cpu, "linear"_op, {DType::f16}, low_precision<linear_kernel>, "gemm+dot");
+  r.add(Backend::cpu, "linear"_op, {DType::bf16}, linear_bf16_kernel, "gemm_bf16|gemm+dot");
 }
 
 }  // namespace spore::cpu
