@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "base/error.h"
 #include "io/gguf/gguf.h"
 #include "io/gguf/gguf_writer.h"
+#include "io/hf_model.h"
 #include "llm/chat_template.h"
 #include "llm/lora.h"
 #include "llm/model.h"
@@ -92,11 +94,33 @@ void encode_file(const std::string& path, const char* what, const llm::Tokenizer
   encode_chats(text, path, tok, llm::detect_chat_style(tok.chat_template(), tmpl), ids, mask);
 }
 
+// The base's tokenizer: GGUF tokenizer.ggml.* metadata, or the folder's tokenizer.json.
+llm::Tokenizer load_base_tokenizer(const std::string& base) {
+  if (fs::is_directory(base)) {
+    SPORE_CHECK(fs::is_regular_file(fs::path(base) / "tokenizer.json"), ErrorCode::invalid_argument,
+                "base model '{}' has no tokenizer ('{}' does not exist)", base,
+                (fs::path(base) / "tokenizer.json").string());
+    return llm::Tokenizer::load(base);
+  }
+  const io::GgufFile f = io::GgufFile::open(base);
+  SPORE_CHECK(f.has("tokenizer.ggml.model"), ErrorCode::invalid_argument,
+              "base model '{}' has no tokenizer (tokenizer.ggml.* metadata)", base);
+  return llm::Tokenizer::from_gguf(f);
+}
+
 }  // namespace
 
-std::unique_ptr<nn::LlamaModel> load_llama_gguf(const std::string& path) {
-  SPORE_CHECK(fs::is_regular_file(path), ErrorCode::not_found, "base model '{}' does not exist", path);
-  SPORE_CHECK(ends_with(path, ".gguf"), ErrorCode::unsupported, "base model '{}': finetune takes a .gguf file", path);
+std::unique_ptr<nn::LlamaModel> load_llama_base(const std::string& path) {
+  const bool hf = fs::is_directory(path);
+  SPORE_CHECK(hf || fs::is_regular_file(path), ErrorCode::not_found, "base model '{}' does not exist", path);
+  SPORE_CHECK(hf || ends_with(path, ".gguf"), ErrorCode::unsupported,
+              "base model '{}': finetune takes a .gguf file or a Hugging Face folder (config.json, *.safetensors)",
+              path);
+  if (hf)
+    SPORE_CHECK(fs::is_regular_file(fs::path(path) / "config.json"), ErrorCode::not_found,
+                "base model '{}': a Hugging Face folder needs config.json, and '{}' does not exist", path,
+                (fs::path(path) / "config.json").string());
+  // The config as spore generate reads it (GGUF metadata, or config.json: errors name the file and the field).
   const llm::Model info = llm::Model::load(path);
   const llm::ModelConfig& c = info.config();
   SPORE_CHECK(c.head_dim * c.n_head == c.n_embd, ErrorCode::unsupported,
@@ -107,9 +131,23 @@ std::unique_ptr<nn::LlamaModel> load_llama_gguf(const std::string& path) {
   SPORE_CHECK(c.qkv_bias == (c.arch == "qwen2"), ErrorCode::unsupported,
               "base model '{}': {} with{} q/k/v biases is not supported for training", path, c.arch,
               c.qkv_bias ? "" : "out");
-  const io::GgufFile f = io::GgufFile::open(path);
-  SPORE_CHECK(f.find_tensor("rope_freqs.weight") == nullptr, ErrorCode::unsupported,
-              "base model '{}': rope_freqs (Llama 3.1 rope scaling) is not supported for training", path);
+  std::optional<io::GgufFile> gguf;
+  std::optional<io::HfModel> folder;
+  if (hf) {
+    folder = io::read_hf_model(path);
+    const nlohmann::json& j = folder->config;
+    SPORE_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null() ||
+                    (j["rope_scaling"].is_object() &&
+                     j["rope_scaling"].value("rope_type", j["rope_scaling"].value("type", "default")) == "default"),
+                ErrorCode::unsupported,
+                "base model '{}': config.json rope_scaling (Llama 3.1 / linear rope scaling) is not supported for "
+                "training",
+                path);
+  } else {
+    gguf = io::GgufFile::open(path);
+    SPORE_CHECK(gguf->find_tensor("rope_freqs.weight") == nullptr, ErrorCode::unsupported,
+                "base model '{}': rope_freqs (Llama 3.1 rope scaling) is not supported for training", path);
+  }
   nn::LlamaConfig lc;
   lc.arch = c.arch;
   lc.vocab = c.n_vocab;
@@ -125,8 +163,23 @@ std::unique_ptr<nn::LlamaModel> load_llama_gguf(const std::string& path) {
   lc.init_std = 0;  // every weight is replaced below
   auto m = std::make_unique<nn::LlamaModel>(lc);
   for (auto& [name, t] : m->parameters_and_names()) {
-    f.tensor(name, t->shape());  // missing or of another shape: an error naming it
-    *t = f.dequantize_f32(name);
+    if (gguf) {
+      gguf->tensor(name, t->shape());  // missing or of another shape: an error naming it
+      *t = gguf->dequantize_f32(name);
+      continue;
+    }
+    // HF names and row order: nn::LlamaModel runs GGUF's (llama's q/k rows permuted for adjacent-pair rope, as
+    // llama.cpp's converter stores them), so the folder and its GGUF conversion train the same numbers.
+    Tensor w = folder->tensor(llama_hf_name(name), t->shape());  // missing or of another shape: an error naming it
+    SPORE_CHECK(w.dtype() == DType::f32 || w.dtype() == DType::f16 || w.dtype() == DType::bf16, ErrorCode::unsupported,
+                "base model '{}': tensor '{}' has dtype {} (f32, f16 or bf16 expected)", path, llama_hf_name(name),
+                dtype_name(w.dtype()));
+    w = w.dtype() == DType::f32 ? w.clone() : ops::cast(w, DType::f32);
+    if (c.arch == "llama" && t->rank() == 2) {
+      if (name.find(".attn_q.weight") != std::string::npos) w = llm::permute_qk_rows(w, c.n_head, true);
+      if (name.find(".attn_k.weight") != std::string::npos) w = llm::permute_qk_rows(w, c.n_head_kv, true);
+    }
+    *t = w;
   }
   return m;
 }
@@ -138,11 +191,8 @@ FinetuneReport finetune(const FinetuneOptions& o, const std::function<void(const
   nn::LoraConfig lora = o.lora;
   if (lora.targets.empty()) lora.targets = nn::lora_target_cells("q_proj,v_proj");
   lora.validate();
-  std::unique_ptr<nn::LlamaModel> net = load_llama_gguf(o.base);
-  const io::GgufFile base = io::GgufFile::open(o.base);
-  SPORE_CHECK(base.has("tokenizer.ggml.model"), ErrorCode::invalid_argument,
-              "base model '{}' has no tokenizer (tokenizer.ggml.* metadata)", o.base);
-  const llm::Tokenizer tok = llm::Tokenizer::from_gguf(base);
+  std::unique_ptr<nn::LlamaModel> net = load_llama_base(o.base);
+  const llm::Tokenizer tok = load_base_tokenizer(o.base);
   const nn::LlamaConfig& cfg = net->config();
   const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(cfg.ctx, 256);
   SPORE_CHECK(ctx <= cfg.ctx, ErrorCode::invalid_argument, "--ctx {} is longer than the base's context {}", ctx,
@@ -197,7 +247,8 @@ FinetuneReport finetune(const FinetuneOptions& o, const std::function<void(const
   a.alpha = lora.alpha;
   a.dropout = lora.dropout;
   a.targets = lora.targets;
-  a.base_model = fs::path(o.base).filename().string();
+  a.base_model = fs::path(o.base).lexically_normal().filename().string();
+  if (a.base_model.empty()) a.base_model = fs::path(o.base).lexically_normal().parent_path().filename().string();
   a.permuted_qk = cfg.arch == "llama";  // nn::LlamaModel runs GGUF's row order (rope on adjacent pairs)
   a.n_head = cfg.heads;
   a.n_head_kv = cfg.kv_heads;

@@ -209,10 +209,7 @@ void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const s
   w.write(path);
 }
 
-namespace {
-
-// A parameter's GGUF name ("blk.3.attn_q.weight") -> its Hugging Face name ("model.layers.3.self_attn.q_proj.weight").
-std::string hf_name(const std::string& name) {
+std::string llama_hf_name(const std::string& name) {
   if (name == "token_embd.weight") return "model.embed_tokens.weight";
   if (name == "output_norm.weight") return "model.norm.weight";
   if (name == "output.weight") return "lm_head.weight";
@@ -228,10 +225,8 @@ std::string hf_name(const std::string& name) {
     for (const nn::LlamaProjection& proj : nn::llama_projections())
       if (cell == proj.cell) return p + proj.hf_module + kind;
   }
-  SPORE_FAIL(ErrorCode::internal, "export_llama_hf: no Hugging Face name for parameter '{}'", name);
+  SPORE_FAIL(ErrorCode::internal, "no Hugging Face name for parameter '{}'", name);
 }
-
-}  // namespace
 
 void export_llama_hf(nn::LlamaModel& m, const llm::Tokenizer& tokenizer, const std::string& dir) {
   const nn::LlamaConfig& c = m.config();
@@ -272,7 +267,7 @@ void export_llama_hf(nn::LlamaModel& m, const llm::Tokenizer& tokenizer, const s
       if (name.find(".attn_q.weight") != std::string::npos) w = llm::permute_qk_rows(w, c.heads, false);
       if (name.find(".attn_k.weight") != std::string::npos) w = llm::permute_qk_rows(w, c.kv_heads, false);
     }
-    tensors.emplace(hf_name(name), w);
+    tensors.emplace(llama_hf_name(name), w);
   }
   io::write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   tokenizer.write_hf(dir);

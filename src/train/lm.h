@@ -95,6 +95,9 @@ void export_llama_gguf(nn::LlamaModel& m, const io::GgufFile* tokenizer, const s
 // tied; llama's q/k rows put back from GGUF's rope order into HF's, llm::permute_qk_rows) and the tokenizer
 // (Tokenizer::write_hf: tokenizer.json, tokenizer_config.json; byte-level BPE only, else an unsupported error).
 void export_llama_hf(nn::LlamaModel& m, const llm::Tokenizer& tokenizer, const std::string& dir);
+// The Hugging Face checkpoint name of a nn::LlamaModel parameter (its GGUF name): "blk.0.attn_q.weight" ->
+// "model.layers.0.self_attn.q_proj.weight", "token_embd.weight" -> "model.embed_tokens.weight", ...
+std::string llama_hf_name(const std::string& gguf_name);
 
 // Mean next-token cross entropy of logits f32 [B, T, V] against labels i64 [B, T], in double. Labels < 0 are not
 // targets (finetune's non-assistant tokens) and count for nothing; `count` (when given) gets the targets' number.

@@ -4,6 +4,7 @@
 // tinyshakespeare base from ../shared/data), bad inputs are errors naming the tensor or key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "llm/generate.h"
 #include "llm/lora.h"
 #include "llm/model.h"
+#include "llm/tokenizer.h"
 #include "nn/init.h"
 #include "nn/llama.h"
 #include "runtime/runtime.h"
@@ -349,7 +351,7 @@ TEST(Lora, FinetuneTrainsTheAdaptersOnlyAndLowersTheLoss) {
   const nn::LlamaConfig c{.arch = "llama", .dim = 32, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 64, .ctx = 16};
   const std::string base = trained_base(rhymes().string(), 20, c, 300);
 
-  std::unique_ptr<nn::LlamaModel> net = train::load_llama_gguf(base);
+  std::unique_ptr<nn::LlamaModel> net = train::load_llama_base(base);
   net->add_lora({.r = 4, .alpha = 8, .dropout = 0.05, .targets = nn::lora_target_cells("all-linear")});
   std::map<std::string, std::vector<double>> before;
   for (auto& [name, t] : net->parameters_and_names()) before[name] = t->to_doubles();
@@ -456,6 +458,151 @@ TEST(Lora, ChatDataTrainsOnAssistantTokens) {
   std::ofstream(chats) << R"({"messages": [{"role": "robot", "content": "hi"}]})"
                        << "\n";
   EXPECT_NE(testing::error_of([&] { train::finetune(f); }).find("role 'robot'"), std::string::npos);
+}
+
+std::vector<int32_t> greedy(const llm::Model& m, const std::vector<int32_t>& prompt, int n) {
+  llm::Session s(m, {.ctx = 128});
+  std::vector<float> logits = s.feed(prompt);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    logits = s.feed(std::vector<int32_t>{next});
+  }
+  return out;
+}
+
+// spore finetune BASE with BASE a Hugging Face folder: the shipped model (data/lm/shakespeare.gguf, f16) exported as a
+// folder (export_llama_hf: f32 safetensors holding the same values, llama's q/k rows in HF order) and tuned with the
+// same options and seed as the GGUF gives the same adapter, bit for bit: load_llama_base takes the folder's q/k rows
+// back into GGUF's order (a permutation, exact), f16 -> f32 widening is exact, and tokenizer.json tokenizes as the
+// GGUF's metadata, so the two runs compute the same numbers. Either adapter on either base then gives the same greedy
+// tokens (the bases' logits differ only in summation order: f16 against f32 weight kernels, rope pairing). Bad folders
+// are errors naming the file or field.
+TEST(Lora, FinetuneFromAHuggingFaceFolderWritesTheGgufBasesAdapter) {
+  init();
+  const std::string gguf = testing::repo_root() + "/data/lm/shakespeare.gguf";
+  const fs::path hf = dir() / "shakespeare_hf";
+  fs::remove_all(hf);
+  {
+    std::unique_ptr<nn::LlamaModel> net = train::load_llama_base(gguf);
+    train::export_llama_hf(*net, llm::Tokenizer::from_gguf(io::GgufFile::open(gguf)), hf.string());
+  }
+  // The folder loads as the same parameters (q/k rows permuted back exactly).
+  {
+    std::unique_ptr<nn::LlamaModel> a = train::load_llama_base(gguf), b = train::load_llama_base(hf.string());
+    EXPECT_EQ(a->config().rms_eps, b->config().rms_eps);
+    EXPECT_EQ(a->config().rope_theta, b->config().rope_theta);
+    EXPECT_EQ(a->config().ctx, b->config().ctx);
+    auto pa = a->parameters_and_names(), pb = b->parameters_and_names();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      ASSERT_EQ(pa[i].first, pb[i].first);
+      EXPECT_EQ(pa[i].second->to_doubles(), pb[i].second->to_doubles()) << pa[i].first;
+    }
+  }
+  auto tune = [&](const std::string& base, const std::string& tag) {
+    train::FinetuneOptions f;
+    f.base = base;
+    f.data = rhymes().string();
+    f.ctx = 32;
+    f.batch = 4;
+    f.steps = 4;
+    f.warmup = 1;
+    f.lr = 1e-2;
+    f.eval_batches = 1;
+    f.seed = 3;
+    f.lora = {.r = 4, .alpha = 8, .dropout = 0.05, .targets = nn::lora_target_cells("all-linear")};
+    f.out_dir = (dir() / ("ft_hf_" + tag)).string();
+    f.ckpt_dir = f.out_dir + "/ckpt";
+    fs::remove_all(f.out_dir);
+    const train::FinetuneReport r = train::finetune(f);
+    EXPECT_EQ(r.steps, 4) << tag;
+    return f.out_dir;
+  };
+  const std::string from_gguf = tune(gguf, "gguf"), from_hf = tune(hf.string(), "folder");
+  const llm::LoraAdapter ag = llm::read_peft(from_gguf), ah = llm::read_peft(from_hf);
+  EXPECT_FALSE(ag.permuted_qk);  // PEFT files hold HF's row order
+  ASSERT_EQ(ag.tensors.size(), 4u * 7u);
+  ASSERT_EQ(ah.tensors.size(), ag.tensors.size());
+  for (const auto& [name, p] : ag.tensors) {
+    ASSERT_TRUE(ah.tensors.count(name)) << name;
+    EXPECT_EQ(p.a.to_doubles(), ah.tensors.at(name).a.to_doubles()) << name << " lora_a";
+    EXPECT_EQ(p.b.to_doubles(), ah.tensors.at(name).b.to_doubles()) << name << " lora_b";
+  }
+  EXPECT_EQ(io::read_file_bytes(from_gguf + "/adapter.gguf"), io::read_file_bytes(from_hf + "/adapter.gguf"));
+  EXPECT_EQ(ah.base_model, "shakespeare_hf");
+
+  // spore generate --lora: the folder's adapter on the folder and on the GGUF, the GGUF's on the folder.
+  llm::Model mg = llm::Model::load(gguf), mh = llm::Model::load(hf.string()), mh2 = llm::Model::load(hf.string());
+  mg.add_lora(llm::read_adapter(from_hf));
+  mh.add_lora(llm::read_adapter(from_hf));
+  mh2.add_lora(llm::read_adapter(from_gguf + "/adapter.gguf"));
+  const std::vector<int32_t> prompt = mg.tokenizer().encode("ROMEO:\none little ducks went out one day,");
+  const std::vector<int32_t> want = greedy(mg, prompt, 32);
+  EXPECT_EQ(greedy(mh, prompt, 32), want);
+  EXPECT_EQ(greedy(mh2, prompt, 32), want);
+  llm::Model plain = llm::Model::load(gguf);
+  EXPECT_NE(greedy(plain, prompt, 32), want);  // the adapter changed something
+
+  // Bad folders: errors name the file or the field.
+  auto bad_copy = [&](const std::string& tag) {
+    const fs::path d = dir() / ("bad_hf_" + tag);
+    fs::remove_all(d);
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(hf)) fs::copy(e.path(), d / e.path().filename());
+    return d;
+  };
+  auto finetune_error = [&](const fs::path& base) {
+    return testing::error_of([&] {
+      train::FinetuneOptions f;
+      f.base = base.string();
+      f.data = rhymes().string();
+      f.steps = 1;
+      f.out_dir = (dir() / "ft_bad").string();
+      train::finetune(f);
+    });
+  };
+  const fs::path no_config = bad_copy("no_config");
+  fs::remove(no_config / "config.json");
+  EXPECT_NE(finetune_error(no_config).find("config.json"), std::string::npos) << finetune_error(no_config);
+  const fs::path gpt2 = bad_copy("gpt2");
+  {
+    nlohmann::json j = nlohmann::json::parse(io::read_file_bytes((gpt2 / "config.json").string()));
+    j["model_type"] = "gpt2";
+    j["architectures"] = {"GPT2LMHeadModel"};
+    std::ofstream(gpt2 / "config.json") << j.dump();
+  }
+  const std::string e1 = finetune_error(gpt2);
+  EXPECT_NE(e1.find("model_type 'gpt2'"), std::string::npos) << e1;
+  const fs::path qwen = bad_copy("qwen2");  // a llama checkpoint that says qwen2: no q/k/v biases
+  {
+    nlohmann::json j = nlohmann::json::parse(io::read_file_bytes((qwen / "config.json").string()));
+    j["model_type"] = "qwen2";
+    std::ofstream(qwen / "config.json") << j.dump();
+  }
+  const std::string e2 = finetune_error(qwen);
+  EXPECT_NE(e2.find("qwen2 without q/k/v biases"), std::string::npos) << e2;
+  const fs::path wide = bad_copy("wide");  // config.json and the tensors disagree
+  {
+    nlohmann::json j = nlohmann::json::parse(io::read_file_bytes((wide / "config.json").string()));
+    j["intermediate_size"] = 640;
+    std::ofstream(wide / "config.json") << j.dump();
+  }
+  const std::string e3 = finetune_error(wide);
+  EXPECT_NE(e3.find("mlp.gate_proj.weight"), std::string::npos) << e3;
+  const fs::path no_heads = bad_copy("no_heads");
+  {
+    nlohmann::json j = nlohmann::json::parse(io::read_file_bytes((no_heads / "config.json").string()));
+    j.erase("num_attention_heads");
+    std::ofstream(no_heads / "config.json") << j.dump();
+  }
+  const std::string e4 = finetune_error(no_heads);
+  EXPECT_NE(e4.find("num_attention_heads"), std::string::npos) << e4;
+  const fs::path no_tok = bad_copy("no_tok");
+  fs::remove(no_tok / "tokenizer.json");
+  const std::string e5 = finetune_error(no_tok);
+  EXPECT_NE(e5.find("tokenizer.json"), std::string::npos) << e5;
 }
 
 // The issue's LoRA acceptance at test size: the Shakespeare model spore trained (data/lm/shakespeare.gguf, shipped)

@@ -28,7 +28,9 @@ int cmd_finetune(int argc, char** argv) {
   int64_t log_every = 0;
   bool json = false;
   std::string targets = "q_proj,v_proj", lora_dtype = "f32", amp_dtype = "bf16";
-  app.add_option("base", o.base, "the base model (.gguf)")->required();
+  app.add_option("base", o.base,
+                 "the base model (.gguf, or a Hugging Face folder: config.json, *.safetensors, tokenizer.json)")
+      ->required();
   app.add_option("--data", o.data, "training data: text, or .jsonl of {\"messages\": [...]}")->required();
   app.add_option("--val-data", o.val_data, "validation data (default: the last 10% of --data's tokens)");
   app.add_option("--chat-template", o.chat_template,
