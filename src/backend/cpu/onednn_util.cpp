@@ -22,7 +22,8 @@ namespace spore::cpu {
 // promises determinism per machine (thread count, runs, batch composition, eager == graph), and oneDNN's
 // kernels keep those; they do not give the same bits on CPUs with different ISAs. SPORE_PORTABLE_NUMERICS=1
 // caps oneDNN at its AVX2 kernels so every AVX2-or-better x86 machine computes the same bits (spore's own
-// kernels give one set of bits on AVX2 and AVX-512 either way); the cost is measured in docs/PERFORMANCE.md.
+// kernels give one set of bits on AVX2 and AVX-512 either way, except the bf16 GEMM on AVX512_BF16, gemm_bf16.h,
+// which the switch turns off); the cost is measured in docs/PERFORMANCE.md.
 // ONEDNN_MAX_CPU_ISA (oneDNN's own variable) set by the user wins over both. Called by register_cpu_kernels
 // (runtime::init), before any kernel can query or use the ISA.
 bool portable_numerics() {

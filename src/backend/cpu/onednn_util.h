@@ -61,7 +61,8 @@ dnnl::memory scratch_memory(const dnnl::memory::desc& md, std::vector<char>& buf
 bool onednn_declined(const dnnl::error& e, std::string_view what);
 // Whether oneDNN runs bf16 primitives natively here (avx512_bf16 / AMX); else bf16 is staged through f32.
 bool native_bf16();
-// SPORE_PORTABLE_NUMERICS=1: oneDNN capped at AVX2 so AVX2 and AVX-512 machines give the same bits.
+// SPORE_PORTABLE_NUMERICS=1: oneDNN capped at AVX2, and spore's AVX512_BF16 GEMM off (gemm_bf16.h), so AVX2 and
+// AVX-512 machines give the same bits.
 bool portable_numerics();
 // The profiler's name of a oneDNN primitive from its impl_info_str(): "onednn:<name>", reference kernels marked
 // " (REFERENCE)"; interned (note_kernel_impl).
