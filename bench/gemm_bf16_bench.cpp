@@ -35,21 +35,33 @@ std::map<std::string, double>& fastest() {
   return m;
 }
 
-// range(0): 0 native, 1 widened; range(1): 0 linear y = x @ W^T, 1 weight gradient matmul(a, b, transpose_a);
-// range(2..4) = M, K, N of the product.
+// range(0): 0 native, 1 widened; range(1): 0 linear y = x @ W^T, 1 weight gradient matmul(a, b, transpose_a),
+// 2 attention scores matmul(q [32, M, K], k [32, N, K], transpose_b) (the LM's 16 sequences x 2 kv heads);
+// range(2..4) = M, K, N of the (per-batch) product.
 void BM_gemm_bf16(benchmark::State& state) {
-  const bool widened = state.range(0) == 1, grad = state.range(1) == 1;
+  const bool widened = state.range(0) == 1, grad = state.range(1) == 1, attn = state.range(1) == 2;
   const int64_t m = state.range(2), k = state.range(3), n = state.range(4);
   spore::set_threads(1);
   if (widened) setenv("SPORE_GEMM_BF16", "0", 1);
   else unsetenv("SPORE_GEMM_BF16");
   // linear: x [M, K], W [N, K]; gradient: a = x [K, M] (the batch rows are K), b = dy [K, N]
-  const Tensor a = grad ? random_bf16(k, m, 1) : random_bf16(m, k, 1);
-  const Tensor b = grad ? random_bf16(k, n, 2) : random_bf16(n, k, 2);
-  const std::string key = fmt::format("{} M={:<5} K={:<5} N={:<5}", grad ? "dW     " : "forward", m, k, n);
+  const int64_t batch = attn ? 32 : 1;
+  Tensor a = grad ? random_bf16(k, m, 1) : random_bf16(batch * m, k, 1);
+  Tensor b = grad ? random_bf16(k, n, 2) : random_bf16(batch * n, k, 2);
+  if (attn) {
+    a = spore::ops::reshape(a, {batch, m, k});
+    b = spore::ops::reshape(b, {batch, n, k});
+  }
+  const std::string key = fmt::format("{} M={:<5} K={:<5} N={:<5}",
+                                      grad   ? "dW     "
+                                      : attn ? "QK^T x32"
+                                             : "forward",
+                                      m, k, n);
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    Tensor y = grad ? spore::ops::matmul(a, b, /*transpose_a=*/true) : spore::ops::linear(a, b);
+    Tensor y = grad   ? spore::ops::matmul(a, b, /*transpose_a=*/true)
+               : attn ? spore::ops::matmul(a, b, false, /*transpose_b=*/true)
+                      : spore::ops::linear(a, b);
     benchmark::DoNotOptimize(y.raw_data());
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     auto [it, fresh] = fastest().emplace(key + (widened ? "|w" : "|n"), s);
@@ -57,8 +69,8 @@ void BM_gemm_bf16(benchmark::State& state) {
   }
   unsetenv("SPORE_GEMM_BF16");
   state.SetLabel(widened ? "widened" : "avx512_bf16");
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * static_cast<double>(m * n * k) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(batch * m * n * k) / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
@@ -68,7 +80,7 @@ void shapes(benchmark::internal::Benchmark* b) {
   };
   const S list[] = {{0, 256, 256, 256},  {0, 512, 1024, 256}, {0, 2048, 192, 192}, {0, 2048, 192, 64},
                     {0, 2048, 192, 512}, {0, 2048, 512, 192}, {0, 2048, 192, 768}, {1, 192, 2048, 192},
-                    {1, 192, 2048, 512}, {1, 512, 2048, 192}};
+                    {1, 192, 2048, 512}, {1, 512, 2048, 192}, {2, 384, 32, 128}};
   for (const S& s : list)
     for (int mode : {0, 1}) b->Args({mode, s.grad, s.m, s.k, s.n});
 }
@@ -91,7 +103,7 @@ int main(int argc, char** argv) {
     auto w = fastest().find(base + "|w");
     long long m = 0, kk = 0, n = 0;
     std::sscanf(base.c_str() + base.find("M="), "M=%lld K=%lld N=%lld", &m, &kk, &n);
-    const double flops = 2.0 * static_cast<double>(m * kk * n);
+    const double flops = 2.0 * static_cast<double>(m * kk * n) * (base.rfind("QK", 0) == 0 ? 32 : 1);
     if (w == fastest().end()) continue;
     std::fprintf(rep.out, "  %s native %7.3f ms %6.1f GFLOP/s | widened %7.3f ms %6.1f GFLOP/s | x%.2f\n", base.c_str(),
                  sec * 1e3, flops / sec / 1e9, w->second * 1e3, flops / w->second / 1e9, w->second / sec);
