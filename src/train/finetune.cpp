@@ -157,8 +157,16 @@ std::unique_ptr<nn::LlamaModel> load_llama_base(const std::string& path) {
   lc.kv_heads = c.n_head_kv;
   lc.ffn = c.n_ff;
   lc.ctx = c.n_ctx_train > 0 ? c.n_ctx_train : 2048;
-  lc.rms_eps = c.rms_eps;
-  lc.rope_theta = c.rope_theta;
+  // As f32, the precision GGUF stores them in (and that PyTorch adds an f32 tensor's epsilon in): a folder written
+  // beside its GGUF (train-lm --hf-out) holds the double 1e-5 where the GGUF holds float(1e-5), and the two must
+  // train the same numbers.
+  // (Through a volatile float: GCC 12 -O3 folded the plain double -> float -> double round trip away here.)
+  const auto as_f32 = [](double v) {
+    const volatile float f = static_cast<float>(v);
+    return static_cast<double>(f);
+  };
+  lc.rms_eps = as_f32(c.rms_eps);
+  lc.rope_theta = as_f32(c.rope_theta);
   lc.tie_embeddings = c.tied_embeddings;
   lc.init_std = 0;  // every weight is replaced below
   auto m = std::make_unique<nn::LlamaModel>(lc);

@@ -475,10 +475,11 @@ std::vector<int32_t> greedy(const llm::Model& m, const std::vector<int32_t>& pro
 // spore finetune BASE with BASE a Hugging Face folder: the shipped model (data/lm/shakespeare.gguf, f16) exported as a
 // folder (export_llama_hf: f32 safetensors holding the same values, llama's q/k rows in HF order) and tuned with the
 // same options and seed as the GGUF gives the same adapter, bit for bit: load_llama_base takes the folder's q/k rows
-// back into GGUF's order (a permutation, exact), f16 -> f32 widening is exact, and tokenizer.json tokenizes as the
-// GGUF's metadata, so the two runs compute the same numbers. Either adapter on either base then gives the same greedy
-// tokens (the bases' logits differ only in summation order: f16 against f32 weight kernels, rope pairing). Bad folders
-// are errors naming the file or field.
+// back into GGUF's order (a permutation, exact), f16 -> f32 widening is exact, the config's rms_norm_eps (1e-5 in the
+// JSON, float(1e-5) in the GGUF) and rope_theta are taken at f32 precision from both, and tokenizer.json tokenizes as
+// the GGUF's metadata, so the two runs compute the same numbers. Either adapter on either base then gives the same
+// greedy tokens (the bases' logits differ only in summation order: f16 against f32 weight kernels, rope pairing). Bad
+// folders are errors naming the file or field.
 TEST(Lora, FinetuneFromAHuggingFaceFolderWritesTheGgufBasesAdapter) {
   init();
   const std::string gguf = testing::repo_root() + "/data/lm/shakespeare.gguf";
@@ -487,6 +488,13 @@ TEST(Lora, FinetuneFromAHuggingFaceFolderWritesTheGgufBasesAdapter) {
   {
     std::unique_ptr<nn::LlamaModel> net = train::load_llama_base(gguf);
     train::export_llama_hf(*net, llm::Tokenizer::from_gguf(io::GgufFile::open(gguf)), hf.string());
+  }
+  // As train-lm --hf-out writes it beside the GGUF: epsilon 1e-5 as a double, where the GGUF holds float(1e-5).
+  {
+    nlohmann::json j = nlohmann::json::parse(io::read_file_bytes((hf / "config.json").string()));
+    ASSERT_NEAR(j["rms_norm_eps"].get<double>(), 1e-5, 1e-12);
+    j["rms_norm_eps"] = 1e-5;
+    std::ofstream(hf / "config.json") << j.dump(2);
   }
   // The folder loads as the same parameters (q/k rows permuted back exactly).
   {
