@@ -26,8 +26,17 @@ Tensor zeros_like(const Tensor& t) { return ops::zeros(t.shape(), t.dtype()); }
 GradientTape::GradientTape() : tape_id_(g_next_tape_id.fetch_add(1)), prev_(t_active) { t_active = this; }
 
 GradientTape::~GradientTape() {
-  // Tapes nest like scopes; a tape destroyed out of order just stops being reachable.
-  if (t_active == this) t_active = prev_;
+  // Tapes usually nest like scopes. One destroyed out of order (a pipeline keeps a tape per micro-batch in flight
+  // and ends them first in, first out) is unlinked from the chain, so no tape is left pointing at it.
+  if (t_active == this) {
+    t_active = prev_;
+    return;
+  }
+  for (GradientTape* t = t_active; t != nullptr; t = t->prev_)
+    if (t->prev_ == this) {
+      t->prev_ = prev_;
+      break;
+    }
 }
 
 GradientTape* GradientTape::active() { return t_active; }

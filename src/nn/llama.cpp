@@ -253,11 +253,25 @@ void LlamaModel::set_frozen_matrix(const std::string& name, Tensor w, const std:
 }
 
 Tensor LlamaModel::construct(const Tensor& tokens) {
-  const LlamaConfig& c = cfg_;
   SPORE_CHECK(tokens.rank() == 2 && (tokens.dtype() == DType::i64 || tokens.dtype() == DType::i32),
               ErrorCode::invalid_argument, "LlamaModel takes token ids i64 [batch, time], got {} {}",
               dtype_name(tokens.dtype()), shape_str(tokens.shape()));
-  const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
+  return forward_part(tokens, tokens.shape()[1], 0, cfg_.layers, true, true);
+}
+
+Tensor LlamaModel::forward_part(const Tensor& in, int64_t T, int64_t first, int64_t last, bool embed, bool head) {
+  const LlamaConfig& c = cfg_;
+  SPORE_CHECK(0 <= first && first <= last && last <= c.layers, ErrorCode::invalid_argument,
+              "LlamaModel: blocks [{}, {}) outside [0, {})", first, last, c.layers);
+  if (embed)
+    SPORE_CHECK(in.rank() == 2 && (in.dtype() == DType::i64 || in.dtype() == DType::i32) && in.shape()[1] == T,
+                ErrorCode::invalid_argument, "LlamaModel takes token ids i64 [batch, {}], got {} {}", T,
+                dtype_name(in.dtype()), shape_str(in.shape()));
+  else
+    SPORE_CHECK(in.rank() == 2 && T > 0 && in.shape()[0] % T == 0 && in.shape()[1] == c.dim,
+                ErrorCode::invalid_argument, "LlamaModel: a stage takes the residual stream [batch * {}, {}], got {}",
+                T, c.dim, shape_str(in.shape()));
+  const int64_t B = embed ? in.shape()[0] : in.shape()[0] / T;
   SPORE_CHECK(B > 0 && T > 0 && T <= c.ctx, ErrorCode::invalid_argument,
               "LlamaModel: [batch, time] = [{}, {}] needs batch > 0 and 0 < time <= ctx {}", B, T, c.ctx);
   const int64_t H = c.heads, Hkv = c.kv_heads, G = H / Hkv, D = c.head_dim();
@@ -277,8 +291,9 @@ Tensor LlamaModel::construct(const Tensor& tokens) {
   };
   // Rows stay 2-D [B*T, E] between the attention blocks: linear and its gradients then run as plain 2-D products
   // (a 3-D x makes the input gradient a batched matmul, which ran 1.2x slower on 1 thread and did not scale to 2).
-  Tensor x = ops::embedding(static_cast<WeightCell&>(*token_embd_).w(), ops::reshape(tokens, {B * T}));
-  for (Block* b : blocks_) {
+  Tensor x = embed ? ops::embedding(static_cast<WeightCell&>(*token_embd_).w(), ops::reshape(in, {B * T})) : in;
+  for (int64_t l = first; l < last; ++l) {
+    Block* b = blocks_[static_cast<size_t>(l)];
     Tensor h = ops::rms_norm(x, b->attn_norm->w(), -1, c.rms_eps);
     Tensor q = ops::reshape(b->attn_q->linear(h), {B * T, H, D});
     Tensor k = ops::reshape(b->attn_k->linear(h), {B * T, Hkv, D});
@@ -289,14 +304,15 @@ Tensor LlamaModel::construct(const Tensor& tokens) {
     q = ops::rope(q, pos, c.rope_theta, c.rope_mode());
     k = ops::rope(k, pos, c.rope_theta, c.rope_mode());
     const Tensor qh = ops::reshape(heads_first(q, H), {B, Hkv, G * T, D});
-    const Tensor in[4] = {qh, heads_first(k, Hkv), heads_first(v, Hkv), mask};
-    Tensor a = ops::call1("attention"_op, in, att);  // [B, Hkv, G*T, D] = [B, H, T, D]
+    const Tensor in4[4] = {qh, heads_first(k, Hkv), heads_first(v, Hkv), mask};
+    Tensor a = ops::call1("attention"_op, in4, att);  // [B, Hkv, G*T, D] = [B, H, T, D]
     a = ops::reshape(ops::transpose(ops::reshape(a, {B, H, T, D}), {0, 2, 1, 3}), {B * T, H * D});
     x = ops::add(x, b->attn_output->linear(a));
     h = ops::rms_norm(x, b->ffn_norm->w(), -1, c.rms_eps);
     const Tensor ff = ops::mul(ops::silu(b->ffn_gate->linear(h)), b->ffn_up->linear(h));
     x = ops::add(x, b->ffn_down->linear(ff));
   }
+  if (!head) return x;
   x = ops::rms_norm(x, static_cast<WeightCell&>(*output_norm_).w(), -1, c.rms_eps);
   const WeightCell& out = static_cast<WeightCell&>(c.tie_embeddings ? *token_embd_ : *output_);
   return ops::reshape(ops::linear(x, out.w()), {B, T, c.vocab});

@@ -72,6 +72,12 @@ class LlamaModel : public Cell {
   ~LlamaModel() override;
   // tokens i64 [B, T] -> logits f32 [B, T, vocab]
   Tensor construct(const Tensor& tokens) override;
+  // A contiguous part of construct(), for pipeline stages (train/pipeline.h): blocks [first, last), preceded by the
+  // token embedding when `embed` (then `in` is token ids i64 [B, T]; else the residual stream f32 [B*T, dim] of
+  // sequences of length T) and followed by the final norm and the output matrix when `head` (then the result is
+  // logits [B, T, vocab]; else the residual stream [B*T, dim]). The same ops as construct(), which is
+  // forward_part(tokens, T, 0, layers, true, true), so stages chained give its bits.
+  Tensor forward_part(const Tensor& in, int64_t T, int64_t first, int64_t last, bool embed, bool head);
   const LlamaConfig& config() const { return cfg_; }
 
   // Adds LoRA adapters ("blk.N.<cell>.lora_a" [r, in] and ".lora_b" [out, r]) to the target projections of every

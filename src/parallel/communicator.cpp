@@ -32,6 +32,9 @@ class SingleCommunicator final : public Communicator {
   void do_broadcast(void*, int64_t, int root) override { peer_check(root, "broadcast root"); }
   void do_send(const void*, int64_t, int peer, int) override { no_peer(peer, "send"); }
   void do_recv(void*, int64_t, int peer, int) override { no_peer(peer, "recv"); }
+  void do_sendrecv(const void*, int64_t, int dest, void*, int64_t, int, int, int) override {
+    no_peer(dest, "sendrecv");
+  }
   void do_barrier() override {}
 
  private:
@@ -83,6 +86,11 @@ void Communicator::send(const void* data, int64_t bytes, int peer, int tag) {
 }
 void Communicator::recv(void* data, int64_t bytes, int peer, int tag) {
   timed("recv", bytes, [&] { do_recv(data, bytes, peer, tag); });
+}
+void Communicator::sendrecv(const void* send_data, int64_t send_bytes, int dest, void* recv_data, int64_t recv_bytes,
+                            int source, int send_tag, int recv_tag) {
+  timed("sendrecv", send_bytes + recv_bytes,
+        [&] { do_sendrecv(send_data, send_bytes, dest, recv_data, recv_bytes, source, send_tag, recv_tag); });
 }
 void Communicator::barrier() {
   timed("barrier", 0, [&] { do_barrier(); });

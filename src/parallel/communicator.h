@@ -48,6 +48,10 @@ class Communicator {
   // Point to point; tag in [0, 16384). A recv must name the sender's byte count exactly.
   void send(const void* data, int64_t bytes, int peer, int tag = 0);
   void recv(void* data, int64_t bytes, int peer, int tag = 0);
+  // Both at once (posted together, then awaited): two ranks that exchange in opposite directions - a pipeline's
+  // activations one way, gradients the other - cannot deadlock on each other's blocking send.
+  void sendrecv(const void* send_data, int64_t send_bytes, int dest, void* recv_data, int64_t recv_bytes, int source,
+                int send_tag = 0, int recv_tag = 0);
   void barrier();
   // Ends every rank of the job now (MPI_Abort); for a rank that failed while the others may wait on it.
   [[noreturn]] virtual void abort(int code) = 0;
@@ -61,6 +65,8 @@ class Communicator {
   virtual void do_broadcast(void* data, int64_t bytes, int root) = 0;
   virtual void do_send(const void* data, int64_t bytes, int peer, int tag) = 0;
   virtual void do_recv(void* data, int64_t bytes, int peer, int tag) = 0;
+  virtual void do_sendrecv(const void* send_data, int64_t send_bytes, int dest, void* recv_data, int64_t recv_bytes,
+                           int source, int send_tag, int recv_tag) = 0;
   virtual void do_barrier() = 0;
 
  private:

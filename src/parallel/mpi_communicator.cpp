@@ -187,6 +187,16 @@ class MpiCommunicator final : public Communicator {
     wait("recv", reqs);
   }
 
+  void do_sendrecv(const void* send_data, int64_t send_bytes, int dest, void* recv_data, int64_t recv_bytes, int source,
+                   int send_tag, int recv_tag) override {
+    check_user(dest, send_tag, "sendrecv");
+    check_user(source, recv_tag, "sendrecv");
+    std::vector<Pending> reqs;
+    post_recv(reqs, recv_data, recv_bytes, source, kUser + recv_tag);
+    post_send(reqs, send_data, send_bytes, dest, kUser + send_tag);
+    wait("sendrecv", reqs);
+  }
+
   // Everyone reports to rank 0, which releases everyone: a rank that never arrives is named by rank 0.
   void do_barrier() override {
     char none = 0;

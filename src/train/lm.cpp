@@ -25,6 +25,7 @@
 #include "parallel/communicator.h"
 #include "train/model.h"
 #include "train/optimizer.h"
+#include "train/pipeline.h"
 
 namespace spore::train {
 namespace {
@@ -510,8 +511,8 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
               "give either a tokenizer GGUF or train_tokenizer (one of them)");
   fs::create_directories(o.ckpt_dir);
   const fs::path tok_path = fs::path(o.ckpt_dir) / "tokenizer.gguf";
-  // Data parallel: rank 0 trains the tokenizer and writes the model; the others wait for the tokenizer.
-  parallel::Communicator* comm = o.data_parallel ? &parallel::world() : nullptr;
+  // Data or model parallel: rank 0 trains the tokenizer and writes the model; the others wait for the tokenizer.
+  parallel::Communicator* comm = o.data_parallel || !o.model_parallel.empty() ? &parallel::world() : nullptr;
   const bool writer = comm == nullptr || comm->rank() == 0;
 
   // Tokenizer: trained once and kept in the checkpoint directory (a resumed run must tokenize alike). A Hugging Face
@@ -565,7 +566,11 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   nn::LlamaModel net(cfg);
   const std::string key =
       model_key(cfg) + (o.train_tokenizer ? fmt::format("; bpe {}", o.vocab) : "; tokenizer " + o.tokenizer);
-  LmReport rep = train_decoder(net, data, cfg.ctx, o, key, on_progress);
+  SPORE_CHECK(o.model_parallel.empty() || o.model_parallel == "pipeline", ErrorCode::invalid_argument,
+              "model parallelism '{}' is not pipeline", o.model_parallel);
+  LmReport rep = o.model_parallel == "pipeline"
+                     ? train_decoder_pipeline(net, data, cfg.ctx, o, o.pipeline_schedule, key, on_progress)
+                     : train_decoder(net, data, cfg.ctx, o, key, on_progress);
   if (!o.out.empty() && rep.steps == o.steps && writer) {
     export_llama_gguf(net, &tok_file, o.out, o.out_type);
     rep.gguf = o.out;

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "autodiff/autodiff.h"
 #include "ops/ops.h"
@@ -22,6 +23,36 @@ TEST(Autodiff, MulSumGradients) {
   EXPECT_DOUBLE_EQ(y.item(), 32);
   EXPECT_EQ(g[0].to_doubles(), (std::vector<double>{4, 5, 6}));
   EXPECT_EQ(g[1].to_doubles(), (std::vector<double>{1, 2, 3}));
+}
+
+// A pipeline keeps one tape per micro-batch in flight and ends them first in, first out: each still computes its own
+// gradients, and once all are gone no tape is active (none left pointing at a destroyed one).
+TEST(Autodiff, TapesDestroyedOutOfOrder) {
+  init();
+  auto t0 = std::make_unique<autodiff::GradientTape>();
+  const Tensor x0 = t0->watch(vec({1, 2}, {2}));
+  const Tensor y0 = ops::reduce_sum(ops::mul(x0, x0));
+  auto t1 = std::make_unique<autodiff::GradientTape>();
+  const Tensor x1 = t1->watch(vec({3, 4}, {2}));
+  const Tensor y1 = ops::reduce_sum(ops::mul(x1, x1));
+  std::vector<Tensor> g0;
+  {
+    autodiff::NoGradGuard no_grad;
+    g0 = t0->gradient(y0, std::vector<Tensor>{x0});
+  }
+  t0.reset();  // not the active tape: unlinked from t1's chain
+  EXPECT_EQ(autodiff::GradientTape::active(), t1.get());
+  auto t2 = std::make_unique<autodiff::GradientTape>();
+  const Tensor x2 = t2->watch(vec({5}, {1}));
+  const Tensor y2 = ops::mul(x2, x2);
+  const std::vector<Tensor> g1 = t1->gradient(y1, std::vector<Tensor>{x1});
+  t1.reset();
+  const std::vector<Tensor> g2 = t2->gradient(y2, std::vector<Tensor>{x2});
+  t2.reset();
+  EXPECT_EQ(autodiff::GradientTape::active(), nullptr);
+  EXPECT_EQ(g0[0].to_doubles(), (std::vector<double>{2, 4}));
+  EXPECT_EQ(g1[0].to_doubles(), (std::vector<double>{6, 8}));
+  EXPECT_EQ(g2[0].to_doubles(), (std::vector<double>{10}));
 }
 
 TEST(Autodiff, BroadcastReducesToInputShape) {

@@ -118,6 +118,10 @@ void check_moves(Communicator& c, int64_t bytes, uint64_t salt) {
       c.send(mine.data(), bytes, next, 3);
     }
     if (got != data_of(prev)) fail("send/recv from " + std::to_string(prev) + tag);
+    // Every rank sends to next and receives from prev at once (blocking sends would deadlock above the eager limit).
+    std::vector<char> both(static_cast<size_t>(bytes));
+    c.sendrecv(mine.data(), bytes, next, both.data(), bytes, prev, 5, 5);
+    if (both != data_of(prev)) fail("sendrecv from " + std::to_string(prev) + tag);
   }
   c.barrier();
 }

@@ -12,6 +12,7 @@
 #include <spore/spore.h>
 
 #include "base/thread_pool.h"
+#include "parallel/communicator.h"
 #include "runtime/profiler.h"
 #include "tools/spore/commands.h"
 #include "train/lm.h"
@@ -76,8 +77,16 @@ int cmd_train_lm(int argc, char** argv) {
   std::string parallel_mode = "stand_alone";
   app.add_option("--parallel", parallel_mode,
                  "stand_alone | data: data parallel over the ranks of `mpirun -np N spore train-lm ...` (bit-identical "
-                 "for every N given --grad-shards; needs --accum 1)")
-      ->check(CLI::IsMember({"stand_alone", "data"}));
+                 "for every N given --grad-shards; needs --accum 1) | pipeline: one stage of blocks per rank "
+                 "(`mpirun -np S`), the bits of one process with --accum M")
+      ->check(CLI::IsMember({"stand_alone", "data", "pipeline"}));
+  int64_t stages = 0, micro_batches = 0;
+  app.add_option("--stages", stages, "pipeline: the stage count S (must equal the rank count)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--micro-batches", micro_batches,
+                 "pipeline: micro-batches M of --batch windows per optimizer step (the same as --accum M)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--schedule", o.pipeline_schedule, "pipeline: gpipe | 1f1b")->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_option("--grad-shards", o.grad_shards,
                  "data parallel: each step's --batch windows as M fixed shards summed in one tree order (default: the "
                  "rank count); N ranks need N | M and M/N a power of two")
@@ -95,7 +104,21 @@ int cmd_train_lm(int argc, char** argv) {
   SPORE_CHECK(!o.train_tokenizer || o.vocab > 0, ErrorCode::invalid_argument, "--train-tokenizer needs --vocab V");
   set_threads(threads);
   o.data_parallel = parallel_mode == "data";
-  if (o.data_parallel) start_data_parallel();
+  if (parallel_mode == "pipeline") {
+    o.model_parallel = "pipeline";
+    SPORE_CHECK(micro_batches == 0 || o.accum == 1 || o.accum == micro_batches, ErrorCode::invalid_argument,
+                "--micro-batches {} and --accum {} disagree (in a pipeline they are the same thing)", micro_batches,
+                o.accum);
+    if (micro_batches > 0) o.accum = micro_batches;
+  } else {
+    SPORE_CHECK(stages == 0 && micro_batches == 0, ErrorCode::invalid_argument,
+                "--stages and --micro-batches need --parallel pipeline");
+  }
+  if (o.data_parallel || !o.model_parallel.empty()) start_data_parallel();
+  if (!o.model_parallel.empty())
+    SPORE_CHECK(stages == 0 || stages == parallel::world().size(), ErrorCode::invalid_argument,
+                "--stages {} but {} ranks: run `mpirun -np {} spore train-lm ...` (one stage per rank)", stages,
+                parallel::world().size(), stages);
   const bool tty = !json && ::isatty(STDOUT_FILENO) != 0;
   if (log_every == 0) log_every = tty ? 1 : 10;
   if (!json)
@@ -131,11 +154,11 @@ int cmd_train_lm(int argc, char** argv) {
                      {"checkpoint", r.checkpoint},
                      {"hf_dir", r.hf_dir},
                      {"threads", num_threads()}};
-  if (o.data_parallel) fin["comm"] = comm_stats_json();
+  if (o.data_parallel || !o.model_parallel.empty()) fin["comm"] = comm_stats_json();
   if (json) {
     std::cout << fin.dump() << std::endl;
   } else {
-    if (o.data_parallel) std::cout << comm_stats_text() << "\n";
+    if (o.data_parallel || !o.model_parallel.empty()) std::cout << comm_stats_text() << "\n";
     std::cout << fmt::format(
         "done: {} steps, {} parameters, vocab {}, val loss {:.4f} (ppl {:.2f}), {:.0f} tok/s{}{}{}\n", r.steps,
         r.params, r.vocab, r.val_loss, r.val_ppl, r.tokens_per_s,
