@@ -1,20 +1,17 @@
 // Pipeline parallelism for the decoder LM (train/pipeline.h).
 #include "train/pipeline.h"
 
-#include <chrono>
+#include "train/model_parallel.h"
+
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "autodiff/autodiff.h"
 #include "base/error.h"
-#include "io/file_util.h"
-#include "nn/loss.h"
 #include "ops/ops.h"
 #include "parallel/communicator.h"
 #include "train/checkpoint.h"
@@ -48,43 +45,13 @@ std::pair<int64_t, int64_t> pipeline_stage_layers(int64_t layers, int64_t stages
 }
 
 namespace {
-namespace fs = std::filesystem;
-using nlohmann::json;
-
-// The batches and the checkpoint key exactly as train_decoder (lm.cpp) makes them: a pipeline run sees the same data
-// and may resume a one-process run's checkpoint (pp_train_lm_test checks both give the same bits).
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask,
-                                  const std::vector<int64_t>& offsets, int64_t T) {
-  const auto B = static_cast<int64_t>(offsets.size());
-  Tensor x = Tensor::empty({B, T}, DType::i64), y = Tensor::empty({B, T}, DType::i64);
-  int64_t* xp = x.data<int64_t>();
-  int64_t* yp = y.data<int64_t>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const size_t at = static_cast<size_t>(offsets[static_cast<size_t>(b)] + t);
-      xp[b * T + t] = tokens[at];
-      yp[b * T + t] = mask.empty() || mask[at + 1] ? tokens[at + 1] : -1;
-    }
-  return {x, y};
-}
-std::string run_key(const LmRunOptions& o) {
-  return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {}",
-                     o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed);
-}
-
 constexpr int kTagForward = 1, kTagBackward = 2, kTagNorm = 3, kTagGather = 4;
 
 // One rank's stage: its blocks, parameters (slots of the whole model), optimizer and the micro-batches in flight.
-class Stage {
+class Stage final : public LmParallelTrainer {
  public:
-  Stage(nn::LlamaModel& net, parallel::Communicator& comm, const LmRunOptions& o, int64_t T)
-      : net_(net), comm_(comm), o_(o), T_(T), s_(comm.rank()), S_(comm.size()) {
+  Stage(nn::LlamaModel& net, parallel::Communicator& comm, const LmRunOptions& o, int64_t T, std::string schedule)
+      : net_(net), comm_(comm), o_(o), schedule_(std::move(schedule)), T_(T), s_(comm.rank()), S_(comm.size()) {
     std::tie(first_, last_) = pipeline_stage_layers(net.config().layers, S_, s_);
     const std::vector<std::string> all = trainable_names(net);
     std::vector<nn::Parameter*> slots = net.parameter_slots();
@@ -104,9 +71,9 @@ class Stage {
     ao.lr = o.lr;
     ao.beta2 = 0.95;
     ao.weight_decay = o.weight_decay;
-    auto schedule = warmup_lr(o.warmup, cosine_lr(o.lr, o.steps - o.warmup, o.lr * o.min_lr_ratio));
+    auto lr_schedule = warmup_lr(o.warmup, cosine_lr(o.lr, o.steps - o.warmup, o.lr * o.min_lr_ratio));
     opt_ = make_adamw(mine, ao);
-    opt_->set_schedule(schedule);
+    opt_->set_schedule(lr_schedule);
     full_opt_ = make_adamw(all, ao);  // checkpoints: the whole model's names and state layout
     std::vector<Tensor> values;
     for (nn::Parameter* p : slots_) values.push_back(p->value);
@@ -118,14 +85,14 @@ class Stage {
 
   bool first() const { return s_ == 0; }
   bool last() const { return s_ == S_ - 1; }
-  int64_t step() const { return step_; }
-  double lr_at(int64_t step) const { return opt_->lr_at(step); }
+  int64_t step() const override { return step_; }
+  double lr_at(int64_t step) const override { return opt_->lr_at(step); }
 
   // One optimizer step over the micro-batches (x, y): returns the step's loss (mean of the micro-batch losses), the
   // same on every rank.
-  double train_step(const std::vector<std::pair<Tensor, Tensor>>& batches, const std::string& schedule) {
+  double train_step(const std::vector<std::pair<Tensor, Tensor>>& batches) override {
     const auto M = static_cast<int64_t>(batches.size());
-    const std::vector<PipeOp> ops = pipeline_schedule(schedule, S_, s_, M);
+    const std::vector<PipeOp> ops = pipeline_schedule(schedule_, S_, s_, M);
     const int64_t rows = batches[0].first.dim(0) * T_, E = net_.config().dim;
     std::map<int64_t, InFlight> live;
     std::map<int64_t, Tensor> acts, grads_in;  // received ahead of use (by a combined send+receive)
@@ -212,7 +179,7 @@ class Stage {
 
   // The pipelined forward of an evaluation batch: the logits' mean cross entropy and target count (last stage), the
   // same on every rank.
-  std::pair<double, int64_t> eval_batch(const Tensor& x, const Tensor& y) {
+  std::pair<double, int64_t> eval_batch(const Tensor& x, const Tensor& y) override {
     autodiff::NoGradGuard no_grad;
     const int64_t rows = x.dim(0) * T_, E = net_.config().dim;
     Tensor in = x;
@@ -237,6 +204,8 @@ class Stage {
   // the same on every rank), the stages' optimizer state in the whole model's layout. The optimizers' state is
   // kind-major (AdamW: exp_avg of every parameter, then exp_avg_sq), so a stage's state restricted from the whole
   // model's keeps its order.
+  void gather_parameters() override { gather(false, nullptr); }
+
   void gather(bool with_state, std::vector<Tensor>* full_state) {
     const size_t P = all_names_.size();
     for (int64_t peer = 1; peer < S_; ++peer) {
@@ -259,7 +228,7 @@ class Stage {
     comm_.barrier();
   }
 
-  void save(const std::string& path) {
+  void save(const std::string& path) override {
     std::vector<Tensor> full_state;
     if (s_ == 0) {
       std::vector<Tensor> values;
@@ -276,7 +245,7 @@ class Stage {
     comm_.barrier();
   }
 
-  void load(const std::string& path) {
+  void load(const std::string& path) override {
     std::vector<Tensor> values;
     for (nn::Parameter* p : all_slots_) values.push_back(p->value);
     std::vector<Tensor> full_state = full_opt_->init_state(values);
@@ -341,14 +310,7 @@ class Stage {
       f.sources.push_back(x);
     }
     const Tensor out = net_.forward_part(x, T_, first_, last_, first(), last());
-    if (last()) {
-      // train_decoder's loss: mean next-token cross entropy over the micro-batch.
-      nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
-      const int64_t V = out.shape()[2];
-      f.out = ce(ops::reshape(out, {-1, V}), ops::reshape(labels, {-1}));
-    } else {
-      f.out = out;
-    }
+    f.out = last() ? lm_mean_loss(out, labels) : out;
     return f;
   }
 
@@ -392,6 +354,7 @@ class Stage {
   nn::LlamaModel& net_;
   parallel::Communicator& comm_;
   const LmRunOptions& o_;
+  std::string schedule_;
   int64_t T_, s_, S_, first_ = 0, last_ = 0, step_ = 0;
   std::vector<nn::Parameter*> slots_;      // this stage's trainable parameters, in the model's order
   std::vector<nn::Parameter*> all_slots_;  // every trainable parameter of the model, in order
@@ -407,162 +370,16 @@ class Stage {
 LmReport train_decoder_pipeline(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, const LmRunOptions& o,
                                 const std::string& schedule, const std::string& key,
                                 const std::function<void(const LmProgress&)>& on_progress) {
-  auto progress = [&](const LmProgress& p) {
-    if (on_progress) on_progress(p);
-  };
   parallel::Communicator& comm = parallel::world();
   const nn::LlamaConfig& cfg = net.config();
-  SPORE_CHECK(!o.ckpt_dir.empty(), ErrorCode::invalid_argument, "training needs a checkpoint directory");
-  SPORE_CHECK(o.batch > 0 && o.steps > 0 && o.accum > 0 && o.warmup >= 0 && o.warmup < o.steps && o.eval_every >= 0 &&
-                  o.eval_batches > 0,
-              ErrorCode::invalid_argument,
-              "training needs batch, steps, micro-batches, eval batches > 0 and 0 <= warmup < steps");
-  SPORE_CHECK(std::isfinite(o.lr) && o.lr > 0 && o.clip >= 0 && o.weight_decay >= 0 && o.min_lr_ratio >= 0 &&
-                  o.min_lr_ratio <= 1,
-              ErrorCode::invalid_argument,
-              "training needs lr > 0, clip >= 0, weight decay >= 0, min lr ratio in [0, 1]");
   SPORE_CHECK(comm.size() >= 2, ErrorCode::invalid_argument,
               "pipeline parallel needs 2 or more ranks (mpirun -np S), one per stage; this run has {}", comm.size());
   SPORE_CHECK(!cfg.tie_embeddings, ErrorCode::unsupported,
               "pipeline parallel: tied embeddings would put one matrix on the first and the last stage");
-  SPORE_CHECK(o.amp_level == "O0", ErrorCode::unsupported, "pipeline parallel trains in f32 only (amp level {})",
-              o.amp_level);
-  SPORE_CHECK(!o.data_parallel, ErrorCode::unsupported, "pipeline parallel does not combine with data parallel yet");
-  SPORE_CHECK(data.train_mask.empty() && data.val_mask.empty(), ErrorCode::unsupported,
-              "pipeline parallel: masked targets (fine-tuning) are not supported");
-  SPORE_CHECK(ctx > 0 && ctx <= cfg.ctx, ErrorCode::invalid_argument,
-              "the training window {} must be in [1, the model's context {}]", ctx, cfg.ctx);
   pipeline_stage_layers(cfg.layers, comm.size(), comm.rank());  // checks layers >= stages
-  parallel::check_same_config(
-      comm, {{"model", key}, {"run", run_key(o)}, {"schedule", schedule}, {"world", std::to_string(comm.size())}});
-  const bool writer = comm.rank() == 0;
-  const int64_t T = ctx, B = o.batch;
-  const auto n_train = static_cast<int64_t>(data.train.size()), n_val = static_cast<int64_t>(data.val.size());
-  SPORE_CHECK(n_train > T + 1 && n_val > T + 1, ErrorCode::invalid_argument,
-              "the training ({}) or validation ({}) text has too few tokens for windows of ctx {} + 1", n_train, n_val,
-              T);
-  fs::create_directories(o.ckpt_dir);
-  const fs::path dir(o.ckpt_dir);
-  const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json";
-  Stage stage(net, comm, o, T);
-
-  LmReport rep;
-  rep.vocab = cfg.vocab;
-  rep.params = net.num_parameters();
-  rep.train_tokens = n_train;
-  rep.val_tokens = n_val;
-  const std::string data_key = fmt::format("{}; data {} + {} tokens", key, n_train, n_val);
-  if (fs::exists(state_path) && fs::exists(ckpt)) {
-    json st;
-    try {
-      st = json::parse(read_text_file(state_path.string(), "checkpoint state"));
-    } catch (const json::exception& e) {
-      SPORE_FAIL(ErrorCode::parse_error, "checkpoint state '{}' is not valid JSON: {}", state_path.string(), e.what());
-    }
-    SPORE_CHECK(st.value("model", "") == data_key && st.value("run", "") == run_key(o), ErrorCode::invalid_argument,
-                "checkpoint '{}' was written by another run ({}; {}), not this one ({}; {}): use another --ckpt-dir",
-                o.ckpt_dir, st.value("model", ""), st.value("run", ""), data_key, run_key(o));
-    stage.load(ckpt.string());
-    rep.step_losses = st.at("losses").get<std::vector<double>>();
-    rep.val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
-    SPORE_CHECK(static_cast<int64_t>(rep.step_losses.size()) == stage.step(), ErrorCode::parse_error,
-                "checkpoint state '{}' has {} losses for step {}", state_path.string(), rep.step_losses.size(),
-                stage.step());
-    LmProgress p;
-    p.kind = "resume";
-    p.step = stage.step();
-    p.steps = o.steps;
-    progress(p);
-  }
-  rep.start_step = stage.step();
-
-  auto save = [&] {
-    stage.save(ckpt.string() + ".tmp");
-    if (writer) {
-      fs::rename(ckpt.string() + ".tmp", ckpt);
-      json st{{"model", data_key},
-              {"run", run_key(o)},
-              {"step", stage.step()},
-              {"losses", rep.step_losses},
-              {"val", rep.val_curve}};
-      io::write_file_atomic(state_path.string(), st.dump());
-    }
-    comm.barrier();
-  };
-  const int64_t n_windows = std::min<int64_t>(o.eval_batches * B, (n_val - 1) / T);
-  auto evaluate = [&] {
-    double total = 0;
-    int64_t targets = 0;
-    for (int64_t w0 = 0; w0 < n_windows; w0 += B) {
-      std::vector<int64_t> offs;
-      for (int64_t w = w0; w < std::min(n_windows, w0 + B); ++w) offs.push_back(w * T);
-      auto [x, y] = windows(data.val, data.val_mask, offs, T);
-      const auto [mean, n] = stage.eval_batch(x, y);
-      total += mean * static_cast<double>(n);
-      targets += n;
-    }
-    return targets > 0 ? total / static_cast<double>(targets) : 0.0;
-  };
-
-  double train_s = 0, interval_loss = 0;
-  int64_t interval_steps = 0, tokens_done = 0;
-  const int64_t last = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
-  for (int64_t step = stage.step(); step < last; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::pair<Tensor, Tensor>> batches;
-    for (int64_t i = 0; i < o.accum; ++i) {
-      const uint64_t m = static_cast<uint64_t>(step * o.accum + i);
-      std::vector<int64_t> offs(static_cast<size_t>(B));
-      for (int64_t b = 0; b < B; ++b)
-        offs[static_cast<size_t>(b)] = static_cast<int64_t>(
-            splitmix64(splitmix64(o.seed) ^ (m * static_cast<uint64_t>(B) + static_cast<uint64_t>(b))) %
-            static_cast<uint64_t>(n_train - T - 1));
-      batches.push_back(windows(data.train, data.train_mask, offs, T));
-    }
-    const double loss = stage.train_step(batches, schedule);
-    train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tokens_done += B * T * o.accum;
-    rep.step_losses.push_back(loss);
-    interval_loss += loss;
-    ++interval_steps;
-    LmProgress p;
-    p.kind = "step";
-    p.step = step + 1;
-    p.steps = o.steps;
-    p.loss = loss;
-    p.lr = stage.lr_at(step);
-    p.tokens_per_s = static_cast<double>(tokens_done) / train_s;
-    p.elapsed_s = train_s;
-    progress(p);
-    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == o.steps) {
-      LmProgress e = p;
-      e.kind = "eval";
-      e.train_loss = interval_loss / static_cast<double>(interval_steps);
-      e.train_ppl = std::exp(e.train_loss);
-      e.val_loss = evaluate();
-      e.val_ppl = std::exp(e.val_loss);
-      rep.val_curve.emplace_back(step + 1, e.val_loss);
-      rep.val_loss = e.val_loss;
-      rep.val_ppl = e.val_ppl;
-      interval_loss = 0;
-      interval_steps = 0;
-      save();
-      progress(e);
-    } else if (step + 1 == last) {
-      save();
-    }
-  }
-  if (stage.step() == rep.start_step && stage.step() > 0) stage.gather(false, nullptr);  // resumed a finished run
-  rep.steps = stage.step();
-  rep.last_loss = rep.step_losses.empty() ? 0.0 : rep.step_losses.back();
-  rep.train_seconds = train_s;
-  rep.tokens_per_s = train_s > 0 ? static_cast<double>(tokens_done) / train_s : 0.0;
-  rep.checkpoint = ckpt.string();
-  if (rep.steps == o.steps && !rep.val_curve.empty() && rep.val_curve.back().first == o.steps) {
-    rep.val_loss = rep.val_curve.back().second;
-    rep.val_ppl = std::exp(rep.val_loss);
-  }
-  return rep;
+  check_model_parallel_run(comm, net, data, ctx, o, key, "pipeline " + schedule);
+  Stage stage(net, comm, o, ctx, schedule);
+  return run_model_parallel_lm(stage, comm, net, data, ctx, o, key, on_progress);
 }
 
 }  // namespace spore::train

@@ -1,0 +1,213 @@
+// The shared loop of the model-parallel LM trainers (train/model_parallel.h).
+#include "train/model_parallel.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "io/file_util.h"
+#include "nn/loss.h"
+#include "ops/ops.h"
+#include "parallel/communicator.h"
+
+namespace spore::train {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The batches and the checkpoint key exactly as train_decoder (lm.cpp) makes them: a model-parallel run sees the same
+// data and may resume a one-process run's checkpoint (pp_train_lm_test checks both give the same bits).
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets, int64_t T) {
+  const auto B = static_cast<int64_t>(offsets.size());
+  Tensor x = Tensor::empty({B, T}, DType::i64), y = Tensor::empty({B, T}, DType::i64);
+  int64_t* xp = x.data<int64_t>();
+  int64_t* yp = y.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t at = static_cast<size_t>(offsets[static_cast<size_t>(b)] + t);
+      xp[b * T + t] = tokens[at];
+      yp[b * T + t] = tokens[at + 1];
+    }
+  return {x, y};
+}
+std::string run_key(const LmRunOptions& o) {
+  return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {}",
+                     o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed);
+}
+
+}  // namespace
+
+Tensor lm_mean_loss(const Tensor& logits, const Tensor& labels) {
+  nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
+  const int64_t V = logits.shape()[2];
+  return ce(ops::reshape(logits, {-1, V}), ops::reshape(labels, {-1}));
+}
+
+void check_model_parallel_run(parallel::Communicator& comm, nn::LlamaModel& net, const LmTokens& data, int64_t ctx,
+                              const LmRunOptions& o, const std::string& key, const std::string& what) {
+  SPORE_CHECK(!o.ckpt_dir.empty(), ErrorCode::invalid_argument, "training needs a checkpoint directory");
+  SPORE_CHECK(o.batch > 0 && o.steps > 0 && o.accum > 0 && o.warmup >= 0 && o.warmup < o.steps && o.eval_every >= 0 &&
+                  o.eval_batches > 0,
+              ErrorCode::invalid_argument,
+              "training needs batch, steps, micro-batches, eval batches > 0 and 0 <= warmup < steps");
+  SPORE_CHECK(std::isfinite(o.lr) && o.lr > 0 && o.clip >= 0 && o.weight_decay >= 0 && o.min_lr_ratio >= 0 &&
+                  o.min_lr_ratio <= 1,
+              ErrorCode::invalid_argument,
+              "training needs lr > 0, clip >= 0, weight decay >= 0, min lr ratio in [0, 1]");
+  SPORE_CHECK(o.amp_level == "O0", ErrorCode::unsupported, "{} parallel trains in f32 only (amp level {})", what,
+              o.amp_level);
+  SPORE_CHECK(!o.data_parallel, ErrorCode::unsupported, "{} parallel does not combine with data parallel yet", what);
+  SPORE_CHECK(data.train_mask.empty() && data.val_mask.empty(), ErrorCode::unsupported,
+              "{} parallel: masked targets (fine-tuning) are not supported", what);
+  SPORE_CHECK(ctx > 0 && ctx <= net.config().ctx, ErrorCode::invalid_argument,
+              "the training window {} must be in [1, the model's context {}]", ctx, net.config().ctx);
+  parallel::check_same_config(
+      comm, {{"model", key}, {"run", run_key(o)}, {"parallel", what}, {"world", std::to_string(comm.size())}});
+}
+
+LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicator& comm, nn::LlamaModel& net,
+                               const LmTokens& data, int64_t ctx, const LmRunOptions& o, const std::string& key,
+                               const std::function<void(const LmProgress&)>& on_progress) {
+  auto progress = [&](const LmProgress& p) {
+    if (on_progress) on_progress(p);
+  };
+  const bool writer = comm.rank() == 0;
+  const int64_t T = ctx, B = o.batch;
+  const auto n_train = static_cast<int64_t>(data.train.size()), n_val = static_cast<int64_t>(data.val.size());
+  SPORE_CHECK(n_train > T + 1 && n_val > T + 1, ErrorCode::invalid_argument,
+              "the training ({}) or validation ({}) text has too few tokens for windows of ctx {} + 1", n_train, n_val,
+              T);
+  fs::create_directories(o.ckpt_dir);
+  const fs::path dir(o.ckpt_dir);
+  const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json";
+
+  LmReport rep;
+  rep.vocab = net.config().vocab;
+  rep.params = net.num_parameters();
+  rep.train_tokens = n_train;
+  rep.val_tokens = n_val;
+  const std::string data_key = fmt::format("{}; data {} + {} tokens", key, n_train, n_val);
+  if (fs::exists(state_path) && fs::exists(ckpt)) {
+    json st;
+    try {
+      st = json::parse(read_text_file(state_path.string(), "checkpoint state"));
+    } catch (const json::exception& e) {
+      SPORE_FAIL(ErrorCode::parse_error, "checkpoint state '{}' is not valid JSON: {}", state_path.string(), e.what());
+    }
+    SPORE_CHECK(st.value("model", "") == data_key && st.value("run", "") == run_key(o), ErrorCode::invalid_argument,
+                "checkpoint '{}' was written by another run ({}; {}), not this one ({}; {}): use another --ckpt-dir",
+                o.ckpt_dir, st.value("model", ""), st.value("run", ""), data_key, run_key(o));
+    trainer.load(ckpt.string());
+    rep.step_losses = st.at("losses").get<std::vector<double>>();
+    rep.val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
+    SPORE_CHECK(static_cast<int64_t>(rep.step_losses.size()) == trainer.step(), ErrorCode::parse_error,
+                "checkpoint state '{}' has {} losses for step {}", state_path.string(), rep.step_losses.size(),
+                trainer.step());
+    LmProgress p;
+    p.kind = "resume";
+    p.step = trainer.step();
+    p.steps = o.steps;
+    progress(p);
+  }
+  rep.start_step = trainer.step();
+
+  auto save = [&] {
+    trainer.save(ckpt.string() + ".tmp");
+    if (writer) {
+      fs::rename(ckpt.string() + ".tmp", ckpt);
+      json st{{"model", data_key},
+              {"run", run_key(o)},
+              {"step", trainer.step()},
+              {"losses", rep.step_losses},
+              {"val", rep.val_curve}};
+      io::write_file_atomic(state_path.string(), st.dump());
+    }
+    comm.barrier();
+  };
+  const int64_t n_windows = std::min<int64_t>(o.eval_batches * B, (n_val - 1) / T);
+  auto evaluate = [&] {
+    double total = 0;
+    int64_t targets = 0;
+    for (int64_t w0 = 0; w0 < n_windows; w0 += B) {
+      std::vector<int64_t> offs;
+      for (int64_t w = w0; w < std::min(n_windows, w0 + B); ++w) offs.push_back(w * T);
+      auto [x, y] = windows(data.val, offs, T);
+      const auto [mean, n] = trainer.eval_batch(x, y);
+      total += mean * static_cast<double>(n);
+      targets += n;
+    }
+    return targets > 0 ? total / static_cast<double>(targets) : 0.0;
+  };
+
+  double train_s = 0, interval_loss = 0;
+  int64_t interval_steps = 0, tokens_done = 0;
+  const int64_t last = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+  for (int64_t step = trainer.step(); step < last; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::pair<Tensor, Tensor>> batches;
+    for (int64_t i = 0; i < o.accum; ++i) {
+      const uint64_t m = static_cast<uint64_t>(step * o.accum + i);
+      std::vector<int64_t> offs(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b)
+        offs[static_cast<size_t>(b)] = static_cast<int64_t>(
+            splitmix64(splitmix64(o.seed) ^ (m * static_cast<uint64_t>(B) + static_cast<uint64_t>(b))) %
+            static_cast<uint64_t>(n_train - T - 1));
+      batches.push_back(windows(data.train, offs, T));
+    }
+    const double loss = trainer.train_step(batches);
+    train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tokens_done += B * T * o.accum;
+    rep.step_losses.push_back(loss);
+    interval_loss += loss;
+    ++interval_steps;
+    LmProgress p;
+    p.kind = "step";
+    p.step = step + 1;
+    p.steps = o.steps;
+    p.loss = loss;
+    p.lr = trainer.lr_at(step);
+    p.tokens_per_s = static_cast<double>(tokens_done) / train_s;
+    p.elapsed_s = train_s;
+    progress(p);
+    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == o.steps) {
+      LmProgress e = p;
+      e.kind = "eval";
+      e.train_loss = interval_loss / static_cast<double>(interval_steps);
+      e.train_ppl = std::exp(e.train_loss);
+      e.val_loss = evaluate();
+      e.val_ppl = std::exp(e.val_loss);
+      rep.val_curve.emplace_back(step + 1, e.val_loss);
+      rep.val_loss = e.val_loss;
+      rep.val_ppl = e.val_ppl;
+      interval_loss = 0;
+      interval_steps = 0;
+      save();
+      progress(e);
+    } else if (step + 1 == last) {
+      save();
+    }
+  }
+  if (trainer.step() == rep.start_step && trainer.step() > 0) trainer.gather_parameters();  // resumed a finished run
+  rep.steps = trainer.step();
+  rep.last_loss = rep.step_losses.empty() ? 0.0 : rep.step_losses.back();
+  rep.train_seconds = train_s;
+  rep.tokens_per_s = train_s > 0 ? static_cast<double>(tokens_done) / train_s : 0.0;
+  rep.checkpoint = ckpt.string();
+  if (rep.steps == o.steps && !rep.val_curve.empty() && rep.val_curve.back().first == o.steps) {
+    rep.val_loss = rep.val_curve.back().second;
+    rep.val_ppl = std::exp(rep.val_loss);
+  }
+  return rep;
+}
+
+}  // namespace spore::train
