@@ -26,6 +26,7 @@
 #include "train/model.h"
 #include "train/optimizer.h"
 #include "train/pipeline.h"
+#include "train/tensor_parallel.h"
 
 namespace spore::train {
 namespace {
@@ -566,11 +567,12 @@ LmReport train_lm(const LmOptions& o, const std::function<void(const LmProgress&
   nn::LlamaModel net(cfg);
   const std::string key =
       model_key(cfg) + (o.train_tokenizer ? fmt::format("; bpe {}", o.vocab) : "; tokenizer " + o.tokenizer);
-  SPORE_CHECK(o.model_parallel.empty() || o.model_parallel == "pipeline", ErrorCode::invalid_argument,
-              "model parallelism '{}' is not pipeline", o.model_parallel);
+  SPORE_CHECK(o.model_parallel.empty() || o.model_parallel == "pipeline" || o.model_parallel == "tensor",
+              ErrorCode::invalid_argument, "model parallelism '{}' is not pipeline or tensor", o.model_parallel);
   LmReport rep = o.model_parallel == "pipeline"
                      ? train_decoder_pipeline(net, data, cfg.ctx, o, o.pipeline_schedule, key, on_progress)
-                     : train_decoder(net, data, cfg.ctx, o, key, on_progress);
+                 : o.model_parallel == "tensor" ? train_decoder_tensor_parallel(net, data, cfg.ctx, o, key, on_progress)
+                                                : train_decoder(net, data, cfg.ctx, o, key, on_progress);
   if (!o.out.empty() && rep.steps == o.steps && writer) {
     export_llama_gguf(net, &tok_file, o.out, o.out_type);
     rep.gguf = o.out;

@@ -65,7 +65,8 @@ struct LmOptions : LmRunOptions {
   std::string out_type = "f32";  // the GGUF's matrices: "f32" | "f16" | "bf16" | "q8_0" (1-D tensors stay f32)
   std::string hf_out;            // also a Hugging Face folder of the model (export_llama_hf) when not empty
   // Model parallelism over parallel::world(): "pipeline" (train/pipeline.h: one stage per rank, `accum` micro-batches
-  // per step in `pipeline_schedule` "gpipe" | "1f1b"); empty: none.
+  // per step in `pipeline_schedule` "gpipe" | "1f1b"), "tensor" (train/tensor_parallel.h: Megatron splits over every
+  // rank); empty: none.
   std::string model_parallel;
   std::string pipeline_schedule = "1f1b";
 };

@@ -78,9 +78,12 @@ int cmd_train_lm(int argc, char** argv) {
   app.add_option("--parallel", parallel_mode,
                  "stand_alone | data: data parallel over the ranks of `mpirun -np N spore train-lm ...` (bit-identical "
                  "for every N given --grad-shards; needs --accum 1) | pipeline: one stage of blocks per rank "
-                 "(`mpirun -np S`), the bits of one process with --accum M")
-      ->check(CLI::IsMember({"stand_alone", "data", "pipeline"}));
-  int64_t stages = 0, micro_batches = 0;
+                 "(`mpirun -np S`), the bits of one process with --accum M | tensor: Megatron splits of attention and "
+                 "MLP over `mpirun -np N` ranks (one process's result within f32 rounding)")
+      ->check(CLI::IsMember({"stand_alone", "data", "pipeline", "tensor"}));
+  int64_t stages = 0, micro_batches = 0, tp = 0;
+  app.add_option("--tp", tp, "tensor: the tensor-parallel degree N (must equal the rank count)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--stages", stages, "pipeline: the stage count S (must equal the rank count)")
       ->check(CLI::PositiveNumber);
   app.add_option("--micro-batches", micro_batches,
@@ -114,11 +117,17 @@ int cmd_train_lm(int argc, char** argv) {
     SPORE_CHECK(stages == 0 && micro_batches == 0, ErrorCode::invalid_argument,
                 "--stages and --micro-batches need --parallel pipeline");
   }
+  if (parallel_mode == "tensor") o.model_parallel = "tensor";
+  else SPORE_CHECK(tp == 0, ErrorCode::invalid_argument, "--tp needs --parallel tensor");
   if (o.data_parallel || !o.model_parallel.empty()) start_data_parallel();
   if (!o.model_parallel.empty())
     SPORE_CHECK(stages == 0 || stages == parallel::world().size(), ErrorCode::invalid_argument,
                 "--stages {} but {} ranks: run `mpirun -np {} spore train-lm ...` (one stage per rank)", stages,
                 parallel::world().size(), stages);
+  if (o.model_parallel == "tensor")
+    SPORE_CHECK(tp == 0 || tp == parallel::world().size(), ErrorCode::invalid_argument,
+                "--tp {} but {} ranks: run `mpirun -np {} spore train-lm ...` (one slice per rank)", tp,
+                parallel::world().size(), tp);
   const bool tty = !json && ::isatty(STDOUT_FILENO) != 0;
   if (log_every == 0) log_every = tty ? 1 : 10;
   if (!json)
