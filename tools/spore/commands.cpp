@@ -24,6 +24,8 @@ constexpr Command commands[] = {
     {"train", "train a model (simplenet, lenet, mlp, transformer) on MNIST / digits; checkpoints, --json", cmd_train},
     {"train-lm", "pretrain a small Llama/Qwen2 LM on a text file: BPE tokenizer, checkpoints, GGUF out, --json",
      cmd_train_lm},
+    {"plan-parallel", "search data x pipeline x tensor parallelism for an LM on N devices: predicted step time, memory",
+     cmd_plan_parallel},
     {"finetune", "LoRA fine-tuning of a Llama/Qwen2 GGUF (frozen f32/bf16/q8_0 base): PEFT and GGUF adapters, --json",
      cmd_finetune},
     {"lora", "LoRA adapter tools: lora merge BASE.gguf ADAPTER -o MERGED.gguf [--quantize q8_0]", cmd_lora},

@@ -27,6 +27,7 @@ int cmd_graph(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_train_lm(int argc, char** argv);
+int cmd_plan_parallel(int argc, char** argv);
 int cmd_finetune(int argc, char** argv);
 int cmd_lora(int argc, char** argv);
 int cmd_eval(int argc, char** argv);

@@ -1,0 +1,203 @@
+// The data x pipeline x tensor parallel cost model and search (train/parallel_plan.h).
+#include "train/parallel_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "nn/init.h"
+#include "nn/loss.h"
+#include "ops/ops.h"
+#include "ops/registry.h"
+#include "runtime/trace.h"
+
+namespace spore::train {
+namespace {
+
+// Sum of the OpDefs' FLOPs over a traced graph, and its op count.
+std::pair<double, double> graph_flops(const Graph& g) {
+  double total = 0, ops = 0;
+  const OpRegistry& reg = op_registry();
+  for (const Node* n : g.nodes()) {
+    if (n->dead || n->is_input() || n->is_constant()) continue;
+    const OpDef* def = reg.find(n->op);
+    if (def == nullptr) continue;
+    std::vector<TensorType> ins, outs;
+    for (const Value* v : n->inputs) ins.push_back(v->type);
+    for (const Value* v : n->outputs) outs.push_back(v->type);
+    total += def->cost_of(ins, outs, n->attrs).flops;
+    ++ops;
+  }
+  return {total, ops};
+}
+
+// FLOPs and ops of one training step (forward + backward, no optimizer) of `c` on one sequence of T tokens.
+std::pair<double, double> traced_step_flops(const nn::LlamaConfig& c, int64_t T) {
+  nn::set_seed(0);
+  nn::LlamaModel net(c);
+  nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
+  const std::vector<TensorType> types{TensorType::of(DType::i64, {1, T}), TensorType::of(DType::i64, {1, T})};
+  const auto g = trace_function(
+      [&](std::span<const Tensor> in) {
+        nn::LossAndGrads r = nn::value_and_grad(net, [&] {
+          const Tensor logits = net(in[0]);
+          return ce(ops::reshape(logits, {-1, c.vocab}), ops::reshape(in[1], {-1}));
+        });
+        std::vector<Tensor> out{r.loss};
+        for (auto& [name, g] : r.grads) out.push_back(g);
+        return out;
+      },
+      types);
+  return graph_flops(*g);
+}
+
+double ceil_div(double a, double b) { return std::ceil(a / b); }
+
+}  // namespace
+
+LmFlops formula_lm_flops(const nn::LlamaConfig& c, int64_t T) {
+  const double E = static_cast<double>(c.dim), Dq = static_cast<double>(c.heads * c.head_dim()),
+               Dkv = static_cast<double>(c.kv_heads * c.head_dim()), F = static_cast<double>(c.ffn),
+               V = static_cast<double>(c.vocab), t = static_cast<double>(T);
+  // Forward per token: the matrix products, attention over the whole window (the kernel masks, it does not skip),
+  // and the elementwise ops (norms, rope, softmax, silu, residuals: ~a few per element).
+  const double block =
+      2 * (2 * E * Dq + 2 * E * Dkv + 3 * E * F) + 4 * t * Dq + 5 * static_cast<double>(c.heads) * t + 12 * E + 4 * F;
+  const double head = 2 * E * V + 5 * V + 4 * E;
+  LmFlops f{3 * block, 3 * head, "formula"};
+  // The op counts: a tiny model of the same structure (arch, heads, kv heads) traced.
+  nn::LlamaConfig tiny = c;
+  tiny.dim = c.heads * 4;
+  tiny.ffn = 8;
+  tiny.vocab = 16;
+  tiny.ctx = 4;
+  tiny.tie_embeddings = c.tie_embeddings;
+  tiny.layers = 1;
+  const double o1 = traced_step_flops(tiny, 4).second;
+  tiny.layers = 2;
+  const double o2 = traced_step_flops(tiny, 4).second;
+  f.block_ops = o2 - o1;
+  f.head_ops = 2 * o1 - o2;
+  return f;
+}
+
+LmFlops count_lm_flops(const nn::LlamaConfig& c, int64_t T, int64_t max_traced_params) {
+  const LmFlops f = formula_lm_flops(c, T);
+  // Parameters of the 2-block model traced below: the embedding and head plus two blocks.
+  const double E = static_cast<double>(c.dim), params2 = 2.0 * static_cast<double>(c.vocab) * E +
+                                                         2 * (E * static_cast<double>(c.heads * c.head_dim()) * 2 +
+                                                              2 * E * static_cast<double>(c.kv_heads * c.head_dim()) +
+                                                              3 * E * static_cast<double>(c.ffn));
+  if (params2 > static_cast<double>(max_traced_params)) return f;
+  // One block's FLOPs are the 2-block model's minus the 1-block model's; the rest is the head (and the embedding).
+  nn::LlamaConfig one = c, two = c;
+  one.layers = 1;
+  two.layers = 2;
+  const double f1 = traced_step_flops(one, T).first, f2 = traced_step_flops(two, T).first;
+  LmFlops t = f;
+  t.block = (f2 - f1) / static_cast<double>(T);
+  t.head = (2 * f1 - f2) / static_cast<double>(T);
+  t.source = "traced";
+  return t;
+}
+
+std::string Strategy::describe() const {
+  return fmt::format("dp {} x pp {} x tp {}, {} micro-batch{} of {}", dp, pp, tp, micro, micro == 1 ? "" : "es",
+                     micro_batch);
+}
+
+Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlops& flops, int64_t dp, int64_t pp,
+                          int64_t tp, int64_t micro) {
+  const nn::LlamaConfig& m = in.model;
+  const int64_t T = in.ctx > 0 ? in.ctx : m.ctx;
+  const int64_t per_replica = in.global_batch / dp, mb = per_replica / micro;
+  Strategy s{.dp = dp, .pp = pp, .tp = tp, .micro = micro, .micro_batch = mb};
+  const double n = static_cast<double>(dp * pp * tp);
+  const double rate =
+      c.flops_per_s * (c.shared_cores > 0 ? std::min(1.0, static_cast<double>(c.shared_cores) / n) : 1.0);
+  const double tokens_mb = static_cast<double>(mb * T);
+  // The slowest stage per micro-batch on one device: tp splits the blocks' work and replicates the head's; the first
+  // L % pp stages take one more block, the last stage also runs the head.
+  const double p_tp = static_cast<double>(tp);
+  const double blocks_max = ceil_div(static_cast<double>(m.layers), static_cast<double>(pp));
+  const double blocks_last = static_cast<double>(m.layers / pp);
+  const double stage_flops =
+      pp == 1 ? blocks_max * flops.block / p_tp + flops.head
+              : std::max(blocks_max * flops.block / p_tp, blocks_last * flops.block / p_tp + flops.head);
+  const double stage_ops = pp == 1
+                               ? blocks_max * flops.block_ops + flops.head_ops
+                               : std::max(blocks_max * flops.block_ops, blocks_last * flops.block_ops + flops.head_ops);
+  const double overhead =
+      c.op_overhead * (c.shared_cores > 0 ? std::max(1.0, n / static_cast<double>(c.shared_cores)) : 1.0);
+  const double t_stage = stage_flops * tokens_mb / rate + stage_ops * overhead;
+  s.compute_s = static_cast<double>(micro) * t_stage;
+  s.bubble_s = static_cast<double>(pp - 1) * t_stage;
+  const auto allreduce = [&](double bytes, double p) {
+    return p <= 1 ? 0.0 : 2 * (p - 1) * c.latency + 2 * (p - 1) / p * bytes / c.bandwidth;
+  };
+  const double act_bytes = tokens_mb * static_cast<double>(m.dim) * 4;
+  const double blocks_dev = blocks_max;
+  // TP: per block and micro-batch 2 forward + 2 backward activation allreduces and 2 of the norm gradients.
+  s.tp_comm_s = static_cast<double>(micro) * blocks_dev *
+                (4 * allreduce(act_bytes, p_tp) + 2 * allreduce(static_cast<double>(m.dim) * 4, p_tp));
+  // PP: per micro-batch an activation forward and a gradient back per boundary, on the critical path of the
+  // (M + pp - 1) slots.
+  s.pp_comm_s = pp > 1 ? static_cast<double>(micro + pp - 1) * 2 * (c.latency + act_bytes / c.bandwidth) : 0.0;
+  // Parameters of the device's share.
+  const double E = static_cast<double>(m.dim), F = static_cast<double>(m.ffn), V = static_cast<double>(m.vocab);
+  const double Dq = static_cast<double>(m.heads * m.head_dim()), Dkv = static_cast<double>(m.kv_heads * m.head_dim());
+  const double block_params = 2 * E * Dq + 2 * E * Dkv + 3 * E * F + 2 * E;
+  const double edge_params = V * E + (m.tie_embeddings ? 0.0 : V * E + E);
+  const double dev_params = pp == 1 ? blocks_max * block_params / p_tp + edge_params
+                                    : std::max(blocks_max * block_params / p_tp + V * E,
+                                               blocks_last * block_params / p_tp + (m.tie_embeddings ? 0 : V * E) + E);
+  s.dp_comm_s = allreduce(dev_params * 4, static_cast<double>(dp));
+  s.step_s = s.compute_s + s.bubble_s + s.tp_comm_s + s.pp_comm_s + s.dp_comm_s;
+  // Memory: f32 parameters, gradients, the accumulation buffer and AdamW's moments; activations of the micro-batches
+  // in flight on stage 0 (1F1B: min(pp, M)).
+  s.param_bytes = dev_params * 20;
+  const double H = static_cast<double>(m.heads) / p_tp, t = static_cast<double>(T);
+  const double act_per_token_block = 4 * (6 * E + (2 * Dq + 2 * Dkv) / p_tp + 3 * F / p_tp + 2 * H * t);
+  const double in_flight = static_cast<double>(std::min(pp, micro));
+  s.activation_bytes = in_flight * tokens_mb * blocks_max * act_per_token_block +
+                       tokens_mb * V * 4 * 2;  // the logits and their gradient (the last stage)
+  s.memory_bytes = s.param_bytes + s.activation_bytes;
+  s.fits = c.mem_per_device <= 0 || s.memory_bytes <= c.mem_per_device;
+  return s;
+}
+
+std::vector<Strategy> plan_parallel(const PlanInput& in, const ClusterSpec& c, const LmFlops& flops) {
+  const nn::LlamaConfig& m = in.model;
+  SPORE_CHECK(c.devices > 0 && in.global_batch > 0 && c.bandwidth > 0 && c.latency >= 0 && c.flops_per_s > 0,
+              ErrorCode::invalid_argument,
+              "plan-parallel needs devices, global batch, bandwidth and a FLOP rate > 0 (devices {}, batch {}, "
+              "bandwidth {}, rate {})",
+              c.devices, in.global_batch, c.bandwidth, c.flops_per_s);
+  std::vector<Strategy> out;
+  for (int64_t tp = 1; tp <= c.devices; ++tp) {
+    if (c.devices % tp || m.heads % tp || m.kv_heads % tp || m.ffn % tp) continue;
+    for (int64_t pp = 1; pp <= c.devices / tp; ++pp) {
+      if ((c.devices / tp) % pp || pp > m.layers) continue;
+      const int64_t dp = c.devices / tp / pp;
+      if (in.global_batch % dp) continue;
+      const int64_t per_replica = in.global_batch / dp;
+      for (int64_t micro = 1; micro <= per_replica; micro *= 2) {
+        if (per_replica % micro) continue;
+        out.push_back(predict_strategy(in, c, flops, dp, pp, tp, micro));
+      }
+    }
+  }
+  SPORE_CHECK(!out.empty(), ErrorCode::invalid_argument,
+              "plan-parallel: no dp x pp x tp of {} devices suits the model (heads {}, kv heads {}, ffn {}, layers {}) "
+              "and global batch {}",
+              c.devices, m.heads, m.kv_heads, m.ffn, m.layers, in.global_batch);
+  std::stable_sort(out.begin(), out.end(), [](const Strategy& a, const Strategy& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.step_s < b.step_s;
+  });
+  return out;
+}
+
+}  // namespace spore::train

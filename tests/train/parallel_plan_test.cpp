@@ -1,0 +1,58 @@
+// spore plan-parallel's cost model (train/parallel_plan.h). Its predictions against measured step times:
+// bench/plan_parallel_validate.py (docs/PERFORMANCE.md).
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "runtime/runtime.h"
+#include "train/parallel_plan.h"
+
+namespace spore::train {
+namespace {
+
+nn::LlamaConfig small() {
+  return {.arch = "llama", .vocab = 512, .dim = 128, .layers = 4, .heads = 4, .kv_heads = 2, .ffn = 352, .ctx = 64};
+}
+
+// The closed form (used for models too large to build) agrees with the OpDefs' FLOPs over the traced training graph.
+TEST(ParallelPlan, FormulaMatchesTracedFlops) {
+  init();
+  for (const nn::LlamaConfig& c :
+       {small(),
+        nn::LlamaConfig{
+            .arch = "qwen2", .vocab = 300, .dim = 64, .layers = 2, .heads = 8, .kv_heads = 8, .ffn = 160, .ctx = 32}}) {
+    const LmFlops traced = count_lm_flops(c, c.ctx), formula = formula_lm_flops(c, c.ctx);
+    EXPECT_EQ(traced.source, "traced");
+    EXPECT_NEAR(formula.block / traced.block, 1.0, 0.05) << c.dim;
+    EXPECT_NEAR(formula.head / traced.head, 1.0, 0.05) << c.dim;
+  }
+  EXPECT_EQ(count_lm_flops(small(), 64, /*max_traced_params=*/1000).source, "formula");
+}
+
+TEST(ParallelPlan, SearchRespectsTheModelAndTheMemory) {
+  const PlanInput in{.model = small(), .ctx = 64, .global_batch = 8};
+  const LmFlops f = formula_lm_flops(in.model, in.ctx);
+  ClusterSpec c{.devices = 4, .mem_per_device = 0, .bandwidth = 1e9, .latency = 1e-5, .flops_per_s = 1e10};
+  const std::vector<Strategy> all = plan_parallel(in, c, f);
+  for (const Strategy& s : all) {
+    EXPECT_EQ(s.dp * s.pp * s.tp, 4);
+    EXPECT_EQ(in.model.heads % s.tp, 0);
+    EXPECT_EQ(in.model.kv_heads % s.tp, 0);  // so tp 4 is never offered (2 kv heads)
+    EXPECT_EQ(8 % (s.dp * s.micro), 0);
+  }
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_LE(all[i - 1].step_s, all[i].step_s);
+  // A pipeline's bubble is (pp - 1) micro-batch slots: more micro-batches shrink its share.
+  const Strategy p1 = predict_strategy(in, c, f, 1, 2, 2, 1), p4 = predict_strategy(in, c, f, 1, 2, 2, 4);
+  EXPECT_DOUBLE_EQ(p1.bubble_s, p1.compute_s);
+  EXPECT_NEAR(p4.bubble_s, p4.compute_s / 4, 1e-12);
+  // With too little memory for a replica's parameters and AdamW state, the chosen strategy splits the model.
+  const Strategy dp4 = predict_strategy(in, c, f, 4, 1, 1, 1);
+  c.mem_per_device = dp4.param_bytes * 0.9;
+  const std::vector<Strategy> tight = plan_parallel(in, c, f);
+  EXPECT_TRUE(tight.front().fits);
+  EXPECT_GT(tight.front().pp * tight.front().tp, 1);
+  // 5 devices: 5 stages > 4 blocks, 5 does not divide the batch of 8 nor the heads.
+  EXPECT_THROW(plan_parallel(in, ClusterSpec{.devices = 5, .bandwidth = 1e9, .flops_per_s = 1e10}, f), Error);
+}
+
+}  // namespace
+}  // namespace spore::train
