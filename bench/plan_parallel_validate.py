@@ -9,7 +9,8 @@ trainers run eagerly, so the data-parallel and one-process runs do too; 1 thread
 median of its steps 2.. (from the --json progress), a configuration's the median over its runs. The communication
 figures come from bench/allreduce_bench at 2 ranks (spore's allreduce: busbw at 256 KiB and the 4 KiB time as the
 latency), the device's FLOP rate and per-op overhead from one-process runs at batch 8 and 2 (--flops-per-s,
---op-overhead), and the N ranks share the host's cores
+--op-overhead), the cores the host really gives from two one-process runs at once (the machine is shared), and the N
+ranks share the host's cores
 (--shared-cores). Prints a table and, with --json, one object.
 
 usage: plan_parallel_validate.py BUILD_DIR [--repeat 3] [--steps 8] [--json] [--cores N]"""
@@ -87,6 +88,21 @@ def main():
             per_step = [b - a for a, b in zip(ends, ends[1:])]
             times.append(statistics.median(per_step))
         measured[name] = statistics.median(times)
+    # The host: the cores two busy processes really get (other sessions share this machine): two one-process runs at
+    # once, pinned to different cores; effective cores = 2 x alone / together (at most the core count).
+    together = []
+    for k in range(repeat):
+        procs = []
+        for core in range(2):
+            ck = os.path.join(tmp, f"ck_pair_{k}_{core}")
+            cmd = ["taskset", "-c", str(core % cores)] + base + ["--batch", "8", "--ckpt-dir", ck, "-o", ck + ".gguf"]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env))
+        for p in procs:
+            lines = [json.loads(l) for l in p.communicate()[0].splitlines() if l.startswith("{")]
+            st = [l for l in lines if "tokens_per_s" in l and not l.get("final")]
+            ends = [l["step"] * 8 * MODEL["ctx"] / l["tokens_per_s"] for l in st]
+            together.append(statistics.median([b - a for a, b in zip(ends, ends[1:])]))
+    eff_cores = min(float(cores), 2 * measured["1 rank"] / statistics.median(together))
     spec = ",".join(f"{k}={v}" for k, v in MODEL.items()) + f",vocab={VOCAB}"
     # The device: t(b) = ops x overhead + b T x FLOPs per token / rate, from the one-process steps at b = 8 and 2.
     info = json.loads(subprocess.run([spore, "plan-parallel", spec, "--devices", "1", "--bandwidth", "1G",
@@ -106,7 +122,7 @@ def main():
             continue
         dp, pp, tp, micro = strat
         cmd = [spore, "plan-parallel", spec, "--devices", str(n), "--bandwidth", f"{bandwidth:.6g}",
-               "--latency", f"{latency:.6g}", "--global-batch", str(GLOBAL_BATCH), "--shared-cores", str(cores),
+               "--latency", f"{latency:.6g}", "--global-batch", str(GLOBAL_BATCH), "--shared-cores", f"{eff_cores:.3g}",
                "--strategy", f"{dp},{pp},{tp},{micro}", "--json"] + device
         p = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
         pred = p["chosen"]["step_s"]
@@ -115,7 +131,7 @@ def main():
     best = {}
     for n in sorted({c[1] for c in configs}):
         cmd = [spore, "plan-parallel", spec, "--devices", str(n), "--bandwidth", f"{bandwidth:.6g}",
-               "--latency", f"{latency:.6g}", "--global-batch", str(GLOBAL_BATCH), "--shared-cores", str(cores),
+               "--latency", f"{latency:.6g}", "--global-batch", str(GLOBAL_BATCH), "--shared-cores", f"{eff_cores:.3g}",
                "--json"] + device
         p = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
         c = p["chosen"]
@@ -124,12 +140,12 @@ def main():
     if as_json:
         print(json.dumps({"bandwidth": bandwidth, "latency": latency, "one_rank_tokens_per_s": one_tps,
                           "flops_per_s": rate, "op_overhead_s": overhead, "ops_per_micro_batch": ops,
-                          "cores": cores, "repeat": repeat, "steps": steps, "loadavg": load, "rows": out,
+                          "cores": cores, "effective_cores": eff_cores, "repeat": repeat, "steps": steps, "loadavg": load, "rows": out,
                           "chosen": best}))
         return 0
     print(f"allreduce (2 ranks): {bandwidth / 1e9:.3f} GB/s bus bandwidth at 256 KiB, latency {latency * 1e6:.1f} us; "
           f"1 rank: {one_tps:.0f} tokens/s; device: {rate / 1e9:.2f} GFLOP/s + {overhead * 1e6:.1f} us per op "
-          f"({ops:.0f} ops per micro-batch); {cores} cores; load average {' '.join(load)}")
+          f"({ops:.0f} ops per micro-batch); {cores} cores, {eff_cores:.2f} effective (2 processes at once); load average {' '.join(load)}")
     print(f"{'config':<16} {'ranks':>5} {'measured':>11} {'predicted':>11} {'error':>8}")
     for o in out:
         print(f"{o['config']:<16} {o['ranks']:>5} {o['measured_s'] * 1e3:>9.1f}ms {o['predicted_s'] * 1e3:>9.1f}ms "

@@ -46,7 +46,7 @@ struct ClusterSpec {
   double latency = 0;         // seconds per message
   double flops_per_s = 0;     // achieved training FLOP rate of one device
   double op_overhead = 0;     // seconds each op costs beyond its FLOPs (eager dispatch, kernel launch)
-  int64_t shared_cores = 0;   // > 0: the devices are processes sharing this many cores (validation on one host)
+  double shared_cores = 0;    // > 0: the devices are processes sharing this many cores (validation on one host)
 };
 
 // Training FLOPs (forward + backward) per token.

@@ -193,7 +193,7 @@ int cmd_plan_parallel(int argc, char** argv) {
                  "time each op costs beyond its FLOPs (eager dispatch on a CPU, a kernel launch on a GPU: 5us)");
   app.add_option("--shared-cores", c.shared_cores,
                  "the devices are processes sharing this many cores (validation on one host): each runs at "
-                 "min(1, cores / devices) of the rate")
+                 "min(1, cores / devices) of the rate (a fraction: the cores the host really gives, measured)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--strategy", strategy, "predict this one instead of searching: dp,pp,tp,micro_batches");
   app.add_option("--top", top, "alternatives to print")->check(CLI::NonNegativeNumber);
@@ -266,7 +266,7 @@ int cmd_plan_parallel(int argc, char** argv) {
       m.arch, m.dim, m.layers, m.heads, m.kv_heads, m.ffn, m.vocab, in.ctx, per_token / 1e9, flops.source,
       in.global_batch, c.devices, c.mem_per_device > 0 ? human_bytes(c.mem_per_device) : "unlimited",
       human_bytes(c.bandwidth), human_s(c.latency), c.flops_per_s / 1e9,
-      c.shared_cores > 0 ? fmt::format(" (sharing {} cores)", c.shared_cores) : "");
+      c.shared_cores > 0 ? fmt::format(" (sharing {:.2f} cores)", c.shared_cores) : "");
   std::cout << fmt::format(
       "chosen: {}: step {} (compute {}, bubble {}, comm tp {} / pp {} / dp {}), memory {} per "
       "device{}\n",
