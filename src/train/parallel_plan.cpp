@@ -115,8 +115,7 @@ Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlo
   const int64_t per_replica = in.global_batch / dp, mb = per_replica / micro;
   Strategy s{.dp = dp, .pp = pp, .tp = tp, .micro = micro, .micro_batch = mb};
   const double n = static_cast<double>(dp * pp * tp);
-  const double rate =
-      c.flops_per_s * (c.shared_cores > 0 ? std::min(1.0, static_cast<double>(c.shared_cores) / n) : 1.0);
+  const double rate = c.flops_per_s * (c.shared_cores > 0 && n > 1 ? std::min(1.0, c.shared_cores / n) : 1.0);
   const double tokens_mb = static_cast<double>(mb * T);
   // The slowest stage per micro-batch on one device: tp splits the blocks' work and replicates the head's; the first
   // L % pp stages take one more block, the last stage also runs the head.
@@ -129,8 +128,7 @@ Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlo
   const double stage_ops = pp == 1
                                ? blocks_max * flops.block_ops + flops.head_ops
                                : std::max(blocks_max * flops.block_ops, blocks_last * flops.block_ops + flops.head_ops);
-  const double overhead =
-      c.op_overhead * (c.shared_cores > 0 ? std::max(1.0, n / static_cast<double>(c.shared_cores)) : 1.0);
+  const double overhead = c.op_overhead * (c.shared_cores > 0 && n > 1 ? std::max(1.0, n / c.shared_cores) : 1.0);
   const double t_stage = stage_flops * tokens_mb / rate + stage_ops * overhead;
   s.compute_s = static_cast<double>(micro) * t_stage;
   s.bubble_s = static_cast<double>(pp - 1) * t_stage;

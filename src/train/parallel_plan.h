@@ -14,8 +14,8 @@
 //   matches it for models too large to build here); time = FLOPs / flops_per_s + ops x op_overhead (a fixed cost
 //   per op: eager dispatch on a CPU, a kernel launch on a GPU; it is what makes small micro-batches and split
 //   matrices cost more than their FLOPs), the slowest stage of the pipeline
-//   times (M + PP - 1) micro-batch slots (the GPipe/1F1B bubble); with shared_cores C (validation on one host), N
-//   devices share C cores, so each runs at min(1, C / N) of the rate;
+//   times (M + PP - 1) micro-batch slots (the GPipe/1F1B bubble); with shared_cores C (validation on one host), N > 1
+//   devices share C cores, so each runs at min(1, C / N) of the rate (one device alone has its core);
 // - communication (alpha-beta, spore's own algorithms, nothing overlapped as spore runs them today): TP's 2
 //   activation allreduces forward and 2 backward per block and micro-batch (plus the norm gradients'), PP's
 //   activation and gradient messages per micro-batch and stage boundary, DP's one gradient allreduce per step;
