@@ -6,10 +6,13 @@
 // bits do not depend on arrival order. Requests are polled against a deadline (timeout_seconds()), so a missing peer
 // becomes an error naming it instead of a hang.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
+#include <csignal>
 #include <filesystem>
 #include <thread>
 
@@ -78,6 +81,72 @@ const spore_mpi_api* load_module(std::string& where) {
              errors.empty() ? " (not found)" : errors);
 }
 
+// What this rank is doing, for the SIGTERM report below (plain atomics: the handler may only read them).
+struct Activity {
+  std::atomic<int> rank{-1};
+  std::atomic<const char*> op{nullptr};    // the collective being waited on, null between collectives
+  std::atomic<const char*> last{nullptr};  // the last collective entered
+  std::atomic<int> peer{-1};               // the first peer still missing in op
+  std::atomic<int64_t> calls{0};           // collective waits so far
+};
+Activity g_activity;
+struct sigaction g_previous_term {};
+
+// Appends text / a decimal number to buf (async-signal-safe: no allocation, no locale).
+size_t put(char* buf, size_t at, size_t cap, const char* text) {
+  while (text && *text && at + 1 < cap) buf[at++] = *text++;
+  return at;
+}
+size_t put(char* buf, size_t at, size_t cap, int64_t v) {
+  char digits[24];
+  int n = 0;
+  const bool neg = v < 0;
+  uint64_t u = neg ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
+  do {
+    digits[n++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0 && n < 23);
+  if (neg && at + 1 < cap) buf[at++] = '-';
+  while (n > 0 && at + 1 < cap) buf[at++] = digits[--n];
+  return at;
+}
+
+// When one rank dies, mpirun ends the job: it sends SIGTERM to every other rank (then SIGKILL) and prints which rank
+// died. This handler adds the surviving rank's side - which collective it was in and which peer it waited for - then
+// lets SIGTERM do what it did before.
+void report_sigterm(int sig) {
+  char buf[512];
+  size_t n = put(buf, 0, sizeof buf, "spore: rank ");
+  n = put(buf, n, sizeof buf, static_cast<int64_t>(g_activity.rank.load()));
+  n = put(buf, n, sizeof buf, " terminated by SIGTERM (mpirun ends the job when a rank fails; it names that rank) ");
+  if (const char* op = g_activity.op.load()) {
+    n = put(buf, n, sizeof buf, "in ");
+    n = put(buf, n, sizeof buf, op);
+    n = put(buf, n, sizeof buf, " waiting for rank ");
+    n = put(buf, n, sizeof buf, static_cast<int64_t>(g_activity.peer.load()));
+  } else if (const char* last = g_activity.last.load()) {
+    n = put(buf, n, sizeof buf, "between collectives, computing after ");
+    n = put(buf, n, sizeof buf, last);
+  } else {
+    n = put(buf, n, sizeof buf, "before its first collective");
+  }
+  n = put(buf, n, sizeof buf, " (collective wait #");
+  n = put(buf, n, sizeof buf, g_activity.calls.load());
+  n = put(buf, n, sizeof buf, ")\n");
+  [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
+  sigaction(sig, &g_previous_term, nullptr);
+  std::raise(sig);
+}
+
+void install_sigterm_report(int rank) {
+  g_activity.rank = rank;
+  struct sigaction sa {};
+  sa.sa_handler = report_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGTERM, &sa, &g_previous_term);
+}
+
 struct Pending {
   void* request;
   int peer;
@@ -90,6 +159,7 @@ class MpiCommunicator final : public Communicator {
     api_ = load_module(path_);
     if (api_->init(&rank_, &size_) != 0)
       SPORE_FAIL(ErrorCode::unavailable, "MPI start-up failed: {}", api_->last_error());
+    install_sigterm_report(rank_);
   }
   ~MpiCommunicator() override { api_->finalize(); }
 
@@ -281,11 +351,21 @@ class MpiCommunicator final : public Communicator {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     int64_t idle_polls = 0;
+    if (!reqs.empty()) {
+      g_activity.peer = reqs.front().peer;
+      g_activity.last = op;
+      g_activity.op = op;
+      ++g_activity.calls;
+    }
+    struct Leave {
+      ~Leave() { g_activity.op = nullptr; }
+    } leave;
     while (!reqs.empty()) {
       bool progressed = false;
       for (size_t i = 0; i < reqs.size();) {
         const int rc = api_->test(reqs[i].request);
         if (rc == 0) {
+          if (i == 0) g_activity.peer = reqs[0].peer;
           ++i;
           continue;
         }

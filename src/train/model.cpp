@@ -1,6 +1,7 @@
 #include "train/model.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -675,9 +676,14 @@ void Model::train(int64_t epochs, const data::Dataset& ds, std::vector<std::shar
     c.metrics.clear();
     for (auto& cb : callbacks) cb->on_epoch_begin(c);
     const std::vector<int64_t> order = ds.epoch_order(epoch_);
-    double loss_sum = 0;
-    int64_t seen = 0;
-    for (int64_t b = 0; b < c.batches_per_epoch && !c.stop; ++b) {
+    // A run resumed from a mid-epoch checkpoint continues after its last batch, with its loss sum.
+    SPORE_CHECK(batch_ <= c.batches_per_epoch, ErrorCode::invalid_argument,
+                "train::Model::train: the checkpoint is at batch {} of epoch {}, but the dataset has {} batches per "
+                "epoch",
+                batch_, epoch_ + 1, c.batches_per_epoch);
+    double loss_sum = epoch_loss_sum_;
+    int64_t seen = epoch_samples_;
+    for (int64_t b = batch_; b < c.batches_per_epoch && !c.stop; ++b) {
       // Data parallel: this rank's rows of the global batch only (the distributed sampler).
       const int64_t global_rows = ds.batch_size(b), rows = comm_ ? global_rows / comm_->size() : global_rows;
       data::Batch batch =
@@ -692,9 +698,14 @@ void Model::train(int64_t epochs, const data::Dataset& ds, std::vector<std::shar
       c.overflow = last_overflow_;
       loss_sum += c.loss * static_cast<double>(c.batch_size);
       seen += c.batch_size;
+      batch_ = b + 1;  // what a checkpoint saved by a callback now records
+      epoch_loss_sum_ = loss_sum;
+      epoch_samples_ = seen;
       for (auto& cb : callbacks) cb->on_step_end(c);
       if (c.stop && b + 1 < c.batches_per_epoch) seen = -1;  // stopped mid-epoch
     }
+    batch_ = epoch_samples_ = 0;  // a stopped epoch starts again from its first batch, as before
+    epoch_loss_sum_ = 0;
     if (seen < 0) break;
     ++epoch_;
     c.metrics["loss"] = loss_sum / static_cast<double>(seen);
@@ -714,6 +725,19 @@ void Model::save_checkpoint(const std::string& path) const {
   info.step = step_;
   info.epoch = epoch_;
   info.seed = opts_.seed;
+  if (batch_ > 0) {  // mid-epoch (exact: hex floats)
+    SPORE_CHECK(micro_ == 0, ErrorCode::invalid_argument,
+                "train::Model::save_checkpoint: {} of {} micro-batches of the step are pending (save after a step)",
+                micro_, opts_.grad_accumulation);
+    info.extra["batch"] = std::to_string(batch_);
+    info.extra["epoch_loss_sum"] = fmt::format("{:a}", epoch_loss_sum_);
+    info.extra["epoch_samples"] = std::to_string(epoch_samples_);
+  }
+  if (scaling_) {
+    info.extra["loss_scale"] = fmt::format("{:a}", scale_);
+    info.extra["loss_scale_good_steps"] = std::to_string(good_steps_);
+    info.extra["overflow_steps"] = std::to_string(overflow_steps_);
+  }
   if (!comm_ || comm_->rank() == 0) train::save_checkpoint(path, net_, &opt_, state_, info);
   if (comm_) comm_->barrier();  // the file is complete before any rank goes on (and may load it)
 }
@@ -722,6 +746,32 @@ void Model::load_checkpoint(const std::string& path) {
   CheckpointInfo info = train::load_checkpoint(path, net_, &opt_, &state_);
   step_ = info.step;
   epoch_ = info.epoch;
+  const auto meta = [&](const char* key) -> const std::string* {
+    auto it = info.extra.find(key);
+    return it == info.extra.end() ? nullptr : &it->second;
+  };
+  const auto number = [&](const char* key, const std::string& v) {
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    SPORE_CHECK(!v.empty() && end && *end == '\0', ErrorCode::parse_error,
+                "train::Model::load_checkpoint: {}: metadata '{}' is not a number: '{}'", path, key, v);
+    return d;
+  };
+  batch_ = epoch_samples_ = 0;
+  epoch_loss_sum_ = 0;
+  if (const std::string* b = meta("batch")) {
+    batch_ = static_cast<int64_t>(number("batch", *b));
+    epoch_samples_ = meta("epoch_samples") ? static_cast<int64_t>(number("epoch_samples", *meta("epoch_samples"))) : 0;
+    epoch_loss_sum_ = meta("epoch_loss_sum") ? number("epoch_loss_sum", *meta("epoch_loss_sum")) : 0;
+  }
+  if (scaling_ && meta("loss_scale")) {
+    scale_ = number("loss_scale", *meta("loss_scale"));
+    good_steps_ = meta("loss_scale_good_steps")
+                      ? static_cast<int64_t>(number("loss_scale_good_steps", *meta("loss_scale_good_steps")))
+                      : 0;
+    overflow_steps_ =
+        meta("overflow_steps") ? static_cast<int64_t>(number("overflow_steps", *meta("overflow_steps"))) : 0;
+  }
   accum_.clear();
   micro_ = 0;
   eval_fn_.reset();  // its plans have the old weights compiled in

@@ -119,6 +119,10 @@ class Model {
   // Checkpoints: parameters (and buffers) under their dotted names, optimizer state under
   // "optimizer.<state name>", and step/epoch/seed/optimizer in the metadata. Data parallel: rank 0 writes, and every
   // rank returns once the file is complete (a barrier), so any rank may load it.
+  // A checkpoint saved between steps of an epoch (a callback's on_step_end: spore train --ckpt-every) also records
+  // the batches done in that epoch and the epoch's loss sum so far (metadata "batch", "epoch_loss_sum",
+  // "epoch_samples"; loss scaling's state too), and train() resumed from it continues with the next batch, so the
+  // run gives the uninterrupted run's bits. It must fall on an optimizer step (no pending accumulation).
   void save_checkpoint(const std::string& path) const;
   void load_checkpoint(const std::string& path);
 
@@ -175,6 +179,10 @@ class Model {
   std::vector<Tensor> accum_;  // summed gradients of the pending micro-batches (from zeros)
   int64_t micro_ = 0;
   int64_t step_ = 0, epoch_ = 0;
+  // Within the epoch in progress: batches done, and their loss sum and samples (for the epoch's mean loss); all 0
+  // between epochs. train() starts an epoch at batch_ (non-zero after load_checkpoint of a mid-epoch checkpoint).
+  int64_t batch_ = 0, epoch_samples_ = 0;
+  double epoch_loss_sum_ = 0;
   double last_lr_ = 0.0;
   ops::AmpLevel amp_level_ = ops::AmpLevel::O0;  // opts_.amp_level, parsed once
   bool scaling_ = false;                         // loss scaling on

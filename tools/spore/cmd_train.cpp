@@ -71,6 +71,11 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--threads", threads, "thread count (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "seed of the initial weights and the shuffles");
   app.add_option("--ckpt-dir", ckpt_dir, "write <model>_epoch<E>.safetensors here after every epoch");
+  int64_t ckpt_every = 0;
+  app.add_option("--ckpt-every", ckpt_every,
+                 "also write <model>_step<S>.safetensors to --ckpt-dir every K optimizer steps (mid-epoch; --resume "
+                 "from one continues with the next batch, bit-identical to an uninterrupted run)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "one JSON object per epoch, then {\"final\": true, ...}");
   app.add_option("--log-every", log_every, "also log the loss every K steps")->check(CLI::NonNegativeNumber);
   app.add_option("--limit-train", limit_train, "use only the first N training samples")->check(CLI::NonNegativeNumber);
@@ -201,6 +206,28 @@ int cmd_train(int argc, char** argv) {
   callbacks.push_back(nonfinite);
   auto mean_loss = std::make_shared<MeanLoss>();
   callbacks.push_back(mean_loss);
+  // Every K optimizer steps, a mid-epoch checkpoint (collective under data parallel: every rank reaches it).
+  struct StepCheckpoint : train::Callback {
+    train::Model* model = nullptr;
+    std::string dir, name;
+    int64_t every = 0, last = -1;
+    void on_step_end(train::RunContext& c) override {
+      if (c.step == last || c.step % every != 0 || c.step == 0) return;
+      last = c.step;
+      std::filesystem::create_directories(dir);
+      model->save_checkpoint(
+          (std::filesystem::path(dir) / fmt::format("{}_step{}.safetensors", name, c.step)).string());
+    }
+  };
+  if (ckpt_every > 0) {
+    SPORE_CHECK(!ckpt_dir.empty(), ErrorCode::invalid_argument, "--ckpt-every needs --ckpt-dir");
+    auto sc = std::make_shared<StepCheckpoint>();
+    sc->model = &model;
+    sc->dir = ckpt_dir;
+    sc->name = model_name;
+    sc->every = ckpt_every;
+    callbacks.push_back(sc);
+  }
 
   std::unique_ptr<Profiler> prof;
   if (!profile_path.empty()) prof = std::make_unique<Profiler>();
