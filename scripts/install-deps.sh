@@ -9,6 +9,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config python3
       libpcre2-dev  # tokenizer pre-split regexes
       libcpp-httplib-dev  # spore serve's HTTP server
       libopenmpi-dev openmpi-bin  # src/parallel's MPI module (libspore_mpi.so) and the mpirun tests
+      iproute2  # `ip netns` / veth: the two-host data-parallel test (tests/parallel/dp_netns_test.py)
       python3-onnx  # tests check exported ONNX files with onnx.checker
       python3-dev pybind11-dev python3-numpy python3-venv python3-build python3-setuptools python3-wheel \
       python3-pytest  # the Python package (make python)
