@@ -107,8 +107,9 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
     SPORE_CHECK(ls.factor > 1 && std::isfinite(ls.factor) && ls.window >= 1, ErrorCode::invalid_argument,
                 "train::Model: dynamic loss scale needs factor > 1 and window >= 1, got {} and {}", ls.factor,
                 ls.window);
-    SPORE_CHECK(opts_.grad_accumulation == 1, ErrorCode::unsupported,
-                "train::Model: loss scaling with grad_accumulation {} is not supported (use 1)",
+    // Data parallel checks the accumulated gradient once per step (train_step_data_parallel).
+    SPORE_CHECK(opts_.grad_accumulation == 1 || opts_.parallel.parallel_mode == "data_parallel", ErrorCode::unsupported,
+                "train::Model: loss scaling with grad_accumulation {} is not supported (use 1, or data parallel)",
                 opts_.grad_accumulation);
     scale_ = ls.scale;
   }
@@ -153,10 +154,6 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
                 "data parallel: grad_shards {} on {} ranks: the rank count must divide it and leave each rank a "
                 "power of two of shards (e.g. grad_shards {})",
                 shards_, n, n * 2);
-    SPORE_CHECK(opts_.grad_accumulation == 1, ErrorCode::unsupported,
-                "data parallel: grad_accumulation {} is not supported (grad_shards is the accumulation)",
-                opts_.grad_accumulation);
-    SPORE_CHECK(!scaling_, ErrorCode::unsupported, "data parallel: loss scaling is not supported yet");
     SPORE_CHECK(buffers_.empty(), ErrorCode::unsupported,
                 "data parallel: the network has {} non-trainable buffer(s) (BatchNorm running statistics), which "
                 "are not synchronised across ranks yet",
@@ -199,6 +196,10 @@ void Model::check_ranks_agree(std::vector<std::pair<std::string, std::string>> e
       {"mode", opts_.mode},
       {"optimizer", opt_.name()},
       {"grad_shards", std::to_string(shards_)},
+      {"grad_accumulation", std::to_string(opts_.grad_accumulation)},
+      {"loss scale",
+       fmt::format("{} {} factor {} window {} drop {}", opts_.loss_scale.kind, scale_, opts_.loss_scale.factor,
+                   opts_.loss_scale.window, opts_.loss_scale.drop_overflow_update)},
       {"gradients_mean", opts_.parallel.gradients_mean ? "true" : "false"},
       {"clip_norm", fmt::format("{}", opts_.clip_norm)},
       {"seed", std::to_string(opts_.seed)},
@@ -243,10 +244,12 @@ std::pair<Tensor, std::vector<Tensor>> Model::shard_loss_and_grads(const Tensor&
   };
   if (opts_.mode == "graph") {
     if (!shard_fn_) {
-      // (x, y, counter, params, buffers) -> (loss, buffers', grads)
+      // (x, y, counter, params, buffers[, scale]) -> (loss, buffers', grads): with loss scaling the backward runs on
+      // loss * scale and the gradients come back divided by it (inf/nan where they overflowed).
       shard_fn_ = std::make_unique<CompiledFunction>(TensorFn([this, np, nb, or_zeros](std::span<const Tensor> in) {
                                                        Traced t = trace_forward_backward(
-                                                           in[0], in[1], in[2], sub(in, 3, np), sub(in, 3 + np, nb));
+                                                           in[0], in[1], in[2], sub(in, 3, np), sub(in, 3 + np, nb),
+                                                           scaling_ ? in[3 + np + nb] : Tensor());
                                                        or_zeros(t.grads);
                                                        std::vector<Tensor> out{t.loss};
                                                        out.insert(out.end(), t.buffers.begin(), t.buffers.end());
@@ -258,6 +261,7 @@ std::pair<Tensor, std::vector<Tensor>> Model::shard_loss_and_grads(const Tensor&
     std::vector<Tensor> in{x, y, counter_tensor(counter)};
     for (nn::Parameter* p : slots_) in.push_back(p->value);
     for (nn::Parameter* p : buffers_) in.push_back(p->value);
+    if (scaling_) in.push_back(Tensor::scalar(scale_, DType::f32));
     std::vector<Tensor> out = (*shard_fn_)(std::span<const Tensor>(in));
     SPORE_ASSERT(out.size() == 1 + nb + np, "shard plan output count");
     for (size_t i = 0; i < nb; ++i) buffers_[i]->value = out[1 + i];
@@ -268,10 +272,19 @@ std::pair<Tensor, std::vector<Tensor>> Model::shard_loss_and_grads(const Tensor&
   {
     nn::StepScope scope(counter_tensor(counter));
     AmpScope amp(amp_level_, opts_.amp_dtype);
-    r = nn::value_and_grad(net_, [&] { return loss_t = loss_fn_(net_(x), y); });
+    r = nn::value_and_grad(net_, [&] {
+      loss_t = loss_fn_(net_(x), y);
+      return scaling_ ? ops::mul(loss_t, scale_) : loss_t;
+    });
   }
   std::vector<Tensor> grads;
   for (const std::string& n : names_) grads.push_back(r.grads.at(n));
+  if (scaling_) {  // as graph mode's trace: divided by the scale (a tensor input there, the same f32 value)
+    autodiff::NoGradGuard no_grad;
+    const Tensor scale = Tensor::scalar(scale_, DType::f32);
+    for (Tensor& g : grads)
+      if (g.defined()) g = ops::div(g, scale);
+  }
   or_zeros(grads);
   return {loss_t, grads};
 }
@@ -301,7 +314,7 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
     const Tensor xs = x.slice(0, k * shard_rows, (k + 1) * shard_rows).clone();
     const Tensor ys = y.slice(0, k * shard_rows, (k + 1) * shard_rows).clone();
     const int64_t shard = comm_->rank() * per_rank + k;
-    auto [loss, grads] = shard_loss_and_grads(xs, ys, step_ * shards_ + shard);
+    auto [loss, grads] = shard_loss_and_grads(xs, ys, micro_step() * shards_ + shard);
     float* dst = flat[static_cast<size_t>(k)].data();
     for (const Tensor& g : grads) {
       SPORE_CHECK(g.dtype() == DType::f32, ErrorCode::unsupported, "data parallel: a {} gradient (expected f32)",
@@ -326,6 +339,25 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
   if (opts_.parallel.gradients_mean)
     for (int64_t e = 0; e < total; ++e) sum[e] = sum[e] / m;
   const double loss = static_cast<double>(sum[total] / m);
+  // Gradient accumulation: the micro-batches' reduced gradients summed in order from zeros and divided by their
+  // count, as one process's accumulation does; every rank holds the same sums, so N does not change a bit.
+  if (opts_.grad_accumulation > 1) {
+    if (dp_accum_.empty()) dp_accum_.assign(static_cast<size_t>(total), 0.0f);
+    for (int64_t e = 0; e < total; ++e) dp_accum_[static_cast<size_t>(e)] += sum[e];
+    if (++micro_ < opts_.grad_accumulation) return loss;
+    const float a = static_cast<float>(opts_.grad_accumulation);
+    for (int64_t e = 0; e < total; ++e) sum[e] = dp_accum_[static_cast<size_t>(e)] / a;
+    dp_accum_.clear();
+    micro_ = 0;
+  }
+  // Loss scaling: an overflow in any rank's shard makes the reduced sum inf or nan on every rank (inf + x = inf, nan
+  // stays nan, inf - inf = nan), so the allreduce itself is the agreement - every rank skips the same steps and
+  // moves its scale alike, with no extra collective.
+  if (scaling_) {
+    bool finite = true;
+    for (int64_t e = 0; e < total && finite; ++e) finite = std::isfinite(sum[e]);
+    if (note_overflow(!finite) && skip_on_overflow()) return loss;
+  }
   std::vector<Tensor> grads;
   const float* src = sum;
   for (nn::Parameter* p : slots_) {
@@ -773,6 +805,7 @@ void Model::load_checkpoint(const std::string& path) {
         meta("overflow_steps") ? static_cast<int64_t>(number("overflow_steps", *meta("overflow_steps"))) : 0;
   }
   accum_.clear();
+  dp_accum_.clear();
   micro_ = 0;
   eval_fn_.reset();  // its plans have the old weights compiled in
   eval_params_.clear();

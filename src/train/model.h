@@ -70,8 +70,12 @@ struct LossScale {
 // (gradients_mean, DistributedGradReducer's mean) or the sum; its loss is the losses' sum / M. As nothing depends on
 // N, N = 1, 2, 4 ... give the same bits, given M: N must divide M and (N > 1) M / N be a power of two (a whole
 // subtree; e.g. M = 6 runs on 1, 3 or 6 ranks).
-// Dropout's counter is step * M + shard. Not yet: BatchNorm statistics sync (a network with buffers is refused),
-// loss scaling, grad_accumulation > 1 (the shards are the accumulation), overlapping the allreduce with backward.
+// Dropout's counter is (step * grad_accumulation + micro-batch) * M + shard. grad_accumulation A > 1: each
+// train_step is a micro-batch (reduced as above), the reduced gradients are summed in order and divided by A before
+// the update. Loss scaling: the shards' backward runs on loss * scale, the gradients are divided by it, and a step
+// whose reduced (accumulated) gradient is not finite is skipped on every rank - the allreduce carries any rank's
+// overflow to all. Not yet: BatchNorm statistics sync (a network with buffers is refused), overlapping the allreduce
+// with backward.
 struct ParallelContext {
   std::string parallel_mode = "stand_alone";  // "stand_alone" | "data_parallel"
   int64_t grad_shards = 0;                    // M; 0: the world size
@@ -177,6 +181,7 @@ class Model {
   std::vector<std::string> names_;
   std::vector<Tensor> state_;
   std::vector<Tensor> accum_;  // summed gradients of the pending micro-batches (from zeros)
+  std::vector<float> dp_accum_;  // data parallel: the same, over the reduced flat gradient vector
   int64_t micro_ = 0;
   int64_t step_ = 0, epoch_ = 0;
   // Within the epoch in progress: batches done, and their loss sum and samples (for the epoch's mean loss); all 0

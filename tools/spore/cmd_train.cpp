@@ -57,6 +57,11 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--dataset", dataset, "mnist:DIR | fashion-mnist:DIR | digits:FILE")->required();
   app.add_option("--epochs", epochs, "epochs")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "batch size")->check(CLI::PositiveNumber);
+  int64_t accum = 1;
+  app.add_option("--accum", accum,
+                 "gradient accumulation: A batches' mean gradient per optimizer step (A must divide the batches per "
+                 "epoch; with --loss-scale only under --parallel data)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--optimizer", optimizer, "momentum | sgd | adam | adamw")
       ->check(CLI::IsMember({"momentum", "sgd", "adam", "adamw"}));
   app.add_option("--lr", lr, "learning rate")->check(CLI::PositiveNumber);
@@ -147,6 +152,7 @@ int cmd_train(int argc, char** argv) {
   mo.amp_level = amp_level;
   mo.amp_dtype = amp_dtype == "f16" ? DType::f16 : DType::bf16;
   mo.loss_scale = ls;
+  mo.grad_accumulation = accum;
   const bool data_parallel = parallel_mode == "data";
   if (data_parallel) {
     mo.parallel = {
@@ -160,11 +166,14 @@ int cmd_train(int argc, char** argv) {
       data::Dataset::from_tensors(split.train.x, split.train.y).shuffle(seed).batch(batch, data_parallel);
   const data::Dataset test_ds = data::Dataset::from_tensors(split.test.x, split.test.y).batch(std::max<int64_t>(batch, 256));
   const int64_t n_train = split.train.x.dim(0), n_test = split.test.x.dim(0);
+  SPORE_CHECK(train_ds.batches_per_epoch() % accum == 0, ErrorCode::invalid_argument,
+              "--accum {}: it must divide the {} batches per epoch (an optimizer step never spans two epochs)", accum,
+              train_ds.batches_per_epoch());
   {
-    const int64_t steps = train_ds.batches_per_epoch() * epochs;
+    const int64_t steps = train_ds.batches_per_epoch() / accum * epochs;
     std::shared_ptr<train::LrSchedule> sched = lr_schedule == "cosine" ? train::cosine_lr(lr, steps)
                                                : lr_schedule == "step"
-                                                   ? train::step_lr(lr, 2 * train_ds.batches_per_epoch(), 0.1)
+                                                   ? train::step_lr(lr, 2 * train_ds.batches_per_epoch() / accum, 0.1)
                                                    : train::constant_lr(lr);
     if (warmup_steps > 0) sched = train::warmup_lr(warmup_steps, sched);
     opt->set_schedule(sched);
@@ -299,7 +308,8 @@ int cmd_train(int argc, char** argv) {
                      {"nonfinite_loss_steps", nonfinite->steps},
                      {"parallel", parallel_mode},
                      {"ranks", data_parallel ? model.communicator()->size() : 1},
-                     {"grad_shards", model.grad_shards()}};
+                     {"grad_shards", model.grad_shards()},
+                     {"accum", accum}};
   if (const Plan* p = model.compiled_plan("step")) {  // what ran in which dtype: the step plan's ops by output dtype
     std::map<std::string, int64_t> by;
     for (const Node* n : p->graph().nodes())
