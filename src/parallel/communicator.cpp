@@ -60,12 +60,21 @@ bool env_set(const char* name) {
 
 template <typename Fn>
 void Communicator::timed(const char* op, int64_t bytes, Fn&& fn) {
+  wait_s_ = 0;
   const auto t0 = std::chrono::steady_clock::now();
   fn();
+  const auto t1 = std::chrono::steady_clock::now();
   CollectiveStats& st = stats_[op];
   ++st.calls;
   st.bytes += bytes;
-  st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.seconds += std::chrono::duration<double>(t1 - t0).count();
+  st.wait_seconds += wait_s_;
+  if (observer_) {
+    const auto ns = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    observer_({op, bytes, ns(t0), ns(t1), wait_s_});
+  }
 }
 
 void Communicator::allreduce(void* data, int64_t count, DType dtype, ReduceOp op) {

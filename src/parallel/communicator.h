@@ -11,6 +11,7 @@
 // peer and the limit (SPORE_COMM_TIMEOUT, seconds; default 300). A dead peer usually ends the job sooner: mpirun
 // stops every rank when one exits with an error.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,6 +29,15 @@ enum class ReduceOp { sum, mean };  // mean: the tree sum divided by size(), in 
 struct CollectiveStats {
   int64_t calls = 0, bytes = 0;
   double seconds = 0;
+  double wait_seconds = 0;  // of `seconds`, the time blocked on peers' messages (MPI: polling incomplete requests)
+};
+
+// One finished operation, for an observer (a profiler timeline): steady_clock nanoseconds since its epoch.
+struct CollectiveEvent {
+  const char* op;  // "allreduce", "barrier", ...
+  int64_t bytes;   // as CollectiveStats counts them
+  int64_t start_ns, end_ns;
+  double wait_seconds;
 };
 
 // The public operations count and time each call (stats()) around the implementation's do_* function.
@@ -57,8 +67,14 @@ class Communicator {
   [[noreturn]] virtual void abort(int code) = 0;
 
   const std::map<std::string, CollectiveStats>& stats() const { return stats_; }
+  // Called after every operation on the calling thread (null: none). train::Model puts collectives on the active
+  // profiler's timeline this way (parallel sits below runtime and knows no profiler).
+  void set_observer(std::function<void(const CollectiveEvent&)> fn) { observer_ = std::move(fn); }
 
  protected:
+  // Implementations add the seconds they spend blocked on peers during the current operation.
+  void add_wait_seconds(double s) { wait_s_ += s; }
+
   virtual void do_allreduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
   virtual void do_reduce_scatter(const void* in, void* out, int64_t count_per_rank, DType dtype, ReduceOp op) = 0;
   virtual void do_allgather(const void* in, void* out, int64_t bytes_per_rank) = 0;
@@ -73,6 +89,8 @@ class Communicator {
   template <typename Fn>
   void timed(const char* op, int64_t bytes, Fn&& fn);
   std::map<std::string, CollectiveStats> stats_;
+  std::function<void(const CollectiveEvent&)> observer_;
+  double wait_s_ = 0;
 };
 
 // The process's communicator: MPI when launched by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the environment,

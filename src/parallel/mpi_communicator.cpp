@@ -358,8 +358,13 @@ class MpiCommunicator final : public Communicator {
       ++g_activity.calls;
     }
     struct Leave {
-      ~Leave() { g_activity.op = nullptr; }
-    } leave;
+      MpiCommunicator* self;
+      clock::time_point start;
+      ~Leave() {
+        g_activity.op = nullptr;
+        self->add_wait_seconds(std::chrono::duration<double>(clock::now() - start).count());
+      }
+    } leave{this, start};
     while (!reqs.empty()) {
       bool progressed = false;
       for (size_t i = 0; i < reqs.size();) {

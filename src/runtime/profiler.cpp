@@ -186,9 +186,13 @@ std::string Profiler::chrome_trace_json() const {
                       {"ph", "X"},
                       {"ts", us(s.start_ns)},
                       {"dur", static_cast<double>(s.end_ns - s.start_ns) / 1e3},
-                      {"pid", 1},
+                      {"pid", pid_},
                       {"tid", s.thread},
-                      {"args", nlohmann::json::object()}});
+                      {"args", [&] {
+                         nlohmann::json a = nlohmann::json::object();
+                         for (const auto& [k, v] : s.args) a[k] = v;
+                         return a;
+                       }()}});
   }
   for (const auto& e : events_) {
     threads.insert(e.thread);
@@ -197,17 +201,26 @@ std::string Profiler::chrome_trace_json() const {
                       {"ph", "X"},
                       {"ts", us(e.start_ns)},
                       {"dur", static_cast<double>(e.end_ns - e.start_ns) / 1e3},
-                      {"pid", 1},
+                      {"pid", pid_},
                       {"tid", e.thread},
-                      {"args", {{"node", e.node}, {"impl", e.impl}, {"dtypes", e.dtypes}, {"shapes", e.shapes},
-                                {"bytes", e.bytes}, {"flops", e.flops}}}});
+                      {"args",
+                       {{"node", e.node},
+                        {"impl", e.impl},
+                        {"dtypes", e.dtypes},
+                        {"shapes", e.shapes},
+                        {"bytes", e.bytes},
+                        {"flops", e.flops}}}});
   }
   // Metadata: Perfetto names the tracks after these.
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 0}, {"args", {{"name", "spore"}}}});
+  events.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", pid_}, {"tid", 0}, {"args", {{"name", process_name_}}}});
+  events.push_back(
+      {{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid_}, {"tid", 0}, {"args", {{"sort_index", pid_}}}});
   for (int t : threads) {
     const std::string name = t == owner_thread_ ? fmt::format("main (thread {})", t) : fmt::format("thread {}", t);
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t}, {"args", {{"name", name}}}});
-    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", t}, {"args", {{"sort_index", t}}}});
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid_}, {"tid", t}, {"args", {{"name", name}}}});
+    events.push_back(
+        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid_}, {"tid", t}, {"args", {{"sort_index", t}}}});
   }
   nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   return doc.dump();

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/registry.h"
@@ -41,6 +42,7 @@ struct TraceSpan {
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   int thread = 0;
+  std::vector<std::pair<std::string, double>> args;  // the event's "args" in the Chrome trace
 };
 
 struct OpSummary {
@@ -89,6 +91,14 @@ class Profiler {
                      std::span<const TensorType> outs, const Attrs& attrs, int64_t start_ns, int64_t end_ns);
   void record(KernelEvent e);
   void record_span(TraceSpan s);
+  // Trace identity, for traces merged from several processes (data parallel: one per rank): the Chrome trace's pid
+  // and process name (default 1, "spore"), and the time its timestamps count from (default: the profiler's creation;
+  // ranks that set it right after a barrier share one origin, to the barrier's skew).
+  void set_process(int pid, std::string name) {
+    pid_ = pid;
+    process_name_ = std::move(name);
+  }
+  void set_origin_ns(int64_t ns) { origin_ns_ = ns; }
   // A span "run N" (cat "run") on this thread, N counting the runs recorded so far (a compiled plan's runs).
   void record_run(int64_t start_ns, int64_t end_ns);
 
@@ -116,6 +126,8 @@ class Profiler {
   Profiler* prev_;
   int64_t origin_ns_;
   int owner_thread_;  // the thread that created the profiler (named "main" in traces)
+  int pid_ = 1;
+  std::string process_name_ = "spore";
 };
 
 // Where experience says time is lost, computed from the recorded events (each hint names its nodes):

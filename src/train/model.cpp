@@ -69,6 +69,21 @@ Tensor all_finite(std::span<const Tensor> grads) {
   return ops::eq(total, total);
 }
 
+// A collective on this rank's profiler timeline (spore train --profile: one trace per rank), with its bytes, the
+// bandwidth it achieved (bytes / its wall time) and the time it was blocked on peers.
+void record_collective(const parallel::CollectiveEvent& e) {
+  Profiler* prof = Profiler::active();
+  if (prof == nullptr) return;
+  const double s = static_cast<double>(e.end_ns - e.start_ns) / 1e9;
+  const double bytes = static_cast<double>(e.bytes);
+  prof->record_span({fmt::format("{} {} KiB", e.op, e.bytes / 1024),
+                     "comm",
+                     e.start_ns,
+                     e.end_ns,
+                     Profiler::thread_number(),
+                     {{"bytes", bytes}, {"gbps", s > 0 ? bytes / s / 1e9 : 0.0}, {"wait_ms", e.wait_seconds * 1e3}}});
+}
+
 }  // namespace
 
 std::vector<std::string> trainable_names(nn::Cell& net) {
@@ -145,6 +160,7 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
               "train::Model: parallel_mode '{}': expected stand_alone or data_parallel", pc.parallel_mode);
   if (pc.parallel_mode == "data_parallel") {
     comm_ = pc.comm ? pc.comm : &parallel::world();
+    comm_->set_observer(record_collective);
     const int64_t n = comm_->size();
     SPORE_CHECK(pc.grad_shards >= 0, ErrorCode::invalid_argument, "data parallel: grad_shards {} < 0", pc.grad_shards);
     shards_ = pc.grad_shards > 0 ? pc.grad_shards : n;
@@ -330,11 +346,7 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
   for (auto& f : flat) parts.push_back(f.data());
   parallel::tree_sum<float>(parts, total + 1);
   float* sum = parts[0];
-  const int64_t t0 = Profiler::now_ns();
-  comm_->allreduce(sum, total + 1, DType::f32, parallel::ReduceOp::sum);
-  if (Profiler* prof = Profiler::active())  // on this rank's timeline (spore train --profile: one trace per rank)
-    prof->record_span({fmt::format("allreduce {} KiB (gradients + loss)", (total + 1) * 4 / 1024), "comm", t0,
-                       Profiler::now_ns(), Profiler::thread_number()});
+  comm_->allreduce(sum, total + 1, DType::f32, parallel::ReduceOp::sum);  // on the timeline: record_collective
   const float m = static_cast<float>(shards_);
   if (opts_.parallel.gradients_mean)
     for (int64_t e = 0; e < total; ++e) sum[e] = sum[e] / m;

@@ -243,7 +243,12 @@ int cmd_train(int argc, char** argv) {
   if (prof && data_parallel) {  // one trace per rank: trace.json -> trace.rank0.json, trace.rank1.json, ...
     std::filesystem::path p(profile_path);
     const std::string ext = p.extension().string();
-    profile_path = p.replace_extension(fmt::format(".rank{}{}", model.communicator()->rank(), ext)).string();
+    const int rank = model.communicator()->rank();
+    profile_path = p.replace_extension(fmt::format(".rank{}{}", rank, ext)).string();
+    // Mergeable: each rank is its own process (pid rank + 1) and all count time from the end of one barrier.
+    prof->set_process(rank + 1, fmt::format("spore rank {}", rank));
+    model.communicator()->barrier();
+    prof->set_origin_ns(Profiler::now_ns());
   }
   double total_s = 0;
   std::string last_ckpt;

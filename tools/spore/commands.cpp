@@ -120,6 +120,7 @@ nlohmann::json comm_stats_json() {
       j[op] = {{"calls", st.calls},
                {"bytes", st.bytes},
                {"seconds", st.seconds},
+               {"wait_seconds", st.wait_seconds},
                {"gbps", st.seconds > 0 ? static_cast<double>(st.bytes) / st.seconds / 1e9 : 0.0}};
   return j;
 }
@@ -129,8 +130,8 @@ std::string comm_stats_text() {
   if (comm == nullptr) return {};
   std::string line;
   for (const auto& [op, st] : comm->stats())
-    line += fmt::format("{}{} {} calls, {:.2f} MB, {:.3f} s", line.empty() ? "" : "; ", op, st.calls,
-                        static_cast<double>(st.bytes) / 1e6, st.seconds);
+    line += fmt::format("{}{} {} calls, {:.2f} MB, {:.3f} s ({:.3f} s blocked on peers)", line.empty() ? "" : "; ", op,
+                        st.calls, static_cast<double>(st.bytes) / 1e6, st.seconds, st.wait_seconds);
   return fmt::format("communication (rank {} of {}, waiting included): {}", comm->rank(), comm->size(),
                      line.empty() ? "none" : line);
 }

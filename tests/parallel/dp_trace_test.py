@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Collectives on the profiler timeline: `mpirun -np 2 spore train --parallel data --profile T.json` writes one Chrome
+trace per rank (T.rank0.json, T.rank1.json). Checks: each is its own process (pid rank + 1, "spore rank R"), every
+step's allreduce is a "comm" event with args bytes (the gradient vector + loss, f32), gbps (bytes / duration) and
+wait_ms (blocked on the peer, at most the duration); the traces merge - both count time from one barrier, so rank 0's
+k-th allreduce and rank 1's overlap in time (neither can finish before the other has started); and the final JSON's
+comm stats carry wait_seconds. Without mpirun: SKIPPED (exit 77), a failure when CI=true.
+
+usage: dp_trace_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from mpi_run import mpi_setup
+
+TOLERANCE_US = 2000  # the barrier's skew between the ranks' time origins, generously
+
+
+def main():
+    spore, digits = sys.argv[1], sys.argv[2]
+    module = sys.argv[3] if len(sys.argv) > 3 else ""
+    mpirun, env, rc = mpi_setup(module)
+    if mpirun is None:
+        return rc
+    failures = []
+    tmp = tempfile.mkdtemp(prefix="spore_dp_trace_")
+    trace = os.path.join(tmp, "t.json")
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", spore, "train", "--model", "simplenet",
+           "--dataset", "digits:" + digits, "--epochs", "1", "--batch", "64", "--parallel", "data", "--grad-shards",
+           "2", "--json", "--threads", "1", "--profile", trace]
+    print("$", " ".join(cmd), flush=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    except subprocess.TimeoutExpired:
+        print("FAIL: timed out")
+        return 1
+    if r.returncode != 0:
+        print(f"FAIL: exit {r.returncode}\n{r.stderr[-2000:]}")
+        return 1
+    final = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")][-1]
+    steps = final["steps"]
+    ar = final["comm"]["allreduce"]
+    if not 0 <= ar.get("wait_seconds", -1) <= ar["seconds"]:
+        failures.append(f"final comm.allreduce {ar}: wait_seconds missing or not within seconds")
+
+    spans = []
+    for rank in (0, 1):
+        with open(os.path.join(tmp, f"t.rank{rank}.json")) as f:
+            events = json.load(f)["traceEvents"]
+        names = [e for e in events if e.get("ph") == "M" and e["name"] == "process_name"]
+        if not names or names[0]["pid"] != rank + 1 or names[0]["args"]["name"] != f"spore rank {rank}":
+            failures.append(f"rank {rank}: process_name {names}, expected pid {rank + 1} 'spore rank {rank}'")
+        if any(e["pid"] != rank + 1 for e in events):
+            failures.append(f"rank {rank}: events with another pid than {rank + 1}")
+        comm = [e for e in events if e.get("cat") == "comm" and e["name"].startswith("allreduce")]
+        comm.sort(key=lambda e: e["ts"])
+        spans.append(comm)
+        # Every step reduces the same flat vector (the gradients and the loss, f32): the final line's bytes / calls.
+        per_call = ar["bytes"] / ar["calls"]
+        bad = [e for e in comm if e["args"].get("bytes") != per_call or e["args"].get("gbps", 0) <= 0
+               or not 0 <= e["args"].get("wait_ms", -1) <= e["dur"] / 1e3 + 1e-6]
+        if len(comm) != steps or bad:
+            failures.append(f"rank {rank}: {len(comm)} allreduce events for {steps} steps; bad args: {bad[:2]}")
+        else:
+            waits = sum(e["args"]["wait_ms"] for e in comm)
+            print(f"  rank {rank}: {len(comm)} allreduce events, {comm[0]['args']['bytes']:.0f} bytes each, "
+                  f"{waits:.1f} ms blocked on the peer in all", flush=True)
+    if len(spans[0]) == len(spans[1]):
+        apart = [k for k, (a, b) in enumerate(zip(*spans))
+                 if a["ts"] > b["ts"] + b["dur"] + TOLERANCE_US or b["ts"] > a["ts"] + a["dur"] + TOLERANCE_US]
+        if apart:
+            failures.append(f"merged traces: allreduce {apart[:5]} of rank 0 and rank 1 do not overlap in time")
+        else:
+            print("  merged: every step's allreduce overlaps in time on the two ranks' timelines", flush=True)
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    for f in failures:
+        print("FAIL", f)
+    print("collectives on the per-rank timelines:", "FAILED" if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
