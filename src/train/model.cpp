@@ -170,10 +170,6 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
                 "data parallel: grad_shards {} on {} ranks: the rank count must divide it and leave each rank a "
                 "power of two of shards (e.g. grad_shards {})",
                 shards_, n, n * 2);
-    SPORE_CHECK(buffers_.empty(), ErrorCode::unsupported,
-                "data parallel: the network has {} non-trainable buffer(s) (BatchNorm running statistics), which "
-                "are not synchronised across ranks yet",
-                buffers_.size());
   }
 }
 
@@ -323,9 +319,20 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
                 "data parallel: parameters must be f32 (master weights), got {}", dtype_name(p->value.dtype()));
     total += p->value.numel();
   }
+  // Buffers (BatchNorm's running statistics): every shard starts from the step's buffers, and the new ones are the
+  // mean over the M shards of each shard's update, reduced with the gradients - so N does not change them.
+  int64_t nbuf = 0;
+  for (nn::Parameter* p : buffers_) {
+    SPORE_CHECK(p->value.dtype() == DType::f32, ErrorCode::unsupported, "data parallel: buffers must be f32, got {}",
+                dtype_name(p->value.dtype()));
+    nbuf += p->value.numel();
+  }
+  const std::vector<Tensor> step_buffers = buffer_values();
+  // Layout: gradients [0, total), buffers [total, total + nbuf), the loss last.
   std::vector<std::vector<float>> flat(static_cast<size_t>(per_rank),
-                                       std::vector<float>(static_cast<size_t>(total + 1)));
+                                       std::vector<float>(static_cast<size_t>(total + nbuf + 1)));
   for (int64_t k = 0; k < per_rank; ++k) {
+    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i]->value = step_buffers[i];
     // Each shard in fresh storage, so a kernel sees the same alignment whichever rank and offset it came from.
     const Tensor xs = x.slice(0, k * shard_rows, (k + 1) * shard_rows).clone();
     const Tensor ys = y.slice(0, k * shard_rows, (k + 1) * shard_rows).clone();
@@ -339,18 +346,33 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
       std::memcpy(dst, c.raw_data(), c.nbytes());
       dst += c.numel();
     }
+    for (nn::Parameter* b : buffers_) {
+      const Tensor c = b->value.contiguous();
+      std::memcpy(dst, c.raw_data(), c.nbytes());
+      dst += c.numel();
+    }
     *dst = static_cast<float>(loss.item());
   }
   // The rank's run of shards is a whole subtree of the M-shard tree; the allreduce sums the runs in the same tree.
   std::vector<float*> parts;
   for (auto& f : flat) parts.push_back(f.data());
-  parallel::tree_sum<float>(parts, total + 1);
+  parallel::tree_sum<float>(parts, total + nbuf + 1);
   float* sum = parts[0];
-  comm_->allreduce(sum, total + 1, DType::f32, parallel::ReduceOp::sum);  // on the timeline: record_collective
+  comm_->allreduce(sum, total + nbuf + 1, DType::f32, parallel::ReduceOp::sum);  // on the timeline: record_collective
   const float m = static_cast<float>(shards_);
   if (opts_.parallel.gradients_mean)
     for (int64_t e = 0; e < total; ++e) sum[e] = sum[e] / m;
-  const double loss = static_cast<double>(sum[total] / m);
+  const double loss = static_cast<double>(sum[total + nbuf] / m);
+  {
+    const float* src = sum + total;
+    for (nn::Parameter* b : buffers_) {
+      Tensor t = Tensor::empty(b->value.shape(), DType::f32);
+      float* d = static_cast<float*>(t.raw_data());
+      for (int64_t e = 0; e < t.numel(); ++e) d[e] = src[e] / m;
+      src += t.numel();
+      b->value = std::move(t);
+    }
+  }
   // Gradient accumulation: the micro-batches' reduced gradients summed in order from zeros and divided by their
   // count, as one process's accumulation does; every rank holds the same sums, so N does not change a bit.
   if (opts_.grad_accumulation > 1) {

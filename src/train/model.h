@@ -74,8 +74,10 @@ struct LossScale {
 // train_step is a micro-batch (reduced as above), the reduced gradients are summed in order and divided by A before
 // the update. Loss scaling: the shards' backward runs on loss * scale, the gradients are divided by it, and a step
 // whose reduced (accumulated) gradient is not finite is skipped on every rank - the allreduce carries any rank's
-// overflow to all. Not yet: BatchNorm statistics sync (a network with buffers is refused), overlapping the allreduce
-// with backward.
+// overflow to all. Buffers (BatchNorm's running statistics): each shard normalizes with its own batch statistics (no
+// synchronised BatchNorm yet) and updates the running statistics from the step's values; the new values are the mean
+// of the M shards' (reduced with the gradients), so they do not depend on N either. Not yet: synchronised BatchNorm
+// statistics, overlapping the allreduce with backward.
 struct ParallelContext {
   std::string parallel_mode = "stand_alone";  // "stand_alone" | "data_parallel"
   int64_t grad_shards = 0;                    // M; 0: the world size

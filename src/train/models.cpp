@@ -36,6 +36,15 @@ SimpleNet::SimpleNet(int64_t c, int64_t h, int64_t w, int64_t classes)
 
 Tensor SimpleNet::construct(const Tensor& x) { return fc(flatten(pool(relu(conv(x))))); }
 
+SimpleNetBN::SimpleNetBN(int64_t c, int64_t h, int64_t w, int64_t classes)
+    : conv((check_input("SimpleNetBN", c, h, w, 2), c), 64, 3, conv_cfg("same")),
+      pool(2, 2),
+      fc(64 * (h / 2) * (w / 2), classes) {
+  SPORE_REGISTER_CELLS(conv, bn, relu, pool, flatten, fc);
+}
+
+Tensor SimpleNetBN::construct(const Tensor& x) { return fc(flatten(pool(relu(bn(conv(x)))))); }
+
 LeNet5::LeNet5(int64_t c, int64_t h, int64_t w, int64_t classes)
     : conv1((check_input("LeNet5", c, h, w, 4), c), 6, 5, conv_cfg("same")),
       conv2(6, 16, 5, conv_cfg(lenet_conv2_valid(h, w) ? "valid" : "same")),
@@ -86,11 +95,13 @@ std::unique_ptr<nn::Cell> make_model(const std::string& name, const Shape& s, in
   SPORE_CHECK(classes > 0, ErrorCode::invalid_argument, "train::make_model: expected num_classes > 0, got {}",
               classes);
   if (name == "simplenet") return std::make_unique<SimpleNet>(s[0], s[1], s[2], classes);
+  if (name == "simplenet_bn") return std::make_unique<SimpleNetBN>(s[0], s[1], s[2], classes);
   if (name == "lenet") return std::make_unique<LeNet5>(s[0], s[1], s[2], classes);
   if (name == "mlp") return std::make_unique<Mlp>(s[0] * s[1] * s[2], 128, classes);
   if (name == "transformer") return std::make_unique<RowTransformer>(s[0], s[1], s[2], classes);
   SPORE_FAIL(ErrorCode::invalid_argument,
-             "train::make_model: unknown model '{}' (expected simplenet, lenet, mlp or transformer)", name);
+             "train::make_model: unknown model '{}' (expected simplenet, simplenet_bn, lenet, mlp or transformer)",
+             name);
 }
 
 namespace {

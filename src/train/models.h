@@ -27,6 +27,21 @@ class SimpleNet : public nn::Cell {
   nn::Dense fc;
 };
 
+// SimpleNet with BatchNorm2d after the conv ("simplenet_bn"): a network with running statistics (buffers).
+class SimpleNetBN : public nn::Cell {
+ public:
+  SimpleNetBN(int64_t channels, int64_t height, int64_t width, int64_t num_classes = 10);
+  Tensor construct(const Tensor& x) override;
+
+ private:
+  nn::Conv2d conv;
+  nn::BatchNorm2d bn{64};
+  nn::ReLU relu;
+  nn::MaxPool2d pool;
+  nn::Flatten flatten;
+  nn::Dense fc;
+};
+
 // conv 5x5 (-> 6, same) -> ReLU -> pool 2 -> conv 5x5 (-> 16; valid when the map is >= 10 wide, else same)
 // -> ReLU -> pool 2 -> Dense 120 -> ReLU -> Dense 84 -> ReLU -> Dense classes.
 class LeNet5 : public nn::Cell {
@@ -71,8 +86,8 @@ class RowTransformer : public nn::Cell {
   nn::Dense head;
 };
 
-// "simplenet" | "lenet" | "mlp" | "transformer" for inputs of shape [C, H, W]; weights drawn from nn::set_seed's
-// stream.
+// "simplenet" | "simplenet_bn" | "lenet" | "mlp" | "transformer" for inputs of shape [C, H, W]; weights drawn from
+// nn::set_seed's stream.
 std::unique_ptr<nn::Cell> make_model(const std::string& name, const Shape& input_shape, int64_t num_classes = 10);
 
 // A train/test split loaded from a CLI dataset spec:

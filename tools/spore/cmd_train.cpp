@@ -52,8 +52,10 @@ int cmd_train(int argc, char** argv) {
   uint64_t seed = 0;
   double lr = 0.01, weight_decay = 0.0, clip_norm = 0.0;
   bool json = false, no_progress = false;
-  app.add_option("--model", model_name, "simplenet | lenet | mlp | transformer (a token per image row)")
-      ->check(CLI::IsMember({"simplenet", "lenet", "mlp", "transformer"}));
+  app.add_option("--model", model_name,
+                 "simplenet | simplenet_bn (BatchNorm after the conv) | lenet | mlp | transformer (a token per image "
+                 "row)")
+      ->check(CLI::IsMember({"simplenet", "simplenet_bn", "lenet", "mlp", "transformer"}));
   app.add_option("--dataset", dataset, "mnist:DIR | fashion-mnist:DIR | digits:FILE")->required();
   app.add_option("--epochs", epochs, "epochs")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "batch size")->check(CLI::PositiveNumber);
