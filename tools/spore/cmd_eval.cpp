@@ -78,8 +78,8 @@ int cmd_eval(int argc, char** argv) {
   std::vector<std::string> input_shapes;
   bool json = false;
   app.add_option("model_file", model_file, "model file (.onnx or .spore) to evaluate as a classifier");
-  app.add_option("--model", model_name, "checkpoint mode: simplenet | lenet | mlp | transformer")
-      ->check(CLI::IsMember({"simplenet", "lenet", "mlp", "transformer"}));
+  app.add_option("--model", model_name, "checkpoint mode: simplenet | simplenet_bn | lenet | mlp | transformer")
+      ->check(CLI::IsMember({"simplenet", "simplenet_bn", "lenet", "mlp", "transformer"}));
   app.add_option("--ckpt", ckpt, "checkpoint mode: checkpoint (.safetensors) written by spore train");
   app.add_option("--dataset", dataset, "mnist:DIR | fashion-mnist:DIR | digits:FILE (its test split)")->required();
   app.add_option("--split", eval_split,

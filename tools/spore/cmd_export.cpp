@@ -46,8 +46,8 @@ int cmd_export(int argc, char** argv) {
   std::string model_name = "simplenet", ckpt, out, image_shape, dataset, input_name = "x";
   std::vector<std::string> input_shapes;
   bool json = false;
-  app.add_option("--model", model_name, "simplenet | lenet | mlp | transformer")
-      ->check(CLI::IsMember({"simplenet", "lenet", "mlp", "transformer"}));
+  app.add_option("--model", model_name, "simplenet | simplenet_bn | lenet | mlp | transformer")
+      ->check(CLI::IsMember({"simplenet", "simplenet_bn", "lenet", "mlp", "transformer"}));
   app.add_option("--ckpt", ckpt, "checkpoint (.safetensors) written by spore train")->required();
   app.add_option("-o,--output", out, "output model file: OUT.spore or OUT.onnx")->required();
   app.add_option("--input-shape", input_shapes,

@@ -1,5 +1,5 @@
-// spore train: trains a zoo model (simplenet, lenet, mlp, transformer) on MNIST / Fashion-MNIST / digits with
-// train::Model, in PyNative or graph mode, printing per-epoch loss, test accuracy and throughput.
+// spore train: trains a zoo model (simplenet, simplenet_bn, lenet, mlp, transformer) on MNIST / Fashion-MNIST / digits
+// with train::Model, in PyNative or graph mode, printing per-epoch loss, test accuracy and throughput.
 #include <chrono>
 #include <cmath>
 #include <filesystem>
