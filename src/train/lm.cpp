@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "io/gguf/gguf.h"
 #include "io/file_util.h"
+#include "io/gguf/gguf.h"
 #include "io/gguf/gguf_writer.h"
 #include "io/safetensors.h"
 #include "llm/bpe_train.h"
@@ -24,6 +24,7 @@
 #include "ops/ops.h"
 #include "parallel/communicator.h"
 #include "train/model.h"
+#include "train/model_parallel.h"
 #include "train/optimizer.h"
 #include "train/pipeline.h"
 #include "train/tensor_parallel.h"
@@ -51,9 +52,10 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// x, y i64 [B, T]: windows of ctx + 1 tokens at the given offsets; a label that the mask says is no target is -1.
-std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask,
-                                  const std::vector<int64_t>& offsets, int64_t T) {
+}  // namespace
+
+std::pair<Tensor, Tensor> lm_windows(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask,
+                                     const std::vector<int64_t>& offsets, int64_t T) {
   const auto B = static_cast<int64_t>(offsets.size());
   Tensor x = Tensor::empty({B, T}, DType::i64), y = Tensor::empty({B, T}, DType::i64);
   int64_t* xp = x.data<int64_t>();
@@ -67,12 +69,21 @@ std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std:
   return {x, y};
 }
 
+namespace {
+
 // The model and the data (token counts) a checkpoint belongs to.
 std::string model_key(const nn::LlamaConfig& c) {
   return fmt::format("{} vocab {} dim {} layers {} heads {} kv_heads {} ffn {} ctx {} tied {} rope_theta {}", c.arch,
                      c.vocab, c.dim, c.layers, c.heads, c.kv_heads, c.ffn, c.ctx, c.tie_embeddings, c.rope_theta);
 }
-std::string run_key(const LmRunOptions& o) {
+}  // namespace
+
+int64_t lm_window_offset(uint64_t seed, uint64_t m, int64_t B, int64_t b, int64_t n_train, int64_t T) {
+  return static_cast<int64_t>(splitmix64(splitmix64(seed) ^ (m * static_cast<uint64_t>(B) + static_cast<uint64_t>(b))) %
+                              static_cast<uint64_t>(n_train - T - 1));
+}
+
+std::string lm_run_key(const LmRunOptions& o) {
   // Not the mode: graph and PyNative give the same bits, so a run may resume in the other one.
   // Nor the rank count: with the same grad_shards, data parallelism gives the same bits on any.
   return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {}",
@@ -80,6 +91,45 @@ std::string run_key(const LmRunOptions& o) {
          (o.data_parallel ? fmt::format(" grad_shards {}", o.grad_shards) : std::string()) +
          (o.amp_level == "O0" ? std::string() : fmt::format(" amp {} {}", o.amp_level, dtype_name(o.amp_dtype)));
 }
+
+bool resume_lm_run(const LmRunOptions& o, const std::string& data_key,
+                   const std::function<void(const std::string&)>& load, const std::function<int64_t()>& step,
+                   LmReport& rep, const std::function<void(const LmProgress&)>& progress) {
+  const fs::path dir(o.ckpt_dir);
+  const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json";
+  if (!fs::exists(state_path) || !fs::exists(ckpt)) return false;
+  json st;
+  try {
+    st = json::parse(read_text_file(state_path.string(), "checkpoint state"));
+  } catch (const json::exception& e) {
+    SPORE_FAIL(ErrorCode::parse_error, "checkpoint state '{}' is not valid JSON: {}", state_path.string(), e.what());
+  }
+  SPORE_CHECK(st.value("model", "") == data_key && st.value("run", "") == lm_run_key(o), ErrorCode::invalid_argument,
+              "checkpoint '{}' was written by another run ({}; {}), not this one ({}; {}): use another --ckpt-dir",
+              o.ckpt_dir, st.value("model", ""), st.value("run", ""), data_key, lm_run_key(o));
+  load(ckpt.string());
+  rep.step_losses = st.at("losses").get<std::vector<double>>();
+  rep.val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
+  SPORE_CHECK(static_cast<int64_t>(rep.step_losses.size()) == step(), ErrorCode::parse_error,
+              "checkpoint state '{}' has {} losses for step {}", state_path.string(), rep.step_losses.size(), step());
+  LmProgress p;
+  p.kind = "resume";
+  p.step = step();
+  p.steps = o.steps;
+  progress(p);
+  return true;
+}
+
+void commit_lm_checkpoint(const LmRunOptions& o, const std::string& data_key, int64_t step, const LmReport& rep) {
+  const fs::path dir(o.ckpt_dir);
+  const fs::path ckpt = dir / "checkpoint.safetensors";
+  fs::rename(ckpt.string() + ".tmp", ckpt);
+  const json st{
+      {"model", data_key}, {"run", lm_run_key(o)}, {"step", step}, {"losses", rep.step_losses}, {"val", rep.val_curve}};
+  io::write_file_atomic((dir / "state.json").string(), st.dump());
+}
+
+namespace {
 
 // The loss curve: every step's training loss and the validation losses, on one linear scale.
 void write_svg(const std::string& path, const std::vector<double>& train,
@@ -301,7 +351,7 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
   const bool writer = comm == nullptr || comm->rank() == 0;
   fs::create_directories(o.ckpt_dir);
   const fs::path dir(o.ckpt_dir);
-  const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json";
+  const fs::path ckpt = dir / "checkpoint.safetensors";
   const std::vector<int32_t>& train_tokens = data.train;
   const std::vector<int32_t>& val_tokens = data.val;
   const int64_t T = ctx, B = o.batch;
@@ -352,41 +402,14 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
   rep.train_tokens = n_train;
   rep.val_tokens = n_val;
   const std::string data_key = fmt::format("{}; data {} + {} tokens", key, n_train, n_val);
-  if (fs::exists(state_path) && fs::exists(ckpt)) {
-    json st;
-    try {
-      st = json::parse(read_text_file(state_path.string(), "checkpoint state"));
-    } catch (const json::exception& e) {
-      SPORE_FAIL(ErrorCode::parse_error, "checkpoint state '{}' is not valid JSON: {}", state_path.string(), e.what());
-    }
-    SPORE_CHECK(st.value("model", "") == data_key && st.value("run", "") == run_key(o), ErrorCode::invalid_argument,
-                "checkpoint '{}' was written by another run ({}; {}), not this one ({}; {}): use another --ckpt-dir",
-                o.ckpt_dir, st.value("model", ""), st.value("run", ""), data_key, run_key(o));
-    model.load_checkpoint(ckpt.string());
-    rep.step_losses = st.at("losses").get<std::vector<double>>();
-    rep.val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
-    SPORE_CHECK(static_cast<int64_t>(rep.step_losses.size()) == model.global_step(), ErrorCode::parse_error,
-                "checkpoint state '{}' has {} losses for step {}", state_path.string(), rep.step_losses.size(),
-                model.global_step());
-    LmProgress p;
-    p.kind = "resume";
-    p.step = model.global_step();
-    p.steps = o.steps;
-    progress(p);
-  }
+  resume_lm_run(
+      o, data_key, [&](const std::string& path) { model.load_checkpoint(path); }, [&] { return model.global_step(); },
+      rep, progress);
   rep.start_step = model.global_step();
 
   auto save = [&] {
     model.save_checkpoint(ckpt.string() + ".tmp");  // data parallel: rank 0 writes, everyone waits for it
-    if (writer) {
-      fs::rename(ckpt.string() + ".tmp", ckpt);
-      json st{{"model", data_key},
-              {"run", run_key(o)},
-              {"step", model.global_step()},
-              {"losses", rep.step_losses},
-              {"val", rep.val_curve}};
-      io::write_file_atomic(state_path.string(), st.dump());
-    }
+    if (writer) commit_lm_checkpoint(o, data_key, model.global_step(), rep);
     if (comm) comm->barrier();
   };
   // Validation windows: the first ones of the validation tokens, in batches of at most B; the mean over their
@@ -398,7 +421,7 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
     for (int64_t w0 = 0; w0 < n_windows; w0 += B) {
       std::vector<int64_t> offs;
       for (int64_t w = w0; w < std::min(n_windows, w0 + B); ++w) offs.push_back(w * T);
-      auto [x, y] = windows(val_tokens, data.val_mask, offs, T);
+      auto [x, y] = lm_windows(val_tokens, data.val_mask, offs, T);
       int64_t n = 0;
       const double mean = lm_cross_entropy(model.predict(x), y, &n);
       total += mean * static_cast<double>(n);
@@ -430,10 +453,8 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
       const uint64_t m = static_cast<uint64_t>(step * o.accum + i);
       std::vector<int64_t> offs(static_cast<size_t>(rows));
       for (int64_t b = first_row; b < first_row + rows; ++b)
-        offs[static_cast<size_t>(b - first_row)] = static_cast<int64_t>(
-            splitmix64(splitmix64(o.seed) ^ (m * static_cast<uint64_t>(B) + static_cast<uint64_t>(b))) %
-            static_cast<uint64_t>(n_train - T - 1));
-      auto [x, y] = windows(train_tokens, data.train_mask, offs, T);
+        offs[static_cast<size_t>(b - first_row)] = lm_window_offset(o.seed, m, B, b, n_train, T);
+      auto [x, y] = lm_windows(train_tokens, data.train_mask, offs, T);
       loss += model.train_step(x, y);
     }
     loss /= static_cast<double>(o.accum);

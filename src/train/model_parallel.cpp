@@ -6,10 +6,8 @@
 #include <filesystem>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "io/file_util.h"
 #include "nn/loss.h"
 #include "ops/ops.h"
 #include "parallel/communicator.h"
@@ -17,34 +15,6 @@
 namespace spore::train {
 namespace {
 namespace fs = std::filesystem;
-using nlohmann::json;
-
-// The batches and the checkpoint key exactly as train_decoder (lm.cpp) makes them: a model-parallel run sees the same
-// data and may resume a one-process run's checkpoint (pp_train_lm_test checks both give the same bits).
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-std::pair<Tensor, Tensor> windows(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets, int64_t T) {
-  const auto B = static_cast<int64_t>(offsets.size());
-  Tensor x = Tensor::empty({B, T}, DType::i64), y = Tensor::empty({B, T}, DType::i64);
-  int64_t* xp = x.data<int64_t>();
-  int64_t* yp = y.data<int64_t>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const size_t at = static_cast<size_t>(offsets[static_cast<size_t>(b)] + t);
-      xp[b * T + t] = tokens[at];
-      yp[b * T + t] = tokens[at + 1];
-    }
-  return {x, y};
-}
-std::string run_key(const LmRunOptions& o) {
-  return fmt::format("batch {} steps {} warmup {} accum {} lr {} min_lr_ratio {} clip {} weight_decay {} seed {}",
-                     o.batch, o.steps, o.warmup, o.accum, o.lr, o.min_lr_ratio, o.clip, o.weight_decay, o.seed);
-}
-
 }  // namespace
 
 Tensor lm_mean_loss(const Tensor& logits, const Tensor& labels) {
@@ -72,7 +42,7 @@ void check_model_parallel_run(parallel::Communicator& comm, nn::LlamaModel& net,
   SPORE_CHECK(ctx > 0 && ctx <= net.config().ctx, ErrorCode::invalid_argument,
               "the training window {} must be in [1, the model's context {}]", ctx, net.config().ctx);
   parallel::check_same_config(
-      comm, {{"model", key}, {"run", run_key(o)}, {"parallel", what}, {"world", std::to_string(comm.size())}});
+      comm, {{"model", key}, {"run", lm_run_key(o)}, {"parallel", what}, {"world", std::to_string(comm.size())}});
 }
 
 LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicator& comm, nn::LlamaModel& net,
@@ -89,7 +59,7 @@ LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicato
               T);
   fs::create_directories(o.ckpt_dir);
   const fs::path dir(o.ckpt_dir);
-  const fs::path ckpt = dir / "checkpoint.safetensors", state_path = dir / "state.json";
+  const fs::path ckpt = dir / "checkpoint.safetensors";
 
   LmReport rep;
   rep.vocab = net.config().vocab;
@@ -97,41 +67,13 @@ LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicato
   rep.train_tokens = n_train;
   rep.val_tokens = n_val;
   const std::string data_key = fmt::format("{}; data {} + {} tokens", key, n_train, n_val);
-  if (fs::exists(state_path) && fs::exists(ckpt)) {
-    json st;
-    try {
-      st = json::parse(read_text_file(state_path.string(), "checkpoint state"));
-    } catch (const json::exception& e) {
-      SPORE_FAIL(ErrorCode::parse_error, "checkpoint state '{}' is not valid JSON: {}", state_path.string(), e.what());
-    }
-    SPORE_CHECK(st.value("model", "") == data_key && st.value("run", "") == run_key(o), ErrorCode::invalid_argument,
-                "checkpoint '{}' was written by another run ({}; {}), not this one ({}; {}): use another --ckpt-dir",
-                o.ckpt_dir, st.value("model", ""), st.value("run", ""), data_key, run_key(o));
-    trainer.load(ckpt.string());
-    rep.step_losses = st.at("losses").get<std::vector<double>>();
-    rep.val_curve = st.at("val").get<std::vector<std::pair<int64_t, double>>>();
-    SPORE_CHECK(static_cast<int64_t>(rep.step_losses.size()) == trainer.step(), ErrorCode::parse_error,
-                "checkpoint state '{}' has {} losses for step {}", state_path.string(), rep.step_losses.size(),
-                trainer.step());
-    LmProgress p;
-    p.kind = "resume";
-    p.step = trainer.step();
-    p.steps = o.steps;
-    progress(p);
-  }
+  resume_lm_run(
+      o, data_key, [&](const std::string& path) { trainer.load(path); }, [&] { return trainer.step(); }, rep, progress);
   rep.start_step = trainer.step();
 
   auto save = [&] {
     trainer.save(ckpt.string() + ".tmp");
-    if (writer) {
-      fs::rename(ckpt.string() + ".tmp", ckpt);
-      json st{{"model", data_key},
-              {"run", run_key(o)},
-              {"step", trainer.step()},
-              {"losses", rep.step_losses},
-              {"val", rep.val_curve}};
-      io::write_file_atomic(state_path.string(), st.dump());
-    }
+    if (writer) commit_lm_checkpoint(o, data_key, trainer.step(), rep);
     comm.barrier();
   };
   const int64_t n_windows = std::min<int64_t>(o.eval_batches * B, (n_val - 1) / T);
@@ -141,7 +83,7 @@ LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicato
     for (int64_t w0 = 0; w0 < n_windows; w0 += B) {
       std::vector<int64_t> offs;
       for (int64_t w = w0; w < std::min(n_windows, w0 + B); ++w) offs.push_back(w * T);
-      auto [x, y] = windows(data.val, offs, T);
+      auto [x, y] = lm_windows(data.val, {}, offs, T);
       const auto [mean, n] = trainer.eval_batch(x, y);
       total += mean * static_cast<double>(n);
       targets += n;
@@ -158,11 +100,8 @@ LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicato
     for (int64_t i = 0; i < o.accum; ++i) {
       const uint64_t m = static_cast<uint64_t>(step * o.accum + i);
       std::vector<int64_t> offs(static_cast<size_t>(B));
-      for (int64_t b = 0; b < B; ++b)
-        offs[static_cast<size_t>(b)] = static_cast<int64_t>(
-            splitmix64(splitmix64(o.seed) ^ (m * static_cast<uint64_t>(B) + static_cast<uint64_t>(b))) %
-            static_cast<uint64_t>(n_train - T - 1));
-      batches.push_back(windows(data.train, offs, T));
+      for (int64_t b = 0; b < B; ++b) offs[static_cast<size_t>(b)] = lm_window_offset(o.seed, m, B, b, n_train, T);
+      batches.push_back(lm_windows(data.train, {}, offs, T));
     }
     const double loss = trainer.train_step(batches);
     train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

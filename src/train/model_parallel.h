@@ -48,4 +48,24 @@ LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicato
 // The next-token cross entropy train_decoder trains on: mean over the micro-batch's tokens.
 Tensor lm_mean_loss(const Tensor& logits, const Tensor& labels);
 
+// What train_decoder (lm.cpp) and run_model_parallel_lm share, defined in lm.cpp, so both see the same data and write
+// checkpoints either may resume:
+// The training-window offset of row b of micro-batch m (of B rows) over n_train tokens with windows of T + 1.
+int64_t lm_window_offset(uint64_t seed, uint64_t m, int64_t B, int64_t b, int64_t n_train, int64_t T);
+// x, y i64 [B, T]: windows of T + 1 tokens at the offsets; a label that `mask` (when not empty) says is no target is
+// -1.
+std::pair<Tensor, Tensor> lm_windows(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask,
+                                     const std::vector<int64_t>& offsets, int64_t T);
+// The run options a checkpoint directory's state.json must match to be resumed.
+std::string lm_run_key(const LmRunOptions& o);
+// When <ckpt_dir>/state.json and checkpoint.safetensors exist: checks the state was written for `data_key` and this
+// run, calls load(checkpoint path), takes its step losses and validation curve into rep (their count must equal
+// step()), reports a "resume" progress; returns whether it resumed.
+bool resume_lm_run(const LmRunOptions& o, const std::string& data_key,
+                   const std::function<void(const std::string&)>& load, const std::function<int64_t()>& step,
+                   LmReport& rep, const std::function<void(const LmProgress&)>& progress);
+// Rank 0 after a checkpoint was saved to <ckpt_dir>/checkpoint.safetensors.tmp: moves it in place and writes state.json
+// (atomically) for `step`.
+void commit_lm_checkpoint(const LmRunOptions& o, const std::string& data_key, int64_t step, const LmReport& rep);
+
 }  // namespace spore::train
