@@ -93,7 +93,7 @@ class Profiler {
   void record_span(TraceSpan s);
   // Trace identity, for traces merged from several processes (data parallel: one per rank): the Chrome trace's pid
   // and process name (default 1, "spore"), and the time its timestamps count from (default: the profiler's creation;
-  // ranks that set it right after a barrier share one origin, to the barrier's skew).
+  // ranks that set it to one instant of a common clock - spore train maps each rank's clock onto rank 0's - merge).
   void set_process(int pid, std::string name) {
     pid_ = pid;
     process_name_ = std::move(name);

@@ -2,8 +2,9 @@
 """Collectives on the profiler timeline: `mpirun -np 2 spore train --parallel data --profile T.json` writes one Chrome
 trace per rank (T.rank0.json, T.rank1.json). Checks: each is its own process (pid rank + 1, "spore rank R"), every
 step's allreduce is a "comm" event with args bytes (the gradient vector + loss, f32), gbps (bytes / duration) and
-wait_ms (blocked on the peer, at most the duration); the traces merge - both count time from one barrier, so rank 0's
-k-th allreduce and rank 1's overlap in time (neither can finish before the other has started); and the final JSON's
+wait_ms (blocked on the peer, at most the duration); the traces merge - both count time from one instant of rank 0's
+clock (each rank's offset from ping-pongs), so rank 0's k-th allreduce and rank 1's overlap in time (neither can
+finish before the other has started); and the final JSON's
 comm stats carry wait_seconds. Without mpirun: SKIPPED (exit 77), a failure when CI=true.
 
 usage: dp_trace_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
@@ -16,7 +17,7 @@ import tempfile
 
 from mpi_run import mpi_setup
 
-TOLERANCE_US = 2000  # the barrier's skew between the ranks' time origins, generously
+TOLERANCE_US = 2000  # the clock-offset estimate's error (half the shortest ping-pong), generously
 
 
 def main():
