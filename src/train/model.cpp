@@ -329,8 +329,9 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
   }
   const std::vector<Tensor> step_buffers = buffer_values();
   // Layout: gradients [0, total), buffers [total, total + nbuf), the loss last.
-  std::vector<std::vector<float>> flat(static_cast<size_t>(per_rank),
-                                       std::vector<float>(static_cast<size_t>(total + nbuf + 1)));
+  std::vector<std::vector<float>>& flat = dp_flat_;  // every element is written below
+  flat.resize(static_cast<size_t>(per_rank));
+  for (std::vector<float>& f : flat) f.resize(static_cast<size_t>(total + nbuf + 1));
   for (int64_t k = 0; k < per_rank; ++k) {
     for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i]->value = step_buffers[i];
     // Each shard in fresh storage, so a kernel sees the same alignment whichever rank and offset it came from.

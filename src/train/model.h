@@ -184,6 +184,9 @@ class Model {
   std::vector<Tensor> state_;
   std::vector<Tensor> accum_;  // summed gradients of the pending micro-batches (from zeros)
   std::vector<float> dp_accum_;  // data parallel: the same, over the reduced flat gradient vector
+  // Data parallel: each of this rank's shards' flat gradients (+ buffers, + the loss), kept between steps - a fresh
+  // zeroed vector per shard and step page-faulted its megabytes in every step (glibc trims the freed heap top).
+  std::vector<std::vector<float>> dp_flat_;
   int64_t micro_ = 0;
   int64_t step_ = 0, epoch_ = 0;
   // Within the epoch in progress: batches done, and their loss sum and samples (for the epoch's mean loss); all 0
