@@ -11,11 +11,10 @@ usage: dp_accum_amp_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-from mpi_run import mpi_setup
+from mpi_run import launch, mpi_setup, run_checked
 
 LIMIT = 180
 
@@ -36,15 +35,8 @@ def main():
                 "--ckpt-dir", os.path.join(tmp, ckpt)] + list(extra)
 
     def run(np_, argv):
-        cmd = ([spore] if np_ == 0 else [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), spore]) + argv
-        print("$", " ".join(cmd), flush=True)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT, env=env)
-        except subprocess.TimeoutExpired:
-            failures.append(f"timed out after {LIMIT} s: {' '.join(cmd)}")
-            return None
-        if r.returncode != 0:
-            failures.append(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+        r = run_checked(launch(mpirun, np_, [spore] + argv), env, failures, LIMIT)
+        if r is None:
             return None
         lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
         steps = [(l["step"], l["loss"]) for l in lines if "step" in l and "final" not in l]

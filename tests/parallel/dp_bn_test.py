@@ -8,11 +8,10 @@ usage: dp_bn_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-from mpi_run import mpi_setup
+from mpi_run import launch, mpi_setup, run_checked
 
 
 def main():
@@ -28,15 +27,8 @@ def main():
         argv = ["train", "--model", "simplenet_bn", "--dataset", "digits:" + digits, "--epochs", "1", "--batch", "64",
                 "--parallel", "data", "--grad-shards", "4", "--json", "--log-every", "1", "--threads", "1",
                 "--ckpt-dir", os.path.join(tmp, name)] + list(extra)
-        cmd = ([spore] if np_ == 0 else [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), spore]) + argv
-        print("$", " ".join(cmd), flush=True)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
-        except subprocess.TimeoutExpired:
-            failures.append(f"timed out: {' '.join(cmd)}")
-            return None
-        if r.returncode != 0:
-            failures.append(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stderr[-1500:]}")
+        r = run_checked(launch(mpirun, np_, [spore] + argv), env, failures, 180)
+        if r is None:
             return None
         lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
         with open(os.path.join(tmp, name, "simplenet_bn_epoch1.safetensors"), "rb") as f:

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from mpi_run import mpi_setup
+from mpi_run import mpi_setup, run_checked
 
 LIMIT = 180  # seconds per run
 EPOCHS = 3   # 22 steps each (1437 digits, batches of 64)
@@ -40,16 +40,7 @@ def main():
                 "--ckpt-dir", os.path.join(tmp, ckpt)] + list(extra)
 
     def run(cmd):
-        print("$", " ".join(cmd), flush=True)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT, env=env)
-        except subprocess.TimeoutExpired:
-            failures.append(f"timed out after {LIMIT} s: {' '.join(cmd)}")
-            return None
-        if r.returncode != 0:
-            failures.append(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-            return None
-        return r
+        return run_checked(cmd, env, failures, LIMIT)
 
     def parse(stdout):
         lines = [json.loads(l) for l in stdout.splitlines() if l.startswith("{")]

@@ -8,11 +8,10 @@ usage: dp_train_lm_test.py SPORE [MPI_MODULE]"""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-from mpi_run import mpi_setup
+from mpi_run import launch, mpi_setup, run_checked, write_ducks_text
 
 LIMIT = 180
 
@@ -24,10 +23,7 @@ def main():
         return rc
     tmp = tempfile.mkdtemp(prefix="spore_dplm_")
     text = os.path.join(tmp, "text.txt")
-    names = ["one", "two", "three", "four", "five", "six", "seven", "eight"]
-    with open(text, "w") as f:
-        for i in range(300):
-            f.write(f"{names[i % 8]} little ducks went out one day, {names[(i + 1) % 8]} came back.\n")
+    write_ducks_text(text)
     failures = []
 
     def run(np, name, *extra):
@@ -36,15 +32,8 @@ def main():
                 "--steps", "8", "--lr", "0.005", "--warmup", "2", "--eval-every", "4", "--eval-batches", "2",
                 "--seed", "3", "--threads", "1", "--json", "--log-every", "1", "--parallel", "data",
                 "--grad-shards", "4", "--ckpt-dir", os.path.join(tmp, name), "-o", os.path.join(tmp, name + ".gguf")]
-        cmd = (argv if np == 0 else [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np)] + argv) + list(extra)
-        print("$", " ".join(cmd), flush=True)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT, env=env)
-        except subprocess.TimeoutExpired:
-            failures.append(f"timed out after {LIMIT} s: {' '.join(cmd)}")
-            return []
-        if r.returncode != 0:
-            failures.append(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+        r = run_checked(launch(mpirun, np, argv) + list(extra), env, failures, LIMIT)
+        if r is None:
             return []
         lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
         return [(l["step"], l["loss"]) for l in lines if "loss" in l and "eval" not in l and not l.get("final")]

@@ -3,7 +3,7 @@
 limit. Without mpirun it exits 77 (ctest's SKIP), unless CI=true, where a missing mpirun is a failure.
 
 usage: mpi_run.py N TIMEOUT_S COMMAND [ARGS...]   (N = 0: run COMMAND alone, without mpirun)
-The other mpi tests import mpi_setup from here."""
+The other mpi tests import mpi_setup, launch, run_checked and write_ducks_text from here."""
 import os
 import shutil
 import subprocess
@@ -31,6 +31,38 @@ def mpi_setup(module=""):
     return mpirun, env, 0
 
 
+def launch(mpirun, np, argv):
+    """argv as it is for np 0 (one process, no mpirun), else under `mpirun --allow-run-as-root --oversubscribe -np N`
+    (CI runs as root on 2 cores)."""
+    return list(argv) if np == 0 else [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np)] + list(argv)
+
+
+def run_checked(cmd, env, failures, limit, expect_fail=False):
+    """Runs cmd (printed first) with a time limit and its output captured. A timeout, or a run that fails (or, with
+    expect_fail, one that succeeds), is appended to `failures` and gives None; otherwise the CompletedProcess."""
+    print("$", " ".join(cmd), flush=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=env)
+    except subprocess.TimeoutExpired:
+        failures.append(f"timed out after {limit:.0f} s: {' '.join(cmd)}")
+        return None
+    if expect_fail and r.returncode == 0:
+        failures.append(f"expected a failure: {' '.join(cmd)}")
+        return None
+    if not expect_fail and r.returncode != 0:
+        failures.append(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+        return None
+    return r
+
+
+def write_ducks_text(path):
+    """The small generated text the train-lm tests train on (300 lines)."""
+    names = ["one", "two", "three", "four", "five", "six", "seven", "eight"]
+    with open(path, "w") as f:
+        for i in range(300):
+            f.write(f"{names[i % 8]} little ducks went out one day, {names[(i + 1) % 8]} came back.\n")
+
+
 def main():
     n, limit, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
     env = dict(os.environ)
@@ -38,7 +70,7 @@ def main():
         mpirun, env, rc = mpi_setup(os.environ.get("SPORE_MPI_MODULE", ""))
         if mpirun is None:
             return rc
-        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n)] + cmd
+        cmd = launch(mpirun, n, cmd)
     print("$", " ".join(cmd), flush=True)
     try:
         r = subprocess.run(cmd, timeout=limit, env=env)
