@@ -60,6 +60,39 @@ TEST(DropoutOffset, OffsetSelectsThePhiloxStream) {
   }
 }
 
+// The CPU kernel draws its mask on SIMD lanes (an integer compare against ceil(p * 2^24)); every element must
+// follow the scalar rule and be x * scale in f32: p at and next to the thresholds' edges, streams whose
+// high word is set, and sizes that end inside a vector and span several chunks (16384 elements each).
+TEST(DropoutOffset, CpuMaskIsTheScalarRuleOnEveryElement) {
+  init();
+  const Tensor x = rnd({40013}, 6);
+  const std::vector<double> xs = x.to_doubles();
+  const double eps = 1.0 / 16777216.0;
+  for (double p : {0.0, 1e-9, eps, 0.1, 0.5, 0.5 + eps / 2, 0.9, 1.0 - eps, 1.0}) {
+    for (int64_t stream : {int64_t{0}, int64_t{7}, (int64_t{1} << 40) + 3, int64_t{-1}}) {
+      const int64_t seed = 0x123456789abcLL;
+      BackendScope scope(Backend::cpu);
+      const Tensor y = ops::dropout(x, p, true, seed, off64(stream));
+      const float scale = static_cast<float>(p < 1 ? 1.0 / (1.0 - p) : 0.0);  // f32 kernels scale in f32
+      const std::vector<double> ys = y.to_doubles();
+      int64_t kept = 0;
+      for (size_t i = 0; i < ys.size(); ++i) {
+        const bool keep =
+            static_cast<double>(philox_uniform(static_cast<uint64_t>(seed), static_cast<uint64_t>(stream), i)) >= p;
+        ASSERT_EQ(ys[i], keep ? static_cast<double>(static_cast<float>(xs[i]) * scale) : 0.0)
+            << "p " << p << " stream " << stream << " element " << i;
+        kept += keep;
+      }
+      if (p <= 0) {
+        EXPECT_EQ(kept, x.numel());
+      }
+      if (p >= 1) {
+        EXPECT_EQ(kept, 0);
+      }
+    }
+  }
+}
+
 TEST(DropoutOffset, OneCompiledPlanDrawsAFreshMaskPerOffset) {
   init();
   const Tensor x = rnd({5, 77}, 3);

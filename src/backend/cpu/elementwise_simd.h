@@ -40,6 +40,11 @@ void bf16_to_f32(const uint16_t* x, float* y, size_t n);
 void f32_to_f16(const float* x, uint16_t* y, size_t n);
 void f32_to_bf16(const float* x, uint16_t* y, size_t n);
 
+// Dropout's keep mask (dropout_hwy.cpp): keep[j] = 1 iff word 0 of philox4x32 for counter start + j (stream, seed:
+// base/rng.h's draw) shifted right by 8 is >= threshold, else 0; j < n. With threshold = ceil(p * 2^24) that is
+// exactly `philox_uniform(seed, stream, start + j) >= p`.
+void philox_keep(uint64_t seed, uint64_t stream, uint64_t start, size_t n, uint32_t threshold, uint8_t* keep);
+
 // quantize_linear's formula y = clamp(rint(x / scale) + zp, lo, hi) (division and nearest-even as the
 // reference; lo/hi within the code type's range); a nan x gives lo.
 void quantize_f32(const float* x, uint8_t* y, size_t n, float scale, float zp, float lo, float hi);

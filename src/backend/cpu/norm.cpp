@@ -3,14 +3,15 @@
 // order, so any thread count gives the same bits). f16/bf16 are staged through f32.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/elementwise_simd.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
-#include "base/rng.h"
 #include "base/thread_pool.h"
 
 namespace spore::cpu {
@@ -268,27 +269,33 @@ uint64_t dropout_offset(const KernelContext& k) {
   return static_cast<uint64_t>(v);
 }
 
+// The mask rule as an integer compare: philox_uniform is (word >> 8) / 2^24, exact in double, so `uniform >= p` is
+// `word >> 8 >= ceil(p * 2^24)` (p * 2^24 is exact too). p <= 0 keeps everything, p >= 1 (or NaN) nothing.
+uint32_t dropout_threshold(double p) {
+  if (!(p < 1.0)) return 1u << 24;
+  return p <= 0.0 ? 0u : static_cast<uint32_t>(std::ceil(p * 16777216.0));
+}
+
 template <typename T>
 void loops_dropout(KernelContext& k) {
   const int64_t n = k.in(0).numel();
   const T* x = k.in(0).data<T>();
   T* y = k.out(0).data<T>();
+  if (!k.attrs.b("training")) {
+    if (y != x) std::copy(x, x + n, y);
+    return;
+  }
   const double p = k.attrs.f("p");
-  const bool training = k.attrs.b("training");
   const uint64_t seed = static_cast<uint64_t>(k.attrs.i("seed"));
   const uint64_t offset = dropout_offset(k);
+  const uint32_t threshold = dropout_threshold(p);
   const T scale = static_cast<T>(p < 1 ? 1.0 / (1.0 - p) : 0.0);
   constexpr int64_t grain = 1 << 14;
   parallel_for(num_chunks(n, grain), [&](int64_t c) {
-    const int64_t end = std::min(n, (c + 1) * grain);
-    for (int64_t i = c * grain; i < end; ++i) {
-      if (!training) {
-        y[i] = x[i];
-        continue;
-      }
-      const bool keep = static_cast<double>(philox_uniform(seed, offset, static_cast<uint64_t>(i))) >= p;
-      y[i] = keep ? x[i] * scale : T(0);
-    }
+    const int64_t begin = c * grain, end = std::min(n, begin + grain);
+    uint8_t keep[grain];
+    philox_keep(seed, offset, static_cast<uint64_t>(begin), static_cast<size_t>(end - begin), threshold, keep);
+    for (int64_t i = begin; i < end; ++i) y[i] = keep[i - begin] ? x[i] * scale : T(0);
   });
 }
 
