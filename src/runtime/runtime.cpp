@@ -59,6 +59,7 @@ BackendInfo backend_info() {
     if (key == "simd_target") bi.simd_target = value;
     if (key == "cpu_features") bi.cpu_features = value;
     if (key == "onednn") bi.onednn_version = value;
+    if (key == "kernels") bi.kernels = value;
   }
   return bi;
 }

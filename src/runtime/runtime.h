@@ -52,9 +52,10 @@ class BackendScope {
 
 std::string version();
 std::string build_type();
-// What the CPU backend runs on here, for `spore info`: "simd_target" (Highway's pick), "cpu_features", "onednn".
+// What the CPU backend runs on here, for `spore info`: "simd_target" (Highway's pick), "cpu_features", "onednn",
+// "kernels" (the ISA each family of spore's own kernels picked).
 struct BackendInfo {
-  std::string simd_target, cpu_features, onednn_version;
+  std::string simd_target, cpu_features, onednn_version, kernels;
 };
 BackendInfo backend_info();
 

@@ -29,6 +29,7 @@ int cmd_info(int argc, char** argv) {
                       {"threads", num_threads()},
                       {"hardware_threads", hardware_threads()},
                       {"onednn", bi.onednn_version},
+                      {"kernels", bi.kernels},
                       {"ops", op_registry().all().size()}};
   if (json) {
     std::printf("%s\n", j.dump().c_str());
@@ -39,6 +40,7 @@ int cmd_info(int argc, char** argv) {
   std::printf("  cpu features  %s\n", bi.cpu_features.c_str());
   std::printf("  threads       %d of %d\n", num_threads(), hardware_threads());
   std::printf("  oneDNN        %s\n", bi.onednn_version.c_str());
+  std::printf("  kernels       %s\n", bi.kernels.c_str());
   std::printf("  ops           %zu registered\n", op_registry().all().size());
   return 0;
 }

@@ -19,7 +19,12 @@
 #include <optional>
 #include <string_view>
 
+#include <fmt/format.h>
+
+#include "backend/cpu/blockq.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/pool_blocked.h"
 #include "base/thread_pool.h"
 #include "ops/backend.h"
 
@@ -163,7 +168,16 @@ class CpuBackend final : public BackendImpl {
     return std::make_unique<CpuExecutor>(o);
   }
   std::vector<std::pair<std::string, std::string>> info() const override {
-    return {{"simd_target", cpu_simd_target()}, {"cpu_features", cpu_features()}, {"onednn", onednn_version()}};
+    // spore's own kernels pick their ISA at run time too: the blocked conv / depthwise / pooling tiles (AVX-512 or
+    // AVX2; SPORE_CONV_DIRECT_ISA=avx2 forces the latter), the quantized LLM tiles, and bf16 GEMM (vdpbf16ps or
+    // widened to the f32 GEMM).
+    const std::string own = fmt::format(
+        "conv/pool {}, llm blockq {}, bf16 gemm {}", cpu::detail::pool_use_avx512() ? "avx512" : "avx2",
+        cpu::blockq_use_avx512() ? "avx512" : "avx2", cpu::gemm_bf16_enabled() ? "avx512_bf16" : "widened to f32");
+    return {{"simd_target", cpu_simd_target()},
+            {"cpu_features", cpu_features()},
+            {"onednn", onednn_version()},
+            {"kernels", own}};
   }
 };
 
