@@ -4,6 +4,7 @@ out/bench/torchvision: outputs compared, then latency compared in the same run.
 
   /usr/bin/python3 bench/peers/tv_vs_ort.py [--spore build/spore] [--models resnet18,...] [--batches 1,8]
       [--threads 1,2] [--repeats 3] [--time-s 1.5] [--no-check] [--no-speed] [--json FILE] [--markdown]
+      [--dir out/bench/rnn]   (another export folder: export_rnn.py's recurrent nets)
 
 Correctness: for each model and batch, `spore run MODEL --input NAME=FILE.npy --output DIR` (no --input-shape: the
 dims bind from the file) and `node ort_bench.js MODEL --input-npy NAME=FILE.npy --save-output DIR` on the export's
@@ -117,6 +118,7 @@ def speed(spore, name, meta, batch, threads, repeats, time_s):
 
 
 def main():
+    global TV_DIR
     p = argparse.ArgumentParser()
     p.add_argument("--spore", default=os.path.join(ROOT, "build", "spore"))
     p.add_argument("--models", default="", help="comma-separated names (default: every export in out/bench/torchvision)")
@@ -127,9 +129,11 @@ def main():
     p.add_argument("--no-check", action="store_true")
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--dir", default=TV_DIR, help="the exports' folder (NAME.onnx, NAME.json, NAME.x{B}.npy)")
     a = p.parse_args()
+    TV_DIR = os.path.abspath(a.dir)
     if not os.path.isdir(TV_DIR):
-        sys.exit(f"tv_vs_ort: no {TV_DIR}; run /usr/bin/python3 bench/peers/export_torchvision.py first")
+        sys.exit(f"tv_vs_ort: no {TV_DIR}; run /usr/bin/python3 bench/peers/export_torchvision.py (or export_rnn.py) first")
     models = models_available(set(filter(None, a.models.split(","))))
     batches = [int(v) for v in a.batches.split(",")]
     threads = [int(v) for v in a.threads.split(",")]

@@ -15,4 +15,5 @@ void register_quant_ops(OpRegistry& r);       // quant.cpp: quantize/dequantize_
 void register_fused_elementwise_ops(OpRegistry& r);  // fused_elementwise.cpp: fused_elementwise
 void register_fused_ops(OpRegistry& r);       // fused.cpp: conv2d_fused, linear_fused (epilogue fusion)
 void register_attention_ops(OpRegistry& r);   // attention.cpp: attention (fuse_attention)
+void register_rnn_ops(OpRegistry& r);         // rnn.cpp: rnn_sequence (ONNX LSTM / GRU / RNN)
 }  // namespace spore

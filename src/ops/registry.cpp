@@ -67,6 +67,7 @@ OpRegistry& op_registry() {
     register_fused_elementwise_ops(*reg);
     register_fused_ops(*reg);
     register_attention_ops(*reg);
+    register_rnn_ops(*reg);
     register_llm_ops(*reg);
     return reg;
   }();

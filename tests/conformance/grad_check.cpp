@@ -35,6 +35,7 @@ const CaseList& grad_cases() {
     add_norm_cases(all, errors);
     add_shape_cases(all, errors);
     add_attention_cases(all, errors);
+    add_rnn_cases(all, errors);
     for (auto& c : all) {
       const OpDef& def = op_registry().get(c.op);
       if (def.traits.has(Trait::no_grad) || def.traits.has(Trait::graph_structure)) continue;

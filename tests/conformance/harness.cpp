@@ -112,6 +112,7 @@ void build_lists() {
   add_fused_elementwise_cases(cases(), error_cases());
   add_fused_cases(cases(), error_cases());
   add_attention_cases(cases(), error_cases());
+  add_rnn_cases(cases(), error_cases());
   add_llm_cases(cases(), error_cases());
 }
 

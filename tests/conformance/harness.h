@@ -88,6 +88,7 @@ void add_quant_cases(CaseList& c, ErrorList& e);
 void add_fused_elementwise_cases(CaseList& c, ErrorList& e);
 void add_fused_cases(CaseList& c, ErrorList& e);  // cases_fused.cpp: conv2d_fused, linear_fused
 void add_attention_cases(CaseList& c, ErrorList& e);  // cases_attention.cpp: attention
+void add_rnn_cases(CaseList& c, ErrorList& e);        // cases_rnn.cpp: rnn_sequence
 void add_llm_cases(CaseList& c, ErrorList& e);        // cases_llm.cpp: linear_blockq(_multi), embed_blockq, rope, attention_kv
 
 // Tolerance for comparing cpu results to the reference: |a-b| <= atol + rtol*|ref|.

@@ -29,6 +29,18 @@ void gemm_linear(int64_t m, int64_t k, int64_t n, const float* x, const float* w
                  const std::shared_ptr<Storage>& weights_owner = nullptr, bool w_kn = false);
 
 namespace detail {
+struct GemmJob;
+}
+// For kernels that run many products with one weight (rnn_sequence's recurrent step): the panel width of the build
+// gemm_linear runs (32 with AVX-512, else 16), w [N, K] packed into its panels (gemm_panels_floats floats), and rows
+// [r0, r1) of a job over every panel, on the calling thread - the same tiles, hence the same bits, as gemm_linear.
+// nr: the width the panels were packed with (gemm_panel_width() read once per call: it looks at the environment).
+int64_t gemm_panel_width();
+int64_t gemm_panels_floats(int64_t k, int64_t n, int64_t nr);
+void gemm_pack(int64_t k, int64_t n, const float* w, float* wp, int64_t nr);
+void gemm_packed_rows(const detail::GemmJob& j, int64_t r0, int64_t r1, int64_t nr);
+
+namespace detail {
 struct GemmJob {
   int64_t m, k, n;
   const float* x;

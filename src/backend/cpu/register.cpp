@@ -50,6 +50,7 @@ void register_cpu_kernels(KernelRegistry& r) {
   cpu::register_fused(r);
   cpu::register_fused_elementwise(r);
   cpu::register_attention(r);
+  cpu::register_rnn(r);
   cpu::register_blockq(r);
   cpu::register_llm_attention(r);
 }

@@ -13,6 +13,7 @@ void register_quant(KernelRegistry& r);
 void register_fused(KernelRegistry& r);  // fused.cpp: conv2d_fused, linear_fused
 void register_fused_elementwise(KernelRegistry& r);
 void register_attention(KernelRegistry& r);  // attention.cpp: attention
+void register_rnn(KernelRegistry& r);        // rnn.cpp: rnn_sequence
 void register_blockq(KernelRegistry& r);     // blockq.cpp: linear_blockq, embed_blockq
 void register_llm_attention(KernelRegistry& r);  // llm_attention.cpp: rope, attention_kv
 }  // namespace spore::reference

@@ -21,6 +21,7 @@ void register_reference_kernels(KernelRegistry& r) {
   reference::register_fused(r);
   reference::register_fused_elementwise(r);
   reference::register_attention(r);
+  reference::register_rnn(r);
   reference::register_blockq(r);
   reference::register_llm_attention(r);
 }

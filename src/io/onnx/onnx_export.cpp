@@ -19,6 +19,7 @@
 #include "io/file_util.h"
 #include "io/onnx/onnx.h"
 #include "ops/registry.h"
+#include "ops/rnn.h"
 
 namespace spore::io {
 namespace {
@@ -514,6 +515,7 @@ class Exporter {
         pad_attrs(p, a);
         return;
       }
+      case "rnn_sequence"_op: return export_rnn(n, a, in, out);
       case "conv2d_weight_grad"_op:
       case "max_pool2d_grad"_op: unsupported(n, "a training-only backward op");
       case "input"_op:
@@ -521,6 +523,70 @@ class Exporter {
       default: break;
     }
     unsupported(n, "no mapping for this op");
+  }
+
+  // rnn_sequence as ONNX's LSTM / GRU / RNN. Its input is already the projection xw [S, B, D*G*H], so X = xw and W
+  // selects each direction's block (an identity: x * 1 + 0s, the same values; re-imported, the matmul gives xw
+  // back); rb goes to B's R half; activation_alpha/beta list only the values the activations use, as ONNX reads them.
+  void export_rnn(const Node& n, const Attrs& a, const std::vector<std::string>& in, const std::vector<std::string>& out) {
+    const rnn::Cell cell = rnn::cell_of(a);
+    const TensorType& xt = n.input(0)->type;
+    const TensorType& rt = n.input(1)->type;
+    SPORE_CHECK(xt.is_static(), ErrorCode::unsupported, "export_onnx: node {} has run-time shapes {}", n.label(), xt.str());
+    const int64_t D = rnn::directions_of(a), H = rt.dims[2].size, GH = rt.dims[1].size;
+    const DType dt = xt.dtype;
+    const std::string& y = out.at(0);
+    std::vector<double> eye(static_cast<size_t>(D * GH * D * GH), 0.0);
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = 0; j < GH; ++j) eye[static_cast<size_t>((d * GH + j) * D * GH + d * GH + j)] = 1.0;
+    const std::string w = add_initializer(Tensor::from_doubles(eye, {D, GH, D * GH}, dt), fresh(y + "/W"));
+    std::vector<std::string> ins{in[0], w, in[1], "", "", in[2]};
+    if (in.size() > 3) {  // B = [0 (W's half), rb]
+      const std::string zeros = add_initializer(Tensor::zeros({D, GH}, dt), fresh(y + "/Wb"));
+      ins[3] = tmp(y, "B");
+      attr_i(emit("Concat", {zeros, in[3]}, {ins[3]}, n.name.empty() ? "" : n.name + "/B"), "axis", 1);
+    }
+    if (in.size() > 4) {
+      ins[4] = in[4];
+      if (n.input(4)->type.dtype != DType::i32) {
+        ins[4] = tmp(y, "seq_lens");
+        attr_i(emit("Cast", {in[4]}, {ins[4]}, n.name.empty() ? "" : n.name + "/seq_lens"), "to",
+               onnx::TensorProto::INT32);
+      }
+    }
+    if (in.size() > 5) ins.push_back(in[5]);
+    if (in.size() > 6) ins.push_back(in[6]);
+    while (!ins.empty() && ins.back().empty()) ins.pop_back();
+    onnx::NodeProto* p = emit(cell == rnn::Cell::lstm ? "LSTM" : cell == rnn::Cell::gru ? "GRU" : "RNN", ins, out, n.name);
+    attr_i(p, "hidden_size", H);
+    attr_s(p, "direction", a.s("direction"));
+    if (a.f("clip") > 0) attr_f(p, "clip", a.f("clip"));
+    if (cell == rnn::Cell::gru) attr_i(p, "linear_before_reset", a.b("linear_before_reset") ? 1 : 0);
+    if (cell == rnn::Cell::lstm && a.b("input_forget")) attr_i(p, "input_forget", 1);
+    const std::vector<rnn::Activation> acts = rnn::activations_of(a);
+    onnx::AttributeProto* names = p->add_attribute();
+    names->set_name("activations");
+    names->set_type(onnx::AttributeProto::STRINGS);
+    onnx::AttributeProto* alpha = nullptr;
+    onnx::AttributeProto* beta = nullptr;
+    for (const rnn::Activation& act : acts) {
+      names->add_strings(rnn::activation_name(act.kind));
+      const bool uses_alpha = act.kind == rnn::Act::leaky_relu || act.kind == rnn::Act::hard_sigmoid ||
+                              act.kind == rnn::Act::affine || act.kind == rnn::Act::scaled_tanh ||
+                              act.kind == rnn::Act::elu || act.kind == rnn::Act::thresholded_relu;
+      const bool uses_beta =
+          act.kind == rnn::Act::hard_sigmoid || act.kind == rnn::Act::affine || act.kind == rnn::Act::scaled_tanh;
+      auto list = [&](onnx::AttributeProto*& l, const char* nm) {
+        if (!l) {
+          l = p->add_attribute();
+          l->set_name(nm);
+          l->set_type(onnx::AttributeProto::FLOATS);
+        }
+        return l;
+      };
+      if (uses_alpha) list(alpha, "activation_alpha")->add_floats(static_cast<float>(act.alpha));
+      if (uses_beta) list(beta, "activation_beta")->add_floats(static_cast<float>(act.beta));
+    }
   }
 
   // y = x w^T (+ b): Gemm for 2-D x, else MatMul with the transposed weight (+ Add).

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "io/onnx/onnx_import_internal.h"
+#include "ops/rnn.h"
 
 namespace spore::io::onnx_import {
 
@@ -1114,22 +1115,6 @@ struct Activation {
   double alpha = 0, beta = 0;
 };
 
-Value* apply_act(NodeCtx& c, const Activation& a, Value* x) {
-  const std::string& n = a.name;
-  if (n == "Sigmoid") return c.op("sigmoid"_op, {x});
-  if (n == "Tanh") return c.op("tanh"_op, {x});
-  if (n == "Relu") return c.op("relu"_op, {x});
-  if (n == "LeakyRelu") return c.op("leaky_relu"_op, {x}, {{"alpha", a.alpha}});
-  if (n == "HardSigmoid") return act_hard_sigmoid(c, x, a.alpha, a.beta);
-  if (n == "Affine") return addc(c, mulc(c, x, a.alpha), a.beta);
-  if (n == "ScaledTanh") return mulc(c, c.op("tanh"_op, {mulc(c, x, a.beta)}), a.alpha);
-  if (n == "Elu") return act_elu(c, x, a.alpha);
-  if (n == "Softsign") return act_softsign(c, x);
-  if (n == "Softplus") return act_softplus(c, x);
-  if (n == "ThresholdedRelu") return c.op("where"_op, {c.op("gt"_op, {x, c.scalar(a.alpha, c.dtype(x))}), x, zero_like(c, x)});
-  c.fail(ErrorCode::unsupported, "RNN activation '{}'", n);
-}
-
 std::vector<Activation> read_activations(NodeCtx& c, const std::vector<std::string>& defaults, int dirs) {
   std::vector<std::string> names;
   if (const auto* a = c.attr("activations"))
@@ -1171,156 +1156,107 @@ std::vector<Activation> read_activations(NodeCtx& c, const std::vector<std::stri
 
 enum class Cell { rnn, gru, lstm };
 
-// Unrolled over the (static) sequence length: one matmul for the input projections of all steps, then per step
-// the recurrent matmul and the gate arithmetic.
+// One rnn_sequence node (ops/rnn.h): the input projections of every step and direction by one matmul (W of all
+// directions stacked) plus the input bias, then the fused recurrence. Layout 1 is transposed to layout 0 around it.
 EmitFn rnn(Cell cell) {
   return [cell](NodeCtx& c) -> V {
-    const int G = cell == Cell::lstm ? 4 : cell == Cell::gru ? 3 : 1;
+    const int64_t G = cell == Cell::lstm ? 4 : cell == Cell::gru ? 3 : 1;
     Value* x = c.in(0);
     const int64_t layout = c.attr_i("layout", 0);
+    if (layout != 0 && layout != 1) c.fail(ErrorCode::invalid_argument, "layout must be 0 or 1, got {}", layout);
     if (layout == 1) x = c.op("transpose"_op, {x}, {{"perm", Ints{1, 0, 2}}});
     const Shape xs = c.static_shape(x, "input X");
-    const int64_t S = xs[0], B = xs[1];
+    if (xs.size() != 3) c.fail(ErrorCode::shape_mismatch, "input X must have rank 3, got {}", shape_str(xs));
+    const int64_t S = xs[0], B = xs[1], I = xs[2];
     const std::string direction = c.attr_s("direction", "forward");
-    const int dirs = direction == "bidirectional" ? 2 : 1;
+    if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
+      c.fail(ErrorCode::invalid_argument, "direction '{}' is not forward, reverse or bidirectional", direction);
+    const int64_t D = direction == "bidirectional" ? 2 : 1;
     const Shape ws = c.static_shape(c.in(1), "W");
-    const int64_t H = c.attr_i("hidden_size", ws[1] / G);
-    const double clip = c.attr_f("clip", 0.0);
-    const bool input_forget = c.attr_i("input_forget", 0) != 0;
-    const bool lbr = c.attr_i("linear_before_reset", 0) != 0;
+    const Shape rs = c.static_shape(c.in(2), "R");
+    const int64_t H = c.attr_i("hidden_size", rs.size() == 3 ? rs[2] : 0);
     const DType dt = c.dtype(x);
-    if (c.has_input(4)) {  // sequence_lens: fine when every sequence is full length
-      for (int64_t l : c.ints_in(4))
-        if (l != S) c.fail(ErrorCode::unsupported, "sequence_lens with a length {} shorter than the sequence ({})", l, S);
-    }
+    if (ws != Shape{D, G * H, I})
+      c.fail(ErrorCode::shape_mismatch, "W must be [{}, {}, {}] (num_directions, {}*hidden_size, input_size), got {}", D,
+             G * H, I, G, shape_str(ws));
+    if (rs != Shape{D, G * H, H})
+      c.fail(ErrorCode::shape_mismatch, "R must be [{}, {}, {}] (num_directions, {}*hidden_size, hidden_size), got {}",
+             D, G * H, H, G, shape_str(rs));
+    const bool lbr = c.attr_i("linear_before_reset", 0) != 0;
+    const bool input_forget = c.attr_i("input_forget", 0) != 0;
     const std::vector<std::string> defaults = cell == Cell::lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
                                               : cell == Cell::gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
                                                                   : std::vector<std::string>{"Tanh"};
-    const std::vector<Activation> acts = read_activations(c, defaults, dirs);
-    const int na = static_cast<int>(defaults.size());
-    auto take = [&](Value* v, int64_t d) {  // v[d] of a [dirs, ...] tensor
-      Value* s = c.op("slice"_op, {v}, {{"starts", Ints{d}}, {"ends", Ints{d + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}});
-      return c.op("squeeze"_op, {s}, {{"axes", Ints{0}}});
-    };
-    auto state_in = [&](int idx, int64_t d) -> Value* {
-      if (!c.has_input(idx)) return full_value(c, {B, H}, 0.0, dt);
+    const std::vector<Activation> acts = read_activations(c, defaults, static_cast<int>(D));
+    std::string names;
+    std::vector<double> alphas, betas;
+    for (const Activation& a : acts) {
+      rnn::Act kind = rnn::Act::tanh;
+      if (!rnn::activation_from_name(a.name, kind)) c.fail(ErrorCode::unsupported, "RNN activation '{}'", a.name);
+      if (!names.empty()) names.push_back(',');
+      names.append(rnn::activation_name(kind));
+      alphas.push_back(a.alpha);
+      betas.push_back(a.beta);
+    }
+    // The input projections: [S, B, I] @ [D*G*H, I]^T (+ W's bias, and R's too where it sits outside r's product).
+    Value* xw = c.op("matmul"_op, {x, c.reshape(c.in(1), {D * G * H, I})}, {{"transpose_b", true}});
+    Value* rb = nullptr;
+    if (c.has_input(3)) {
+      Value* bias = c.in(3);
+      if (c.static_shape(bias, "B") != Shape{D, 2 * G * H})
+        c.fail(ErrorCode::shape_mismatch, "B must be [{}, {}] (num_directions, {}*hidden_size), got {}", D, 2 * G * H,
+               2 * G, shape_str(c.static_shape(bias, "B")));
+      auto half = [&](int64_t k) {
+        return c.op("slice"_op, {bias}, {{"starts", Ints{k * G * H}}, {"ends", Ints{(k + 1) * G * H}}, {"axes", Ints{1}}, {"steps", Ints{}}});
+      };
+      Value* wb = half(0);
+      rb = half(1);
+      if (!(cell == Cell::gru && lbr)) {
+        wb = c.op("add"_op, {wb, rb});
+        rb = nullptr;
+      }
+      xw = c.op("add"_op, {xw, c.reshape(wb, {D * G * H})});
+    }
+    auto state_in = [&](int idx, const char* what) -> Value* {
+      if (!c.has_input(idx)) return full_value(c, {D, B, H}, 0.0, dt);
       Value* v = c.in(idx);
       if (layout == 1) v = c.op("transpose"_op, {v}, {{"perm", Ints{1, 0, 2}}});
-      return take(v, d);
+      if (c.static_shape(v, what) != Shape{D, B, H})
+        c.fail(ErrorCode::shape_mismatch, "{} must be [{}, {}, {}] (layout {}), got {}", what, D, B, H, layout,
+               shape_str(c.static_shape(c.in(idx), what)));
+      return v;
     };
-    auto clipv = [&](Value* v) { return clip > 0 ? c.op("clip"_op, {v}, {{"min", -clip}, {"max", clip}}) : v; };
-    auto chunk = [&](Value* v, int64_t k, int axis) {  // the k-th H-wide slice along `axis`
-      return c.op("slice"_op, {v}, {{"starts", Ints{k * H}}, {"ends", Ints{(k + 1) * H}}, {"axes", Ints{axis}}, {"steps", Ints{}}});
-    };
-    // The G gates of a [B, G*H] step value, each [B, H]. At B = 1 each is a contiguous run of the value's bytes (the
-    // memory plan makes the slices views); for B > 1 one transpose to [G, B, H] makes them so (one copy instead of
-    // G strided slice copies).
-    auto gates_of = [&](Value* v) {
-      std::vector<Value*> out;
-      if (B == 1) {
-        for (int64_t k = 0; k < G; ++k) out.push_back(chunk(v, k, 1));
-        return out;
-      }
-      Value* t = c.op("transpose"_op, {c.op("reshape"_op, {v}, {{"shape", Ints{B, G, H}}})}, {{"perm", Ints{1, 0, 2}}});
-      for (int64_t k = 0; k < G; ++k)
-        out.push_back(c.op("squeeze"_op, {c.op("slice"_op, {t}, {{"starts", Ints{k}}, {"ends", Ints{k + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}})},
-                           {{"axes", Ints{0}}}));
-      return out;
-    };
-    V ys, hs, cs;
-    for (int64_t d = 0; d < dirs; ++d) {
-      const bool reverse = direction == "reverse" || d == 1;
-      const Activation* a = &acts[static_cast<size_t>(d * na)];
-      Value* W = take(c.in(1), d);  // [G*H, I]
-      Value* R = take(c.in(2), d);  // [G*H, H]
-      Value* xw = c.op("matmul"_op, {x, W}, {{"transpose_b", true}});  // [S, B, G*H]
-      Value* rb = nullptr;
-      if (c.has_input(3)) {
-        Value* bias = take(c.in(3), d);  // [2*G*H]: Wb then Rb
-        Value* wb = c.op("slice"_op, {bias}, {{"starts", Ints{0}}, {"ends", Ints{G * H}}, {"axes", Ints{0}}, {"steps", Ints{}}});
-        rb = c.op("slice"_op, {bias}, {{"starts", Ints{G * H}}, {"ends", Ints{2 * G * H}}, {"axes", Ints{0}}, {"steps", Ints{}}});
-        if (cell == Cell::gru && lbr) {
-          xw = c.op("add"_op, {xw, wb});
-        } else {
-          xw = c.op("add"_op, {xw, c.op("add"_op, {wb, rb})});
-          rb = nullptr;
-        }
-      }
-      Value* P = (cell == Cell::lstm && c.has_input(7)) ? take(c.in(7), d) : nullptr;  // [3H]: i, o, f
-      Value* h = state_in(5, d);
-      Value* cst = cell == Cell::lstm ? state_in(6, d) : nullptr;
-      std::vector<Value*> steps(static_cast<size_t>(S));
-      for (int64_t k = 0; k < S; ++k) {
-        const int64_t t = reverse ? S - 1 - k : k;
-        Value* xt = c.op("squeeze"_op, {c.op("slice"_op, {xw}, {{"starts", Ints{t}}, {"ends", Ints{t + 1}}, {"axes", Ints{0}}, {"steps", Ints{}}})},
-                         {{"axes", Ints{0}}});  // [B, G*H]
-        if (cell == Cell::lstm) {
-          Value* gates = c.op("add"_op, {xt, c.op("matmul"_op, {h, R}, {{"transpose_b", true}})});
-          const std::vector<Value*> gs = gates_of(gates);
-          Value* gi = gs[0];
-          Value* go = gs[1];
-          Value* gf = gs[2];
-          Value* gc = gs[3];
-          if (P) {
-            gi = c.op("add"_op, {gi, c.op("mul"_op, {chunk(P, 0, 0), cst})});
-            gf = c.op("add"_op, {gf, c.op("mul"_op, {chunk(P, 2, 0), cst})});
-          }
-          Value* i = apply_act(c, a[0], clipv(gi));
-          Value* f = input_forget ? c.op("sub"_op, {c.scalar(1, dt), i}) : apply_act(c, a[0], clipv(gf));
-          Value* g = apply_act(c, a[1], clipv(gc));
-          cst = c.op("add"_op, {c.op("mul"_op, {f, cst}), c.op("mul"_op, {i, g})});
-          if (P) go = c.op("add"_op, {go, c.op("mul"_op, {chunk(P, 1, 0), cst})});
-          Value* o = apply_act(c, a[0], clipv(go));
-          h = c.op("mul"_op, {o, apply_act(c, a[2], cst)});
-        } else if (cell == Cell::gru) {
-          Value* hr = c.op("matmul"_op, {h, R}, {{"transpose_b", true}});  // [B, 3H]
-          if (rb) hr = c.op("add"_op, {hr, rb});
-          Value* z = apply_act(c, a[0], clipv(c.op("add"_op, {chunk(xt, 0, 1), chunk(hr, 0, 1)})));
-          Value* r = apply_act(c, a[0], clipv(c.op("add"_op, {chunk(xt, 1, 1), chunk(hr, 1, 1)})));
-          Value* hh;
-          if (lbr) {
-            hh = c.op("add"_op, {chunk(xt, 2, 1), c.op("mul"_op, {r, chunk(hr, 2, 1)})});
-          } else {
-            Value* Rh = chunk(R, 2, 0);  // [H, H]
-            hh = c.op("add"_op, {chunk(xt, 2, 1), c.op("matmul"_op, {c.op("mul"_op, {r, h}), Rh}, {{"transpose_b", true}})});
-          }
-          hh = apply_act(c, a[1], clipv(hh));
-          // h = (1 - z) * hh + z * h = hh + z * (h - hh)
-          h = c.op("add"_op, {hh, c.op("mul"_op, {z, c.op("sub"_op, {h, hh})})});
-        } else {
-          h = apply_act(c, a[0], clipv(c.op("add"_op, {xt, c.op("matmul"_op, {h, R}, {{"transpose_b", true}})})));
-        }
-        steps[static_cast<size_t>(t)] = h;
-      }
-      if (c.wants_output(0)) {
-        V us;
-        for (Value* s : steps) us.push_back(c.op("unsqueeze"_op, {s}, {{"axes", Ints{0}}}));
-        ys.push_back(us.size() == 1 ? us[0] : c.op("concat"_op, us, {{"axis", int64_t{0}}}));  // [S, B, H]
-      }
-      hs.push_back(h);
-      if (cst) cs.push_back(cst);
+    std::vector<Value*> ins{xw, c.in(2), state_in(5, "initial_h")};
+    const bool has_len = c.has_input(4), has_p = cell == Cell::lstm && c.has_input(7);
+    const bool lstm = cell == Cell::lstm;
+    if (rb || has_len || lstm) ins.push_back(rb ? rb : full_value(c, {D, G * H}, 0.0, dt));
+    if (has_len || lstm) {
+      Value* len = has_len ? c.in(4) : full_value(c, {B}, static_cast<double>(S), DType::i32);
+      if (has_len && c.static_shape(len, "sequence_lens") != Shape{B})
+        c.fail(ErrorCode::shape_mismatch, "sequence_lens must be [{}], got {}", B,
+               shape_str(c.static_shape(len, "sequence_lens")));
+      if (has_len && c.is_const(len))
+        for (int64_t l : c.ints_in(4))
+          if (l < 0 || l > S) c.fail(ErrorCode::invalid_argument, "sequence_lens has {} outside [0, {}]", l, S);
+      ins.push_back(len);
     }
-    auto stack = [&](const V& parts, int64_t axis) {
-      V us;
-      for (Value* p : parts) us.push_back(c.op("unsqueeze"_op, {p}, {{"axes", Ints{axis}}}));
-      return us.size() == 1 ? us[0] : c.op("concat"_op, us, {{"axis", axis}});
-    };
+    if (lstm) ins.push_back(state_in(6, "initial_c"));
+    if (has_p) ins.push_back(c.in(7));
+    Attrs attrs{{"cell", std::string(cell == Cell::lstm ? "lstm" : cell == Cell::gru ? "gru" : "rnn")},
+                {"direction", direction},
+                {"activations", names},
+                {"activation_alpha", alphas},
+                {"activation_beta", betas},
+                {"clip", c.attr_f("clip", 0.0)},
+                {"linear_before_reset", lbr},
+                {"input_forget", input_forget}};
+    std::vector<Value*> res = c.op_n("rnn_sequence"_op, ins, attrs);
     V outs;
-    if (c.wants_output(0)) {
-      Value* y = stack(ys, 1);  // [S, D, B, H]
-      if (layout == 1) y = c.op("transpose"_op, {y}, {{"perm", Ints{2, 0, 1, 3}}});
-      outs.push_back(y);
-    } else {
-      outs.push_back(nullptr);
-    }
-    Value* yh = stack(hs, 0);  // [D, B, H]
-    if (layout == 1) yh = c.op("transpose"_op, {yh}, {{"perm", Ints{1, 0, 2}}});
-    outs.push_back(yh);
-    if (cell == Cell::lstm) {
-      Value* yc = stack(cs, 0);
-      if (layout == 1) yc = c.op("transpose"_op, {yc}, {{"perm", Ints{1, 0, 2}}});
-      outs.push_back(yc);
-    }
+    Value* y = res[0];  // [S, D, B, H]
+    if (layout == 1) y = c.op("transpose"_op, {y}, {{"perm", Ints{2, 0, 1, 3}}});
+    outs.push_back(y);
+    for (size_t k = 1; k < res.size(); ++k)
+      outs.push_back(layout == 1 ? c.op("transpose"_op, {res[k]}, {{"perm", Ints{1, 0, 2}}}) : res[k]);
     return outs;
   };
 }
@@ -1533,9 +1469,9 @@ std::map<std::string, OpMapping> build_table() {
   add("Upsample", 7, true, "index_select + weighted sums per axis (nearest, linear)", emit_resize, check_resize);
   add("DequantizeLinear", 10, true, "(cast(x) - zero_point) * scale", emit_dequantize);
   add("QuantizeLinear", 10, true, "clip(round(x / scale) + zero_point), cast", emit_quantize, check_quantize);
-  add("LSTM", 7, true, "unrolled: matmul, sigmoid, tanh per step", rnn(Cell::lstm));
-  add("GRU", 7, true, "unrolled: matmul, sigmoid, tanh per step", rnn(Cell::gru));
-  add("RNN", 7, true, "unrolled: matmul, tanh per step", rnn(Cell::rnn));
+  add("LSTM", 7, true, "matmul (input projections) + rnn_sequence", rnn(Cell::lstm));
+  add("GRU", 7, true, "matmul (input projections) + rnn_sequence", rnn(Cell::gru));
+  add("RNN", 7, true, "matmul (input projections) + rnn_sequence", rnn(Cell::rnn));
   return t;
 }
 
