@@ -242,7 +242,7 @@ Result run_one(const fs::path& dir) {
 struct Expected {
   int pass_runtime, pass_by_value, pass_folded, fail, unsupported;
 };
-// Issue 41 (rnn_sequence): sequence_lens is a run-time input of the fused op, so test_rnn_seq_length moved from
+// Issue 41 (rnn_sequence): sequence_lens is a run-time input of the fused op, so the RNN case that has it moved from
 // "by value" to "fed at run time" (757, 105 -> 758, 104).
 constexpr Expected kExpected{758, 104, 13, 5, 190};
 
