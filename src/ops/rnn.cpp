@@ -24,8 +24,8 @@ Cell cell_of(const Attrs& a) {
 int directions_of(const Attrs& a) { return a.s("direction") == "bidirectional" ? 2 : 1; }
 
 namespace {
-constexpr const char* kActNames[] = {"Sigmoid", "Tanh",       "Relu", "LeakyRelu", "HardSigmoid",    "Affine",
-                                     "ScaledTanh", "Elu",     "Softsign", "Softplus", "ThresholdedRelu"};
+constexpr const char* kActNames[] = {"Sigmoid",    "Tanh", "Relu",     "LeakyRelu", "HardSigmoid",    "Affine",
+                                     "ScaledTanh", "Elu",  "Softsign", "Softplus",  "ThresholdedRelu"};
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   return s;
@@ -123,14 +123,12 @@ std::vector<TensorType> infer_rnn(const InferContext& c) {
   const auto& r = c.in(1).dims;
   if (r.size() != 3 || !dims_compatible(r[0], D) || !r[2].is_static() || !r[1].is_static() ||
       r[1].size != G * r[2].size) [[unlikely]]
-    c.fail(ErrorCode::shape_mismatch,
-           fmt::format("r must be [{}, {}*H, H] (a {} cell, direction {}), got {}", D, G, c.attrs.s("cell"),
-                       c.attrs.s("direction"), dims_str(r)));
+    c.fail(ErrorCode::shape_mismatch, fmt::format("r must be [{}, {}*H, H] (a {} cell, direction {}), got {}", D, G,
+                                                  c.attrs.s("cell"), c.attrs.s("direction"), dims_str(r)));
   const int64_t H = r[2].size;
   if (xw.size() != 3 || !dims_compatible(xw[2], D * G * H)) [[unlikely]]
-    c.fail(ErrorCode::shape_mismatch,
-           fmt::format("xw (the input projection) must be [S, B, {}] for r {}, got {}", D * G * H, dims_str(r),
-                       dims_str(xw)));
+    c.fail(ErrorCode::shape_mismatch, fmt::format("xw (the input projection) must be [S, B, {}] for r {}, got {}",
+                                                  D * G * H, dims_str(r), dims_str(xw)));
   const Dim& S = xw[0];
   const Dim& B = xw[1];
   auto expect = [&](int i, const std::vector<Dim>& want, const char* what) {
@@ -178,8 +176,7 @@ Tensor act_op(const Activation& a, const Tensor& x) {
       return ops::where(ops::ge(x, Tensor::scalar(0, dt)), x, ops::mul(ops::sub(ops::exp(x), 1.0), a.alpha));
     case Act::softsign: return ops::div(x, ops::add(ops::abs(x), 1.0));
     case Act::softplus: return ops::softplus(x);
-    case Act::thresholded_relu:
-      return ops::where(ops::gt(x, Tensor::scalar(a.alpha, dt)), x, ops::mul(x, 0.0));
+    case Act::thresholded_relu: return ops::where(ops::gt(x, Tensor::scalar(a.alpha, dt)), x, ops::mul(x, 0.0));
   }
   return x;
 }
@@ -265,7 +262,7 @@ void run_direction(const Setup& s, std::span<const Tensor> in, const std::string
   const bool reverse = direction == "reverse" || d == 1;
   const Activation* a = &s.acts[static_cast<size_t>(d * s.na)];
   const Tensor xw = cols(in[0], d, G * H);  // [S, B, G*H] (slice of the last axis by direction)
-  const Tensor R = take(in[1], d);         // [G*H, H]
+  const Tensor R = take(in[1], d);          // [G*H, H]
   const Tensor rb = in.size() > 3 ? take(in[3], d) : Tensor();
   const Tensor P = in.size() > 6 ? take(in[6], d) : Tensor();
   Tensor h = take(in[2], d);
@@ -283,7 +280,7 @@ void run_direction(const Setup& s, std::span<const Tensor> in, const std::string
       v.mask = ops::reshape(ops::cast(ops::lt(tt, in[4]), dt), {s.B, 1});
     }
     const Tensor xt = ops::squeeze(ops::slice(xw, {t}, {t + 1}, {0}), {0});  // [B, G*H]
-    Tensor hr = ops::matmul(h, R, false, true);                                 // [B, G*H]
+    Tensor hr = ops::matmul(h, R, false, true);                              // [B, G*H]
     if (rb.defined()) hr = ops::add(hr, rb);
     Tensor nh, nc;
     if (s.cell == Cell::lstm) {

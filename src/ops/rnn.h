@@ -23,7 +23,17 @@ namespace spore::rnn {
 
 enum class Cell : uint8_t { lstm, gru, rnn };
 enum class Act : uint8_t {
-  sigmoid, tanh, relu, leaky_relu, hard_sigmoid, affine, scaled_tanh, elu, softsign, softplus, thresholded_relu
+  sigmoid,
+  tanh,
+  relu,
+  leaky_relu,
+  hard_sigmoid,
+  affine,
+  scaled_tanh,
+  elu,
+  softsign,
+  softplus,
+  thresholded_relu
 };
 struct Activation {
   Act kind = Act::tanh;

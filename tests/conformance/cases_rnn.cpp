@@ -22,8 +22,8 @@ void add_rnn_cases(CaseList& c, ErrorList& e) {
   // Inputs up to `n` (3: xw r h0; 4: + rb; 5: + seq_lens; 6: + c0; 7: + p).
   auto rnn_case = [&](const std::string& name, RnnShape s, int n) {
     const int64_t D = std::string(s.direction) == "bidirectional" ? 2 : 1, GH = gates_of(s.cell) * s.H;
-    std::vector<Shape> shapes{{s.S, s.B, D * GH}, {D, GH, s.H}, {D, s.B, s.H}, {D, GH}, {s.B}, {D, s.B, s.H},
-                              {D, 3 * s.H}};
+    std::vector<Shape> shapes{{s.S, s.B, D * GH}, {D, GH, s.H}, {D, s.B, s.H}, {D, GH}, {s.B},
+                              {D, s.B, s.H},      {D, 3 * s.H}};
     shapes.resize(static_cast<size_t>(n));
     OpCase k("rnn_sequence/" + name, op, shapes);
     k.attr("cell", std::string(s.cell)).attr("direction", std::string(s.direction)).gen(1, Gen::uniform(-0.7, 0.7));
@@ -45,7 +45,8 @@ void add_rnn_cases(CaseList& c, ErrorList& e) {
   c.push_back(rnn_case("lstm_input_forget", {"lstm", "reverse", 4, 2, 5}, 6).attr("input_forget", true));
   c.push_back(rnn_case("lstm_clip", {"lstm", "forward", 4, 2, 5}, 7).attr("clip", 0.8));
   c.push_back(rnn_case("gru_clip", {"gru", "bidirectional", 4, 2, 5}, 4).attr("clip", 0.8));
-  c.push_back(rnn_case("gru_lbr_clip", {"gru", "forward", 4, 2, 5}, 4).attr("clip", 0.8).attr("linear_before_reset", true));
+  c.push_back(
+      rnn_case("gru_lbr_clip", {"gru", "forward", 4, 2, 5}, 4).attr("clip", 0.8).attr("linear_before_reset", true));
   c.push_back(rnn_case("rnn_clip", {"rnn", "reverse", 4, 2, 5}, 3).attr("clip", 0.5));
   c.push_back(rnn_case("rnn_relu", {"rnn", "forward", 4, 2, 5}, 4).attr("activations", std::string("Relu")));
   c.push_back(rnn_case("gru_hardsigmoid_affine", {"gru", "forward", 4, 2, 5}, 3)

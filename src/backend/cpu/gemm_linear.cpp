@@ -78,7 +78,9 @@ void pack_panels(int64_t k, int64_t n, const float* w, int64_t nr, float* wp, bo
 }  // namespace
 
 int64_t gemm_panel_width() { return use_avx512() ? 32 : 16; }
-int64_t gemm_panels_floats(int64_t k, int64_t n, int64_t nr) { return (n + nr - 1) / nr * std::max<int64_t>(k, 1) * nr; }
+int64_t gemm_panels_floats(int64_t k, int64_t n, int64_t nr) {
+  return (n + nr - 1) / nr * std::max<int64_t>(k, 1) * nr;
+}
 void gemm_pack(int64_t k, int64_t n, const float* w, float* wp, int64_t nr) { pack_panels(k, n, w, nr, wp, false); }
 void gemm_packed_rows(const detail::GemmJob& j, int64_t r0, int64_t r1, int64_t nr) {
   const int64_t panels = (j.n + nr - 1) / nr;

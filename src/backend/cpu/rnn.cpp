@@ -68,8 +68,8 @@ void run_block(const Problem& pb, int64_t d, int64_t b0, int64_t b1) {
   const bool reverse = pb.reverse_only || d == 1;
   const bool split = pb.cell == Cell::gru && !pb.lbr;
   const int64_t n1 = split ? 2 * H : GH;  // columns of the first product
-  std::vector<float> h(static_cast<size_t>(nb * H)), c, gates(static_cast<size_t>(nb * n1)), tmp(static_cast<size_t>(H)),
-      rh, gh;
+  std::vector<float> h(static_cast<size_t>(nb * H)), c, gates(static_cast<size_t>(nb * n1)),
+      tmp(static_cast<size_t>(H)), rh, gh;
   if (pb.cell == Cell::lstm) c.resize(static_cast<size_t>(nb * H));
   if (split) {
     rh.resize(static_cast<size_t>(nb * H));
@@ -147,8 +147,8 @@ void run_block(const Problem& pb, int64_t d, int64_t b0, int64_t b1) {
       }
     }
     if (split) {  // hh = act(x_h + (r * h) @ R_h^T + rb_h); h = hh + z * (h - hh)
-      const detail::GemmJob jh{nb, H, H, rh.data(), pb.panels_h[static_cast<size_t>(d)], rb ? rb + 2 * H : nullptr,
-                               gh.data()};
+      const detail::GemmJob jh{
+          nb, H, H, rh.data(), pb.panels_h[static_cast<size_t>(d)], rb ? rb + 2 * H : nullptr, gh.data()};
       gemm_packed_rows(jh, 0, nb, pb.nr);
       for (int64_t b = 0; b < nb; ++b) {
         if (!active(b)) continue;

@@ -55,7 +55,8 @@ void rnn_sequence_kernel(KernelContext& k) {
           auto peep = [&](int64_t gate, int64_t q) { return has_p ? get(k.in(6), d * 3 * H + gate * H + q) : 0.0; };
           for (int64_t q = 0; q < H; ++q) {
             const double i = rnn::apply(a[0], clipv(x(q) + pre[q] + peep(0, q) * c[q]));
-            const double f = input_forget ? 1.0 - i : rnn::apply(a[0], clipv(x(2 * H + q) + pre[2 * H + q] + peep(2, q) * c[q]));
+            const double f =
+                input_forget ? 1.0 - i : rnn::apply(a[0], clipv(x(2 * H + q) + pre[2 * H + q] + peep(2, q) * c[q]));
             const double g = rnn::apply(a[1], clipv(x(3 * H + q) + pre[3 * H + q]));
             c[q] = f * c[q] + i * g;
             const double o = rnn::apply(a[0], clipv(x(H + q) + pre[H + q] + peep(1, q) * c[q]));

@@ -528,11 +528,13 @@ class Exporter {
   // rnn_sequence as ONNX's LSTM / GRU / RNN. Its input is already the projection xw [S, B, D*G*H], so X = xw and W
   // selects each direction's block (an identity: x * 1 + 0s, the same values; re-imported, the matmul gives xw
   // back); rb goes to B's R half; activation_alpha/beta list only the values the activations use, as ONNX reads them.
-  void export_rnn(const Node& n, const Attrs& a, const std::vector<std::string>& in, const std::vector<std::string>& out) {
+  void export_rnn(const Node& n, const Attrs& a, const std::vector<std::string>& in,
+                  const std::vector<std::string>& out) {
     const rnn::Cell cell = rnn::cell_of(a);
     const TensorType& xt = n.input(0)->type;
     const TensorType& rt = n.input(1)->type;
-    SPORE_CHECK(xt.is_static(), ErrorCode::unsupported, "export_onnx: node {} has run-time shapes {}", n.label(), xt.str());
+    SPORE_CHECK(xt.is_static(), ErrorCode::unsupported, "export_onnx: node {} has run-time shapes {}", n.label(),
+                xt.str());
     const int64_t D = rnn::directions_of(a), H = rt.dims[2].size, GH = rt.dims[1].size;
     const DType dt = xt.dtype;
     const std::string& y = out.at(0);
@@ -557,7 +559,10 @@ class Exporter {
     if (in.size() > 5) ins.push_back(in[5]);
     if (in.size() > 6) ins.push_back(in[6]);
     while (!ins.empty() && ins.back().empty()) ins.pop_back();
-    onnx::NodeProto* p = emit(cell == rnn::Cell::lstm ? "LSTM" : cell == rnn::Cell::gru ? "GRU" : "RNN", ins, out, n.name);
+    onnx::NodeProto* p = emit(cell == rnn::Cell::lstm  ? "LSTM"
+                              : cell == rnn::Cell::gru ? "GRU"
+                                                       : "RNN",
+                              ins, out, n.name);
     attr_i(p, "hidden_size", H);
     attr_s(p, "direction", a.s("direction"));
     if (a.f("clip") > 0) attr_f(p, "clip", a.f("clip"));

@@ -1177,8 +1177,8 @@ EmitFn rnn(Cell cell) {
     const int64_t H = c.attr_i("hidden_size", rs.size() == 3 ? rs[2] : 0);
     const DType dt = c.dtype(x);
     if (ws != Shape{D, G * H, I})
-      c.fail(ErrorCode::shape_mismatch, "W must be [{}, {}, {}] (num_directions, {}*hidden_size, input_size), got {}", D,
-             G * H, I, G, shape_str(ws));
+      c.fail(ErrorCode::shape_mismatch, "W must be [{}, {}, {}] (num_directions, {}*hidden_size, input_size), got {}",
+             D, G * H, I, G, shape_str(ws));
     if (rs != Shape{D, G * H, H})
       c.fail(ErrorCode::shape_mismatch, "R must be [{}, {}, {}] (num_directions, {}*hidden_size, hidden_size), got {}",
              D, G * H, H, G, shape_str(rs));
@@ -1207,7 +1207,9 @@ EmitFn rnn(Cell cell) {
         c.fail(ErrorCode::shape_mismatch, "B must be [{}, {}] (num_directions, {}*hidden_size), got {}", D, 2 * G * H,
                2 * G, shape_str(c.static_shape(bias, "B")));
       auto half = [&](int64_t k) {
-        return c.op("slice"_op, {bias}, {{"starts", Ints{k * G * H}}, {"ends", Ints{(k + 1) * G * H}}, {"axes", Ints{1}}, {"steps", Ints{}}});
+        return c.op(
+            "slice"_op, {bias},
+            {{"starts", Ints{k * G * H}}, {"ends", Ints{(k + 1) * G * H}}, {"axes", Ints{1}}, {"steps", Ints{}}});
       };
       Value* wb = half(0);
       rb = half(1);
@@ -1242,7 +1244,9 @@ EmitFn rnn(Cell cell) {
     }
     if (lstm) ins.push_back(state_in(6, "initial_c"));
     if (has_p) ins.push_back(c.in(7));
-    Attrs attrs{{"cell", std::string(cell == Cell::lstm ? "lstm" : cell == Cell::gru ? "gru" : "rnn")},
+    Attrs attrs{{"cell", std::string(cell == Cell::lstm  ? "lstm"
+                                     : cell == Cell::gru ? "gru"
+                                                         : "rnn")},
                 {"direction", direction},
                 {"activations", names},
                 {"activation_alpha", alphas},
