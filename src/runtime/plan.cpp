@@ -287,14 +287,19 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
     Step& st = steps_[i];
     KernelContext ctx{st.ins, st.outs, *st.attrs, st.def->id, {}};
     ctx.constant_inputs = st.constant_inputs;
-    if (prof) {
-      take_kernel_impl();
-      const int64_t t0 = Profiler::now_ns();
-      st.fn(ctx);
-      const int64_t t1 = Profiler::now_ns();
-      timed_kernels.push_back({&st, t0, t1, take_kernel_impl()});
-    } else {
-      st.fn(ctx);
+    try {
+      if (prof) {
+        take_kernel_impl();
+        const int64_t t0 = Profiler::now_ns();
+        st.fn(ctx);
+        const int64_t t1 = Profiler::now_ns();
+        timed_kernels.push_back({&st, t0, t1, take_kernel_impl()});
+      } else {
+        st.fn(ctx);
+      }
+    } catch (const Error& e) {  // a kernel's run-time check (an index, a sequence length): say which node it was
+      if (st.label.empty() || e.message().find(st.label) != std::string::npos) throw;
+      throw Error(e.code(), fmt::format("{} (node {})", e.message(), st.label));
     }
   });
   for (size_t i = 0; i < outs.size(); ++i)

@@ -414,6 +414,55 @@ TEST(OnnxImport, SchemaFunctionBodyIsInlined) {
   expect_close(run(*g, {x})[0], want, 1e-4);
 }
 
+// A GRU with a run-time sequence_lens input (ONNX's int32), hidden 4, input 3, seq 5, batch 2; W's input size given.
+std::string gru_with_lengths(int64_t w_input) {
+  ModelBuilder b(17);
+  const int64_t H = 4;
+  b.input("x", onnx::TensorProto::FLOAT, {"5", "2", "3"});
+  b.input("lens", onnx::TensorProto::INT32, {"2"});
+  std::vector<float> w(static_cast<size_t>(3 * H * w_input)), r(3 * H * H);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.1f * static_cast<float>((i * 7) % 11) - 0.5f;
+  for (size_t i = 0; i < r.size(); ++i) r[i] = 0.05f * static_cast<float>((i * 5) % 13) - 0.3f;
+  b.init("W", w, {1, 3 * H, w_input});
+  b.init("R", r, {1, 3 * H, H});
+  auto* n = b.node("GRU", {"x", "W", "R", "", "lens"}, {"Y", "Y_h"}, "my_gru");
+  ModelBuilder::attr_i(n, "hidden_size", H);
+  b.output("Y");
+  return b.bytes();
+}
+
+TEST(OnnxImport, RnnBadWeightShapeNamesTheNode) {
+  try {
+    io::import_onnx_bytes(gru_with_lengths(4), "gru");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::shape_mismatch);
+    EXPECT_NE(std::string(e.what()).find("my_gru"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("W must be [1, 12, 3]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OnnxImport, RnnSequenceLengthBeyondTheSequenceNamesTheNode) {
+  std::unique_ptr<Graph> g = io::import_onnx_bytes(gru_with_lengths(3), "gru");
+  std::vector<float> xv(5 * 2 * 3);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.3f * static_cast<float>(i % 5) - 0.6f;
+  const Tensor x = Tensor::from_vector<float>(xv, {5, 2, 3});
+  // Lengths within the sequence run; a row whose steps stop early gets zeros after them.
+  const std::vector<Tensor> ok = run(*g, {x, Tensor::from_vector<int32_t>({5, 2}, {2})});
+  ASSERT_EQ(ok[0].shape(), (Shape{5, 1, 2, 4}));
+  for (int64_t t = 2; t < 5; ++t)
+    for (int64_t q = 0; q < 4; ++q) EXPECT_EQ(ok[0].item_at(((t * 1 + 0) * 2 + 1) * 4 + q), 0.0) << t;
+  EXPECT_NE(ok[0].item_at(((1 * 1 + 0) * 2 + 1) * 4), 0.0);
+  try {
+    run(*g, {x, Tensor::from_vector<int32_t>({5, 9}, {2})});
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("seq_lens[1] = 9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("my_gru"), std::string::npos) << e.what();
+  }
+}
+
 TEST(OnnxImport, LstmMatchesStepByStepReference) {
   // One forward LSTM layer (gate order i, o, f, c), seq 3, batch 2, input 2, hidden 2.
   ModelBuilder b(14);
