@@ -463,6 +463,63 @@ TEST(OnnxImport, RnnSequenceLengthBeyondTheSequenceNamesTheNode) {
   }
 }
 
+// layout=1 (batch first) is layout 0 with X, initial_h/c, Y, Y_h and Y_c transposed: a bidirectional LSTM with every
+// optional input (bias, run-time sequence lengths, initial states, peepholes) and clip, both ways, same outputs.
+TEST(OnnxImport, RnnLayout1IsLayout0Transposed) {
+  const int64_t S = 4, B = 3, I = 3, H = 5, D = 2;
+  auto vals = [](size_t n, int mul, int mod, float scale) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * mul) % mod) - scale * mod / 2;
+    return v;
+  };
+  auto model = [&](int64_t layout) {
+    ModelBuilder b(17);
+    const auto sd = [](int64_t v) { return std::to_string(v); };
+    b.input("x", onnx::TensorProto::FLOAT,
+            layout ? std::vector<std::string>{sd(B), sd(S), sd(I)} : std::vector<std::string>{sd(S), sd(B), sd(I)});
+    b.input("lens", onnx::TensorProto::INT32, {sd(B)});
+    b.input("h0", onnx::TensorProto::FLOAT,
+            layout ? std::vector<std::string>{sd(B), sd(D), sd(H)} : std::vector<std::string>{sd(D), sd(B), sd(H)});
+    b.input("c0", onnx::TensorProto::FLOAT,
+            layout ? std::vector<std::string>{sd(B), sd(D), sd(H)} : std::vector<std::string>{sd(D), sd(B), sd(H)});
+    b.init("W", vals(static_cast<size_t>(D * 4 * H * I), 7, 11, 0.08f), {D, 4 * H, I});
+    b.init("R", vals(static_cast<size_t>(D * 4 * H * H), 5, 13, 0.05f), {D, 4 * H, H});
+    b.init("B", vals(static_cast<size_t>(D * 8 * H), 3, 7, 0.04f), {D, 8 * H});
+    b.init("P", vals(static_cast<size_t>(D * 3 * H), 2, 9, 0.06f), {D, 3 * H});
+    auto* n = b.node("LSTM", {"x", "W", "R", "B", "lens", "h0", "c0", "P"}, {"Y", "Y_h", "Y_c"}, "lstm");
+    ModelBuilder::attr_i(n, "hidden_size", H);
+    ModelBuilder::attr_i(n, "layout", layout);
+    auto* dir = n->add_attribute();
+    dir->set_name("direction");
+    dir->set_type(onnx::AttributeProto::STRING);
+    dir->set_s("bidirectional");
+    auto* clip = n->add_attribute();
+    clip->set_name("clip");
+    clip->set_type(onnx::AttributeProto::FLOAT);
+    clip->set_f(1.5f);
+    b.output("Y");
+    b.output("Y_h");
+    b.output("Y_c");
+    return io::import_onnx_bytes(b.bytes(), "lstm");
+  };
+  const Tensor x = Tensor::from_vector<float>(vals(static_cast<size_t>(S * B * I), 3, 10, 0.2f), {S, B, I});
+  const Tensor h0 = Tensor::from_vector<float>(vals(static_cast<size_t>(D * B * H), 7, 9, 0.1f), {D, B, H});
+  const Tensor c0 = Tensor::from_vector<float>(vals(static_cast<size_t>(D * B * H), 4, 9, 0.1f), {D, B, H});
+  const Tensor lens = Tensor::from_vector<int32_t>({4, 1, 3}, {B});
+  const std::vector<Tensor> a = run(*model(0), {x, lens, h0, c0});
+  const std::vector<Tensor> b = run(
+      *model(1), {ops::transpose(x, {1, 0, 2}), lens, ops::transpose(h0, {1, 0, 2}), ops::transpose(c0, {1, 0, 2})});
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].shape(), (Shape{B, S, D, H}));
+  expect_close(ops::transpose(b[0], {1, 2, 0, 3}).contiguous(), a[0], 0);
+  expect_close(ops::transpose(b[1], {1, 0, 2}).contiguous(), a[1], 0);
+  expect_close(ops::transpose(b[2], {1, 0, 2}).contiguous(), a[2], 0);
+  // Row 1 runs one step: zeros after it in both directions.
+  for (int64_t t = 1; t < S; ++t)
+    for (int64_t d = 0; d < D; ++d) EXPECT_EQ(a[0].item_at(((t * D + d) * B + 1) * H), 0.0);
+}
+
 TEST(OnnxImport, LstmMatchesStepByStepReference) {
   // One forward LSTM layer (gate order i, o, f, c), seq 3, batch 2, input 2, hidden 2.
   ModelBuilder b(14);
