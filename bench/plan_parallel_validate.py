@@ -13,7 +13,7 @@ latency), the device's FLOP rate and per-op overhead from one-process runs at ba
 ranks share the host's cores
 (--shared-cores). Prints a table and, with --json, one object.
 
-usage: plan_parallel_validate.py BUILD_DIR [--repeat 3] [--steps 8] [--json] [--cores N]"""
+usage: plan_parallel_validate.py BUILD_DIR [--repeat 3] [--steps 8] [--json] [--cores N] [--only NAME,NAME]"""
 import json
 import os
 import statistics
@@ -59,19 +59,28 @@ def main():
             "--ctx", str(MODEL["ctx"]), "--data", text, "--train-tokenizer", "--vocab", str(VOCAB),
             "--steps", str(steps), "--lr", "0.003", "--eval-every", "0", "--eval-batches", "1", "--threads", "1",
             "--mode", "pynative", "--json", "--log-every", "1", "--seed", "1"]
+    pipe = ["--parallel", "pipeline"]
     configs = [  # name, ranks, extra args, (dp, pp, tp, micro)
         ("1 rank", 1, ["--batch", "8"], (1, 1, 1, 1)),
         ("1 rank, batch 2", 1, ["--batch", "2"], None),  # calibration only
+        ("1 rank M=4", 1, ["--batch", "2", "--accum", "4"], (1, 1, 1, 4)),
         ("DP2", 2, ["--batch", "8", "--parallel", "data", "--grad-shards", "2"], (2, 1, 1, 1)),
-        ("PP2 1F1B M=4", 2, ["--batch", "2", "--parallel", "pipeline", "--micro-batches", "4"], (1, 2, 1, 4)),
+        ("PP2 1F1B M=4", 2, ["--batch", "2", "--micro-batches", "4"] + pipe, (1, 2, 1, 4)),
+        ("PP2 GPipe M=4", 2, ["--batch", "2", "--micro-batches", "4", "--schedule", "gpipe"] + pipe, (1, 2, 1, 4)),
+        ("PP2 1F1B M=2", 2, ["--batch", "4", "--micro-batches", "2"] + pipe, (1, 2, 1, 2)),
+        ("PP2 1F1B M=8", 2, ["--batch", "1", "--micro-batches", "8"] + pipe, (1, 2, 1, 8)),
         ("TP2", 2, ["--batch", "8", "--parallel", "tensor", "--tp", "2"], (1, 1, 2, 1)),
         ("DP4", 4, ["--batch", "8", "--parallel", "data", "--grad-shards", "4"], (4, 1, 1, 1)),
+        ("PP4 1F1B M=4", 4, ["--batch", "2", "--micro-batches", "4"] + pipe, (1, 4, 1, 4)),
     ]
-    measured = {}
-    for name, n, extra, _ in configs:
-        times = []
-        for k in range(repeat):
-            ck = os.path.join(tmp, f"ck_{len(measured)}_{k}")
+    only = args[args.index("--only") + 1].split(",") if "--only" in args else None
+    if only:  # the calibration runs always
+        configs = [c for c in configs if c[0] in ("1 rank", "1 rank, batch 2") or c[0] in only]
+
+    runs = {name: [] for name, _, _, _ in configs}
+    for k in range(repeat):  # alternating: one run of every configuration per round
+        for i, (name, n, extra, _) in enumerate(configs):
+            ck = os.path.join(tmp, f"ck_{i}_{k}")
             cmd = base + extra + ["--ckpt-dir", ck, "-o", ck + ".gguf"]
             if n == 1:
                 cmd = ["taskset", "-c", "0"] + cmd
@@ -83,11 +92,12 @@ def main():
                 raise SystemExit(f"{name}: exit {r.returncode}")
             lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
             st = [l for l in lines if "tokens_per_s" in l and "step" in l and not l.get("final") and "eval" not in l]
-            tokens = int(extra[extra.index("--batch") + 1]) * MODEL["ctx"] * (4 if "--micro-batches" in extra else 1)
+            micro = next((int(extra[extra.index(f) + 1]) for f in ("--micro-batches", "--accum") if f in extra), 1)
+            tokens = int(extra[extra.index("--batch") + 1]) * MODEL["ctx"] * micro
             ends = [l["step"] * tokens / l["tokens_per_s"] for l in st]  # cumulative training seconds
             per_step = [b - a for a, b in zip(ends, ends[1:])]
-            times.append(statistics.median(per_step))
-        measured[name] = statistics.median(times)
+            runs[name].append(statistics.median(per_step))
+    measured = {name: statistics.median(t) for name, t in runs.items()}
     # The host: the cores two busy processes really get (other sessions share this machine): two one-process runs at
     # once, pinned to different cores; effective cores = 2 x alone / together (at most the core count).
     together = []
@@ -104,12 +114,13 @@ def main():
             together.append(statistics.median([b - a for a, b in zip(ends, ends[1:])]))
     eff_cores = min(float(cores), 2 * measured["1 rank"] / statistics.median(together))
     spec = ",".join(f"{k}={v}" for k, v in MODEL.items()) + f",vocab={VOCAB}"
-    # The device: t(b) = ops x overhead + b T x FLOPs per token / rate, from the one-process steps at b = 8 and 2.
+    # The device: t(b) = ops x overhead + b T x FLOPs per token / rate, from the one-process steps at b = 8 and 2 (one
+    # micro-batch each); ops = the step's ops as the model counts them (forward + backward, accumulation, update).
     info = json.loads(subprocess.run([spore, "plan-parallel", spec, "--devices", "1", "--bandwidth", "1G",
-                                      "--flops-per-s", "1G", "--global-batch", "8", "--json"],
+                                      "--flops-per-s", "1G", "--global-batch", "8", "--strategy", "1,1,1,1", "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     fpt = info["flops"]["per_token"]
-    ops = MODEL["layers"] * info["ops"]["block"] + info["ops"]["head"]
+    ops = info["chosen"]["ops_per_step"]
     t8, t2 = measured["1 rank"], measured["1 rank, batch 2"]
     per_token = (t8 - t2) / (6 * MODEL["ctx"])
     rate = fpt / per_token
@@ -126,7 +137,7 @@ def main():
                "--strategy", f"{dp},{pp},{tp},{micro}", "--json"] + device
         p = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
         pred = p["chosen"]["step_s"]
-        out.append({"config": name, "ranks": n, "measured_s": measured[name], "predicted_s": pred,
+        out.append({"config": name, "ranks": n, "measured_s": measured[name], "runs_s": runs[name], "predicted_s": pred,
                     "error": pred / measured[name] - 1})
     best = {}
     for n in sorted({c[1] for c in configs}):
@@ -139,17 +150,17 @@ def main():
     load = open("/proc/loadavg").read().split()[:3]
     if as_json:
         print(json.dumps({"bandwidth": bandwidth, "latency": latency, "one_rank_tokens_per_s": one_tps,
-                          "flops_per_s": rate, "op_overhead_s": overhead, "ops_per_micro_batch": ops,
+                          "flops_per_s": rate, "op_overhead_s": overhead, "ops_per_step": ops,
                           "cores": cores, "effective_cores": eff_cores, "repeat": repeat, "steps": steps, "loadavg": load, "rows": out,
                           "chosen": best}))
         return 0
     print(f"allreduce (2 ranks): {bandwidth / 1e9:.3f} GB/s bus bandwidth at 256 KiB, latency {latency * 1e6:.1f} us; "
           f"1 rank: {one_tps:.0f} tokens/s; device: {rate / 1e9:.2f} GFLOP/s + {overhead * 1e6:.1f} us per op "
-          f"({ops:.0f} ops per micro-batch); {cores} cores, {eff_cores:.2f} effective (2 processes at once); load average {' '.join(load)}")
-    print(f"{'config':<16} {'ranks':>5} {'measured':>11} {'predicted':>11} {'error':>8}")
+          f"({ops:.0f} ops per step); {cores} cores, {eff_cores:.2f} effective (2 processes at once); load average {' '.join(load)}")
+    print(f"{'config':<16} {'ranks':>5} {'measured':>11} {'predicted':>11} {'error':>8}  runs (ms)")
     for o in out:
         print(f"{o['config']:<16} {o['ranks']:>5} {o['measured_s'] * 1e3:>9.1f}ms {o['predicted_s'] * 1e3:>9.1f}ms "
-              f"{o['error'] * 100:>+7.1f}%")
+              f"{o['error'] * 100:>+7.1f}%  {' '.join(f'{t * 1e3:.1f}' for t in o['runs_s'])}")
     for n, s in best.items():
         print(f"plan-parallel's choice for {n} device(s): {s}")
     return 0

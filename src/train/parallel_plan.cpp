@@ -12,9 +12,14 @@
 #include "ops/ops.h"
 #include "ops/registry.h"
 #include "runtime/trace.h"
+#include "train/optimizer.h"
 
 namespace spore::train {
 namespace {
+
+struct StepCount {
+  double flops = 0, ops = 0, tensors = 0;  // tensors: the trainable parameter tensors
+};
 
 // Sum of the OpDefs' FLOPs over a traced graph, and its op count.
 std::pair<double, double> graph_flops(const Graph& g) {
@@ -34,10 +39,11 @@ std::pair<double, double> graph_flops(const Graph& g) {
 }
 
 // FLOPs and ops of one training step (forward + backward, no optimizer) of `c` on one sequence of T tokens.
-std::pair<double, double> traced_step_flops(const nn::LlamaConfig& c, int64_t T) {
+StepCount traced_step_flops(const nn::LlamaConfig& c, int64_t T) {
   nn::set_seed(0);
   nn::LlamaModel net(c);
   nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
+  double tensors = 0;
   const std::vector<TensorType> types{TensorType::of(DType::i64, {1, T}), TensorType::of(DType::i64, {1, T})};
   const auto g = trace_function(
       [&](std::span<const Tensor> in) {
@@ -47,10 +53,35 @@ std::pair<double, double> traced_step_flops(const nn::LlamaConfig& c, int64_t T)
         });
         std::vector<Tensor> out{r.loss};
         for (auto& [name, g] : r.grads) out.push_back(g);
+        tensors = static_cast<double>(r.grads.size());
         return out;
       },
       types);
-  return graph_flops(*g);
+  const auto [flops, ops] = graph_flops(*g);
+  return {flops, ops, tensors};
+}
+
+// Ops of one optimizer step over k parameter tensors as the LM trainers run it: the accumulated gradients divided by
+// the micro-batch count, clipped by their global norm, and AdamW.
+double traced_update_ops(int64_t k) {
+  std::vector<std::string> names;
+  std::vector<TensorType> types;
+  for (int64_t i = 0; i < k; ++i) names.push_back(fmt::format("p{}", i));
+  for (int64_t i = 0; i < 4 * k; ++i) types.push_back(TensorType::of(DType::f32, {4}));  // params, grads, m, v
+  const auto opt = make_adamw(names, {.lr = 1e-3, .weight_decay = 0.01});
+  const auto g = trace_function(
+      [&](std::span<const Tensor> in) {
+        const auto n = static_cast<size_t>(k);
+        std::vector<Tensor> params(in.begin(), in.begin() + k), grads, state(in.begin() + 2 * k, in.end());
+        for (size_t i = 0; i < n; ++i) grads.push_back(ops::div(in[n + i], 4.0));
+        clip_by_global_norm(grads, 1.0);
+        std::vector<Tensor> out = opt->update(params, grads, state, Tensor::scalar(1e-3, DType::f32),
+                                              Tensor::scalar(1.0, DType::f32));
+        out.insert(out.end(), state.begin(), state.end());
+        return out;
+      },
+      types);
+  return graph_flops(*g).second;
 }
 
 double ceil_div(double a, double b) { return std::ceil(a / b); }
@@ -75,11 +106,16 @@ LmFlops formula_lm_flops(const nn::LlamaConfig& c, int64_t T) {
   tiny.ctx = 4;
   tiny.tie_embeddings = c.tie_embeddings;
   tiny.layers = 1;
-  const double o1 = traced_step_flops(tiny, 4).second;
+  const StepCount s1 = traced_step_flops(tiny, 4);
   tiny.layers = 2;
-  const double o2 = traced_step_flops(tiny, 4).second;
-  f.block_ops = o2 - o1;
-  f.head_ops = 2 * o1 - o2;
+  const StepCount s2 = traced_step_flops(tiny, 4);
+  f.block_ops = s2.ops - s1.ops;
+  f.head_ops = 2 * s1.ops - s2.ops;
+  f.block_tensors = s2.tensors - s1.tensors;
+  f.head_tensors = 2 * s1.tensors - s2.tensors;
+  const double u1 = traced_update_ops(1), u2 = traced_update_ops(2);
+  f.update_ops_per_tensor = u2 - u1;
+  f.update_ops_shared = 2 * u1 - u2;
   return f;
 }
 
@@ -95,7 +131,7 @@ LmFlops count_lm_flops(const nn::LlamaConfig& c, int64_t T, int64_t max_traced_p
   nn::LlamaConfig one = c, two = c;
   one.layers = 1;
   two.layers = 2;
-  const double f1 = traced_step_flops(one, T).first, f2 = traced_step_flops(two, T).first;
+  const double f1 = traced_step_flops(one, T).flops, f2 = traced_step_flops(two, T).flops;
   LmFlops t = f;
   t.block = (f2 - f1) / static_cast<double>(T);
   t.head = (2 * f1 - f2) / static_cast<double>(T);
@@ -116,29 +152,42 @@ Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlo
   Strategy s{.dp = dp, .pp = pp, .tp = tp, .micro = micro, .micro_batch = mb};
   const double n = static_cast<double>(dp * pp * tp);
   const double rate = c.flops_per_s * (c.shared_cores > 0 && n > 1 ? std::min(1.0, c.shared_cores / n) : 1.0);
-  const double tokens_mb = static_cast<double>(mb * T);
-  // The slowest stage per micro-batch on one device: tp splits the blocks' work and replicates the head's; the first
-  // L % pp stages take one more block, the last stage also runs the head.
-  const double p_tp = static_cast<double>(tp);
-  const double blocks_max = ceil_div(static_cast<double>(m.layers), static_cast<double>(pp));
-  const double blocks_last = static_cast<double>(m.layers / pp);
-  const double stage_flops =
-      pp == 1 ? blocks_max * flops.block / p_tp + flops.head
-              : std::max(blocks_max * flops.block / p_tp, blocks_last * flops.block / p_tp + flops.head);
-  const double stage_ops = pp == 1
-                               ? blocks_max * flops.block_ops + flops.head_ops
-                               : std::max(blocks_max * flops.block_ops, blocks_last * flops.block_ops + flops.head_ops);
   const double overhead = c.op_overhead * (c.shared_cores > 0 && n > 1 ? std::max(1.0, n / c.shared_cores) : 1.0);
-  const double t_stage = stage_flops * tokens_mb / rate + stage_ops * overhead;
-  s.compute_s = static_cast<double>(micro) * t_stage;
-  s.bubble_s = static_cast<double>(pp - 1) * t_stage;
+  const double tokens_mb = static_cast<double>(mb * T);
+  const double p_tp = static_cast<double>(tp);
+  // Each stage's micro-batch slot on one device: its blocks' FLOPs (tp splits them; the head is replicated) and ops,
+  // the last stage also the head's, plus one accumulation add per parameter tensor it holds; and its optimizer step
+  // (ops: the mean, the clipping and AdamW per tensor). Ops do not shrink with tp: a split matrix is still one op.
+  double t_max = 0, t_sum = 0, update_ops_max = 0, ops_max = 0;
+  for (int64_t st = 0; st < pp; ++st) {
+    const double blocks = static_cast<double>(m.layers / pp + (st < m.layers % pp ? 1 : 0));
+    const bool last = st == pp - 1;
+    const double stage_flops = blocks * flops.block / p_tp + (last ? flops.head : 0.0);
+    const double tensors = blocks * flops.block_tensors + (last ? flops.head_tensors : 0.0);
+    const double stage_ops = blocks * flops.block_ops + (last ? flops.head_ops : 0.0) + tensors;
+    const double t = stage_flops * tokens_mb / rate + stage_ops * overhead;
+    const double update_ops = flops.update_ops_shared + tensors * flops.update_ops_per_tensor;
+    if (t > t_max) {
+      t_max = t;
+      ops_max = stage_ops;
+    }
+    t_sum += t;
+    update_ops_max = std::max(update_ops_max, update_ops);
+  }
+  // 1F1B and GPipe: the first micro-batch passes every stage forward and back (the sum of the slots), the other M - 1
+  // follow at the pace of the slowest stage; so the bubble is the other stages' slots (pp - 1 slots when balanced).
+  s.compute_s = static_cast<double>(micro) * t_max;
+  s.bubble_s = t_sum - t_max;
+  s.update_s = update_ops_max * overhead;
+  s.ops = static_cast<double>(micro) * ops_max + update_ops_max;
   const auto allreduce = [&](double bytes, double p) {
     return p <= 1 ? 0.0 : 2 * (p - 1) * c.latency + 2 * (p - 1) / p * bytes / c.bandwidth;
   };
   const double act_bytes = tokens_mb * static_cast<double>(m.dim) * 4;
-  const double blocks_dev = blocks_max;
+  const double blocks_max = ceil_div(static_cast<double>(m.layers), static_cast<double>(pp));
+  const double blocks_last = static_cast<double>(m.layers / pp);
   // TP: per block and micro-batch 2 forward + 2 backward activation allreduces and 2 of the norm gradients.
-  s.tp_comm_s = static_cast<double>(micro) * blocks_dev *
+  s.tp_comm_s = static_cast<double>(micro) * blocks_max *
                 (4 * allreduce(act_bytes, p_tp) + 2 * allreduce(static_cast<double>(m.dim) * 4, p_tp));
   // PP: per micro-batch an activation forward and a gradient back per boundary, on the critical path of the
   // (M + pp - 1) slots.
@@ -152,7 +201,7 @@ Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlo
                                     : std::max(blocks_max * block_params / p_tp + V * E,
                                                blocks_last * block_params / p_tp + (m.tie_embeddings ? 0 : V * E) + E);
   s.dp_comm_s = allreduce(dev_params * 4, static_cast<double>(dp));
-  s.step_s = s.compute_s + s.bubble_s + s.tp_comm_s + s.pp_comm_s + s.dp_comm_s;
+  s.step_s = s.compute_s + s.bubble_s + s.update_s + s.tp_comm_s + s.pp_comm_s + s.dp_comm_s;
   // Memory: f32 parameters, gradients, the accumulation buffer and AdamW's moments; activations of the micro-batches
   // in flight on stage 0 (1F1B: min(pp, M)).
   s.param_bytes = dev_params * 20;

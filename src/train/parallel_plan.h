@@ -11,11 +11,13 @@
 // The model (docs/PERFORMANCE.md, "Model parallel and plan-parallel"):
 // - compute: training FLOPs per token of each block and of the head - 3x the forward (backward = 2 forwards) - from
 //   the OpDefs' cost functions summed over the traced forward+backward graph (count_lm_flops; a closed form that
-//   matches it for models too large to build here); time = FLOPs / flops_per_s + ops x op_overhead (a fixed cost
-//   per op: eager dispatch on a CPU, a kernel launch on a GPU; it is what makes small micro-batches and split
-//   matrices cost more than their FLOPs), the slowest stage of the pipeline
-//   times (M + PP - 1) micro-batch slots (the GPipe/1F1B bubble); with shared_cores C (validation on one host), N > 1
-//   devices share C cores, so each runs at min(1, C / N) of the rate (one device alone has its core);
+//   matches it for models too large to build here); a stage's micro-batch slot = FLOPs / flops_per_s + ops x
+//   op_overhead (a fixed cost per op: eager dispatch on a CPU, a kernel launch on a GPU; it is what makes small
+//   micro-batches and split matrices cost more than their FLOPs; the ops of the traced forward + backward and one
+//   accumulation add per parameter tensor); a step = M slots of the slowest stage + the other stages' slots once
+//   (the GPipe/1F1B bubble: pp - 1 slots when balanced) + the optimizer step, whose ops (mean, clipping, AdamW per
+//   parameter tensor, traced) run once per step and not per micro-batch; with shared_cores C (validation on one
+//   host), N > 1 devices share C cores, so each runs at min(1, C / N) of the rate (one device alone has its core);
 // - communication (alpha-beta, spore's own algorithms, nothing overlapped as spore runs them today): TP's 2
 //   activation allreduces forward and 2 backward per block and micro-batch (plus the norm gradients'), PP's
 //   activation and gradient messages per micro-batch and stage boundary, DP's one gradient allreduce per step;
@@ -57,6 +59,11 @@ struct LmFlops {
   // Ops (graph nodes) of one micro-batch's forward + backward: a block's and the head's (with the embedding); counted
   // on the traced graph of a tiny model of the same structure, as the count does not depend on the sizes.
   double block_ops = 0, head_ops = 0;
+  // Trainable parameter tensors of a block and of the rest (embedding, final norm, output), from the same tiny models.
+  double block_tensors = 0, head_tensors = 0;
+  // Ops of one optimizer step as the LM trainers run it (the accumulated gradient divided by M, clipped by the global
+  // norm, AdamW): per parameter tensor, and once per step (the bias corrections, the norm). Traced likewise.
+  double update_ops_per_tensor = 0, update_ops_shared = 0;
 };
 // Traces the model's forward + backward on one sequence of ctx tokens and sums the OpDefs' FLOPs when the model has at
 // most max_traced_params parameters (it is built to trace); else the closed form.
@@ -68,7 +75,8 @@ LmFlops formula_lm_flops(const nn::LlamaConfig& c, int64_t ctx);
 struct Strategy {
   int64_t dp = 1, pp = 1, tp = 1, micro = 1;  // micro: micro-batches per step (pipeline) / accumulation
   int64_t micro_batch = 0;                    // sequences per micro-batch
-  double compute_s = 0, bubble_s = 0, tp_comm_s = 0, pp_comm_s = 0, dp_comm_s = 0, step_s = 0;
+  double compute_s = 0, bubble_s = 0, update_s = 0, tp_comm_s = 0, pp_comm_s = 0, dp_comm_s = 0, step_s = 0;
+  double ops = 0;  // ops on one device's critical path per step: M slots of the slowest stage and its update
   double param_bytes = 0, activation_bytes = 0, memory_bytes = 0;  // per device (the fullest)
   bool fits = true;
   std::string describe() const;  // "dp 2 x pp 1 x tp 2, 4 micro-batches of 2"

@@ -136,6 +136,8 @@ nlohmann::json to_json(const train::Strategy& s) {
           {"step_s", s.step_s},
           {"compute_s", s.compute_s},
           {"bubble_s", s.bubble_s},
+          {"update_s", s.update_s},
+          {"ops_per_step", s.ops},
           {"tp_comm_s", s.tp_comm_s},
           {"pp_comm_s", s.pp_comm_s},
           {"dp_comm_s", s.dp_comm_s},
@@ -251,7 +253,13 @@ int cmd_plan_parallel(int argc, char** argv) {
                        {"head_per_token", flops.head},
                        {"per_token", per_token},
                        {"source", flops.source}}},
-                     {"ops", {{"block", flops.block_ops}, {"head", flops.head_ops}}},
+                     {"ops",
+                      {{"block", flops.block_ops},
+                       {"head", flops.head_ops},
+                       {"block_tensors", flops.block_tensors},
+                       {"head_tensors", flops.head_tensors},
+                       {"update_per_tensor", flops.update_ops_per_tensor},
+                       {"update_shared", flops.update_ops_shared}}},
                      {"op_overhead_s", c.op_overhead},
                      {"flops_per_s", c.flops_per_s},
                      {"candidates", plans.size()},
@@ -268,18 +276,19 @@ int cmd_plan_parallel(int argc, char** argv) {
       human_bytes(c.bandwidth), human_s(c.latency), c.flops_per_s / 1e9,
       c.shared_cores > 0 ? fmt::format(" (sharing {:.2f} cores)", c.shared_cores) : "");
   std::cout << fmt::format(
-      "chosen: {}: step {} (compute {}, bubble {}, comm tp {} / pp {} / dp {}), memory {} per "
+      "chosen: {}: step {} (compute {}, bubble {}, update {}, comm tp {} / pp {} / dp {}), memory {} per "
       "device{}\n",
-      best.describe(), human_s(best.step_s), human_s(best.compute_s), human_s(best.bubble_s), human_s(best.tp_comm_s),
+      best.describe(), human_s(best.step_s), human_s(best.compute_s), human_s(best.bubble_s), human_s(best.update_s),
+      human_s(best.tp_comm_s),
       human_s(best.pp_comm_s), human_s(best.dp_comm_s), human_bytes(best.memory_bytes),
       best.fits ? "" : " - DOES NOT FIT");
   if (plans.size() > 1 && top > 0) {
-    std::cout << fmt::format("{:<40} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "alternatives", "step", "compute+bub",
+    std::cout << fmt::format("{:<40} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "alternatives", "step", "compute",
                              "comm", "memory", "fits");
     for (size_t i = 1; i < plans.size() && static_cast<int64_t>(i) <= top; ++i) {
       const train::Strategy& s = plans[i];
       std::cout << fmt::format("{:<40} {:>11} {:>11} {:>11} {:>11} {:>11}\n", s.describe(), human_s(s.step_s),
-                               human_s(s.compute_s + s.bubble_s), human_s(s.tp_comm_s + s.pp_comm_s + s.dp_comm_s),
+                               human_s(s.compute_s + s.bubble_s + s.update_s), human_s(s.tp_comm_s + s.pp_comm_s + s.dp_comm_s),
                                human_bytes(s.memory_bytes), s.fits ? "yes" : "no");
     }
   }
