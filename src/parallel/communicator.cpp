@@ -18,6 +18,7 @@ class SingleCommunicator final : public Communicator {
   int size() const override { return 1; }
   std::string backend() const override { return "single"; }
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SingleCommunicator>(); }
 
  protected:
   void do_allreduce(void*, int64_t count, DType dtype, ReduceOp) override { check(count, dtype, "allreduce"); }
@@ -103,6 +104,10 @@ void Communicator::sendrecv(const void* send_data, int64_t send_bytes, int dest,
 }
 void Communicator::barrier() {
   timed("barrier", 0, [&] { do_barrier(); });
+}
+
+std::unique_ptr<Communicator> Communicator::split(int, int) {
+  SPORE_FAIL(ErrorCode::unsupported, "the '{}' communicator cannot be split into groups", backend());
 }
 
 std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }

@@ -63,6 +63,10 @@ class Communicator {
   void sendrecv(const void* send_data, int64_t send_bytes, int dest, void* recv_data, int64_t recv_bytes, int source,
                 int send_tag = 0, int recv_tag = 0);
   void barrier();
+  // Collective over this communicator (MPI_Comm_split): the ranks passing the same color form a new communicator,
+  // ranked by key (ties by their rank here); its collectives and messages never match this one's. Data x model
+  // parallelism builds its replica and stage groups this way. The result must be destroyed before world() ends.
+  virtual std::unique_ptr<Communicator> split(int color, int key);
   // Ends every rank of the job now (MPI_Abort); for a rank that failed while the others may wait on it.
   [[noreturn]] virtual void abort(int code) = 0;
 

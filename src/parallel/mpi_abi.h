@@ -5,7 +5,7 @@
 // algorithms, and so their deterministic order, stay in spore.
 #include <stdint.h>
 
-#define SPORE_MPI_ABI_VERSION 1
+#define SPORE_MPI_ABI_VERSION 2
 #define SPORE_MPI_ENTRY_SYMBOL "spore_mpi_api_v1"
 
 #ifdef __cplusplus
@@ -27,6 +27,13 @@ struct spore_mpi_api {
   const char* (*library_version)(void);  // MPI_Get_library_version's first line
   // MPI's own MPI_Allreduce (f32, sum) on MPI_COMM_WORLD: the baseline the bench compares with.
   int (*native_allreduce_f32)(const float* in, float* out, int count);
+  // Version 2: sub-communicators. comm_split is MPI_Comm_split of `parent` (null: MPI_COMM_WORLD), collective over it:
+  // the ranks passing one color form one communicator, ranked by key (then by their rank in parent).
+  int (*comm_split)(void* parent, int color, int key, void** comm, int* rank, int* size);
+  void (*comm_free)(void* comm);
+  // isend / irecv on `comm` (null: MPI_COMM_WORLD); peer is a rank of that communicator.
+  int (*isend_on)(void* comm, const void* data, int bytes, int peer, int tag, void** request);
+  int (*irecv_on)(void* comm, void* data, int bytes, int peer, int tag, void** request);
 };
 
 typedef const struct spore_mpi_api* (*spore_mpi_entry_fn)(void);

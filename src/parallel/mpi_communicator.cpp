@@ -161,7 +161,23 @@ class MpiCommunicator final : public Communicator {
       SPORE_FAIL(ErrorCode::unavailable, "MPI start-up failed: {}", api_->last_error());
     install_sigterm_report(rank_);
   }
-  ~MpiCommunicator() override { api_->finalize(); }
+  // A group of `parent`'s ranks (Communicator::split): the same transport on the MPI communicator `comm`.
+  MpiCommunicator(const MpiCommunicator& parent, void* comm, int rank, int size)
+      : api_(parent.api_), path_(parent.path_), rank_(rank), size_(size), timeout_(parent.timeout_), comm_(comm) {}
+  ~MpiCommunicator() override {
+    if (comm_ != nullptr) api_->comm_free(comm_);
+    else api_->finalize();
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    check_usable();
+    SPORE_CHECK(color >= 0, ErrorCode::invalid_argument, "split: color {} must be >= 0", color);
+    void* comm = nullptr;
+    int rank = 0, size = 0;
+    if (api_->comm_split(comm_, color, key, &comm, &rank, &size) != 0)
+      SPORE_FAIL(ErrorCode::unavailable, "MPI_Comm_split on rank {} failed: {}", rank_, api_->last_error());
+    return std::make_unique<MpiCommunicator>(*this, comm, rank, size);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -327,7 +343,7 @@ class MpiCommunicator final : public Communicator {
     do {
       const int n = static_cast<int>(std::min(bytes - off, kMaxMessage));
       void* r = nullptr;
-      if (api_->isend(d + off, n, peer, tag, &r) != 0) fail_now("send", peer);
+      if (api_->isend_on(comm_, d + off, n, peer, tag, &r) != 0) fail_now("send", peer);
       reqs.push_back({r, peer, false});
       off += n;
     } while (off < bytes);
@@ -340,7 +356,7 @@ class MpiCommunicator final : public Communicator {
     do {
       const int n = static_cast<int>(std::min(bytes - off, kMaxMessage));
       void* r = nullptr;
-      if (api_->irecv(d + off, n, peer, tag, &r) != 0) fail_now("recv", peer);
+      if (api_->irecv_on(comm_, d + off, n, peer, tag, &r) != 0) fail_now("recv", peer);
       reqs.push_back({r, peer, true});
       off += n;
     } while (off < bytes);
@@ -441,7 +457,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   double timeout_;
   std::vector<char> scratch_;
-  std::string broken_;  // the collective that failed; empty while usable
+  std::string broken_;    // the collective that failed; empty while usable
+  void* comm_ = nullptr;  // the module's MPI communicator of a split group; null: MPI_COMM_WORLD
 };
 
 }  // namespace

@@ -53,6 +53,10 @@ struct LmRunOptions {
   // Needs accum 1. Rank 0 writes the tokenizer, checkpoints and outputs; every rank resumes from them.
   bool data_parallel = false;
   int64_t grad_shards = 0;  // 0: the rank count
+  // Model parallelism (LmOptions::model_parallel): the ranks of one model replica (pipeline stages, tensor-parallel
+  // degree); 0: every rank. With W ranks, W / this replicas train data parallel: replica d runs micro-batches
+  // [d M/D, (d+1) M/D) of each step's M (accum) and the replicas' gradients are summed before the step.
+  int64_t model_parallel_ranks = 0;
 };
 
 struct LmOptions : LmRunOptions {

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -16,6 +17,58 @@ namespace spore::train {
 namespace {
 namespace fs = std::filesystem;
 }  // namespace
+
+int64_t LmParallelTrainer::replica_count() const { return replicas_ == nullptr ? 1 : replicas_->size(); }
+
+bool LmParallelTrainer::writes() const { return replicas_ == nullptr || replicas_->rank() == 0; }
+
+void LmParallelTrainer::sum_replicas(std::vector<Tensor>& accum) const {
+  if (replica_count() == 1) return;
+  int64_t total = 0;
+  for (const Tensor& a : accum) {
+    SPORE_ASSERT(a.dtype() == DType::f32, "accumulated gradients are f32");
+    total += a.numel();
+  }
+  std::vector<float> flat(static_cast<size_t>(total));
+  int64_t at = 0;
+  for (const Tensor& a : accum) {
+    const Tensor c = a.contiguous();
+    std::memcpy(flat.data() + at, c.raw_data(), c.nbytes());
+    at += c.numel();
+  }
+  replicas_->allreduce(flat.data(), total, DType::f32);
+  at = 0;
+  for (Tensor& a : accum) {
+    Tensor r = Tensor::empty(a.shape(), DType::f32);
+    std::memcpy(r.raw_data(), flat.data() + at, r.nbytes());
+    at += r.numel();
+    a = r;
+  }
+}
+
+ModelParallelGroups split_model_parallel(parallel::Communicator& world, int64_t ranks_per_replica,
+                                         const LmRunOptions& o, const std::string& what) {
+  const int64_t W = world.size(), S = ranks_per_replica > 0 ? ranks_per_replica : W;
+  SPORE_CHECK(S <= W && W % S == 0, ErrorCode::invalid_argument,
+              "{} parallel: {} ranks per model replica do not divide the {} ranks (mpirun -np must be a multiple)",
+              what, S, W);
+  const int64_t D = W / S;
+  SPORE_CHECK(o.accum % D == 0, ErrorCode::invalid_argument,
+              "{} parallel over {} replicas: the {} micro-batches per step (--accum / --micro-batches) must divide "
+              "among them",
+              what, D, o.accum);
+  ModelParallelGroups g;
+  if (D == 1) {
+    g.model = &world;
+    return g;
+  }
+  const auto r = static_cast<int>(world.rank()), s = static_cast<int>(S);
+  g.owned_model = world.split(r / s, r % s);
+  g.owned_replicas = world.split(r % s, r / s);
+  g.model = g.owned_model.get();
+  g.replicas = g.owned_replicas.get();
+  return g;
+}
 
 Tensor lm_mean_loss(const Tensor& logits, const Tensor& labels) {
   nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
@@ -36,7 +89,10 @@ void check_model_parallel_run(parallel::Communicator& comm, nn::LlamaModel& net,
               "training needs lr > 0, clip >= 0, weight decay >= 0, min lr ratio in [0, 1]");
   SPORE_CHECK(o.amp_level == "O0", ErrorCode::unsupported, "{} parallel trains in f32 only (amp level {})", what,
               o.amp_level);
-  SPORE_CHECK(!o.data_parallel, ErrorCode::unsupported, "{} parallel does not combine with data parallel yet", what);
+  SPORE_CHECK(!o.data_parallel, ErrorCode::unsupported,
+              "{} parallel takes its data parallelism from the rank count (W ranks of --stages/--tp S: W / S "
+              "replicas), not --parallel data",
+              what);
   SPORE_CHECK(data.train_mask.empty() && data.val_mask.empty(), ErrorCode::unsupported,
               "{} parallel: masked targets (fine-tuning) are not supported", what);
   SPORE_CHECK(ctx > 0 && ctx <= net.config().ctx, ErrorCode::invalid_argument,
@@ -47,7 +103,13 @@ void check_model_parallel_run(parallel::Communicator& comm, nn::LlamaModel& net,
 
 LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicator& comm, nn::LlamaModel& net,
                                const LmTokens& data, int64_t ctx, const LmRunOptions& o, const std::string& key,
-                               const std::function<void(const LmProgress&)>& on_progress) {
+                               const std::function<void(const LmProgress&)>& on_progress,
+                               parallel::Communicator* replicas) {
+  trainer.set_replicas(replicas);
+  const int64_t D = replicas == nullptr ? 1 : replicas->size(), d = replicas == nullptr ? 0 : replicas->rank();
+  SPORE_CHECK(o.accum % D == 0, ErrorCode::invalid_argument,
+              "{} micro-batches per step do not divide among {} replicas", o.accum, D);
+  const int64_t own = o.accum / D;
   auto progress = [&](const LmProgress& p) {
     if (on_progress) on_progress(p);
   };
@@ -97,13 +159,23 @@ LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicato
   for (int64_t step = trainer.step(); step < last; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::pair<Tensor, Tensor>> batches;
-    for (int64_t i = 0; i < o.accum; ++i) {
+    for (int64_t i = d * own; i < (d + 1) * own; ++i) {
       const uint64_t m = static_cast<uint64_t>(step * o.accum + i);
       std::vector<int64_t> offs(static_cast<size_t>(B));
       for (int64_t b = 0; b < B; ++b) offs[static_cast<size_t>(b)] = lm_window_offset(o.seed, m, B, b, n_train, T);
       batches.push_back(lm_windows(data.train, {}, offs, T));
     }
-    const double loss = trainer.train_step(batches);
+    std::vector<double> losses = trainer.train_step(batches);
+    SPORE_ASSERT(static_cast<int64_t>(losses.size()) == own, "a replica's step returns its micro-batches' losses");
+    if (D > 1) {
+      std::vector<double> all(static_cast<size_t>(o.accum));
+      replicas->allgather(losses.data(), all.data(), static_cast<int64_t>(sizeof(double)) * own);
+      losses = std::move(all);
+    }
+    // train_decoder's step loss: the micro-batch losses (f32 items) added in double in micro-batch order, / M.
+    double loss = 0;
+    for (double l : losses) loss += l;
+    loss /= static_cast<double>(o.accum);
     train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tokens_done += B * T * o.accum;
     rep.step_losses.push_back(loss);

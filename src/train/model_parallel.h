@@ -4,6 +4,7 @@
 // over a trainer that knows how its ranks split the model. Internal to src/train.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,9 +20,11 @@ namespace spore::train {
 class LmParallelTrainer {
  public:
   virtual ~LmParallelTrainer() = default;
-  // One optimizer step over micro-batches (x, y) (their gradients' mean, as train::Model with grad_accumulation M):
-  // the step's loss, the mean of the micro-batch losses, the same on every rank.
-  virtual double train_step(const std::vector<std::pair<Tensor, Tensor>>& batches) = 0;
+  // One optimizer step over this replica's micro-batches (x, y): their gradients summed from zeros in order, summed
+  // over the replicas (sum_replicas), divided by the step's micro-batch count (all replicas'), clipped and stepped as
+  // train::Model with grad_accumulation M does. Returns this replica's micro-batch losses, the same on each of its
+  // ranks.
+  virtual std::vector<double> train_step(const std::vector<std::pair<Tensor, Tensor>>& batches) = 0;
   // An evaluation batch: the mean next-token cross entropy and the target count, the same on every rank.
   virtual std::pair<double, int64_t> eval_batch(const Tensor& x, const Tensor& y) = 0;
   // Collective: rank 0 writes the whole model and optimizer state (train::save_checkpoint) to `path`.
@@ -32,18 +35,46 @@ class LmParallelTrainer {
   virtual void gather_parameters() = 0;
   virtual int64_t step() const = 0;
   virtual double lr_at(int64_t step) const = 0;
+
+  // Data parallel over model replicas: `replicas` holds this rank and the ranks with the same part of the model in
+  // the other replicas (null: one replica).
+  void set_replicas(parallel::Communicator* replicas) { replicas_ = replicas; }
+  int64_t replica_count() const;
+
+ protected:
+  // Replica 0 writes checkpoints (the others skip their gather).
+  bool writes() const;
+  // The replicas' accumulated gradients summed in replica order (one deterministic allreduce of a flat f32 vector).
+  void sum_replicas(std::vector<Tensor>& accum) const;
+
+ private:
+  parallel::Communicator* replicas_ = nullptr;
 };
+
+// The communicators of a model-parallel run of `ranks_per_replica` ranks per replica (0: all) on `world`: `model`,
+// the ranks of this rank's replica (consecutive world ranks, in order), and `replicas`, this rank's counterparts in
+// every replica (null with one replica; then model is world itself).
+struct ModelParallelGroups {
+  parallel::Communicator* model = nullptr;
+  parallel::Communicator* replicas = nullptr;
+  std::unique_ptr<parallel::Communicator> owned_model, owned_replicas;
+};
+ModelParallelGroups split_model_parallel(parallel::Communicator& world, int64_t ranks_per_replica,
+                                         const LmRunOptions& o, const std::string& what);
 
 // The start-up checks every model-parallel run makes (options, f32, no data parallel, no masks) and that all ranks run
 // the same model, run and `what` (check_same_config).
 void check_model_parallel_run(parallel::Communicator& comm, nn::LlamaModel& net, const LmTokens& data, int64_t ctx,
                               const LmRunOptions& o, const std::string& key, const std::string& what);
 
-// train_decoder's loop over `trainer`: the same batches (micro-batch m = step * accum + i), progress, evaluation,
-// checkpoints and report. Rank 0 writes the files; on return rank 0's `net` holds the trained parameters.
+// train_decoder's loop over `trainer`: the same batches (micro-batch m = step * accum + i; replica d of D the
+// micro-batches [d M/D, (d+1) M/D)), progress, evaluation, checkpoints and report; the step loss is every micro-batch's
+// loss added in micro-batch order / M, as train_decoder has it. Rank 0 writes the files; on return rank 0's `net` holds
+// the trained parameters.
 LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicator& comm, nn::LlamaModel& net,
                                const LmTokens& data, int64_t ctx, const LmRunOptions& o, const std::string& key,
-                               const std::function<void(const LmProgress&)>& on_progress);
+                               const std::function<void(const LmProgress&)>& on_progress,
+                               parallel::Communicator* replicas = nullptr);
 
 // The next-token cross entropy train_decoder trains on: mean over the micro-batch's tokens.
 Tensor lm_mean_loss(const Tensor& logits, const Tensor& labels);

@@ -75,8 +75,8 @@ double traced_update_ops(int64_t k) {
         std::vector<Tensor> params(in.begin(), in.begin() + k), grads, state(in.begin() + 2 * k, in.end());
         for (size_t i = 0; i < n; ++i) grads.push_back(ops::div(in[n + i], 4.0));
         clip_by_global_norm(grads, 1.0);
-        std::vector<Tensor> out = opt->update(params, grads, state, Tensor::scalar(1e-3, DType::f32),
-                                              Tensor::scalar(1.0, DType::f32));
+        std::vector<Tensor> out =
+            opt->update(params, grads, state, Tensor::scalar(1e-3, DType::f32), Tensor::scalar(1.0, DType::f32));
         out.insert(out.end(), state.begin(), state.end());
         return out;
       },

@@ -88,9 +88,8 @@ class Stage final : public LmParallelTrainer {
   int64_t step() const override { return step_; }
   double lr_at(int64_t step) const override { return opt_->lr_at(step); }
 
-  // One optimizer step over the micro-batches (x, y): returns the step's loss (mean of the micro-batch losses), the
-  // same on every rank.
-  double train_step(const std::vector<std::pair<Tensor, Tensor>>& batches) override {
+  // One optimizer step over this replica's micro-batches (x, y): returns their losses, the same on every stage.
+  std::vector<double> train_step(const std::vector<std::pair<Tensor, Tensor>>& batches) override {
     const auto M = static_cast<int64_t>(batches.size());
     const std::vector<PipeOp> ops = pipeline_schedule(schedule_, S_, s_, M);
     const int64_t rows = batches[0].first.dim(0) * T_, E = net_.config().dim;
@@ -168,13 +167,10 @@ class Stage final : public LmParallelTrainer {
       }
     }
     SPORE_ASSERT(live.empty() && acts.empty() && grads_in.empty(), "pipeline step left work in flight");
-    apply(accum, M);
-    // train_decoder's step loss: the micro-batch losses (f32 items) added in double, divided by M.
-    double loss = 0;
-    for (double l : losses) loss += l;
-    loss /= static_cast<double>(M);
-    comm_.broadcast(&loss, sizeof loss, static_cast<int>(S_ - 1));
-    return loss;
+    sum_replicas(accum);
+    apply(accum, M * replica_count());
+    comm_.broadcast(losses.data(), static_cast<int64_t>(losses.size() * sizeof(double)), static_cast<int>(S_ - 1));
+    return losses;
   }
 
   // The pipelined forward of an evaluation batch: the logits' mean cross entropy and target count (last stage), the
@@ -229,6 +225,7 @@ class Stage final : public LmParallelTrainer {
   }
 
   void save(const std::string& path) override {
+    if (!writes()) return;  // another replica's stages write it
     std::vector<Tensor> full_state;
     if (s_ == 0) {
       std::vector<Tensor> values;
@@ -370,16 +367,22 @@ class Stage final : public LmParallelTrainer {
 LmReport train_decoder_pipeline(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, const LmRunOptions& o,
                                 const std::string& schedule, const std::string& key,
                                 const std::function<void(const LmProgress&)>& on_progress) {
-  parallel::Communicator& comm = parallel::world();
+  parallel::Communicator& world = parallel::world();
   const nn::LlamaConfig& cfg = net.config();
-  SPORE_CHECK(comm.size() >= 2, ErrorCode::invalid_argument,
-              "pipeline parallel needs 2 or more ranks (mpirun -np S), one per stage; this run has {}", comm.size());
+  const int64_t S = o.model_parallel_ranks > 0 ? o.model_parallel_ranks : world.size();
+  SPORE_CHECK(S >= 2, ErrorCode::invalid_argument,
+              "pipeline parallel needs 2 or more stages (mpirun -np S, or D x S ranks with --stages S), one rank per "
+              "stage; this run has {}",
+              S);
   SPORE_CHECK(!cfg.tie_embeddings, ErrorCode::unsupported,
               "pipeline parallel: tied embeddings would put one matrix on the first and the last stage");
-  pipeline_stage_layers(cfg.layers, comm.size(), comm.rank());  // checks layers >= stages
-  check_model_parallel_run(comm, net, data, ctx, o, key, "pipeline " + schedule);
-  Stage stage(net, comm, o, ctx, schedule);
-  return run_model_parallel_lm(stage, comm, net, data, ctx, o, key, on_progress);
+  pipeline_stage_layers(cfg.layers, S, 0);  // checks layers >= stages
+  const std::string what =
+      world.size() == S ? "pipeline " + schedule : fmt::format("pipeline {} x {} replicas", schedule, world.size() / S);
+  ModelParallelGroups g = split_model_parallel(world, S, o, what);
+  check_model_parallel_run(world, net, data, ctx, o, key, what);
+  Stage stage(net, *g.model, o, ctx, schedule);
+  return run_model_parallel_lm(stage, world, net, data, ctx, o, key, on_progress, g.replicas);
 }
 
 }  // namespace spore::train

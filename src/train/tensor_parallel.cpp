@@ -62,19 +62,20 @@ class TensorParallel final : public LmParallelTrainer {
   int64_t step() const override { return step_; }
   double lr_at(int64_t step) const override { return opt_->lr_at(step); }
 
-  double train_step(const std::vector<std::pair<Tensor, Tensor>>& batches) override {
+  std::vector<double> train_step(const std::vector<std::pair<Tensor, Tensor>>& batches) override {
     const auto M = static_cast<int64_t>(batches.size());
     std::vector<Tensor> accum;
     for (const Tensor& w : w_) accum.push_back(Tensor::zeros(w.shape(), w.dtype()));
-    double loss = 0;
+    std::vector<double> losses;
     for (const auto& [x, y] : batches) {
       std::vector<Tensor> g(w_.size());
-      loss += forward_backward(x, y, g);
+      losses.push_back(forward_backward(x, y, g));
       autodiff::NoGradGuard no_grad;
       for (size_t i = 0; i < w_.size(); ++i) accum[i] = ops::add(accum[i], g[i]);
     }
-    apply(accum, M);
-    return loss / static_cast<double>(M);
+    sum_replicas(accum);
+    apply(accum, M * replica_count());
+    return losses;
   }
 
   std::pair<double, int64_t> eval_batch(const Tensor& x, const Tensor& y) override {
@@ -95,6 +96,7 @@ class TensorParallel final : public LmParallelTrainer {
   }
 
   void save(const std::string& path) override {
+    if (!writes()) return;  // another replica's ranks write it
     gather_parameters();
     std::vector<Tensor> full_state;
     const size_t P = w_.size();
@@ -335,18 +337,22 @@ class TensorParallel final : public LmParallelTrainer {
 LmReport train_decoder_tensor_parallel(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, const LmRunOptions& o,
                                        const std::string& key,
                                        const std::function<void(const LmProgress&)>& on_progress) {
-  parallel::Communicator& comm = parallel::world();
+  parallel::Communicator& world = parallel::world();
   const nn::LlamaConfig& c = net.config();
-  const int64_t n = comm.size();
+  const int64_t n = o.model_parallel_ranks > 0 ? o.model_parallel_ranks : world.size();
   SPORE_CHECK(n >= 2, ErrorCode::invalid_argument,
-              "tensor parallel needs 2 or more ranks (mpirun -np N, N = --tp); this run has {}", n);
+              "tensor parallel needs 2 or more ranks per replica (mpirun -np N, or D x N ranks with --tp N); this run "
+              "has {}",
+              n);
   SPORE_CHECK(!c.tie_embeddings, ErrorCode::unsupported, "tensor parallel: tied embeddings are not supported");
   SPORE_CHECK(c.heads % n == 0 && c.kv_heads % n == 0 && c.ffn % n == 0, ErrorCode::invalid_argument,
               "tensor parallel over {} ranks needs heads ({}), kv heads ({}) and ffn ({}) divisible by {}", n, c.heads,
               c.kv_heads, c.ffn, n);
-  check_model_parallel_run(comm, net, data, ctx, o, key, "tensor");
-  TensorParallel tp(net, comm, o, ctx);
-  return run_model_parallel_lm(tp, comm, net, data, ctx, o, key, on_progress);
+  const std::string what = world.size() == n ? "tensor" : fmt::format("tensor x {} replicas", world.size() / n);
+  ModelParallelGroups g = split_model_parallel(world, n, o, what);
+  check_model_parallel_run(world, net, data, ctx, o, key, what);
+  TensorParallel tp(net, *g.model, o, ctx);
+  return run_model_parallel_lm(tp, world, net, data, ctx, o, key, on_progress, g.replicas);
 }
 
 }  // namespace spore::train

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,6 +142,46 @@ void check_sensitivity(int ranks) {
   if (same_bits(seq.data(), tree.data(), n)) fail("right-to-left sum equals the tree on every element");
 }
 
+// Communicator::split: groups of the ranks with one color, ranked by key (here in reverse), whose collectives match the
+// tree order over the group and whose messages never match the parent's (same peer, same tag, both in flight).
+void check_split(Communicator& c) {
+  const int color = c.rank() % 2;
+  std::unique_ptr<Communicator> g = c.split(color, -c.rank());
+  int expect_size = 0, expect_rank = 0;
+  for (int r = 0; r < c.size(); ++r)
+    if (r % 2 == color) {
+      ++expect_size;
+      if (r > c.rank()) ++expect_rank;  // higher world ranks come first (key -rank)
+    }
+  if (g->size() != expect_size || g->rank() != expect_rank)
+    fail("split: rank " + std::to_string(g->rank()) + "/" + std::to_string(g->size()) + " on world rank " +
+         std::to_string(c.rank()));
+  for (int64_t n : {0, 1, 5, 4099}) {
+    check_reductions<float>(*g, n, static_cast<uint64_t>(n) + 11);
+    check_reductions<double>(*g, n, static_cast<uint64_t>(n) + 12);
+  }
+  check_moves(*g, 13, 14);
+  // Rank 0 and 1 of the world are in different groups; 0 and 2 share one. 0 sends to 2 on the group and on the world
+  // with the same tag, the world message first; 2 receives the group's first.
+  if (c.size() >= 3 && (c.rank() == 0 || c.rank() == 2)) {
+    const int peer_world = 2 - c.rank();
+    const int peer_group = g->rank() == 0 ? 1 : 0;
+    int64_t a = 0, b = 0;
+    if (c.rank() == 0) {
+      a = 111;
+      b = 222;
+      c.send(&a, sizeof a, peer_world, 7);
+      g->send(&b, sizeof b, peer_group, 7);
+    } else {
+      g->recv(&b, sizeof b, peer_group, 7);
+      c.recv(&a, sizeof a, peer_world, 7);
+      if (a != 111 || b != 222) fail("split: a group's message matched the world's (or the other way round)");
+    }
+  }
+  g->barrier();
+  c.barrier();
+}
+
 int run_timeout(Communicator& c) {
   if (c.size() < 2) {
     std::cout << "timeout case needs 2+ ranks" << std::endl;
@@ -188,6 +229,7 @@ int main(int argc, char** argv) {
     }
     for (int64_t b : {0, 1, 13, 4096, 100003}) check_moves(c, b, static_cast<uint64_t>(b) + 3);
     if (c.rank() == 0) check_sensitivity(c.size());
+    check_split(c);
     // Bad input is an error, not a crash.
     try {
       float f = 0;

@@ -3,9 +3,12 @@
 limit. Without mpirun it exits 77 (ctest's SKIP), unless CI=true, where a missing mpirun is a failure.
 
 usage: mpi_run.py N TIMEOUT_S COMMAND [ARGS...]   (N = 0: run COMMAND alone, without mpirun)
-The other mpi tests import mpi_setup, launch, run_checked and write_ducks_text from here."""
+The other mpi tests import mpi_setup, launch, run_checked, write_ducks_text and load_safetensors from here."""
+import array
+import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -61,6 +64,23 @@ def write_ducks_text(path):
     with open(path, "w") as f:
         for i in range(300):
             f.write(f"{names[i % 8]} little ducks went out one day, {names[(i + 1) % 8]} came back.\n")
+
+
+def load_safetensors(path):
+    """{name: array('f')} of an all-F32 safetensors file (a train::Model checkpoint)."""
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    header = json.loads(b[8:8 + n])
+    data = b[8 + n:]
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", (k, v["dtype"])
+        a = array.array("f")
+        a.frombytes(data[v["data_offsets"][0]:v["data_offsets"][1]])
+        out[k] = a
+    return out
 
 
 def main():

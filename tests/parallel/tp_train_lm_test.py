@@ -9,35 +9,17 @@ ranks resumes in one process to the same tolerance; heads that do not divide by 
 clear error. Without mpirun: SKIPPED (exit 77), a failure when CI=true.
 
 usage: tp_train_lm_test.py SPORE [MPI_MODULE]"""
-import array
 import json
 import os
 import shutil
-import struct
 import sys
 import tempfile
 
-from mpi_run import launch, mpi_setup, run_checked, write_ducks_text
+from mpi_run import launch, load_safetensors, mpi_setup, run_checked, write_ducks_text
 
 LIMIT = 180
 LOSS_RTOL = 1e-5
 TENSOR_TOL = 1e-4  # of the tensor's largest magnitude
-
-
-def load_safetensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    header = json.loads(b[8:8 + n])
-    data = b[8 + n:]
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        assert v["dtype"] == "F32", (k, v["dtype"])
-        a = array.array("f")
-        a.frombytes(data[v["data_offsets"][0]:v["data_offsets"][1]])
-        out[k] = a
-    return out
 
 
 def main():

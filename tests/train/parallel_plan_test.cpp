@@ -82,8 +82,8 @@ TEST(ParallelPlan, UpdateOpsArePaidOncePerStep) {
   const double last = (2 * f.block_ops + f.head_ops + 2 * f.block_tensors + f.head_tensors) * o;
   EXPECT_NEAR(pp.compute_s, 4 * last, 1e-12);
   EXPECT_NEAR(pp.bubble_s, first, 1e-12);
-  EXPECT_NEAR(pp.update_s,
-              (f.update_ops_shared + (2 * f.block_tensors + f.head_tensors) * f.update_ops_per_tensor) * o, 1e-15);
+  EXPECT_NEAR(pp.update_s, (f.update_ops_shared + (2 * f.block_tensors + f.head_tensors) * f.update_ops_per_tensor) * o,
+              1e-15);
 }
 
 }  // namespace

@@ -82,9 +82,13 @@ int cmd_train_lm(int argc, char** argv) {
                  "MLP over `mpirun -np N` ranks (one process's result within f32 rounding)")
       ->check(CLI::IsMember({"stand_alone", "data", "pipeline", "tensor"}));
   int64_t stages = 0, micro_batches = 0, tp = 0;
-  app.add_option("--tp", tp, "tensor: the tensor-parallel degree N (must equal the rank count)")
+  app.add_option("--tp", tp,
+                 "tensor: the tensor-parallel degree N (default: the rank count; a rank count D x N trains D "
+                 "data-parallel replicas)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--stages", stages, "pipeline: the stage count S (must equal the rank count)")
+  app.add_option("--stages", stages,
+                 "pipeline: the stage count S (default: the rank count; a rank count D x S trains D data-parallel "
+                 "replicas, each running M / D of the micro-batches)")
       ->check(CLI::PositiveNumber);
   app.add_option("--micro-batches", micro_batches,
                  "pipeline: micro-batches M of --batch windows per optimizer step (the same as --accum M)")
@@ -120,14 +124,17 @@ int cmd_train_lm(int argc, char** argv) {
   if (parallel_mode == "tensor") o.model_parallel = "tensor";
   else SPORE_CHECK(tp == 0, ErrorCode::invalid_argument, "--tp needs --parallel tensor");
   if (o.data_parallel || !o.model_parallel.empty()) start_data_parallel();
-  if (!o.model_parallel.empty())
-    SPORE_CHECK(stages == 0 || stages == parallel::world().size(), ErrorCode::invalid_argument,
-                "--stages {} but {} ranks: run `mpirun -np {} spore train-lm ...` (one stage per rank)", stages,
-                parallel::world().size(), stages);
-  if (o.model_parallel == "tensor")
-    SPORE_CHECK(tp == 0 || tp == parallel::world().size(), ErrorCode::invalid_argument,
-                "--tp {} but {} ranks: run `mpirun -np {} spore train-lm ...` (one slice per rank)", tp,
-                parallel::world().size(), tp);
+  // Model parallelism over W ranks: S = --stages / --tp ranks per replica (default W), W / S replicas data parallel.
+  const int64_t per_replica = o.model_parallel == "tensor" ? tp : stages;
+  if (!o.model_parallel.empty()) {
+    const int64_t W = parallel::world().size();
+    SPORE_CHECK(per_replica == 0 || W % per_replica == 0, ErrorCode::invalid_argument,
+                "--{} {} but {} ranks: run `mpirun -np {} spore train-lm ...` (one {} per rank), or a multiple of {} "
+                "for data parallel replicas",
+                o.model_parallel == "tensor" ? "tp" : "stages", per_replica, W, per_replica,
+                o.model_parallel == "tensor" ? "slice" : "stage", per_replica);
+    o.model_parallel_ranks = per_replica;
+  }
   const bool tty = !json && ::isatty(STDOUT_FILENO) != 0;
   if (log_every == 0) log_every = tty ? 1 : 10;
   if (!json)

@@ -43,9 +43,11 @@ void finalize() {
   if (g_we_initialized && !finalized) MPI_Finalize();
 }
 
-int isend(const void* data, int bytes, int peer, int tag, void** request) {
+MPI_Comm comm_of(void* comm) { return comm ? *static_cast<MPI_Comm*>(comm) : MPI_COMM_WORLD; }
+
+int isend_on(void* comm, const void* data, int bytes, int peer, int tag, void** request) {
   auto* r = new MPI_Request;
-  const int rc = MPI_Isend(data, bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, r);
+  const int rc = MPI_Isend(data, bytes, MPI_BYTE, peer, tag, comm_of(comm), r);
   if (rc != MPI_SUCCESS) {
     delete r;
     return fail("MPI_Isend", rc);
@@ -54,15 +56,44 @@ int isend(const void* data, int bytes, int peer, int tag, void** request) {
   return 0;
 }
 
-int irecv(void* data, int bytes, int peer, int tag, void** request) {
+int irecv_on(void* comm, void* data, int bytes, int peer, int tag, void** request) {
   auto* r = new MPI_Request;
-  const int rc = MPI_Irecv(data, bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, r);
+  const int rc = MPI_Irecv(data, bytes, MPI_BYTE, peer, tag, comm_of(comm), r);
   if (rc != MPI_SUCCESS) {
     delete r;
     return fail("MPI_Irecv", rc);
   }
   *request = r;
   return 0;
+}
+
+int isend(const void* data, int bytes, int peer, int tag, void** request) {
+  return isend_on(nullptr, data, bytes, peer, tag, request);
+}
+int irecv(void* data, int bytes, int peer, int tag, void** request) {
+  return irecv_on(nullptr, data, bytes, peer, tag, request);
+}
+
+int comm_split(void* parent, int color, int key, void** comm, int* rank, int* size) {
+  auto* c = new MPI_Comm;
+  int rc = MPI_Comm_split(comm_of(parent), color, key, c);
+  if (rc != MPI_SUCCESS) {
+    delete c;
+    return fail("MPI_Comm_split", rc);
+  }
+  MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(*c, rank);
+  MPI_Comm_size(*c, size);
+  *comm = c;
+  return 0;
+}
+
+void comm_free(void* comm) {
+  auto* c = static_cast<MPI_Comm*>(comm);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && *c != MPI_COMM_NULL) MPI_Comm_free(c);
+  delete c;
 }
 
 int test(void* request) {
@@ -108,9 +139,21 @@ int native_allreduce_f32(const float* in, float* out, int count) {
   return rc == MPI_SUCCESS ? 0 : fail("MPI_Allreduce", rc);
 }
 
-const spore_mpi_api kApi{
-    SPORE_MPI_ABI_VERSION, init, finalize, isend, irecv, test, cancel, abort_job, last_error, library_version,
-    native_allreduce_f32};
+const spore_mpi_api kApi{SPORE_MPI_ABI_VERSION,
+                         init,
+                         finalize,
+                         isend,
+                         irecv,
+                         test,
+                         cancel,
+                         abort_job,
+                         last_error,
+                         library_version,
+                         native_allreduce_f32,
+                         comm_split,
+                         comm_free,
+                         isend_on,
+                         irecv_on};
 
 }  // namespace
 

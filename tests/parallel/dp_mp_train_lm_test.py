@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Data x model parallelism in one run of `spore train-lm` on 4 ranks: 2 replicas of a 2-stage pipeline
+(--parallel pipeline --stages 2) and 2 replicas of 2-way tensor parallelism (--parallel tensor --tp 2). The ranks split
+into groups (Communicator::split, MPI_Comm_split): each replica's ranks run the model-parallel trainer, each rank's
+counterparts in the other replica sum their gradients. Replica d runs micro-batches [d M/2, (d+1) M/2) of each step.
+
+- DP2 x PP2 with 2 micro-batches (one per replica): bit-identical to one process with --accum 2 (losses, validation
+  losses, GGUF): each replica's sum is its one gradient, and the replicas' tree sum of two is the one process's sum.
+- DP2 x PP2 with 4 micro-batches (1F1B and GPipe): one process sums g0..g3 in order, the replicas (g0 + g1) + (g2 + g3),
+  so within f32 rounding: losses within a relative 1e-5, checkpoint tensors within 1e-4 of each tensor's largest
+  magnitude (the tolerances of tp_train_lm_test.py).
+- DP2 x TP2 with 2 micro-batches: within the same tolerances of one process with --accum 2 (tensor parallelism alone
+  is not bit-exact).
+- A DP2 x PP2 run stopped after step 3 resumes in one process to the uninterrupted GGUF; --stages 3 on 4 ranks and 3
+  micro-batches over 2 replicas are clear errors.
+Without mpirun: SKIPPED (exit 77), a failure when CI=true.
+
+usage: dp_mp_train_lm_test.py SPORE [MPI_MODULE]"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from mpi_run import launch, load_safetensors, mpi_setup, run_checked, write_ducks_text
+
+LIMIT = 240
+LOSS_RTOL = 1e-5
+TENSOR_TOL = 1e-4  # of the tensor's largest magnitude
+
+
+def main():
+    spore = sys.argv[1]
+    mpirun, env, rc = mpi_setup(sys.argv[2] if len(sys.argv) > 2 else "")
+    if mpirun is None:
+        return rc
+    tmp = tempfile.mkdtemp(prefix="spore_dpmp_")
+    text = os.path.join(tmp, "text.txt")
+    write_ducks_text(text)
+    failures = []
+
+    def run(np, name, *extra, expect_fail=False):
+        argv = [spore, "train-lm", "--arch", "llama", "--dim", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+                "--ffn", "48", "--ctx", "16", "--data", text, "--train-tokenizer", "--vocab", "300", "--batch", "4",
+                "--steps", "6", "--lr", "0.005", "--warmup", "2", "--eval-every", "3", "--eval-batches", "2",
+                "--seed", "3", "--threads", "1", "--json", "--log-every", "1",
+                "--ckpt-dir", os.path.join(tmp, name), "-o", os.path.join(tmp, name + ".gguf")]
+        r = run_checked(launch(mpirun, np, argv) + list(extra), env, failures, LIMIT, expect_fail)
+        if r is None:
+            return [], ""
+        if expect_fail:
+            return [], r.stdout + r.stderr
+        lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+        steps = [("step", l["step"], l["loss"]) for l in lines if "loss" in l and "eval" not in l and not l.get("final")]
+        evals = [("eval", l["step"], l["val_loss"]) for l in lines if l.get("eval")]
+        return steps + evals, r.stdout
+
+    def gguf(name):
+        path = os.path.join(tmp, name + ".gguf")
+        return open(path, "rb").read() if os.path.exists(path) else b""
+
+    def close(what, name, got, ref_name, ref):
+        if not (len(got) == len(ref) == 8 and all(g[:2] == r[:2] and abs(g[2] - r[2]) <= LOSS_RTOL * abs(r[2])
+                                                  for g, r in zip(got, ref))):
+            failures.append(f"{what}: losses {got} not within {LOSS_RTOL} of {ref}")
+            return
+        a = load_safetensors(os.path.join(tmp, ref_name, "checkpoint.safetensors"))
+        b = load_safetensors(os.path.join(tmp, name, "checkpoint.safetensors"))
+        if sorted(a) != sorted(b):
+            failures.append(f"{what}: checkpoint tensors {sorted(b)} differ from {sorted(a)}")
+            return
+        worst, where = 0.0, ""
+        for k in a:
+            scale = max(abs(x) for x in a[k]) or 1.0
+            d = max(abs(x - y) for x, y in zip(a[k], b[k])) / scale
+            if d > worst:
+                worst, where = d, k
+        if worst > TENSOR_TOL:
+            failures.append(f"{what}: checkpoint tensor {where} differs by {worst:.3g} of its largest magnitude")
+        else:
+            same = sum(g == r for g, r in zip(got, ref))
+            print(f"{what}: losses within {LOSS_RTOL} ({same} of {len(ref)} bit-equal), checkpoint tensors within "
+                  f"{worst:.2g} of their largest magnitude", flush=True)
+
+    ref2, _ = run(0, "one_a2", "--accum", "2")
+    ref4, _ = run(0, "one_a4", "--accum", "4")
+    got, _ = run(4, "dp2pp2_m2", "--parallel", "pipeline", "--stages", "2", "--micro-batches", "2")
+    if len(ref2) != 8 or got != ref2 or not gguf("one_a2") or gguf("dp2pp2_m2") != gguf("one_a2"):
+        failures.append(f"DP2 x PP2, 2 micro-batches: losses {got} or the GGUF differ from 1 process --accum 2 {ref2}")
+    else:
+        print("DP2 x PP2, 2 micro-batches: 6 step losses, 2 validation losses and the GGUF bit-identical to 1 process "
+              "with --accum 2", flush=True)
+    for schedule in ("1f1b", "gpipe"):
+        name = f"dp2pp2_{schedule}"
+        got, _ = run(4, name, "--parallel", "pipeline", "--stages", "2", "--micro-batches", "4", "--schedule", schedule)
+        close(f"DP2 x PP2 {schedule}, 4 micro-batches vs 1 process --accum 4", name, got, "one_a4", ref4)
+    got, _ = run(4, "dp2tp2", "--parallel", "tensor", "--tp", "2", "--accum", "2")
+    close("DP2 x TP2, 2 micro-batches vs 1 process --accum 2", "dp2tp2", got, "one_a2", ref2)
+    if not gguf("dp2tp2"):
+        failures.append("DP2 x TP2: no GGUF written")
+    # Checkpoints: rank 0 (replica 0's first stage) writes train::Model's format, which one process resumes.
+    run(4, "resumed", "--parallel", "pipeline", "--stages", "2", "--micro-batches", "2", "--stop-after", "3")
+    run(0, "resumed", "--accum", "2")
+    if gguf("resumed") != gguf("one_a2"):
+        failures.append("DP2 x PP2 stopped after step 3, resumed in 1 process: the GGUF differs")
+    _, out = run(4, "bad_stages", "--parallel", "pipeline", "--stages", "3", expect_fail=True)
+    if "--stages 3 but 4 ranks" not in out:
+        failures.append(f"--stages 3 on 4 ranks: no clear error in {out[-1000:]}")
+    _, out = run(4, "bad_micro", "--parallel", "pipeline", "--stages", "2", "--micro-batches", "3", expect_fail=True)
+    if "must divide" not in out:
+        failures.append(f"3 micro-batches over 2 replicas: no clear error in {out[-1000:]}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for f in failures:
+        print("FAIL", f)
+    print("data x model parallel train-lm:", "FAILED" if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
