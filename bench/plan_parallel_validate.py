@@ -2,14 +2,15 @@
 """plan-parallel's predicted step times against measured ones, for every strategy that runs on this host
 (docs/PERFORMANCE.md, "Model parallel and plan-parallel"). One small Llama, a global batch of 8 sequences:
 
-  1 rank | DP2 (--parallel data) | DP4 | PP2 (--parallel pipeline, 1F1B, 4 micro-batches) | TP2 (--parallel tensor)
+  1 rank (1 and 4 micro-batches) | DP2 (--parallel data) | DP4 | PP2 (--parallel pipeline: 1F1B with 2, 4 and 8
+  micro-batches, GPipe with 4) | PP4 | TP2 (--parallel tensor) | DP2 x PP2 and DP2 x TP2 (4 ranks, 2 replicas)
 
 Each configuration runs `spore train-lm` REPEAT times (PyNative mode everywhere: the pipeline and tensor-parallel
 trainers run eagerly, so the data-parallel and one-process runs do too; 1 thread per rank); a run's step time is the
 median of its steps 2.. (from the --json progress), a configuration's the median over its runs. The communication
 figures come from bench/allreduce_bench at 2 ranks (spore's allreduce: busbw at 256 KiB and the 4 KiB time as the
 latency), the device's FLOP rate and per-op overhead from one-process runs at batch 8 and 2 (--flops-per-s,
---op-overhead), the cores the host really gives from two one-process runs at once (the machine is shared), and the N
+--op-overhead; the op count is the model's for one step: forward + backward, accumulation and the optimizer update), the cores the host really gives from two one-process runs at once (the machine is shared), and the N
 ranks share the host's cores
 (--shared-cores). Prints a table and, with --json, one object.
 
@@ -72,6 +73,9 @@ def main():
         ("TP2", 2, ["--batch", "8", "--parallel", "tensor", "--tp", "2"], (1, 1, 2, 1)),
         ("DP4", 4, ["--batch", "8", "--parallel", "data", "--grad-shards", "4"], (4, 1, 1, 1)),
         ("PP4 1F1B M=4", 4, ["--batch", "2", "--micro-batches", "4"] + pipe, (1, 4, 1, 4)),
+        # Data x model parallel: 2 replicas, each running half the micro-batches.
+        ("DP2xPP2 M=4", 4, ["--batch", "2", "--micro-batches", "4", "--stages", "2"] + pipe, (2, 2, 1, 2)),
+        ("DP2xTP2 M=2", 4, ["--batch", "4", "--accum", "2", "--parallel", "tensor", "--tp", "2"], (2, 1, 2, 1)),
     ]
     only = args[args.index("--only") + 1].split(",") if "--only" in args else None
     if only:  # the calibration runs always

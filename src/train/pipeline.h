@@ -16,8 +16,12 @@
 // parameters and AdamW state and writes them; every rank loads the whole file and keeps its stage's part, so a
 // pipeline run resumes from a one-process checkpoint of the same run and the other way round.
 //
+// Data x pipeline: with W = D x S ranks (o.model_parallel_ranks = S), D replicas of the pipeline each run M / D of the
+// micro-batches, and each stage's accumulated gradients are summed over its counterparts in the other replicas before
+// the step (LmParallelTrainer::sum_replicas; model_parallel.h).
+//
 // Limits: every rank builds the whole model (and keeps optimizer state for its stage only); f32 (amp O0) only; no
-// tied embeddings (the matrix would live on two stages); the rank count is the stage count (no DP x PP yet).
+// tied embeddings (the matrix would live on two stages).
 #include <cstdint>
 #include <functional>
 #include <string>

@@ -16,8 +16,11 @@
 // train::Model does. Checkpoints have train::Model's format (rank 0 reassembles the whole matrices and AdamW state;
 // every rank loads the whole file and keeps its slices), so runs resume across one process and N ranks.
 //
-// Limits: every rank builds the whole model first; f32 only; no tied embeddings; the rank count is the TP degree
-// (no DP x TP); heads, kv heads and ffn must divide by N; the vocabulary is not split.
+// Data x tensor: with W = D x N ranks (o.model_parallel_ranks = N), D replicas each run M / D of the micro-batches and
+// sum their accumulated gradients before the step (model_parallel.h).
+//
+// Limits: every rank builds the whole model first; f32 only; no tied embeddings; heads, kv heads and ffn must divide
+// by N; the vocabulary is not split.
 #include <functional>
 #include <string>
 
