@@ -151,14 +151,13 @@ Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlo
   const int64_t per_replica = in.global_batch / dp, mb = per_replica / micro;
   Strategy s{.dp = dp, .pp = pp, .tp = tp, .micro = micro, .micro_batch = mb};
   const double n = static_cast<double>(dp * pp * tp);
-  const double rate = c.flops_per_s * (c.shared_cores > 0 && n > 1 ? std::min(1.0, c.shared_cores / n) : 1.0);
-  const double overhead = c.op_overhead * (c.shared_cores > 0 && n > 1 ? std::max(1.0, n / c.shared_cores) : 1.0);
+  const double rate = c.flops_per_s, overhead = c.op_overhead;
   const double tokens_mb = static_cast<double>(mb * T);
   const double p_tp = static_cast<double>(tp);
   // Each stage's micro-batch slot on one device: its blocks' FLOPs (tp splits them; the head is replicated) and ops,
   // the last stage also the head's, plus one accumulation add per parameter tensor it holds; and its optimizer step
   // (ops: the mean, the clipping and AdamW per tensor). Ops do not shrink with tp: a split matrix is still one op.
-  double t_max = 0, t_sum = 0, update_ops_max = 0, ops_max = 0;
+  double t_max = 0, t_sum = 0, update_ops_max = 0, ops_max = 0, work = 0;
   for (int64_t st = 0; st < pp; ++st) {
     const double blocks = static_cast<double>(m.layers / pp + (st < m.layers % pp ? 1 : 0));
     const bool last = st == pp - 1;
@@ -173,12 +172,20 @@ Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlo
     }
     t_sum += t;
     update_ops_max = std::max(update_ops_max, update_ops);
+    work += static_cast<double>(micro) * t + update_ops * overhead;
   }
   // 1F1B and GPipe: the first micro-batch passes every stage forward and back (the sum of the slots), the other M - 1
   // follow at the pace of the slowest stage; so the bubble is the other stages' slots (pp - 1 slots when balanced).
-  s.compute_s = static_cast<double>(micro) * t_max;
-  s.bubble_s = t_sum - t_max;
-  s.update_s = update_ops_max * overhead;
+  // Devices sharing C < n cores (validation on one host): a step takes at least the critical path at full speed and
+  // at least all devices' work (each replica's and tensor slice's stages) spread over the C cores. Ranks that all work
+  // at once (dp, tp) are slowed by n / C; a pipeline's stages idle in the bubble and give their core to the others.
+  const double critical = static_cast<double>(micro) * t_max + (t_sum - t_max) + update_ops_max * overhead;
+  const double slow = c.shared_cores > 0 && n > 1 && n > c.shared_cores && critical > 0
+                          ? std::max(1.0, static_cast<double>(dp * tp) * work / c.shared_cores / critical)
+                          : 1.0;
+  s.compute_s = static_cast<double>(micro) * t_max * slow;
+  s.bubble_s = (t_sum - t_max) * slow;
+  s.update_s = update_ops_max * overhead * slow;
   s.ops = static_cast<double>(micro) * ops_max + update_ops_max;
   const auto allreduce = [&](double bytes, double p) {
     return p <= 1 ? 0.0 : 2 * (p - 1) * c.latency + 2 * (p - 1) / p * bytes / c.bandwidth;

@@ -86,5 +86,35 @@ TEST(ParallelPlan, UpdateOpsArePaidOncePerStep) {
               1e-15);
 }
 
+// Devices sharing cores (validation on one host): data-parallel ranks all work at once and slow down by N / C, a
+// pipeline's stages wait in the bubble, so 4 stages on 2 cores cost the 4 stages' work over 2 cores, not 2x the
+// critical path.
+TEST(ParallelPlan, SharedCoresSpreadTheWork) {
+  init();
+  const PlanInput in{.model = small(), .ctx = 64, .global_batch = 8};
+  const LmFlops f = count_lm_flops(in.model, in.ctx);
+  ClusterSpec c{.devices = 4, .bandwidth = 1e12, .latency = 0, .flops_per_s = 1e10, .op_overhead = 1e-6};
+  const Strategy dp_alone = predict_strategy(in, c, f, 4, 1, 1, 1), pp_alone = predict_strategy(in, c, f, 1, 4, 1, 8);
+  c.shared_cores = 2;
+  const Strategy dp = predict_strategy(in, c, f, 4, 1, 1, 1), pp = predict_strategy(in, c, f, 1, 4, 1, 8);
+  const auto busy = [](const Strategy& s) { return s.compute_s + s.bubble_s + s.update_s; };
+  EXPECT_NEAR(busy(dp), 2 * busy(dp_alone), 1e-12);
+  EXPECT_GT(busy(pp), busy(pp_alone));
+  EXPECT_LT(busy(pp), 2 * busy(pp_alone));
+  // 8 micro-batches of 1: the 4 stages' work over 2 cores (M slots and the update of every stage, halved) exceeds the
+  // critical path.
+  ClusterSpec one{.devices = 1, .bandwidth = 1e12, .latency = 0, .flops_per_s = 1e10, .op_overhead = 1e-6};
+  double work = 0;
+  for (int64_t s = 0; s < 4; ++s) {
+    // One stage alone = a 1-block model without the head, except the last (FLOPs and ops of the model's terms).
+    const double blocks = 1, last = s == 3 ? 1 : 0;
+    const double tensors = blocks * f.block_tensors + last * f.head_tensors;
+    const double slot = (blocks * f.block + last * f.head) * 64 / one.flops_per_s +
+                        (blocks * f.block_ops + last * f.head_ops + tensors) * one.op_overhead;
+    work += 8 * slot + (f.update_ops_shared + tensors * f.update_ops_per_tensor) * one.op_overhead;
+  }
+  EXPECT_NEAR(busy(pp), work / 2, 1e-9);
+}
+
 }  // namespace
 }  // namespace spore::train

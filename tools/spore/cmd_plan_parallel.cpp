@@ -194,8 +194,8 @@ int cmd_plan_parallel(int argc, char** argv) {
   app.add_option("--op-overhead", overhead,
                  "time each op costs beyond its FLOPs (eager dispatch on a CPU, a kernel launch on a GPU: 5us)");
   app.add_option("--shared-cores", c.shared_cores,
-                 "the devices are processes sharing this many cores (validation on one host): each runs at "
-                 "min(1, cores / devices) of the rate (a fraction: the cores the host really gives, measured)")
+                 "the devices are processes sharing this many cores (validation on one host): a step takes at least "
+                 "all devices' work spread over them (a fraction: the cores the host really gives, measured)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--strategy", strategy, "predict this one instead of searching: dp,pp,tp,micro_batches");
   app.add_option("--top", top, "alternatives to print")->check(CLI::NonNegativeNumber);
