@@ -50,6 +50,29 @@ ops::Pool2dOptions pool_options(const char* layer, int64_t k, int64_t s, const s
   return o;
 }
 
+// One value for every spatial axis, or one per axis (D, H, W).
+ops::Ints per_axis3(const ops::Ints& v, const char* layer, const char* what, int64_t min) {
+  SPORE_CHECK(v.size() == 1 || v.size() == 3, ErrorCode::invalid_argument, "nn::{}: {} takes 1 or 3 values, got {}",
+              layer, what, v.size());
+  for (int64_t x : v)
+    SPORE_CHECK(x >= min, ErrorCode::invalid_argument, "nn::{}: expected {} >= {}, got {}", layer, what, min, x);
+  return v.size() == 1 ? ops::Ints(3, v[0]) : v;
+}
+
+ops::Pool3dOptions pool3d_options(const char* layer, const ops::Ints& k, const Pool3dConfig& cfg) {
+  SPORE_CHECK(cfg.pad_mode == "valid" || cfg.pad_mode == "same" || cfg.pad_mode == "pad", ErrorCode::invalid_argument,
+              "nn::{}: expected pad_mode valid|same|pad, got '{}'", layer, cfg.pad_mode);
+  ops::Pool3dOptions o;
+  o.kernel = per_axis3(k, layer, "kernel_size", 1);
+  o.stride = cfg.stride.empty() ? o.kernel : per_axis3(cfg.stride, layer, "stride", 1);
+  o.pad_mode = cfg.pad_mode;
+  const ops::Ints p = per_axis3(cfg.padding, layer, "padding", 0);
+  if (cfg.pad_mode == "pad") o.padding = {p[0], p[1], p[2], p[0], p[1], p[2]};
+  o.ceil_mode = cfg.ceil_mode;
+  o.count_include_pad = cfg.count_include_pad;
+  return o;
+}
+
 }  // namespace
 
 // ---- Dense
@@ -132,6 +155,67 @@ Tensor Conv2dTranspose::construct(const Tensor& x) {
   return bias_ ? ops::conv_transpose2d(x, *weight_, *bias_, opts_)
                : ops::conv_transpose2d(x, *weight_, std::nullopt, opts_);
 }
+
+// ---- Conv3d
+Conv3d::Conv3d(int64_t in, int64_t out, ops::Ints kernel, Conv3dConfig cfg, DType dtype) {
+  check_positive(in, "Conv3d", "in_channels");
+  check_positive(out, "Conv3d", "out_channels");
+  check_positive(cfg.groups, "Conv3d", "groups");
+  const ops::Ints k = per_axis3(kernel, "Conv3d", "kernel_size", 1);
+  SPORE_CHECK(in % cfg.groups == 0 && out % cfg.groups == 0, ErrorCode::invalid_argument,
+              "nn::Conv3d: channels {} -> {} are not divisible by groups {}", in, out, cfg.groups);
+  SPORE_CHECK(cfg.pad_mode == "pad" || cfg.pad_mode == "same" || cfg.pad_mode == "valid", ErrorCode::invalid_argument,
+              "nn::Conv3d: expected pad_mode pad|same|valid, got '{}'", cfg.pad_mode);
+  const ops::Ints p = per_axis3(cfg.padding, "Conv3d", "padding", 0);
+  SPORE_CHECK(cfg.pad_mode == "pad" || (p[0] == 0 && p[1] == 0 && p[2] == 0), ErrorCode::invalid_argument,
+              "nn::Conv3d: padding needs pad_mode 'pad'");
+  opts_.stride = per_axis3(cfg.stride, "Conv3d", "stride", 1);
+  opts_.dilation = per_axis3(cfg.dilation, "Conv3d", "dilation", 1);
+  opts_.groups = cfg.groups;
+  opts_.pad_mode = cfg.pad_mode;
+  opts_.padding = {p[0], p[1], p[2], p[0], p[1], p[2]};
+  weight_ = &register_parameter("weight", default_weight({out, in / cfg.groups, k[0], k[1], k[2]}, dtype));
+  if (cfg.has_bias) bias_ = &register_parameter("bias", default_bias(out, in / cfg.groups * k[0] * k[1] * k[2], dtype));
+}
+
+Tensor Conv3d::construct(const Tensor& x) {
+  check_rank(x, 5, "Conv3d");
+  SPORE_CHECK(x.dim(1) == weight_->dim(1) * opts_.groups, ErrorCode::shape_mismatch,
+              "nn::Conv3d: expected {} input channels, got shape {}", weight_->dim(1) * opts_.groups,
+              shape_str(x.shape()));
+  return bias_ ? ops::conv3d(x, *weight_, *bias_, opts_) : ops::conv3d(x, *weight_, std::nullopt, opts_);
+}
+
+// ---- Conv3dTranspose
+Conv3dTranspose::Conv3dTranspose(int64_t in, int64_t out, ops::Ints kernel, Conv3dTransposeConfig cfg, DType dtype) {
+  check_positive(in, "Conv3dTranspose", "in_channels");
+  check_positive(out, "Conv3dTranspose", "out_channels");
+  check_positive(cfg.groups, "Conv3dTranspose", "groups");
+  const ops::Ints k = per_axis3(kernel, "Conv3dTranspose", "kernel_size", 1);
+  SPORE_CHECK(in % cfg.groups == 0 && out % cfg.groups == 0, ErrorCode::invalid_argument,
+              "nn::Conv3dTranspose: channels {} -> {} are not divisible by groups {}", in, out, cfg.groups);
+  const ops::Ints p = per_axis3(cfg.padding, "Conv3dTranspose", "padding", 0);
+  opts_.stride = per_axis3(cfg.stride, "Conv3dTranspose", "stride", 1);
+  opts_.padding = {p[0], p[1], p[2], p[0], p[1], p[2]};
+  opts_.output_padding = per_axis3(cfg.output_padding, "Conv3dTranspose", "output_padding", 0);
+  opts_.dilation = per_axis3(cfg.dilation, "Conv3dTranspose", "dilation", 1);
+  opts_.groups = cfg.groups;
+  // PyTorch computes fan_in of the [in, out/groups, k...] weight from dim 1.
+  weight_ = &register_parameter("weight", default_weight({in, out / cfg.groups, k[0], k[1], k[2]}, dtype));
+  if (cfg.has_bias)
+    bias_ = &register_parameter("bias", default_bias(out, out / cfg.groups * k[0] * k[1] * k[2], dtype));
+}
+
+Tensor Conv3dTranspose::construct(const Tensor& x) {
+  check_rank(x, 5, "Conv3dTranspose");
+  SPORE_CHECK(x.dim(1) == weight_->dim(0), ErrorCode::shape_mismatch,
+              "nn::Conv3dTranspose: expected {} input channels, got shape {}", weight_->dim(0), shape_str(x.shape()));
+  return bias_ ? ops::conv_transpose3d(x, *weight_, *bias_, opts_)
+               : ops::conv_transpose3d(x, *weight_, std::nullopt, opts_);
+}
+
+MaxPool3d::MaxPool3d(ops::Ints k, Pool3dConfig cfg) : opts_(pool3d_options("MaxPool3d", k, cfg)) {}
+AvgPool3d::AvgPool3d(ops::Ints k, Pool3dConfig cfg) : opts_(pool3d_options("AvgPool3d", k, cfg)) {}
 
 // ---- pooling
 MaxPool2d::MaxPool2d(int64_t k, int64_t s, std::string pad_mode, int64_t p)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nn/cell.h"
+#include "ops/conv3d.h"
 #include "ops/ops.h"
 
 namespace spore::nn {
@@ -74,6 +75,54 @@ class Conv2dTranspose : public Cell {
   ops::ConvTranspose2dOptions opts_;
 };
 
+// 3-D (NCDHW) layers, as PyTorch's Conv3d / ConvTranspose3d: kernel_size, stride, padding and dilation take one
+// value (every axis) or three (D, H, W); padding is symmetric per axis.
+struct Conv3dConfig {
+  ops::Ints stride{1};
+  std::string pad_mode = "pad";  // "pad" (explicit `padding`) | "same" | "valid"
+  ops::Ints padding{0};          // pad_mode "pad" only
+  ops::Ints dilation{1};
+  int64_t groups = 1;
+  bool has_bias = true;
+};
+
+class Conv3d : public Cell {
+ public:
+  Conv3d(int64_t in_channels, int64_t out_channels, ops::Ints kernel_size, Conv3dConfig cfg = {},
+         DType dtype = DType::f32);
+  Tensor construct(const Tensor& x) override;
+  Tensor& weight() { return *weight_; }  // [out, in/groups, kD, kH, kW]
+  Tensor* bias() { return bias_; }
+
+ private:
+  Tensor* weight_;
+  Tensor* bias_ = nullptr;
+  ops::Conv3dOptions opts_;
+};
+
+struct Conv3dTransposeConfig {
+  ops::Ints stride{1};
+  ops::Ints padding{0};
+  ops::Ints output_padding{0};
+  ops::Ints dilation{1};
+  int64_t groups = 1;
+  bool has_bias = true;
+};
+
+class Conv3dTranspose : public Cell {
+ public:
+  Conv3dTranspose(int64_t in_channels, int64_t out_channels, ops::Ints kernel_size, Conv3dTransposeConfig cfg = {},
+                  DType dtype = DType::f32);
+  Tensor construct(const Tensor& x) override;
+  Tensor& weight() { return *weight_; }  // [in, out/groups, kD, kH, kW]
+  Tensor* bias() { return bias_; }
+
+ private:
+  Tensor* weight_;
+  Tensor* bias_ = nullptr;
+  ops::ConvTranspose3dOptions opts_;
+};
+
 // ---- activations
 class ReLU : public Cell {
  public:
@@ -127,6 +176,30 @@ class AvgPool2d : public Cell {
 
  private:
   ops::Pool2dOptions opts_;
+};
+// 3-D pooling: kernel_size / stride / padding take one value (every axis) or three (D, H, W); stride {} = kernel.
+struct Pool3dConfig {
+  ops::Ints stride{};
+  std::string pad_mode = "valid";  // "valid" | "same" | "pad" (with `padding`)
+  ops::Ints padding{0};
+  bool ceil_mode = false;
+  bool count_include_pad = false;  // AvgPool3d only
+};
+class MaxPool3d : public Cell {
+ public:
+  explicit MaxPool3d(ops::Ints kernel_size, Pool3dConfig cfg = {});
+  Tensor construct(const Tensor& x) override { return ops::max_pool3d(x, opts_); }
+
+ private:
+  ops::Pool3dOptions opts_;
+};
+class AvgPool3d : public Cell {
+ public:
+  explicit AvgPool3d(ops::Ints kernel_size, Pool3dConfig cfg = {});
+  Tensor construct(const Tensor& x) override { return ops::avg_pool3d(x, opts_); }
+
+ private:
+  ops::Pool3dOptions opts_;
 };
 // PyTorch's adaptive average pooling: output cell (i, j) averages rows [floor(i*H/oh), ceil((i+1)*H/oh)).
 class AdaptiveAvgPool2d : public Cell {

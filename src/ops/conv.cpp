@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "ops/conv3d.h"
 #include "ops/families.h"
 #include "ops/infer.h"
 #include "ops/ops.h"
@@ -439,6 +440,407 @@ Grads global_avg_pool_grad(const GradContext& c) {
   return {ops::expand(ops::div(c.output_grads[0], n), x.shape())};
 }
 
+// ---- 3-D (ops/conv3d.h): the same geometry as the 2-D ops on nsp = 3 spatial axes, written for any nsp. Pads are
+// (begins..., ends...), one per spatial axis each.
+const char* axis_name(int nsp, int i) {
+  static const char* const names[] = {"D", "H", "W"};
+  return names[3 - nsp + i];
+}
+
+std::string spatial_layout(int nsp, const char* lead) {
+  std::string s = fmt::format("[{}", lead);
+  for (int i = 0; i < nsp; ++i) s += fmt::format(",{}", axis_name(nsp, i));
+  return s + "]";
+}
+
+std::string kernel_layout(int nsp, const char* lead) {
+  std::string s = fmt::format("[{}", lead);
+  for (int i = 0; i < nsp; ++i) s += fmt::format(",k{}", axis_name(nsp, i));
+  return s + "]";
+}
+
+void check_static_w(const InferContext& c, const std::vector<Dim>& w) {
+  for (const Dim& d : w)
+    if (!(d.is_static())) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("w dims must be static, got {}", dims_str(w)));
+}
+
+std::vector<TensorType> infer_conv_nd(const InferContext& c, int nsp) {
+  const DType t = infer::common_dtype(c);
+  check_rank(c, 0, "x", 2 + nsp, spatial_layout(nsp, "N,C").c_str());
+  check_rank(c, 1, "w", 2 + nsp, kernel_layout(nsp, "O,C/groups").c_str());
+  const auto& x = c.in(0).dims;
+  const auto& w = c.in(1).dims;
+  const auto& stride = ints_of_len(c, "stride", nsp, 1);
+  const auto& padding = ints_of_len(c, "padding", 2 * nsp, 0);
+  const auto& dilation = ints_of_len(c, "dilation", nsp, 1);
+  const int64_t g = c.attrs.i("groups");
+  const std::string& mode = pad_mode_of(c);
+  c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
+  check_static_w(c, w);
+  if (x[1].is_static()) {
+    c.check(x[1].size % g == 0, ErrorCode::shape_mismatch, "input channels {} are not divisible by groups={}",
+            x[1].size, g);
+    if (!(w[1].size == x[1].size / g)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch,
+             fmt::format("w {} expects {} input channels per group, x {} with groups={} has {}", dims_str(w), w[1].size,
+                         dims_str(x), g, x[1].size / g));
+  }
+  c.check(w[0].size % g == 0, ErrorCode::shape_mismatch, "output channels {} are not divisible by groups={}", w[0].size,
+          g);
+  if (c.num_inputs() > 2) {
+    const auto& b = c.in(2).dims;
+    if (!(b.size() == 1 && dims_compatible(b[0], w[0]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("bias must be [{}], got {}", w[0].size, dims_str(b)));
+  }
+  std::vector<Dim> out{x[0], w[0]};
+  for (int i = 0; i < nsp; ++i)
+    out.push_back(window_out(c, axis_name(nsp, i), x[2 + i], w[2 + i].size, stride[i], dilation[i], padding[i],
+                             padding[nsp + i], mode, false, false));
+  return {TensorType(t, out)};
+}
+
+std::vector<TensorType> infer_conv_transpose_nd(const InferContext& c, int nsp) {
+  const DType t = infer::common_dtype(c);
+  check_rank(c, 0, "x", 2 + nsp, spatial_layout(nsp, "N,C").c_str());
+  check_rank(c, 1, "w", 2 + nsp, kernel_layout(nsp, "C,O/groups").c_str());
+  const auto& x = c.in(0).dims;
+  const auto& w = c.in(1).dims;
+  const auto& stride = ints_of_len(c, "stride", nsp, 1);
+  const auto& padding = ints_of_len(c, "padding", 2 * nsp, 0);
+  const auto& out_pad = ints_of_len(c, "output_padding", nsp, 0);
+  const auto& dilation = ints_of_len(c, "dilation", nsp, 1);
+  const int64_t g = c.attrs.i("groups");
+  c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
+  check_static_w(c, w);
+  if (!(dims_compatible(x[1], w[0]))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("x {} has {} channels, w {} expects {}", dims_str(x), x[1].str(), dims_str(w), w[0].size));
+  c.check(w[0].size % g == 0, ErrorCode::shape_mismatch, "input channels {} are not divisible by groups={}", w[0].size,
+          g);
+  const int64_t o = w[1].size * g;
+  if (c.num_inputs() > 2) {
+    const auto& b = c.in(2).dims;
+    if (!(b.size() == 1 && dims_compatible(b[0], Dim(o)))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("bias must be [{}], got {}", o, dims_str(b)));
+  }
+  std::vector<Dim> out{x[0], Dim(o)};
+  for (int i = 0; i < nsp; ++i) {
+    if (!(out_pad[i] < std::max(stride[i], dilation[i]))) [[unlikely]]
+      c.fail(ErrorCode::invalid_argument,
+             fmt::format("output_padding {} must be smaller than stride or dilation ({}, {})", ints_str(out_pad),
+                         ints_str(stride), ints_str(dilation)));
+    const Dim& in = x[2 + i];
+    const int64_t eff = (w[2 + i].size - 1) * dilation[i] + 1;
+    if (!in.is_static()) {
+      out.push_back(Dim::symbol(fmt::format("{}_tk{}s{}p{}", in.sym, eff, stride[i], padding[i] + padding[nsp + i])));
+      continue;
+    }
+    const int64_t n = (in.size - 1) * stride[i] - padding[i] - padding[nsp + i] + eff + out_pad[i];
+    if (!(n >= 1)) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("{} output size {} is not positive (padding {} too large)",
+                                                    axis_name(nsp, i), n, ints_str(padding)));
+    out.push_back(Dim(n));
+  }
+  return {TensorType(t, out)};
+}
+
+std::vector<TensorType> infer_pool_nd(const InferContext& c, bool is_max, int nsp) {
+  check_rank(c, 0, "x", 2 + nsp, spatial_layout(nsp, "N,C").c_str());
+  const auto& x = c.in(0).dims;
+  const auto& kernel = ints_of_len(c, "kernel", nsp, 1);
+  const auto& padding = ints_of_len(c, "padding", 2 * nsp, 0);
+  std::vector<int64_t> stride = c.attrs.ints("stride");
+  if (stride.empty()) stride = kernel;
+  else stride = ints_of_len(c, "stride", nsp, 1);
+  const std::vector<int64_t> dilation = is_max ? ints_of_len(c, "dilation", nsp, 1) : std::vector<int64_t>(nsp, 1);
+  const std::string& mode = pad_mode_of(c);
+  const bool ceil_mode = c.attrs.b("ceil_mode");
+  std::vector<Dim> out{x[0], x[1]};
+  for (int i = 0; i < nsp; ++i)
+    out.push_back(window_out(c, axis_name(nsp, i), x[2 + i], kernel[i], stride[i], dilation[i], padding[i],
+                             padding[nsp + i], mode, ceil_mode, true));
+  return {TensorType(c.in(0).dtype, out)};
+}
+
+// x [N,C,spatial...], dy [N,O,out...] -> dW [O, C/groups, k...]; dy must have the conv's output size.
+std::vector<TensorType> infer_conv_weight_grad_nd(const InferContext& c, int nsp) {
+  const DType t = infer::common_dtype(c);
+  check_rank(c, 0, "x", 2 + nsp, spatial_layout(nsp, "N,C").c_str());
+  check_rank(c, 1, "dy", 2 + nsp, spatial_layout(nsp, "N,O").c_str());
+  const auto& x = c.in(0).dims;
+  const auto& dy = c.in(1).dims;
+  const auto& kernel = ints_of_len(c, "kernel", nsp, 1);
+  const auto& stride = ints_of_len(c, "stride", nsp, 1);
+  const auto& dilation = ints_of_len(c, "dilation", nsp, 1);
+  const auto& padding = c.attrs.ints("padding");  // end pads may be negative (a transposed conv's output_padding)
+  bool pads_ok = padding.size() == static_cast<size_t>(2 * nsp);
+  for (int i = 0; pads_ok && i < nsp; ++i) pads_ok = padding[i] >= 0;
+  if (!pads_ok) [[unlikely]]
+    c.fail(ErrorCode::invalid_argument,
+           fmt::format("padding must be {} values (begins then ends) with begins >= 0, got {}", 2 * nsp,
+                       ints_str(padding)));
+  const int64_t g = c.attrs.i("groups");
+  c.check(g >= 1, ErrorCode::invalid_argument, "groups must be >= 1, got {}", g);
+  if (!(x[1].is_static() && dy[1].is_static())) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("the channels of x {} and dy {} must be static", dims_str(x), dims_str(dy)));
+  if (!(x[1].size % g == 0 && dy[1].size % g == 0)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("channels of x {} and dy {} must be divisible by groups={}", dims_str(x), dims_str(dy), g));
+  if (!(dims_compatible(x[0], dy[0]))) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch, fmt::format("x {} and dy {} differ in batch", dims_str(x), dims_str(dy)));
+  std::vector<Dim> out{Dim(dy[1].size), Dim(x[1].size / g)};
+  for (int i = 0; i < nsp; ++i) {
+    const Dim o = window_out(c, axis_name(nsp, i), x[2 + i], kernel[i], stride[i], dilation[i], padding[i],
+                             padding[nsp + i], "pad", false, false);
+    if (!(dims_compatible(o, dy[2 + i]))) [[unlikely]]
+      c.fail(ErrorCode::shape_mismatch, fmt::format("dy {} does not match the conv output size {} of x {} on {}",
+                                                    dims_str(dy), o.str(), dims_str(x), axis_name(nsp, i)));
+    out.push_back(Dim(kernel[i]));
+  }
+  return {TensorType(t, out)};
+}
+
+std::vector<TensorType> infer_max_pool_grad_nd(const InferContext& c, int nsp) {
+  const TensorType y = infer_pool_nd(c, true, nsp)[0];
+  const DType t = infer::common_dtype(c);
+  const auto& dy = c.in(1).dims;
+  bool ok = dy.size() == y.dims.size();
+  for (size_t i = 0; ok && i < dy.size(); ++i) ok = dims_compatible(dy[i], y.dims[i]);
+  if (!(ok)) [[unlikely]]
+    c.fail(ErrorCode::shape_mismatch,
+           fmt::format("dy must have the max pool's output shape {}, got {}", dims_str(y.dims), dims_str(dy)));
+  return {TensorType(t, c.in(0).dims)};
+}
+
+// Flops as conv_cost, over every kernel dim.
+OpCost conv_cost_nd(std::span<const TensorType> ins, std::span<const TensorType> outs, bool transpose) {
+  OpCost c;
+  for (const auto& t : ins) c.bytes += static_numel(t) * dtype_size(t.dtype);
+  for (const auto& t : outs) c.bytes += static_numel(t) * dtype_size(t.dtype);
+  const auto& w = ins[1].dims;
+  double k = static_cast<double>(w[1].size);
+  for (size_t i = 2; i < w.size(); ++i) k *= static_cast<double>(w[i].size);
+  c.flops = 2.0 * static_numel(transpose ? ins[0] : outs[0]) * k;
+  return c;
+}
+
+// Resolved pads (begins..., ends...) of an N-d conv/pool node whose spatial input is x, kernel k, dilation d.
+Ints resolved_pads_nd(const Tensor& x, const Ints& k, const Ints& s, const Ints& d, const Ints& p,
+                      const std::string& mode) {
+  const size_t nsp = k.size();
+  Ints r(2 * nsp);
+  for (size_t i = 0; i < nsp; ++i) {
+    const auto [b, e] = resolved_pads(x.dim(static_cast<int>(2 + i)), k[i], s[i], d[i], p[i], p[nsp + i], mode);
+    r[i] = b;
+    r[nsp + i] = e;
+  }
+  return r;
+}
+
+Ints spatial_axes_of(const Tensor& t) {
+  Ints a{0};
+  for (int i = 2; i < t.rank(); ++i) a.push_back(i);
+  return a;
+}
+
+Grads conv3d_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.output_grads[0];
+  const Ints &st = c.attrs.ints("stride"), &dl = c.attrs.ints("dilation");
+  const int64_t groups = c.attrs.i("groups");
+  const Ints k{w.dim(2), w.dim(3), w.dim(4)};
+  const Ints pads = resolved_pads_nd(x, k, st, dl, c.attrs.ints("padding"), c.attrs.s("pad_mode"));
+  ops::ConvTranspose3dOptions t;
+  t.stride = st;
+  t.padding = pads;
+  t.dilation = dl;
+  t.groups = groups;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t eff = (k[i] - 1) * dl[i] + 1;
+    t.output_padding[i] = x.dim(2 + i) - ((g.dim(2 + i) - 1) * st[i] - pads[i] - pads[3 + i] + eff);
+  }
+  ops::Conv3dOptions o;
+  o.stride = st;
+  o.padding = pads;
+  o.dilation = dl;
+  o.groups = groups;
+  Grads r{c.wants(0) ? ops::conv_transpose3d(g, w, std::nullopt, t) : Tensor(),
+          c.wants(1) ? ops::conv3d_weight_grad(x, g, k, o) : Tensor()};
+  if (c.inputs.size() > 2) r.push_back(c.wants(2) ? ops::reduce_sum(g, spatial_axes_of(g)) : Tensor());
+  return r;
+}
+
+Grads conv_transpose3d_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.output_grads[0];
+  const Ints &st = c.attrs.ints("stride"), &dl = c.attrs.ints("dilation"), &pads = c.attrs.ints("padding");
+  ops::Conv3dOptions o;
+  o.stride = st;
+  o.padding = pads;
+  o.dilation = dl;
+  o.groups = c.attrs.i("groups");
+  Tensor dx = ops::conv3d(g, w, std::nullopt, o);
+  if (dx.dim(2) != x.dim(2) || dx.dim(3) != x.dim(3) || dx.dim(4) != x.dim(4))
+    dx = ops::slice(dx, {0, 0, 0}, {x.dim(2), x.dim(3), x.dim(4)}, {2, 3, 4});
+  const Ints& op = c.attrs.ints("output_padding");
+  o.padding = {pads[0], pads[1], pads[2], pads[3] - op[0], pads[4] - op[1], pads[5] - op[2]};
+  Grads r{dx, ops::conv3d_weight_grad(g, x, {w.dim(2), w.dim(3), w.dim(4)}, o)};
+  if (c.inputs.size() > 2) r.push_back(ops::reduce_sum(g, spatial_axes_of(g)));
+  return r;
+}
+
+ops::Pool3dOptions pool3d_options(const Attrs& a, bool is_max) {
+  ops::Pool3dOptions o;
+  o.kernel = a.ints("kernel");
+  o.stride = a.ints("stride");
+  o.padding = a.ints("padding");
+  if (is_max) o.dilation = a.ints("dilation");
+  o.ceil_mode = a.b("ceil_mode");
+  if (!is_max) o.count_include_pad = a.b("count_include_pad");
+  o.pad_mode = a.s("pad_mode");
+  return o;
+}
+
+Grads max_pool3d_grad_rule(const GradContext& c) {
+  return {ops::max_pool3d_grad(c.inputs[0], c.output_grads[0], pool3d_options(c.attrs, true))};
+}
+
+// As avg_pool2d_grad: dy / divisor, placed back onto x's grid by a depthwise transposed conv with a ones kernel.
+Grads avg_pool3d_grad(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &g = c.output_grads[0];
+  const Ints& k = c.attrs.ints("kernel");
+  const Ints s = c.attrs.ints("stride").empty() ? k : c.attrs.ints("stride");
+  const Ints pads = resolved_pads_nd(x, k, s, {1, 1, 1}, c.attrs.ints("padding"), c.attrs.s("pad_mode"));
+  const bool include_pad = c.attrs.b("count_include_pad");
+  const Ints out{g.dim(2), g.dim(3), g.dim(4)};
+  // Per axis, the window's count of counted positions at each output index.
+  std::vector<double> cnt[3];
+  for (int i = 0; i < 3; ++i) {
+    const int64_t n = x.dim(2 + i), lo = include_pad ? -pads[i] : 0, hi = include_pad ? n + pads[3 + i] : n;
+    for (int64_t o = 0; o < out[i]; ++o) {
+      const int64_t b0 = o * s[i] - pads[i];
+      cnt[i].push_back(static_cast<double>(std::max<int64_t>(0, std::min(b0 + k[i], hi) - std::max(b0, lo))));
+    }
+  }
+  std::vector<double> inv;
+  inv.reserve(static_cast<size_t>(out[0] * out[1] * out[2]));
+  for (double a : cnt[0])
+    for (double b : cnt[1])
+      for (double e : cnt[2]) inv.push_back(a * b * e > 0 ? 1.0 / (a * b * e) : 0.0);
+  const Tensor scaled = ops::mul(g, Tensor::from_doubles(inv, out, g.dtype()));
+  ops::ConvTranspose3dOptions t;
+  t.stride = s;
+  t.groups = x.dim(1);
+  t.padding = {pads[0], pads[1], pads[2], 0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    // Size without end padding; crop the excess at the end, or add the rows no window reached.
+    const int64_t need = (out[i] - 1) * s[i] + k[i] - pads[i] - x.dim(2 + i);
+    if (need >= 0) t.padding[3 + i] = need;
+    else t.output_padding[i] = -need;
+  }
+  const std::vector<double> ones(static_cast<size_t>(x.dim(1) * k[0] * k[1] * k[2]), 1.0);
+  return {ops::conv_transpose3d(scaled, Tensor::from_doubles(ones, {x.dim(1), 1, k[0], k[1], k[2]}, x.dtype()),
+                                std::nullopt, t)};
+}
+
+void register_conv3d_ops(OpRegistry& r) {
+  using V = std::vector<int64_t>;
+  r.def("conv3d"_op)
+      .doc(
+          "3-D convolution: x [N,C,D,H,W], w [O,C/groups,kD,kH,kW], bias [O]; padding is (begins, ends) per "
+          "axis, pad_mode as conv2d's.")
+      .inputs({"x", "w", "bias?"})
+      .attr("stride", AttrKind::i64s, V{1, 1, 1})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0, 0, 0})
+      .attr("dilation", AttrKind::i64s, V{1, 1, 1})
+      .attr("groups", AttrKind::i64, int64_t{1})
+      .choice("pad_mode", {"pad", "same", "valid"})
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::low)
+      .weight({.input = 1, .channel_axis = 0, .bias_input = 2, .output_channel_axis = 1})
+      .infer([](const InferContext& c) { return infer_conv_nd(c, 3); })
+      .grad(conv3d_grad)
+      .cost([](auto ins, auto outs, const Attrs&) { return conv_cost_nd(ins, outs, false); });
+  r.def("conv_transpose3d"_op)
+      .doc("3-D transposed convolution: x [N,C,D,H,W], w [C,O/groups,kD,kH,kW], bias [O].")
+      .inputs({"x", "w", "bias?"})
+      .attr("stride", AttrKind::i64s, V{1, 1, 1})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0, 0, 0})
+      .attr("output_padding", AttrKind::i64s, V{0, 0, 0})
+      .attr("dilation", AttrKind::i64s, V{1, 1, 1})
+      .attr("groups", AttrKind::i64, int64_t{1})
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::low)
+      .weight({.input = 1, .channel_axis = 1, .bias_input = 2, .output_channel_axis = 1})
+      .infer([](const InferContext& c) { return infer_conv_transpose_nd(c, 3); })
+      .grad(conv_transpose3d_grad)
+      .cost([](auto ins, auto outs, const Attrs&) { return conv_cost_nd(ins, outs, true); });
+  r.def("max_pool3d"_op)
+      .doc(
+          "3-D max pooling over NCDHW; padded positions never win (NaN does, else the first maximum); stride "
+          "empty = kernel.")
+      .inputs({"x"})
+      .attr("kernel", AttrKind::i64s, V{2, 2, 2})
+      .attr("stride", AttrKind::i64s, V{})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0, 0, 0})
+      .attr("dilation", AttrKind::i64s, V{1, 1, 1})
+      .attr("ceil_mode", AttrKind::boolean, false)
+      .choice("pad_mode", {"pad", "same", "valid"})
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
+      .infer([](const InferContext& c) { return infer_pool_nd(c, true, 3); })
+      .grad(max_pool3d_grad_rule);
+  r.def("avg_pool3d"_op)
+      .doc(
+          "3-D average pooling over NCDHW; count_include_pad counts padding (not the ceil_mode overhang) in the "
+          "divisor.")
+      .inputs({"x"})
+      .attr("kernel", AttrKind::i64s, V{2, 2, 2})
+      .attr("stride", AttrKind::i64s, V{})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0, 0, 0})
+      .attr("ceil_mode", AttrKind::boolean, false)
+      .attr("count_include_pad", AttrKind::boolean, false)
+      .choice("pad_mode", {"pad", "same", "valid"})
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
+      .infer([](const InferContext& c) { return infer_pool_nd(c, false, 3); })
+      .grad(avg_pool3d_grad);
+  r.def("conv3d_weight_grad"_op)
+      .doc(
+          "Weight gradient of conv3d: x [N,C,D,H,W], dy [N,O,Do,Ho,Wo] -> dW [O,C/groups,kD,kH,kW]; padding is "
+          "resolved (begins, ends; an end pad may be negative).")
+      .inputs({"x", "dy"})
+      .attr("kernel", AttrKind::i64s, V{1, 1, 1})
+      .attr("stride", AttrKind::i64s, V{1, 1, 1})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0, 0, 0})
+      .attr("dilation", AttrKind::i64s, V{1, 1, 1})
+      .attr("groups", AttrKind::i64, int64_t{1})
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::low)
+      .infer([](const InferContext& c) { return infer_conv_weight_grad_nd(c, 3); })
+      .cost([](auto ins, auto outs, const Attrs&) {
+        OpCost c;
+        for (const auto& t : ins) c.bytes += static_numel(t) * dtype_size(t.dtype);
+        c.bytes += static_numel(outs[0]) * dtype_size(outs[0].dtype);
+        c.flops = 2.0 * static_numel(ins[1]) * static_numel(outs[0]) / static_cast<double>(outs[0].dims[0].size);
+        return c;
+      });
+  r.def("max_pool3d_grad"_op)
+      .doc(
+          "Input gradient of max_pool3d (same attributes): dy goes to the element each window selected (NaN "
+          "wins, else the first maximum in window order).")
+      .inputs({"x", "dy"})
+      .attr("kernel", AttrKind::i64s, V{2, 2, 2})
+      .attr("stride", AttrKind::i64s, V{})
+      .attr("padding", AttrKind::i64s, V{0, 0, 0, 0, 0, 0})
+      .attr("dilation", AttrKind::i64s, V{1, 1, 1})
+      .attr("ceil_mode", AttrKind::boolean, false)
+      .choice("pad_mode", {"pad", "same", "valid"})
+      .dtypes(dtypes::floating)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
+      .infer([](const InferContext& c) { return infer_max_pool_grad_nd(c, 3); });
+}
+
 }  // namespace
 
 void register_conv_ops(OpRegistry& r) {
@@ -543,6 +945,70 @@ void register_conv_ops(OpRegistry& r) {
       .traits(Trait::reduction, FusionKind::reduce, AmpPolicy::keep_f32)
       .infer(infer_global_avg_pool)
       .grad(global_avg_pool_grad);
+  register_conv3d_ops(r);
 }
+
+namespace ops {
+Tensor conv3d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, const Conv3dOptions& o) {
+  std::vector<Tensor> ins{x, w};
+  if (bias) ins.push_back(*bias);
+  return call("conv3d"_op, ins,
+              {{"stride", o.stride},
+               {"padding", o.padding},
+               {"dilation", o.dilation},
+               {"groups", o.groups},
+               {"pad_mode", o.pad_mode}})[0];
+}
+Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias,
+                        const ConvTranspose3dOptions& o) {
+  std::vector<Tensor> ins{x, w};
+  if (bias) ins.push_back(*bias);
+  return call("conv_transpose3d"_op, ins,
+              {{"stride", o.stride},
+               {"padding", o.padding},
+               {"output_padding", o.output_padding},
+               {"dilation", o.dilation},
+               {"groups", o.groups}})[0];
+}
+Tensor max_pool3d(const Tensor& x, const Pool3dOptions& o) {
+  const Tensor ins[] = {x};
+  return call("max_pool3d"_op, ins,
+              {{"kernel", o.kernel},
+               {"stride", o.stride},
+               {"padding", o.padding},
+               {"dilation", o.dilation},
+               {"ceil_mode", o.ceil_mode},
+               {"pad_mode", o.pad_mode}})[0];
+}
+Tensor avg_pool3d(const Tensor& x, const Pool3dOptions& o) {
+  const Tensor ins[] = {x};
+  return call("avg_pool3d"_op, ins,
+              {{"kernel", o.kernel},
+               {"stride", o.stride},
+               {"padding", o.padding},
+               {"ceil_mode", o.ceil_mode},
+               {"count_include_pad", o.count_include_pad},
+               {"pad_mode", o.pad_mode}})[0];
+}
+Tensor conv3d_weight_grad(const Tensor& x, const Tensor& dy, const Ints& kernel, const Conv3dOptions& o) {
+  const Tensor ins[] = {x, dy};
+  return call("conv3d_weight_grad"_op, ins,
+              {{"kernel", kernel},
+               {"stride", o.stride},
+               {"padding", o.padding},
+               {"dilation", o.dilation},
+               {"groups", o.groups}})[0];
+}
+Tensor max_pool3d_grad(const Tensor& x, const Tensor& dy, const Pool3dOptions& o) {
+  const Tensor ins[] = {x, dy};
+  return call("max_pool3d_grad"_op, ins,
+              {{"kernel", o.kernel},
+               {"stride", o.stride},
+               {"padding", o.padding},
+               {"dilation", o.dilation},
+               {"ceil_mode", o.ceil_mode},
+               {"pad_mode", o.pad_mode}})[0];
+}
+}  // namespace ops
 
 }  // namespace spore

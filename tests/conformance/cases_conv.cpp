@@ -1,4 +1,4 @@
-// Conformance cases of the conv family: conv2d, conv_transpose2d, max/avg pooling, global_avg_pool.
+// Conformance cases of the conv family: conv2d, conv_transpose2d, max/avg pooling, global_avg_pool, and the 3-D ops.
 #include "conformance/harness.h"
 
 namespace spore::conformance {
@@ -212,6 +212,140 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
                   .attr("stride", V{2, 2})
                   .attr("pad_mode", std::string("same")));
 
+  // ---- 3-D (NCDHW): every option of the 2-D cases on small volumes (the gradient check differentiates each input
+  // element by finite differences). conv3d runs oneDNN on cpu; f16/bf16 are staged through f32.
+  c.push_back(OpCase("conv3d/basic", "conv3d"_op, {{2, 3, 5, 6, 7}, {4, 3, 3, 3, 3}}));
+  c.push_back(OpCase("conv3d/bias_pad", "conv3d"_op, {{1, 8, 6, 6, 6}, {16, 8, 3, 3, 3}, {16}})
+                  .attr("padding", V{1, 1, 1, 1, 1, 1})
+                  .tol(2));
+  c.push_back(OpCase("conv3d/stride_asym_pad", "conv3d"_op, {{2, 5, 7, 9, 8}, {6, 5, 3, 3, 2}, {6}})
+                  .attr("stride", V{1, 2, 3})
+                  .attr("padding", V{1, 1, 0, 0, 2, 1}));
+  c.push_back(OpCase("conv3d/dilation", "conv3d"_op, {{1, 4, 7, 8, 9}, {8, 4, 2, 3, 3}})
+                  .attr("dilation", V{3, 2, 1})
+                  .attr("padding", V{1, 2, 1, 2, 2, 1}));
+  c.push_back(OpCase("conv3d/groups", "conv3d"_op, {{2, 6, 5, 5, 5}, {9, 2, 3, 3, 3}, {9}}).attr("groups", int64_t{3}));
+  c.push_back(OpCase("conv3d/depthwise", "conv3d"_op, {{1, 16, 4, 7, 7}, {16, 1, 3, 3, 3}, {16}})
+                  .attr("groups", int64_t{16})
+                  .attr("padding", V{1, 1, 1, 1, 1, 1}));
+  c.push_back(OpCase("conv3d/same_stride", "conv3d"_op, {{1, 3, 5, 9, 8}, {8, 3, 3, 4, 3}, {8}})
+                  .attr("pad_mode", std::string("same"))
+                  .attr("stride", V{2, 2, 1})
+                  .attr("padding", V{5, 5, 5, 5, 5, 5}));  // padding ignored under "same"
+  c.push_back(OpCase("conv3d/valid", "conv3d"_op, {{1, 3, 5, 6, 6}, {4, 3, 2, 3, 3}})
+                  .attr("pad_mode", std::string("valid"))
+                  .attr("padding", V{3, 3, 3, 3, 3, 3}));
+  // r3d_18's stem (3x7x7, stride (1,2,2)) and a (2+1)-D factorised pair on a wider volume.
+  c.push_back(OpCase("conv3d/r3d_stem", "conv3d"_op, {{1, 3, 4, 20, 20}, {8, 3, 3, 7, 7}})
+                  .attr("stride", V{1, 2, 2})
+                  .attr("padding", V{1, 3, 3, 1, 3, 3})
+                  .tol(2));
+  c.push_back(OpCase("conv3d/spatial_1x3x3", "conv3d"_op, {{2, 16, 4, 10, 10}, {24, 16, 1, 3, 3}, {24}})
+                  .attr("padding", V{0, 1, 1, 0, 1, 1})
+                  .tol(4));
+  c.push_back(OpCase("conv3d/temporal_3x1x1", "conv3d"_op, {{2, 24, 6, 5, 5}, {16, 24, 3, 1, 1}, {16}})
+                  .attr("padding", V{1, 0, 0, 1, 0, 0})
+                  .tol(4));
+  c.push_back(OpCase("conv_transpose3d/basic", "conv_transpose3d"_op, {{2, 3, 3, 4, 4}, {3, 4, 3, 3, 2}}));
+  c.push_back(OpCase("conv_transpose3d/stride_pad_bias", "conv_transpose3d"_op, {{1, 4, 3, 4, 5}, {4, 5, 3, 3, 3}, {5}})
+                  .attr("stride", V{2, 2, 1})
+                  .attr("padding", V{1, 1, 0, 1, 0, 1}));
+  c.push_back(OpCase("conv_transpose3d/output_padding", "conv_transpose3d"_op, {{1, 4, 3, 4, 4}, {4, 3, 3, 3, 3}, {3}})
+                  .attr("stride", V{2, 3, 2})
+                  .attr("padding", V{1, 1, 0, 0, 0, 1})
+                  .attr("output_padding", V{1, 2, 0}));
+  c.push_back(OpCase("conv_transpose3d/dilation_groups", "conv_transpose3d"_op, {{2, 6, 3, 4, 3}, {6, 2, 2, 2, 3}, {4}})
+                  .attr("dilation", V{2, 1, 2})
+                  .attr("groups", int64_t{2}));
+  c.push_back(OpCase("max_pool3d/default", "max_pool3d"_op, {{2, 3, 4, 6, 6}}));
+  c.push_back(OpCase("max_pool3d/odd_stride_pad", "max_pool3d"_op, {{1, 5, 5, 7, 9}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("stride", V{2, 2, 2})
+                  .attr("padding", V{1, 1, 1, 1, 1, 1}));
+  c.push_back(OpCase("max_pool3d/ceil_pad", "max_pool3d"_op, {{1, 3, 6, 6, 5}})
+                  .attr("kernel", V{2, 3, 3})
+                  .attr("stride", V{2, 2, 2})
+                  .attr("padding", V{0, 1, 1, 0, 1, 1})
+                  .attr("ceil_mode", true));
+  c.push_back(OpCase("max_pool3d/dilation", "max_pool3d"_op, {{1, 4, 6, 8, 8}})
+                  .attr("kernel", V{2, 3, 2})
+                  .attr("stride", V{1, 1, 2})
+                  .attr("dilation", V{2, 2, 3}));
+  c.push_back(OpCase("max_pool3d/same", "max_pool3d"_op, {{1, 3, 5, 9, 7}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("stride", V{1, 2, 2})
+                  .attr("pad_mode", std::string("same")));
+  c.push_back(OpCase("max_pool3d/s3d_1x3x3", "max_pool3d"_op, {{2, 16, 4, 15, 15}})
+                  .attr("kernel", V{1, 3, 3})
+                  .attr("stride", V{1, 2, 2})
+                  .attr("padding", V{0, 1, 1, 0, 1, 1}));
+  c.push_back(OpCase("avg_pool3d/default", "avg_pool3d"_op, {{2, 3, 4, 6, 6}}));
+  c.push_back(OpCase("avg_pool3d/pad_exclude", "avg_pool3d"_op, {{1, 4, 5, 7, 7}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("stride", V{2, 2, 2})
+                  .attr("padding", V{1, 1, 1, 1, 1, 1}));
+  c.push_back(OpCase("avg_pool3d/pad_include", "avg_pool3d"_op, {{1, 4, 5, 7, 7}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("stride", V{2, 2, 2})
+                  .attr("padding", V{1, 1, 1, 1, 1, 1})
+                  .attr("count_include_pad", true));
+  c.push_back(OpCase("avg_pool3d/ceil_exclude", "avg_pool3d"_op, {{1, 3, 5, 7, 8}})
+                  .attr("kernel", V{2, 2, 3})
+                  .attr("stride", V{2, 2, 2})
+                  .attr("ceil_mode", true));
+  c.push_back(OpCase("avg_pool3d/ceil_include", "avg_pool3d"_op, {{1, 3, 4, 8, 7}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("stride", V{2, 2, 2})
+                  .attr("padding", V{1, 1, 1, 1, 1, 1})
+                  .attr("ceil_mode", true)
+                  .attr("count_include_pad", true));
+  c.push_back(OpCase("avg_pool3d/same_include", "avg_pool3d"_op, {{1, 3, 5, 10, 9}})
+                  .attr("kernel", V{2, 4, 3})
+                  .attr("stride", V{2, 3, 2})
+                  .attr("pad_mode", std::string("same"))
+                  .attr("count_include_pad", true));
+  c.push_back(OpCase("avg_pool3d/valid", "avg_pool3d"_op, {{2, 3, 5, 6, 7}})
+                  .attr("kernel", V{2, 3, 3})
+                  .attr("stride", V{1, 1, 2})
+                  .attr("pad_mode", std::string("valid"))
+                  .attr("padding", V{1, 1, 1, 1, 1, 1}));
+  c.push_back(OpCase("global_avg_pool/ncdhw", "global_avg_pool"_op, {{2, 3, 4, 5, 6}}));
+  c.push_back(OpCase("conv3d_weight_grad/basic", "conv3d_weight_grad"_op, {{2, 3, 5, 6, 7}, {2, 4, 3, 4, 5}})
+                  .attr("kernel", V{3, 3, 3}));
+  c.push_back(
+      OpCase("conv3d_weight_grad/stride_pad_dilation", "conv3d_weight_grad"_op, {{2, 5, 7, 9, 8}, {2, 6, 3, 5, 3}})
+          .attr("kernel", V{3, 2, 3})
+          .attr("stride", V{2, 2, 3})
+          .attr("dilation", V{1, 2, 1})
+          .attr("padding", V{1, 1, 0, 0, 1, 1}));
+  c.push_back(OpCase("conv3d_weight_grad/groups", "conv3d_weight_grad"_op, {{2, 6, 4, 5, 5}, {2, 9, 2, 3, 3}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("groups", int64_t{3}));
+  c.push_back(OpCase("conv3d_weight_grad/negative_end_pad", "conv3d_weight_grad"_op, {{1, 2, 5, 6, 6}, {1, 3, 2, 2, 2}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("stride", V{2, 2, 2})
+                  .attr("padding", V{1, 1, 1, -1, -1, -1}));
+  // 11 images: slices of 2 and 1 (two primitives), summed in slice order.
+  c.push_back(OpCase("conv3d_weight_grad/batch_slices", "conv3d_weight_grad"_op, {{11, 8, 4, 6, 6}, {11, 16, 4, 6, 6}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("padding", V{1, 1, 1, 1, 1, 1})
+                  .tol(4));
+  c.push_back(OpCase("max_pool3d_grad/ties", "max_pool3d_grad"_op, {{2, 3, 6, 7, 9}, {2, 3, 3, 3, 4}})
+                  .gen(0, Gen::integers(0, 3)));
+  c.push_back(OpCase("max_pool3d_grad/overlapping", "max_pool3d_grad"_op, {{1, 2, 5, 6, 6}, {1, 2, 3, 4, 4}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("stride", V{1, 1, 1}));
+  c.push_back(OpCase("max_pool3d_grad/ceil_pad_dilation", "max_pool3d_grad"_op, {{1, 3, 6, 7, 7}, {1, 3, 3, 4, 4}})
+                  .attr("kernel", V{2, 3, 2})
+                  .attr("stride", V{2, 2, 2})
+                  .attr("dilation", V{1, 1, 2})
+                  .attr("padding", V{0, 1, 1, 0, 1, 1})
+                  .attr("ceil_mode", true));
+  c.push_back(OpCase("max_pool3d_grad/same", "max_pool3d_grad"_op, {{1, 3, 5, 9, 7}, {1, 3, 5, 5, 4}})
+                  .attr("kernel", V{3, 3, 3})
+                  .attr("stride", V{1, 2, 2})
+                  .attr("pad_mode", std::string("same")));
+
   const auto f32 = DType::f32;
   const auto err = [&](std::string n, OpId op, std::vector<Shape> s, Attrs a, ErrorCode code) {
     e.push_back({std::move(n), op, s, std::vector<DType>(s.size(), f32), std::move(a), code});
@@ -272,5 +406,31 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
   err("avg_pool2d/pad_mode", "avg_pool2d"_op, {{1, 3, 8, 8}}, {{"pad_mode", std::string("SAME")}},
       ErrorCode::invalid_argument);
   err("global_avg_pool/rank", "global_avg_pool"_op, {{3, 8}}, {}, ErrorCode::shape_mismatch);
+  err("conv3d/x_rank", "conv3d"_op, {{1, 3, 8, 8}, {4, 3, 3, 3, 3}}, {}, ErrorCode::shape_mismatch);
+  err("conv3d/channel_mismatch", "conv3d"_op, {{1, 4, 5, 8, 8}, {4, 3, 3, 3, 3}}, {}, ErrorCode::shape_mismatch);
+  err("conv3d/groups_not_dividing", "conv3d"_op, {{1, 6, 5, 8, 8}, {4, 2, 3, 3, 3}}, {{"groups", int64_t{4}}},
+      ErrorCode::shape_mismatch);
+  err("conv3d/kernel_too_large", "conv3d"_op, {{1, 3, 2, 8, 8}, {4, 3, 3, 3, 3}}, {}, ErrorCode::shape_mismatch);
+  err("conv3d/bias_shape", "conv3d"_op, {{1, 3, 5, 8, 8}, {4, 3, 3, 3, 3}, {3}}, {}, ErrorCode::shape_mismatch);
+  err("conv3d/stride_len", "conv3d"_op, {{1, 3, 5, 8, 8}, {4, 3, 3, 3, 3}}, {{"stride", V{1, 1}}},
+      ErrorCode::invalid_argument);
+  err("conv3d/padding_len", "conv3d"_op, {{1, 3, 5, 8, 8}, {4, 3, 3, 3, 3}}, {{"padding", V{1, 1, 1, 1}}},
+      ErrorCode::invalid_argument);
+  err("conv3d/zero_dilation", "conv3d"_op, {{1, 3, 5, 8, 8}, {4, 3, 3, 3, 3}}, {{"dilation", V{1, 0, 1}}},
+      ErrorCode::invalid_argument);
+  err("conv_transpose3d/channel_mismatch", "conv_transpose3d"_op, {{1, 4, 3, 5, 5}, {3, 2, 3, 3, 3}}, {},
+      ErrorCode::shape_mismatch);
+  err("conv_transpose3d/output_padding_too_big", "conv_transpose3d"_op, {{1, 3, 3, 5, 5}, {3, 2, 3, 3, 3}},
+      {{"stride", V{2, 2, 2}}, {"output_padding", V{0, 2, 0}}}, ErrorCode::invalid_argument);
+  err("max_pool3d/rank", "max_pool3d"_op, {{1, 3, 8, 8}}, {}, ErrorCode::shape_mismatch);
+  err("max_pool3d/kernel_len", "max_pool3d"_op, {{1, 3, 4, 8, 8}}, {{"kernel", V{2, 2}}}, ErrorCode::invalid_argument);
+  err("max_pool3d/pad_too_large", "max_pool3d"_op, {{1, 3, 4, 8, 8}},
+      {{"kernel", V{2, 2, 2}}, {"padding", V{0, 2, 0, 0, 0, 0}}}, ErrorCode::invalid_argument);
+  err("avg_pool3d/kernel_too_large", "avg_pool3d"_op, {{1, 3, 2, 8, 8}}, {{"kernel", V{3, 3, 3}}},
+      ErrorCode::shape_mismatch);
+  err("conv3d_weight_grad/dy_size", "conv3d_weight_grad"_op, {{1, 3, 5, 8, 8}, {1, 4, 3, 5, 6}},
+      {{"kernel", V{3, 3, 3}}}, ErrorCode::shape_mismatch);
+  err("max_pool3d_grad/dy_shape", "max_pool3d_grad"_op, {{1, 3, 4, 8, 8}, {1, 3, 2, 3, 4}}, {},
+      ErrorCode::shape_mismatch);
 }
 }  // namespace spore::conformance

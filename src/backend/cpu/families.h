@@ -7,6 +7,7 @@ void register_binary(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
 void register_linalg(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
+void register_conv3d(KernelRegistry& r);  // conv3d.cpp: conv3d, conv_transpose3d, 3-D pooling
 void register_norm(KernelRegistry& r);
 void register_shape(KernelRegistry& r);
 void register_quant(KernelRegistry& r);

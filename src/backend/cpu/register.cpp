@@ -44,6 +44,7 @@ void register_cpu_kernels(KernelRegistry& r) {
   cpu::register_reduce(r);
   cpu::register_linalg(r);
   cpu::register_conv(r);
+  cpu::register_conv3d(r);
   cpu::register_norm(r);
   cpu::register_shape(r);
   cpu::register_quant(r);

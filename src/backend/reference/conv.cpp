@@ -205,6 +205,208 @@ void global_avg_pool_kernel(KernelContext& k) {
   }
 }
 
+// ---- 3-D (NCDHW): the same loops with a depth axis. Pads are (front, top, left, back, bottom, right).
+struct Geom3 {
+  int64_t n, c, o, groups;
+  int64_t in[3], out[3], k[3], s[3], d[3], pb[3];  // sizes, window, stride, dilation, begin pads per axis
+};
+
+// Resolved begin pads of a forward conv/pool (axis_pad's rule per axis); transposed convs use padding as given.
+Geom3 geom3(const Shape& xs, const Shape& ys, const int64_t* kernel, const Attrs& a, bool dilated, bool resolve) {
+  Geom3 g{};
+  g.n = xs[0];
+  g.c = xs[1];
+  g.o = ys[1];
+  g.groups = a.has("groups") ? a.i("groups") : 1;
+  std::vector<int64_t> stride = a.ints("stride");
+  for (int i = 0; i < 3; ++i) {
+    g.in[i] = xs[2 + i];
+    g.out[i] = ys[2 + i];
+    g.k[i] = kernel[i];
+    g.s[i] = stride.empty() ? kernel[i] : stride[i];
+    g.d[i] = dilated ? a.ints("dilation")[i] : 1;
+  }
+  const auto& p = a.ints("padding");
+  const std::string mode = a.has("pad_mode") ? a.s("pad_mode") : std::string("pad");
+  for (int i = 0; i < 3; ++i) {
+    g.pb[i] = p[i];
+    if (!resolve || mode == "pad") continue;
+    if (mode == "valid") {
+      g.pb[i] = 0;
+      continue;
+    }
+    const int64_t eff = (g.k[i] - 1) * g.d[i] + 1, out = (g.in[i] + g.s[i] - 1) / g.s[i];
+    g.pb[i] = std::max<int64_t>(0, (out - 1) * g.s[i] + eff - g.in[i]) / 2;
+  }
+  return g;
+}
+
+const int64_t* spatial(const Shape& s) { return s.data() + 2; }
+
+void conv3d_kernel(KernelContext& k) {
+  const Shape& ws = k.in(1).shape();
+  const Geom3 g = geom3(k.in(0).shape(), k.out(0).shape(), spatial(ws), k.attrs, true, true);
+  const int64_t cg = ws[1], og = g.o / g.groups;
+  const auto x = k.in(0).to_doubles(), wt = k.in(1).to_doubles();
+  const auto bias = k.num_inputs() > 2 ? k.in(2).to_doubles() : std::vector<double>(g.o, 0.0);
+  int64_t at = 0;
+  for (int64_t b = 0; b < g.n; ++b)
+    for (int64_t oc = 0; oc < g.o; ++oc)
+      for (int64_t z = 0; z < g.out[0]; ++z)
+        for (int64_t y = 0; y < g.out[1]; ++y)
+          for (int64_t v = 0; v < g.out[2]; ++v) {
+            double s = bias[oc];
+            for (int64_t ic = 0; ic < cg; ++ic) {
+              const int64_t xc = (oc / og) * cg + ic;
+              for (int64_t a = 0; a < g.k[0]; ++a)
+                for (int64_t i = 0; i < g.k[1]; ++i)
+                  for (int64_t j = 0; j < g.k[2]; ++j) {
+                    const int64_t iz = z * g.s[0] - g.pb[0] + a * g.d[0], iy = y * g.s[1] - g.pb[1] + i * g.d[1],
+                                  ix = v * g.s[2] - g.pb[2] + j * g.d[2];
+                    if (iz < 0 || iz >= g.in[0] || iy < 0 || iy >= g.in[1] || ix < 0 || ix >= g.in[2]) continue;
+                    s += x[(((b * g.c + xc) * g.in[0] + iz) * g.in[1] + iy) * g.in[2] + ix] *
+                         wt[(((oc * cg + ic) * g.k[0] + a) * g.k[1] + i) * g.k[2] + j];
+                  }
+            }
+            put(k.out(0), at++, s);
+          }
+}
+
+// Gather form: out[z] takes x[iz] wherever z + pad - a*dil == iz*stride.
+void conv_transpose3d_kernel(KernelContext& k) {
+  const Shape& ws = k.in(1).shape();
+  const Geom3 g = geom3(k.in(0).shape(), k.out(0).shape(), spatial(ws), k.attrs, true, false);
+  const int64_t og = ws[1], cg = g.c / g.groups;
+  const auto x = k.in(0).to_doubles(), wt = k.in(1).to_doubles();
+  const auto bias = k.num_inputs() > 2 ? k.in(2).to_doubles() : std::vector<double>(g.o, 0.0);
+  int64_t at = 0;
+  for (int64_t b = 0; b < g.n; ++b)
+    for (int64_t oc = 0; oc < g.o; ++oc)
+      for (int64_t z = 0; z < g.out[0]; ++z)
+        for (int64_t y = 0; y < g.out[1]; ++y)
+          for (int64_t v = 0; v < g.out[2]; ++v) {
+            double s = bias[oc];
+            const int64_t grp = oc / og, ocg = oc % og;
+            const int64_t o3[3] = {z, y, v};
+            for (int64_t ic = grp * cg; ic < (grp + 1) * cg; ++ic)
+              for (int64_t a = 0; a < g.k[0]; ++a)
+                for (int64_t i = 0; i < g.k[1]; ++i)
+                  for (int64_t j = 0; j < g.k[2]; ++j) {
+                    const int64_t tap[3] = {a, i, j};
+                    int64_t src[3];
+                    bool ok = true;
+                    for (int e = 0; ok && e < 3; ++e) {
+                      const int64_t t = o3[e] + g.pb[e] - tap[e] * g.d[e];
+                      ok = t >= 0 && t % g.s[e] == 0 && t / g.s[e] < g.in[e];
+                      src[e] = ok ? t / g.s[e] : 0;
+                    }
+                    if (!ok) continue;
+                    s += x[(((b * g.c + ic) * g.in[0] + src[0]) * g.in[1] + src[1]) * g.in[2] + src[2]] *
+                         wt[(((ic * og + ocg) * g.k[0] + a) * g.k[1] + i) * g.k[2] + j];
+                  }
+            put(k.out(0), at++, s);
+          }
+}
+
+// Visits each window of plane p's output (z, y, v) with fn(input index or -1 for a padded position).
+template <typename Fn>
+void for_window3(const Geom3& g, int64_t p, int64_t z, int64_t y, int64_t v, Fn&& fn) {
+  for (int64_t a = 0; a < g.k[0]; ++a)
+    for (int64_t i = 0; i < g.k[1]; ++i)
+      for (int64_t j = 0; j < g.k[2]; ++j) {
+        const int64_t iz = z * g.s[0] - g.pb[0] + a * g.d[0], iy = y * g.s[1] - g.pb[1] + i * g.d[1],
+                      ix = v * g.s[2] - g.pb[2] + j * g.d[2];
+        if (iz < 0 || iz >= g.in[0] || iy < 0 || iy >= g.in[1] || ix < 0 || ix >= g.in[2]) continue;
+        fn(((p * g.in[0] + iz) * g.in[1] + iy) * g.in[2] + ix);
+      }
+}
+
+template <bool is_max>
+void pool3d_kernel(KernelContext& k) {
+  const Geom3 g = geom3(k.in(0).shape(), k.out(0).shape(), k.attrs.ints("kernel").data(), k.attrs, is_max, true);
+  const bool include_pad = !is_max && k.attrs.b("count_include_pad");
+  const auto x = k.in(0).to_doubles();
+  // count_include_pad's divisor: the window clipped to the padded input (not the ceil_mode overhang), per axis.
+  std::vector<int64_t> pe(3);
+  for (int i = 0; i < 3; ++i) {
+    const auto& p = k.attrs.ints("padding");
+    const std::string& mode = k.attrs.s("pad_mode");
+    const int64_t eff = (g.k[i] - 1) * g.d[i] + 1, out = (g.in[i] + g.s[i] - 1) / g.s[i];
+    const int64_t total = std::max<int64_t>(0, (out - 1) * g.s[i] + eff - g.in[i]);
+    pe[i] = mode == "valid" ? 0 : mode == "same" ? total - total / 2 : p[3 + i];
+  }
+  int64_t at = 0;
+  for (int64_t p = 0; p < g.n * g.c; ++p)
+    for (int64_t z = 0; z < g.out[0]; ++z)
+      for (int64_t y = 0; y < g.out[1]; ++y)
+        for (int64_t v = 0; v < g.out[2]; ++v) {
+          double acc = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+          int64_t count = 0;
+          for_window3(g, p, z, y, v, [&](int64_t i) {
+            acc = is_max ? (std::isnan(x[i]) || x[i] > acc ? x[i] : acc) : acc + x[i];
+            ++count;
+          });
+          if (!is_max) {
+            int64_t div = 1;
+            const int64_t o3[3] = {z, y, v};
+            for (int e = 0; e < 3; ++e) {
+              const int64_t b0 = o3[e] * g.s[e] - g.pb[e];
+              div *= std::min(b0 + g.k[e], g.in[e] + pe[e]) - b0;
+            }
+            acc /= static_cast<double>(include_pad ? div : count);
+          }
+          put(k.out(0), at++, acc);
+        }
+}
+
+// dW[o,c,a,i,j] = sum over (n, z, y, v) of dy[n,o,z,y,v] * x[n, g*cg + c, z*s - pad + a*d, ...].
+void conv3d_weight_grad_kernel(KernelContext& k) {
+  const Shape& ws = k.out(0).shape();
+  const Geom3 g = geom3(k.in(0).shape(), k.in(1).shape(), spatial(ws), k.attrs, true, false);
+  const int64_t cg = ws[1], og = g.o / g.groups;
+  const auto x = k.in(0).to_doubles(), dy = k.in(1).to_doubles();
+  int64_t at = 0;
+  for (int64_t oc = 0; oc < g.o; ++oc)
+    for (int64_t ic = 0; ic < cg; ++ic)
+      for (int64_t a = 0; a < g.k[0]; ++a)
+        for (int64_t i = 0; i < g.k[1]; ++i)
+          for (int64_t j = 0; j < g.k[2]; ++j) {
+            double s = 0;
+            const int64_t xc = (oc / og) * cg + ic;
+            for (int64_t b = 0; b < g.n; ++b)
+              for (int64_t z = 0; z < g.out[0]; ++z)
+                for (int64_t y = 0; y < g.out[1]; ++y)
+                  for (int64_t v = 0; v < g.out[2]; ++v) {
+                    const int64_t iz = z * g.s[0] - g.pb[0] + a * g.d[0], iy = y * g.s[1] - g.pb[1] + i * g.d[1],
+                                  ix = v * g.s[2] - g.pb[2] + j * g.d[2];
+                    if (iz < 0 || iz >= g.in[0] || iy < 0 || iy >= g.in[1] || ix < 0 || ix >= g.in[2]) continue;
+                    s += dy[(((b * g.o + oc) * g.out[0] + z) * g.out[1] + y) * g.out[2] + v] *
+                         x[(((b * g.c + xc) * g.in[0] + iz) * g.in[1] + iy) * g.in[2] + ix];
+                  }
+            put(k.out(0), at++, s);
+          }
+}
+
+// dx: every dy element goes to the input its window selected by the forward's rule (NaN wins, else strictly
+// larger, so ties keep the first in window order).
+void max_pool3d_grad_kernel(KernelContext& k) {
+  const Geom3 g = geom3(k.in(0).shape(), k.in(1).shape(), k.attrs.ints("kernel").data(), k.attrs, true, true);
+  const auto x = k.in(0).to_doubles(), dy = k.in(1).to_doubles();
+  std::vector<double> dx(x.size(), 0.0);
+  int64_t at = 0;
+  for (int64_t p = 0; p < g.n * g.c; ++p)
+    for (int64_t z = 0; z < g.out[0]; ++z)
+      for (int64_t y = 0; y < g.out[1]; ++y)
+        for (int64_t v = 0; v < g.out[2]; ++v, ++at) {
+          int64_t arg = -1;
+          for_window3(g, p, z, y, v, [&](int64_t i) {
+            if (arg < 0 || std::isnan(x[i]) || x[i] > x[arg]) arg = i;
+          });
+          if (arg >= 0) dx[arg] += dy[at];
+        }
+  for (size_t i = 0; i < dx.size(); ++i) put(k.out(0), static_cast<int64_t>(i), dx[i]);
+}
+
 }  // namespace
 
 void register_conv(KernelRegistry& r) {
@@ -215,6 +417,12 @@ void register_conv(KernelRegistry& r) {
   r.add(Backend::reference, "global_avg_pool"_op, dtypes::floating, global_avg_pool_kernel);
   r.add(Backend::reference, "conv2d_weight_grad"_op, dtypes::floating, conv2d_weight_grad_kernel);
   r.add(Backend::reference, "max_pool2d_grad"_op, dtypes::floating, max_pool2d_grad_kernel);
+  r.add(Backend::reference, "conv3d"_op, dtypes::floating, conv3d_kernel);
+  r.add(Backend::reference, "conv_transpose3d"_op, dtypes::floating, conv_transpose3d_kernel);
+  r.add(Backend::reference, "max_pool3d"_op, dtypes::floating, pool3d_kernel<true>);
+  r.add(Backend::reference, "avg_pool3d"_op, dtypes::floating, pool3d_kernel<false>);
+  r.add(Backend::reference, "conv3d_weight_grad"_op, dtypes::floating, conv3d_weight_grad_kernel);
+  r.add(Backend::reference, "max_pool3d_grad"_op, dtypes::floating, max_pool3d_grad_kernel);
 }
 
 }  // namespace spore::reference

@@ -401,6 +401,36 @@ class Exporter {
         return;
       }
       case "global_avg_pool"_op: simple("GlobalAveragePool"); return;
+      case "conv3d"_op:
+      case "conv_transpose3d"_op: {
+        const bool transpose = n.op == "conv_transpose3d"_op;
+        onnx::NodeProto* p = simple(transpose ? "ConvTranspose" : "Conv");
+        const auto& wd = n.input(1)->type.dims;
+        attr_ints(p, "kernel_shape", {wd[2].size, wd[3].size, wd[4].size});
+        attr_ints(p, "strides", a.ints("stride"));
+        attr_ints(p, "dilations", a.ints("dilation"));
+        attr_i(p, "group", a.i("groups"));
+        if (transpose) {
+          attr_ints(p, "pads", a.ints("padding"));  // begins then ends, ONNX's order
+          attr_ints(p, "output_padding", a.ints("output_padding"));
+        } else {
+          pad_attrs(p, a);
+        }
+        return;
+      }
+      case "max_pool3d"_op:
+      case "avg_pool3d"_op: {
+        const bool is_max = n.op == "max_pool3d"_op;
+        onnx::NodeProto* p = simple(is_max ? "MaxPool" : "AveragePool");
+        const Ints& kernel = a.ints("kernel");
+        attr_ints(p, "kernel_shape", kernel);
+        attr_ints(p, "strides", a.ints("stride").empty() ? kernel : a.ints("stride"));
+        if (is_max) attr_ints(p, "dilations", a.ints("dilation"));
+        attr_i(p, "ceil_mode", a.b("ceil_mode"));
+        if (!is_max) attr_i(p, "count_include_pad", a.b("count_include_pad"));
+        pad_attrs(p, a);
+        return;
+      }
       case "batch_norm"_op: attr_f(simple("BatchNormalization"), "epsilon", a.f("epsilon")); return;
       case "layer_norm"_op: return export_layer_norm(n, a, in, y);
       case "rms_norm"_op: return export_rms_norm(n, a, in, y);

@@ -178,10 +178,10 @@ Window to_2d(const Window& w) {
 }
 
 std::string check_spatial(const onnx::NodeProto& n, int, const NodeInfo& info) {
-  if (const auto* a = find_attr(n, "kernel_shape"); a && a->ints_size() > 2)
-    return fmt::format("{}-D windows (spore has 1-D and 2-D)", a->ints_size());
+  if (const auto* a = find_attr(n, "kernel_shape"); a && a->ints_size() > 3)
+    return fmt::format("{}-D windows (spore has 1-D, 2-D and 3-D)", a->ints_size());
   for (int i = 0; i < 2; ++i)
-    if (info.rank(i) > 4) return fmt::format("{}-D windows (spore has 1-D and 2-D)", info.rank(i) - 2);
+    if (info.rank(i) > 5) return fmt::format("{}-D windows (spore has 1-D, 2-D and 3-D)", info.rank(i) - 2);
   return "";
 }
 
@@ -190,7 +190,7 @@ V emit_conv(NodeCtx& c) {
   Value* w = c.in(1);
   Value* b = c.has_input(2) ? c.in(2) : nullptr;
   const int nsp = c.rank(x) - 2;
-  if (nsp != 1 && nsp != 2) c.fail(ErrorCode::unsupported, "{}-D convolution (spore has 1-D and 2-D)", nsp);
+  if (nsp < 1 || nsp > 3) c.fail(ErrorCode::unsupported, "{}-D convolution (spore has 1-D, 2-D and 3-D)", nsp);
   const Shape ws = c.static_shape(w, "weight W");
   std::string pad_mode = "pad";
   Window win = read_window(c, x, c.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end())), nsp, &pad_mode);
@@ -201,9 +201,12 @@ V emit_conv(NodeCtx& c) {
   }
   V ins{x, w};
   if (b) ins.push_back(b);
-  Value* y = c.op("conv2d"_op, ins,
-                  {{"stride", win.strides}, {"padding", win.pads}, {"dilation", win.dilations},
-                   {"groups", c.attr_i("group", 1)}, {"pad_mode", pad_mode}});
+  Value* y = c.op(nsp == 3 ? "conv3d"_op : "conv2d"_op, ins,
+                  {{"stride", win.strides},
+                   {"padding", win.pads},
+                   {"dilation", win.dilations},
+                   {"groups", c.attr_i("group", 1)},
+                   {"pad_mode", pad_mode}});
   if (nsp == 1) y = c.op("squeeze"_op, {y}, {{"axes", Ints{2}}});
   return {y};
 }
@@ -213,7 +216,8 @@ V emit_conv_transpose(NodeCtx& c) {
   Value* w = c.in(1);
   Value* b = c.has_input(2) ? c.in(2) : nullptr;
   const int nsp = c.rank(x) - 2;
-  if (nsp != 1 && nsp != 2) c.fail(ErrorCode::unsupported, "{}-D transposed convolution (spore has 1-D and 2-D)", nsp);
+  if (nsp < 1 || nsp > 3)
+    c.fail(ErrorCode::unsupported, "{}-D transposed convolution (spore has 1-D, 2-D and 3-D)", nsp);
   const Shape ws = c.static_shape(w, "weight W");
   const Ints kernel = c.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end()));
   Ints strides = c.attr_ints("strides", Ints(nsp, 1));
@@ -253,8 +257,11 @@ V emit_conv_transpose(NodeCtx& c) {
   }
   V ins{x, w};
   if (b) ins.push_back(b);
-  Value* y = c.op("conv_transpose2d"_op, ins,
-                  {{"stride", strides}, {"padding", pads}, {"output_padding", out_pad}, {"dilation", dil},
+  Value* y = c.op(nsp == 3 ? "conv_transpose3d"_op : "conv_transpose2d"_op, ins,
+                  {{"stride", strides},
+                   {"padding", pads},
+                   {"output_padding", out_pad},
+                   {"dilation", dil},
                    {"groups", c.attr_i("group", 1)}});
   if (nsp == 1) y = c.op("squeeze"_op, {y}, {{"axes", Ints{2}}});
   return {y};
@@ -264,7 +271,9 @@ EmitFn pool(bool is_max) {
   return [is_max](NodeCtx& c) -> V {
     Value* x = c.in(0);
     const int nsp = c.rank(x) - 2;
-    if (nsp != 1 && nsp != 2) c.fail(ErrorCode::unsupported, "{}-D pooling (spore has 1-D and 2-D)", nsp);
+    if (nsp < 1 || nsp > 3) c.fail(ErrorCode::unsupported, "{}-D pooling (spore has 1-D, 2-D and 3-D)", nsp);
+    const OpId max_op = nsp == 3 ? "max_pool3d"_op : "max_pool2d"_op,
+               avg_op = nsp == 3 ? "avg_pool3d"_op : "avg_pool2d"_op;
     std::string pad_mode = "pad";
     Window win = read_window(c, x, c.attr_ints("kernel_shape"), nsp, &pad_mode);
     if (nsp == 1) {
@@ -279,15 +288,15 @@ EmitFn pool(bool is_max) {
       const DType dt = c.dtype(x);
       if (!is_floating(dt)) {  // spore pools floats; small integers are exact in f32, the rest in f64
         const DType ft = dt == DType::u8 || dt == DType::i8 ? DType::f32 : DType::f64;
-        y = c.cast(c.op("max_pool2d"_op, {c.cast(x, ft)}, a), dt);
+        y = c.cast(c.op(max_op, {c.cast(x, ft)}, a), dt);
       } else {
-        y = c.op("max_pool2d"_op, {x}, a);
+        y = c.op(max_op, {x}, a);
       }
     } else {
       for (int64_t d : win.dilations)  // opset 19 added dilations to AveragePool
-        if (d != 1) c.fail(ErrorCode::unsupported, "AveragePool with dilations (spore's avg_pool2d has none)");
+        if (d != 1) c.fail(ErrorCode::unsupported, "AveragePool with dilations (spore's avg_pool2d/3d have none)");
       a.set("count_include_pad", c.attr_i("count_include_pad", 0) != 0);
-      y = c.op("avg_pool2d"_op, {x}, a);
+      y = c.op(avg_op, {x}, a);
     }
     if (nsp == 1) y = c.op("squeeze"_op, {y}, {{"axes", Ints{2}}});
     return {y};
@@ -1401,10 +1410,11 @@ std::map<std::string, OpMapping> build_table() {
   // linear algebra and nn
   add("MatMul", 1, false, "matmul", [](NodeCtx& c) -> V { return {c.op("matmul"_op, {c.in(0), c.in(1)})}; });
   add("Gemm", 6, false, "linear, or matmul + scale + add", emit_gemm);
-  add("Conv", 1, false, "conv2d (1-D as 2-D with H = 1)", emit_conv, check_spatial);
-  add("ConvTranspose", 1, false, "conv_transpose2d (1-D as 2-D with H = 1)", emit_conv_transpose, check_spatial);
-  add("MaxPool", 1, false, "max_pool2d (1-D as 2-D with H = 1)", pool(true), check_maxpool);
-  add("AveragePool", 1, false, "avg_pool2d (1-D as 2-D with H = 1)", pool(false), check_spatial);
+  add("Conv", 1, false, "conv2d (1-D as 2-D with H = 1), conv3d", emit_conv, check_spatial);
+  add("ConvTranspose", 1, false, "conv_transpose2d (1-D as 2-D with H = 1), conv_transpose3d", emit_conv_transpose,
+      check_spatial);
+  add("MaxPool", 1, false, "max_pool2d (1-D as 2-D with H = 1), max_pool3d", pool(true), check_maxpool);
+  add("AveragePool", 1, false, "avg_pool2d (1-D as 2-D with H = 1), avg_pool3d", pool(false), check_spatial);
   add("GlobalAveragePool", 1, false, "global_avg_pool", [](NodeCtx& c) -> V {
     return {c.op("global_avg_pool"_op, {c.in(0)})};
   });
