@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper
 import torch
 import torchvision.models as tvm
 import torchvision.models.segmentation as tvs
+import torchvision.models.video as tvv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -33,6 +34,9 @@ CLS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_
        "shufflenet_v2_x1_0", "squeezenet1_1", "regnet_y_400mf", "mnasnet1_0", "googlenet", "convnext_tiny",
        "vit_b_16", "densenet121"]
 SEG = ["lraspp_mobilenet_v3_large", "fcn_resnet50"]
+# 3-D video nets (issue 41), on an 8-frame 112x112 clip; exported with --out out/bench/video (tv_vs_ort.py --dir).
+# s3d is left out: its final AvgPool3d (2,7,7) needs 16 frames at 224x224.
+VIDEO = ["r3d_18", "mc3_18", "r2plus1d_18"]
 CONVERT = ["resnet18", "mobilenet_v3_small", "shufflenet_v2_x1_0", "vit_b_16", "efficientnet_b0"]
 
 
@@ -63,6 +67,8 @@ def build(name):
         m, shape = getattr(tvm, name)(weights=None, **kw), [3, 224, 224]
     elif name in SEG:
         m, shape = SegOut(getattr(tvs, name)(weights=None, weights_backbone=None, aux_loss=False)), [3, 256, 256]
+    elif name in VIDEO:
+        m, shape = getattr(tvv, name)(weights=None), [3, 8, 112, 112]
     elif name == "lstm":
         m, shape = LSTMNet(), [32, 64]
     else:
@@ -79,8 +85,8 @@ def build(name):
         g = torch.Generator().manual_seed(1)
         m.train()
         with torch.no_grad():
-            for _ in range(4):
-                m(torch.randn(8, *shape, generator=g))
+            for _ in range(4):  # video clips: batches of 2 (a batch of 8 clips costs minutes on 2 cores)
+                m(torch.randn(2 if name in VIDEO else 8, *shape, generator=g))
     return m.eval(), shape
 
 
@@ -95,7 +101,7 @@ def export(name, out, force):
                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, do_constant_folding=True)
     json.dump({"input": "x", "shape": shape, "opset": 17}, open(os.path.join(out, f"{name}.json"), "w"))
     rng = np.random.default_rng(0)
-    for b in (1, 8):
+    for b in (1, 2) if name in VIDEO else (1, 8):
         np.save(os.path.join(out, f"{name}.x{b}.npy"), rng.standard_normal((b, *shape)).astype(np.float32))
     print(f"exported {name}", flush=True)
     return path

@@ -5,6 +5,7 @@ out/bench/torchvision: outputs compared, then latency compared in the same run.
   /usr/bin/python3 bench/peers/tv_vs_ort.py [--spore build/spore] [--models resnet18,...] [--batches 1,8]
       [--threads 1,2] [--repeats 3] [--time-s 1.5] [--no-check] [--no-speed] [--json FILE] [--markdown]
       [--dir out/bench/rnn]   (another export folder: export_rnn.py's recurrent nets)
+      [--dir out/bench/video] (export_torchvision.py --out out/bench/video: the 3-D video nets)
 
 Correctness: for each model and batch, `spore run MODEL --input NAME=FILE.npy --output DIR` (no --input-shape: the
 dims bind from the file) and `node ort_bench.js MODEL --input-npy NAME=FILE.npy --save-output DIR` on the export's

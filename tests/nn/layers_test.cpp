@@ -75,6 +75,58 @@ TEST(NnLayers, Conv2dModesAndTranspose) {
             std::string::npos);
 }
 
+// The 3-D cells: shapes as PyTorch's Conv3d / ConvTranspose3d / MaxPool3d / AvgPool3d give them, the same bits
+// as the ops they wrap, gradients reaching every parameter, and clear errors.
+TEST(NnLayers, Conv3dPool3dCells) {
+  init();
+  const Tensor x = rnd({2, 4, 5, 9, 11}, 3);
+  nn::Conv3d stem(4, 6, {3, 7, 7}, {.stride = {1, 2, 2}, .padding = {1, 3, 3}});
+  EXPECT_EQ(stem.weight().shape(), (Shape{6, 4, 3, 7, 7}));
+  const Tensor y = stem(x);
+  EXPECT_EQ(y.shape(), (Shape{2, 6, 5, 5, 6}));
+  ops::Conv3dOptions o;
+  o.stride = {1, 2, 2};
+  o.padding = {1, 3, 3, 1, 3, 3};
+  EXPECT_TRUE(y.bit_equal(ops::conv3d(x, stem.weight(), *stem.bias(), o)));
+  nn::Conv3d same(4, 8, {3}, {.pad_mode = "same", .dilation = {2}, .groups = 2, .has_bias = false});
+  EXPECT_EQ(same.weight().shape(), (Shape{8, 2, 3, 3, 3}));
+  EXPECT_EQ(same(x).shape(), (Shape{2, 8, 5, 9, 11}));
+  EXPECT_EQ(same.bias(), nullptr);
+
+  nn::Conv3dTranspose up(4, 3, {2}, {.stride = {2}});
+  EXPECT_EQ(up.weight().shape(), (Shape{4, 3, 2, 2, 2}));
+  EXPECT_EQ(up(x).shape(), (Shape{2, 3, 10, 18, 22}));
+
+  EXPECT_EQ(nn::MaxPool3d({2})(x).shape(), (Shape{2, 4, 2, 4, 5}));
+  EXPECT_EQ(nn::MaxPool3d({1, 3, 3}, {.stride = {1, 2, 2}, .pad_mode = "pad", .padding = {0, 1, 1}})(x).shape(),
+            (Shape{2, 4, 5, 5, 6}));
+  EXPECT_EQ(nn::AvgPool3d({2, 3, 3}, {.stride = {2}, .ceil_mode = true})(x).shape(), (Shape{2, 4, 3, 4, 5}));
+  ops::Pool3dOptions po;
+  po.kernel = {3, 3, 3};
+  po.stride = {3, 3, 3};
+  EXPECT_TRUE(nn::AvgPool3d({3})(x).bit_equal(ops::avg_pool3d(x, po)));
+
+  // Every parameter of a small 3-D net gets a gradient of its own shape.
+  nn::Conv3d c1(4, 5, {3}, {.padding = {1}});
+  auto [loss, grads] = nn::value_and_grad(c1, [&] {
+    return ops::reduce_sum(ops::mul(nn::AvgPool3d({1, 2, 2})(nn::MaxPool3d({1, 2, 2})(c1(x))), 1.0));
+  });
+  ASSERT_EQ(grads.size(), 2u);
+  EXPECT_EQ(grads.at("weight").shape(), c1.weight().shape());
+  EXPECT_EQ(grads.at("bias").shape(), c1.bias()->shape());
+
+  EXPECT_NE(testing::error_of([&] {
+              stem(rnd({2, 3, 5, 9, 11}, 1));
+            }).find("expected 4 input channels"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { stem(rnd({2, 4, 9, 11}, 1)); }).find("rank-5"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { nn::Conv3d(3, 4, {3, 3}); }).find("1 or 3 values"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { nn::Conv3d(3, 4, {3}, {.groups = 2}); }).find("divisible by groups"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] { nn::MaxPool3d({2}, {.pad_mode = "full"}); }).find("pad_mode"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { nn::AvgPool3d({0}); }).find("kernel_size"), std::string::npos);
+}
+
 TEST(NnLayers, ActivationsMatchOps) {
   init();
   const Tensor x = rnd({3, 1001}, 4, DType::f32, -4, 4);

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include <omp.h>
+
 #include "backend/cpu/constant_cache.h"
 #include "backend/cpu/families.h"
 #include "backend/cpu/onednn_util.h"
@@ -255,11 +257,13 @@ void conv3d_low(KernelContext& k) {
 // ---- weight gradient
 // f32: oneDNN's backward-weights primitive, run on fixed batch slices (their number depends on N alone), each
 // slice single-threaded inside one task (run_onednn_tasks) into its own partial dW; the partials are added in
-// slice order, so the bits do not depend on the thread count.
+// slice order, so the bits do not depend on the thread count. Slices of one size share a primitive and run at the
+// same time, so its scratchpad is the caller's (scratchpad_mode::user): a library-managed one is shared by concurrent
+// executions of one primitive.
 struct WgradPrim {
   memory::desc src, dst, wei;  // plain user layouts of one slice
   dnnl::primitive prim;
-  memory::desc src_p, dst_p, wei_p;  // the primitive's
+  memory::desc src_p, dst_p, wei_p, scratch;  // the primitive's
 };
 
 WgradPrim make_wgrad(const Geom3& g, int64_t m) {
@@ -282,7 +286,10 @@ WgradPrim make_wgrad(const Geom3& g, int64_t m) {
   const dnnl::convolution_forward::primitive_desc fpd(fd, dnnl_engine());
   const dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src_any, wei_any, dst_any,
                                                     strides, dilation, pad_l, pad_r);
-  const dnnl::convolution_backward_weights::primitive_desc pd(bd, dnnl_engine(), fpd);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::convolution_backward_weights::primitive_desc pd(bd, attr, dnnl_engine(), fpd);
+  p.scratch = pd.scratchpad_desc();
   p.src_p = pd.src_desc();
   p.dst_p = pd.diff_dst_desc();
   p.wei_p = pd.diff_weights_desc();
@@ -342,12 +349,20 @@ void conv3d_weight_grad_kernel(KernelContext& k) {
   static PrimitiveCache<std::optional<WgradPrim>> cache;
   const auto prim_for = [&](int64_t m) {
     return cache.get(geom_key(g, DType::f32, false, 'w') + fmt::format(":m{}", m), [&]() -> std::optional<WgradPrim> {
+      // Made for one thread, as it runs (inside a task): oneDNN sizes its thread partition (and barriers) when the
+      // primitive is created, and one made for the whole team hung waiting for threads a task does not have.
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(1);
+      std::optional<WgradPrim> made;
       try {
-        return make_wgrad(g, m);
+        made = make_wgrad(g, m);
       } catch (const dnnl::error& e) {
+        omp_set_num_threads(saved);
         onednn_declined(e, "conv3d_weight_grad");
         return std::nullopt;
       }
+      omp_set_num_threads(saved);
+      return made;
     });
   };
   const auto p0 = prim_for(slice_start(1) - slice_start(0));
@@ -367,7 +382,7 @@ void conv3d_weight_grad_kernel(KernelContext& k) {
     const int64_t n0 = slice_start(s), m = slice_start(s + 1) - n0;
     const WgradPrim& p = m == slice_start(1) - slice_start(0) ? *p0 : *p1;
     dnnl::stream& st = dnnl_stream();
-    std::vector<char> sb, db, wb;
+    std::vector<char> sb, db, wb, pb;
     memory xs(p.src, dnnl_engine(), const_cast<float*>(x + n0 * in_img));
     memory ds(p.dst, dnnl_engine(), const_cast<float*>(dy + n0 * out_img));
     memory wsm(p.wei, dnnl_engine(), partial.data() + s * wsize);
@@ -381,7 +396,10 @@ void conv3d_weight_grad_kernel(KernelContext& k) {
       dnnl::reorder(ds, dm).execute(st, ds, dm);
     }
     if (p.wei_p != p.wei) wm = scratch_memory(p.wei_p, wb);
-    p.prim.execute(st, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_DST, dm}, {DNNL_ARG_DIFF_WEIGHTS, wm}});
+    p.prim.execute(st, {{DNNL_ARG_SRC, xm},
+                        {DNNL_ARG_DIFF_DST, dm},
+                        {DNNL_ARG_DIFF_WEIGHTS, wm},
+                        {DNNL_ARG_SCRATCHPAD, scratch_memory(p.scratch, pb)}});
     if (p.wei_p != p.wei) dnnl::reorder(wm, wsm).execute(st, wm, wsm);
     st.wait();
   });
