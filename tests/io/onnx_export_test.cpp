@@ -191,6 +191,42 @@ std::unique_ptr<Graph> conv_graph() {
   return g;
 }
 
+// The 3-D ops: Conv/ConvTranspose/MaxPool/AveragePool with three spatial dims, every attribute they export.
+std::unique_ptr<Graph> conv3d_graph() {
+  auto g = std::make_unique<Graph>("conv3d");
+  Value* x = g->add_input(TensorType(DType::f32, {Dim::symbol("n"), 4, 5, 7, 6}), "x");
+  std::vector<Value*> outs;
+  outs.push_back(node(*g, "conv3d"_op,
+                      {x, g->add_constant(weight({6, 2, 3, 3, 2}, 30)), g->add_constant(weight({6}, 31))},
+                      {{"stride", Ints{1, 2, 1}},
+                       {"padding", Ints{1, 1, 0, 0, 2, 1}},
+                       {"dilation", Ints{1, 1, 2}},
+                       {"groups", int64_t{2}}},
+                      "conv3d1"));
+  outs.push_back(node(*g, "conv3d"_op, {x, g->add_constant(weight({3, 4, 2, 3, 3}, 32))},
+                      {{"stride", Ints{2, 2, 1}}, {"pad_mode", std::string("same")}}));
+  outs.push_back(
+      node(*g, "conv3d"_op, {x, g->add_constant(weight({3, 4, 3, 3, 3}, 33))}, {{"pad_mode", std::string("valid")}}));
+  outs.push_back(node(
+      *g, "conv_transpose3d"_op, {x, g->add_constant(weight({4, 3, 2, 3, 2}, 34)), g->add_constant(weight({3}, 35))},
+      {{"stride", Ints{2, 2, 1}}, {"padding", Ints{1, 0, 0, 0, 1, 0}}, {"output_padding", Ints{1, 0, 0}}}));
+  outs.push_back(node(*g, "max_pool3d"_op, {x},
+                      {{"kernel", Ints{2, 3, 2}},
+                       {"stride", Ints{2, 2, 2}},
+                       {"padding", Ints{0, 1, 1, 0, 1, 0}},
+                       {"dilation", Ints{1, 1, 2}},
+                       {"ceil_mode", true}}));
+  outs.push_back(node(*g, "avg_pool3d"_op, {x},
+                      {{"kernel", Ints{3, 3, 3}},
+                       {"stride", Ints{2, 2, 2}},
+                       {"padding", Ints{1, 1, 1, 1, 1, 1}},
+                       {"count_include_pad", true}}));
+  outs.push_back(node(*g, "avg_pool3d"_op, {x}, {{"kernel", Ints{2, 2, 2}}, {"pad_mode", std::string("same")}}));
+  outs.push_back(node(*g, "global_avg_pool"_op, {x}));
+  g->set_outputs(outs);
+  return g;
+}
+
 std::unique_ptr<Graph> norm_graph() {
   auto g = std::make_unique<Graph>("norm");
   Value* x = g->add_input(TensorType(DType::f32, {Dim::symbol("batch"), 4, 6}), "x");
@@ -262,12 +298,8 @@ std::unique_ptr<Graph> shape_graph() {
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
       {"unary", unary_graph, 0.3, 2.5},  // positive: log, sqrt, rsqrt stay real
-      {"binary", binary_graph},
-      {"reduce", reduce_graph},
-      {"linalg", linalg_graph},
-      {"conv", conv_graph},
-      {"norm", norm_graph},
-      {"shape", shape_graph},
+      {"binary", binary_graph},         {"reduce", reduce_graph}, {"linalg", linalg_graph}, {"conv", conv_graph},
+      {"conv3d", conv3d_graph},         {"norm", norm_graph},     {"shape", shape_graph},
   };
   return c;
 }
@@ -302,7 +334,7 @@ TEST_P(OnnxExportRoundTrip, ImportRunsTheSame) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, OnnxExportRoundTrip, ::testing::Range<size_t>(0, 7),
+INSTANTIATE_TEST_SUITE_P(Ops, OnnxExportRoundTrip, ::testing::Range<size_t>(0, 8),
                          [](const auto& info) { return cases()[info.param].name; });
 
 onnx::ModelProto parse(const std::string& bytes) {
