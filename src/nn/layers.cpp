@@ -288,6 +288,18 @@ Tensor Dropout::construct(const Tensor& x) {
 }
 
 // ---- BatchNorm
+namespace {
+thread_local const BatchNormSync* t_bn_sync = nullptr;
+}
+BatchNormSync::BatchNormSync(std::function<Tensor(const Tensor&)> allreduce_sum, int64_t ranks)
+    : fn_(std::move(allreduce_sum)), ranks_(ranks), prev_(t_bn_sync) {
+  SPORE_CHECK(fn_ != nullptr && ranks_ >= 1, ErrorCode::invalid_argument,
+              "nn::BatchNormSync: needs an allreduce function and ranks >= 1, got {}", ranks_);
+  t_bn_sync = this;
+}
+BatchNormSync::~BatchNormSync() { t_bn_sync = prev_; }
+const BatchNormSync* BatchNormSync::current() { return t_bn_sync; }
+
 BatchNorm::BatchNorm(int64_t n, double eps, double momentum, int rank, DType dtype)
     : num_features_(n), eps_(eps), momentum_(momentum), rank_(rank) {
   check_positive(n, "BatchNorm", "num_features");
@@ -310,16 +322,23 @@ Tensor BatchNorm::construct(const Tensor& x) {
     axes.push_back(d);
     bshape.push_back(1);
   }
-  const Tensor mean = ops::reduce_mean(x, axes, true);
+  const BatchNormSync* sync = BatchNormSync::current();
+  // Rows behind each channel's statistics: this input's, or the global batch's under SyncBatchNorm.
+  const int64_t count = x.numel() / num_features_ * (sync ? sync->ranks() : 1);
+  // SyncBatchNorm: sums over the ranks, then / count (one process: reduce_mean).
+  const auto batch_mean = [&](const Tensor& t) {
+    if (!sync) return ops::reduce_mean(t, axes, true);
+    return ops::div(sync->allreduce_sum(ops::reduce_sum(t, axes, true)), static_cast<double>(count));
+  };
+  const Tensor mean = batch_mean(x);
   const Tensor centered = ops::sub(x, mean);
-  const Tensor var = ops::reduce_mean(ops::mul(centered, centered), axes, true);
+  const Tensor var = batch_mean(ops::mul(centered, centered));
   Tensor y = ops::mul(centered, ops::rsqrt(ops::add(var, eps_)));
   y = ops::add(ops::mul(y, ops::reshape(*gamma_, bshape)), ops::reshape(*beta_, bshape));
   // Running stats update eagerly, and under a trace only inside a StepScope (whose owner binds the buffers as
   // plan inputs/outputs); a trace outside one leaves them as they are rather than leak symbolic tensors.
   if (!mean.is_symbolic() || StepScope::current() != nullptr) {
     autodiff::NoGradGuard no_grad;
-    const int64_t count = x.numel() / num_features_;
     const double unbias = count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
     const Tensor m = ops::cast(ops::reshape(mean, {num_features_}), mean_->dtype());
     const Tensor v = ops::cast(ops::mul(ops::reshape(var, {num_features_}), unbias), var_->dtype());

@@ -3,6 +3,7 @@
 // plain ops). Default initialization follows PyTorch: Dense/Conv weights kaiming_uniform(a=sqrt(5)),
 // biases uniform(+-1/sqrt(fan_in)); norms start at weight 1, bias 0.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -243,6 +244,27 @@ class Dropout : public Cell {
 // with running = momentum * running + (1 - momentum) * batch (MindSpore's convention; the running
 // variance uses the unbiased estimate). Eval mode: ops::batch_norm with the running stats. Under a trace the
 // running stats are updated only inside an nn::StepScope (they become symbolic: the scope's owner binds them).
+// SyncBatchNorm for data parallelism (RAII, per thread; train::Model opens one around each shard's forward and
+// backward under ParallelContext::sync_bn). While one is active, BatchNorm in train mode normalizes with the global
+// batch's statistics: it passes the per-channel sums of its input and of the squared deviations through
+// `allreduce_sum` (a sum over the ranks, differentiable: its gradient is the allreduce of the incoming gradient, which
+// makes the statistics' gradients global too) and divides by its rows times `ranks` (every rank has as many rows).
+class BatchNormSync {
+ public:
+  BatchNormSync(std::function<Tensor(const Tensor&)> allreduce_sum, int64_t ranks);
+  ~BatchNormSync();
+  BatchNormSync(const BatchNormSync&) = delete;
+  BatchNormSync& operator=(const BatchNormSync&) = delete;
+  static const BatchNormSync* current();  // the innermost on this thread, or nullptr
+  Tensor allreduce_sum(const Tensor& t) const { return fn_(t); }
+  int64_t ranks() const { return ranks_; }
+
+ private:
+  std::function<Tensor(const Tensor&)> fn_;
+  int64_t ranks_;
+  const BatchNormSync* prev_;
+};
+
 class BatchNorm : public Cell {
  public:
   Tensor construct(const Tensor& x) override;

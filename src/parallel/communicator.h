@@ -47,6 +47,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "single" | "mpi"
+  // Whether a thread other than the one that started the communicator may call it (one thread at a time; MPI:
+  // MPI_THREAD_SERIALIZED provided). CommThread runs collectives on its own thread only then.
+  virtual bool any_thread() const { return true; }
 
   // In place over `count` elements of dtype (f32 or f64): every rank ends with the same reduced bits.
   void allreduce(void* data, int64_t count, DType dtype, ReduceOp op = ReduceOp::sum);

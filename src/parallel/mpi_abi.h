@@ -15,7 +15,9 @@ extern "C" {
 struct spore_mpi_api {
   int abi_version;  // SPORE_MPI_ABI_VERSION
   // Every int-returning call gives 0 on success, else -1 with the reason in last_error().
-  int (*init)(int* rank, int* size);  // MPI_Init_thread (funneled) unless MPI is initialized; MPI_COMM_WORLD
+  // MPI_Init_thread asking for MPI_THREAD_SERIALIZED (any thread may call, one at a time: spore's communication
+  // thread) unless MPI is initialized; MPI_COMM_WORLD. thread_level: what MPI provides, 0 single .. 3 multiple.
+  int (*init)(int* rank, int* size, int* thread_level);
   void (*finalize)(void);
   int (*isend)(const void* data, int bytes, int peer, int tag, void** request);
   int (*irecv)(void* data, int bytes, int peer, int tag, void** request);

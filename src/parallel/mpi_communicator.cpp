@@ -157,7 +157,7 @@ class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator() : timeout_(timeout_seconds()) {
     api_ = load_module(path_);
-    if (api_->init(&rank_, &size_) != 0)
+    if (api_->init(&rank_, &size_, &thread_level_) != 0)
       SPORE_FAIL(ErrorCode::unavailable, "MPI start-up failed: {}", api_->last_error());
     install_sigterm_report(rank_);
   }
@@ -182,6 +182,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  bool any_thread() const override { return thread_level_ >= 2; }  // MPI_THREAD_SERIALIZED or more
 
   [[noreturn]] void abort(int code) override {
     // MPI_Abort normally ends the whole job; should it stall (several ranks aborting at once, a launcher already
@@ -455,6 +456,7 @@ class MpiCommunicator final : public Communicator {
   const spore_mpi_api* api_ = nullptr;
   std::string path_;
   int rank_ = 0, size_ = 1;
+  int thread_level_ = 0;  // MPI's, 0 single .. 3 multiple
   double timeout_;
   std::vector<char> scratch_;
   std::string broken_;    // the collective that failed; empty while usable

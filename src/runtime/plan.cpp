@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdlib>
+#include <exception>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -244,11 +245,22 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
       p.output_from_input_[i] = -3 - output_index.at(v);
     }
   }
+  // When each output is final: after the last step writing it (outputs that alias another take its step).
+  p.output_ready_step_.assign(g->outputs().size(), -1);
+  for (const Plan::Patch& pt : p.patches_)
+    if (pt.is_output && pt.slot >= 0) p.output_ready_step_[pt.slot] = std::max(p.output_ready_step_[pt.slot], pt.step);
+  for (size_t i = 0; i < g->outputs().size(); ++i)
+    if (p.output_from_input_[i] <= -3) p.output_ready_step_[i] = p.output_ready_step_[-3 - p.output_from_input_[i]];
+  p.ready_after_step_.assign(p.steps_.size(), {});
+  for (size_t i = 0; i < g->outputs().size(); ++i)
+    if (p.output_ready_step_[i] >= 0) p.ready_after_step_[p.output_ready_step_[i]].push_back(static_cast<int>(i));
   p.graph_ = std::move(g);
   return p;
 }
 
-std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
+std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) { return run(inputs, OutputReady()); }
+
+std::vector<Tensor> Plan::run(std::span<const Tensor> inputs, const OutputReady& on_ready) {
   SPORE_CHECK(inputs.size() == input_types_.size(), ErrorCode::invalid_argument, "plan takes {} inputs, got {}",
               input_types_.size(), inputs.size());
   std::vector<Tensor> ins(inputs.begin(), inputs.end());
@@ -282,6 +294,19 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
   };
   std::vector<Timed> timed_kernels;
   if (prof) timed_kernels.reserve(steps_.size());
+  // on_ready's calls; its first exception ends them and is rethrown after the run (not through the executor).
+  std::exception_ptr ready_error;
+  const auto report = [&](int i) {
+    if (ready_error) return;
+    try {
+      on_ready(static_cast<size_t>(i), output_from_input_[i] <= -3 ? outs[-3 - output_from_input_[i]] : outs[i]);
+    } catch (...) {
+      ready_error = std::current_exception();
+    }
+  };
+  if (on_ready)
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (output_ready_step_[i] < 0) report(static_cast<int>(i));
   if (!executor_) executor_ = backend_impl(backend_).make_executor({.calibrate_threads = calibrate_threads_});
   executor_->run(steps_.size(), [&](size_t i) {
     Step& st = steps_[i];
@@ -301,6 +326,8 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
       if (st.label.empty() || e.message().find(st.label) != std::string::npos) throw;
       throw Error(e.code(), fmt::format("{} (node {})", e.message(), st.label));
     }
+    if (on_ready)
+      for (int o : ready_after_step_[i]) report(o);
   });
   for (size_t i = 0; i < outs.size(); ++i)
     if (output_from_input_[i] <= -3) outs[i] = outs[-3 - output_from_input_[i]];
@@ -312,6 +339,7 @@ std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) {
       prof->record_kernel(*t.step->def, t.step->label, t.impl ? t.impl : t.step->impl, t.step->in_types, t.step->out_types,
                           *t.step->attrs, t.start_ns, t.end_ns);
   }
+  if (ready_error) std::rethrow_exception(ready_error);
   return outs;
 }
 

@@ -8,6 +8,7 @@
 //   auto g = trace_function(fn, {TensorType::of(DType::f32, {8, 4})});
 //   Plan plan = compile_plan(std::move(g), {});
 //   std::vector<Tensor> y = plan.run({x});
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +45,15 @@ class Plan {
  public:
   // Runs the plan. Inputs must match the compiled signature (dtype, shape).
   std::vector<Tensor> run(std::span<const Tensor> inputs);
+  // Called on the calling thread as soon as output `index`'s value is final, each output once per run: right after
+  // the last step that writes it, or before the first step for one no step computes (an input passed through, a
+  // constant). Data parallelism starts a gradient's allreduce here while backward goes on. It runs between kernels
+  // (inside the executor's parallel region on some backends): keep it short; an exception it throws stops further
+  // calls and is rethrown once the run ends.
+  using OutputReady = std::function<void(size_t index, const Tensor& value)>;
+  std::vector<Tensor> run(std::span<const Tensor> inputs, const OutputReady& on_ready);
+  // For each output, the step after which it is final (-1: before the first step): the order run() reports them.
+  const std::vector<int>& output_ready_steps() const { return output_ready_step_; }
 
   const Graph& graph() const { return *graph_; }
   int64_t arena_bytes() const { return arena_bytes_; }
@@ -92,6 +102,8 @@ class Plan {
   std::vector<TensorType> input_types_, output_types_;
   // Graph outputs that are not computed by a step: input passthrough (>=0 input index) or constants.
   std::vector<int> output_from_input_;  // -2: computed, -1: constant, -3-j: same value as output j
+  std::vector<int> output_ready_step_;  // output_ready_steps()
+  std::vector<std::vector<int>> ready_after_step_;  // per step, the outputs final after it (in index order)
   std::vector<Tensor> output_constants_;
   std::shared_ptr<Storage> arena_;
   int64_t arena_bytes_ = 0;

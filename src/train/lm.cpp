@@ -389,7 +389,9 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
   mo.seed = o.seed;
   mo.amp_level = o.amp_level;
   mo.amp_dtype = o.amp_dtype;
-  if (comm) mo.parallel = {.parallel_mode = "data_parallel", .grad_shards = o.grad_shards, .comm = comm};
+  if (comm)
+    mo.parallel = {
+        .parallel_mode = "data_parallel", .grad_shards = o.grad_shards, .comm = comm, .bucket_mb = o.bucket_mb};
   Model model(net, loss_fn, *opt, {}, mo);
   // This rank's rows of each step's batch (all of them stand-alone).
   const int64_t rows = comm ? B / comm->size() : B, first_row = comm ? comm->rank() * rows : 0;

@@ -57,6 +57,7 @@ struct LmRunOptions {
   // degree); 0: every rank. With W ranks, W / this replicas train data parallel: replica d runs micro-batches
   // [d M/D, (d+1) M/D) of each step's M (accum) and the replicas' gradients are summed before the step.
   int64_t model_parallel_ranks = 0;
+  double bucket_mb = 25;    // ParallelContext::bucket_mb: gradient buckets allreduced while backward runs
 };
 
 struct LmOptions : LmRunOptions {

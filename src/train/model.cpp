@@ -1,5 +1,7 @@
 #include "train/model.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -7,12 +9,15 @@
 
 #include "autodiff/autodiff.h"
 #include "base/error.h"
+#include "nn/layers.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
+#include "parallel/comm_thread.h"
 #include "parallel/communicator.h"
 #include "parallel/tree.h"
 #include "runtime/jit.h"
 #include "runtime/profiler.h"
+#include "spore/custom_op.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 
@@ -82,6 +87,56 @@ void record_collective(const parallel::CollectiveEvent& e) {
                      e.end_ns,
                      Profiler::thread_number(),
                      {{"bytes", bytes}, {"gbps", s > 0 ? bytes / s / 1e9 : 0.0}, {"wait_ms", e.wait_seconds * 1e3}}});
+}
+
+Tensor dp_allreduce_sum(const Tensor& t);
+
+// SyncBatchNorm's collective: the data-parallel step in progress (set by Model::train_step_data_parallel around its
+// shards; null otherwise). Its allreduces go through the step's communication thread when there is one, queued
+// after the gradient buckets already handed to it, so every rank issues its collectives in one order.
+struct StepCollectives {
+  parallel::Communicator* comm;
+  parallel::CommThread* thread;
+};
+std::atomic<const StepCollectives*> g_step_collectives{nullptr};
+
+void dp_allreduce_kernel(KernelContext& k) {
+  const Tensor in = k.in(0).contiguous();
+  Tensor& out = k.out(0);
+  std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
+  const StepCollectives* s = g_step_collectives.load();
+  SPORE_CHECK(
+      s != nullptr, ErrorCode::invalid_argument,
+      "dp_allreduce_sum (SyncBatchNorm's statistics) ran outside a data-parallel training step of train::Model");
+  const auto job = [s, &out] { s->comm->allreduce(out.raw_data(), out.numel(), DType::f32, parallel::ReduceOp::sum); };
+  if (s->thread) s->thread->call(job);
+  else job();
+}
+
+// dp_allreduce_sum(x): x summed over the ranks (f32), as an op so that graph mode traces it into the step's plan and
+// autodiff differentiates it: the gradient of a sum over the ranks, whose output every rank uses, is the sum over the
+// ranks of the output's gradients. `seq` keeps CSE from merging two of them; Trait::random keeps constant folding and
+// rematerialization from running one at compile time or twice.
+OpId dp_allreduce_op() {
+  static const OpId id =
+      CustomOp("dp_allreduce_sum")
+          .doc("data parallel: the elementwise sum over the ranks (SyncBatchNorm's statistics)")
+          .inputs({"x"})
+          .attr("seq", AttrKind::i64, AttrValue(int64_t{0}))
+          .traits(Trait::random)
+          .grad([](const GradContext& g) { return std::vector<Tensor>{dp_allreduce_sum(g.output_grads[0])}; })
+          .kernel({DType::f32}, dp_allreduce_kernel, "dp_allreduce")
+          .add();
+  return id;
+}
+
+Tensor dp_allreduce_sum(const Tensor& t) {
+  static std::atomic<int64_t> seq{0};
+  const Tensor f = t.dtype() == DType::f32 ? t : ops::cast(t, DType::f32);
+  Attrs a;
+  a.set("seq", seq.fetch_add(1) + 1);
+  const Tensor r = ops::call1(dp_allreduce_op(), std::vector<Tensor>{f}, a);
+  return t.dtype() == DType::f32 ? r : ops::cast(r, t.dtype());
 }
 
 }  // namespace
@@ -158,6 +213,9 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
   const ParallelContext& pc = opts_.parallel;
   SPORE_CHECK(pc.parallel_mode == "stand_alone" || pc.parallel_mode == "data_parallel", ErrorCode::invalid_argument,
               "train::Model: parallel_mode '{}': expected stand_alone or data_parallel", pc.parallel_mode);
+  SPORE_CHECK(!pc.sync_bn || pc.parallel_mode == "data_parallel", ErrorCode::invalid_argument,
+              "train::Model: sync_bn synchronises BatchNorm across data-parallel ranks: it needs parallel_mode "
+              "data_parallel");
   if (pc.parallel_mode == "data_parallel") {
     comm_ = pc.comm ? pc.comm : &parallel::world();
     comm_->set_observer(record_collective);
@@ -170,6 +228,15 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
                 "data parallel: grad_shards {} on {} ranks: the rank count must divide it and leave each rank a "
                 "power of two of shards (e.g. grad_shards {})",
                 shards_, n, n * 2);
+    SPORE_CHECK(pc.bucket_mb >= 0 && std::isfinite(pc.bucket_mb), ErrorCode::invalid_argument,
+                "data parallel: bucket_mb {} (expected MiB >= 0; 0: one allreduce after backward)", pc.bucket_mb);
+    SPORE_CHECK(
+        !pc.sync_bn || shards_ == n, ErrorCode::invalid_argument,
+        "data parallel: sync_bn needs one shard per rank (grad_shards {} on {} ranks): the statistics of shards "
+        "that run one after another cannot be combined before they normalize",
+        shards_, n);
+    // A thread for the buckets' allreduces only where the communicator may be called from it (MPI: SERIALIZED).
+    if (pc.bucket_mb > 0 && comm_->any_thread()) comm_thread_ = std::make_unique<parallel::CommThread>(*comm_);
   }
 }
 
@@ -213,6 +280,8 @@ void Model::check_ranks_agree(std::vector<std::pair<std::string, std::string>> e
        fmt::format("{} {} factor {} window {} drop {}", opts_.loss_scale.kind, scale_, opts_.loss_scale.factor,
                    opts_.loss_scale.window, opts_.loss_scale.drop_overflow_update)},
       {"gradients_mean", opts_.parallel.gradients_mean ? "true" : "false"},
+      {"bucket_mb", fmt::format("{}", opts_.parallel.bucket_mb)},
+      {"sync_bn", opts_.parallel.sync_bn ? "true" : "false"},
       {"clip_norm", fmt::format("{}", opts_.clip_norm)},
       {"seed", std::to_string(opts_.seed)},
       {"step", std::to_string(step_)},
@@ -247,8 +316,47 @@ double Model::train_step(const Tensor& x, const Tensor& y) {
   return opts_.mode == "graph" ? train_step_graph(x, y) : train_step_pynative(x, y);
 }
 
-std::pair<Tensor, std::vector<Tensor>> Model::shard_loss_and_grads(const Tensor& x, const Tensor& y, int64_t counter) {
+void Model::dp_make_layout(const std::vector<int>& ready, const void* key) {
+  const size_t np = slots_.size(), nb = buffers_.size(), items = np + nb + 1;
+  std::vector<int64_t> sizes(items, 1);
+  for (size_t i = 0; i < np; ++i) sizes[i] = slots_[i]->value.numel();
+  for (size_t i = 0; i < nb; ++i) sizes[np + i] = buffers_[i]->value.numel();
+  // In production order (ties in item order), cut into buckets that close once they hold the cap.
+  std::vector<size_t> order(items);
+  for (size_t i = 0; i < items; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ready[a] < ready[b]; });
+  const double cap = opts_.parallel.bucket_mb * 1024 * 1024;
+  dp_offset_.assign(items, 0);
+  dp_item_bucket_.assign(items, 0);
+  dp_bucket_end_.clear();
+  int64_t offset = 0, bucket_bytes = 0;
+  for (size_t item : order) {
+    dp_offset_[item] = offset;
+    dp_item_bucket_[item] = static_cast<int>(dp_bucket_end_.size());
+    offset += sizes[item];
+    bucket_bytes += sizes[item] * static_cast<int64_t>(sizeof(float));
+    if (cap > 0 && static_cast<double>(bucket_bytes) >= cap) {
+      dp_bucket_end_.push_back(offset);
+      bucket_bytes = 0;
+    }
+  }
+  if (dp_bucket_end_.empty() || dp_bucket_end_.back() != offset) dp_bucket_end_.push_back(offset);
+  dp_layout_for_ = key;
+  // Every rank must cut the same buckets (their allreduces pair up by order): the same plan gives the same order,
+  // and this checks it once per layout.
+  std::string bounds;
+  for (int64_t e : dp_bucket_end_) bounds += std::to_string(e) + " ";
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < items; ++i) h = (h ^ static_cast<uint64_t>(dp_offset_[i])) * 0x100000001b3ull;
+  parallel::check_same_config(*comm_,
+                              {{"gradient buckets (ends)", bounds}, {"gradient layout", fmt::format("{:016x}", h)}});
+}
+
+void Model::shard_forward_backward(const Tensor& x, const Tensor& y, int64_t counter, const ItemFn& on_item) {
   const size_t np = slots_.size(), nb = buffers_.size();
+  // SyncBatchNorm: BatchNorm sums its statistics over the ranks (traced into the plan in graph mode).
+  std::optional<nn::BatchNormSync> sync_bn;
+  if (opts_.parallel.sync_bn) sync_bn.emplace(dp_allreduce_sum, comm_->size());
   // A parameter the loss does not reach has no gradient: zeros, as the accumulation from zeros would give.
   const auto or_zeros = [this](std::vector<Tensor>& grads) {
     for (size_t i = 0; i < slots_.size(); ++i)
@@ -274,10 +382,21 @@ std::pair<Tensor, std::vector<Tensor>> Model::shard_loss_and_grads(const Tensor&
     for (nn::Parameter* p : slots_) in.push_back(p->value);
     for (nn::Parameter* p : buffers_) in.push_back(p->value);
     if (scaling_) in.push_back(Tensor::scalar(scale_, DType::f32));
-    std::vector<Tensor> out = (*shard_fn_)(std::span<const Tensor>(in));
+    Plan& plan = shard_fn_->plan_for(in);
+    // Plan output o: the loss (0), buffer i (1 + i), gradient i (1 + nb + i).
+    const auto item_of = [np, nb](size_t o) { return o == 0 ? np + nb : o <= nb ? np + o - 1 : o - 1 - nb; };
+    if (dp_layout_for_ != &plan) {
+      const std::vector<int>& steps = plan.output_ready_steps();
+      SPORE_ASSERT(steps.size() == 1 + nb + np, "shard plan output count");
+      std::vector<int> ready(np + nb + 1);
+      for (size_t o = 0; o < steps.size(); ++o) ready[item_of(o)] = steps[o];
+      dp_make_layout(ready, &plan);
+    }
+    std::vector<Tensor> out =
+        plan.run(std::span<const Tensor>(in), [&](size_t o, const Tensor& v) { on_item(item_of(o), v); });
     SPORE_ASSERT(out.size() == 1 + nb + np, "shard plan output count");
     for (size_t i = 0; i < nb; ++i) buffers_[i]->value = out[1 + i];
-    return {out[0], std::vector<Tensor>(out.begin() + 1 + static_cast<std::ptrdiff_t>(nb), out.end())};
+    return;
   }
   nn::LossAndGrads r;
   Tensor loss_t;
@@ -298,7 +417,17 @@ std::pair<Tensor, std::vector<Tensor>> Model::shard_loss_and_grads(const Tensor&
       if (g.defined()) g = ops::div(g, scale);
   }
   or_zeros(grads);
-  return {loss_t, grads};
+  if (dp_layout_for_ != this) {
+    // No per-gradient callback here: backward's order is about the reverse of the parameters'.
+    std::vector<int> ready(np + nb + 1, -1);
+    for (size_t i = 0; i < np; ++i) ready[i] = static_cast<int>(np - i);
+    dp_make_layout(ready, this);
+  }
+  std::vector<size_t> order(np + nb + 1);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return dp_offset_[a] < dp_offset_[b]; });
+  for (size_t item : order)
+    on_item(item, item < np ? grads[item] : item < np + nb ? buffers_[item - np]->value : loss_t);
 }
 
 double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
@@ -312,7 +441,8 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
               "ranks)",
               comm_->rank(), rows, per_rank, shards_, n);
   const int64_t shard_rows = rows / per_rank;
-  // This rank's shards' gradients (and loss, as the last element) flattened; parameters f32 (master weights).
+  const size_t np = slots_.size(), nb = buffers_.size();
+  // This rank's shards' gradients, buffers and loss flattened (dp_offset_); parameters f32 (master weights).
   int64_t total = 0;
   for (nn::Parameter* p : slots_) {
     SPORE_CHECK(p->value.dtype() == DType::f32, ErrorCode::unsupported,
@@ -328,60 +458,109 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
     nbuf += p->value.numel();
   }
   const std::vector<Tensor> step_buffers = buffer_values();
-  // Layout: gradients [0, total), buffers [total, total + nbuf), the loss last.
   std::vector<std::vector<float>>& flat = dp_flat_;  // every element is written below
   flat.resize(static_cast<size_t>(per_rank));
   for (std::vector<float>& f : flat) f.resize(static_cast<size_t>(total + nbuf + 1));
+  // Bucket b: this rank's run of shards summed (a whole subtree of the M-shard tree), then allreduced, which sums the
+  // runs in the same tree - on the communication thread once the last shard has produced all of the bucket.
+  std::vector<int64_t> pending;
+  size_t next_bucket = 0;
+  std::vector<size_t> ready_buckets;  // without a communication thread: run after the last shard
+  const auto reduce_bucket = [this, &flat](size_t b) {
+    const int64_t lo = b == 0 ? 0 : dp_bucket_end_[b - 1], count = dp_bucket_end_[b] - lo;
+    std::vector<float*> parts;
+    for (auto& f : flat) parts.push_back(f.data() + lo);
+    parallel::tree_sum<float>(parts, count);
+    comm_->allreduce(flat[0].data() + lo, count, DType::f32, parallel::ReduceOp::sum);  // on the timeline
+  };
+  struct Drain {  // a step that throws leaves no job running on its vectors
+    parallel::CommThread* t;
+    ~Drain() {
+      if (t == nullptr) return;
+      try {
+        t->drain();
+      } catch (...) {  // the error that ended the step is the one to report
+      }
+    }
+  } drain_on_throw{comm_thread_.get()};
+  // SyncBatchNorm's allreduces inside the shard's forward and backward find the communicator (and thread) here.
+  const StepCollectives collectives{comm_, comm_thread_.get()};
+  g_step_collectives = &collectives;
+  struct Unset {
+    ~Unset() { g_step_collectives = nullptr; }
+  } unset;
   for (int64_t k = 0; k < per_rank; ++k) {
     for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i]->value = step_buffers[i];
     // Each shard in fresh storage, so a kernel sees the same alignment whichever rank and offset it came from.
     const Tensor xs = x.slice(0, k * shard_rows, (k + 1) * shard_rows).clone();
     const Tensor ys = y.slice(0, k * shard_rows, (k + 1) * shard_rows).clone();
     const int64_t shard = comm_->rank() * per_rank + k;
-    auto [loss, grads] = shard_loss_and_grads(xs, ys, micro_step() * shards_ + shard);
+    const bool last = k + 1 == per_rank;
     float* dst = flat[static_cast<size_t>(k)].data();
-    for (const Tensor& g : grads) {
-      SPORE_CHECK(g.dtype() == DType::f32, ErrorCode::unsupported, "data parallel: a {} gradient (expected f32)",
-                  dtype_name(g.dtype()));
-      const Tensor c = g.contiguous();
-      std::memcpy(dst, c.raw_data(), c.nbytes());
-      dst += c.numel();
-    }
-    for (nn::Parameter* b : buffers_) {
-      const Tensor c = b->value.contiguous();
-      std::memcpy(dst, c.raw_data(), c.nbytes());
-      dst += c.numel();
-    }
-    *dst = static_cast<float>(loss.item());
+    shard_forward_backward(xs, ys, micro_step() * shards_ + shard, [&](size_t item, const Tensor& v) {
+      if (item < np)
+        SPORE_CHECK(v.dtype() == DType::f32, ErrorCode::unsupported, "data parallel: a {} gradient (expected f32)",
+                    dtype_name(v.dtype()));
+      if (item == np + nb) {
+        dst[dp_offset_[item]] = static_cast<float>(v.item());
+      } else {
+        SPORE_CHECK(v.dtype() == DType::f32, ErrorCode::unsupported, "data parallel: a {} buffer (expected f32)",
+                    dtype_name(v.dtype()));
+        const Tensor c = v.contiguous();
+        std::memcpy(dst + dp_offset_[item], c.raw_data(), c.nbytes());
+      }
+      if (!last) return;
+      if (pending.empty()) {  // the layout is known once the first shard has begun
+        pending.assign(dp_bucket_end_.size(), 0);
+        for (int b : dp_item_bucket_) ++pending[static_cast<size_t>(b)];
+      }
+      if (--pending[static_cast<size_t>(dp_item_bucket_[item])] != 0) return;
+      // Buckets start in order (every rank's allreduces pair up by order), each once all before it are complete.
+      while (next_bucket < pending.size() && pending[next_bucket] == 0) {
+        const size_t b = next_bucket++;
+        if (comm_thread_) comm_thread_->submit([reduce_bucket, b] { reduce_bucket(b); });
+        else ready_buckets.push_back(b);
+      }
+    });
   }
-  // The rank's run of shards is a whole subtree of the M-shard tree; the allreduce sums the runs in the same tree.
-  std::vector<float*> parts;
-  for (auto& f : flat) parts.push_back(f.data());
-  parallel::tree_sum<float>(parts, total + nbuf + 1);
-  float* sum = parts[0];
-  comm_->allreduce(sum, total + nbuf + 1, DType::f32, parallel::ReduceOp::sum);  // on the timeline: record_collective
+  SPORE_ASSERT(next_bucket == dp_bucket_end_.size(), "data parallel: every bucket reduced");
+  if (comm_thread_) {
+    drain_on_throw.t = nullptr;
+    comm_thread_->drain();
+  }
+  for (size_t b : ready_buckets) reduce_bucket(b);
+  float* sum = flat[0].data();
   const float m = static_cast<float>(shards_);
   if (opts_.parallel.gradients_mean)
-    for (int64_t e = 0; e < total; ++e) sum[e] = sum[e] / m;
-  const double loss = static_cast<double>(sum[total + nbuf] / m);
-  {
-    const float* src = sum + total;
-    for (nn::Parameter* b : buffers_) {
+    for (size_t i = 0; i < np; ++i) {
+      float* g = sum + dp_offset_[i];
+      for (int64_t e = 0, ne = slots_[i]->value.numel(); e < ne; ++e) g[e] = g[e] / m;
+    }
+  const double loss = static_cast<double>(sum[dp_offset_[np + nb]] / m);
+  if (!opts_.parallel.sync_bn)
+    for (size_t i = 0; i < nb; ++i) {
+      nn::Parameter* b = buffers_[i];
+      const float* src = sum + dp_offset_[np + i];
       Tensor t = Tensor::empty(b->value.shape(), DType::f32);
       float* d = static_cast<float*>(t.raw_data());
       for (int64_t e = 0; e < t.numel(); ++e) d[e] = src[e] / m;
-      src += t.numel();
       b->value = std::move(t);
     }
-  }
   // Gradient accumulation: the micro-batches' reduced gradients summed in order from zeros and divided by their
   // count, as one process's accumulation does; every rank holds the same sums, so N does not change a bit.
   if (opts_.grad_accumulation > 1) {
-    if (dp_accum_.empty()) dp_accum_.assign(static_cast<size_t>(total), 0.0f);
-    for (int64_t e = 0; e < total; ++e) dp_accum_[static_cast<size_t>(e)] += sum[e];
+    if (dp_accum_.empty()) dp_accum_.assign(flat[0].size(), 0.0f);
+    for (size_t i = 0; i < np; ++i) {
+      const int64_t o = dp_offset_[i];
+      for (int64_t e = o, end = o + slots_[i]->value.numel(); e < end; ++e) dp_accum_[static_cast<size_t>(e)] += sum[e];
+    }
     if (++micro_ < opts_.grad_accumulation) return loss;
     const float a = static_cast<float>(opts_.grad_accumulation);
-    for (int64_t e = 0; e < total; ++e) sum[e] = dp_accum_[static_cast<size_t>(e)] / a;
+    for (size_t i = 0; i < np; ++i) {
+      const int64_t o = dp_offset_[i];
+      for (int64_t e = o, end = o + slots_[i]->value.numel(); e < end; ++e)
+        sum[e] = dp_accum_[static_cast<size_t>(e)] / a;
+    }
     dp_accum_.clear();
     micro_ = 0;
   }
@@ -390,15 +569,16 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
   // moves its scale alike, with no extra collective.
   if (scaling_) {
     bool finite = true;
-    for (int64_t e = 0; e < total && finite; ++e) finite = std::isfinite(sum[e]);
+    for (size_t i = 0; i < np && finite; ++i) {
+      const float* g = sum + dp_offset_[i];
+      for (int64_t e = 0, ne = slots_[i]->value.numel(); e < ne && finite; ++e) finite = std::isfinite(g[e]);
+    }
     if (note_overflow(!finite) && skip_on_overflow()) return loss;
   }
   std::vector<Tensor> grads;
-  const float* src = sum;
-  for (nn::Parameter* p : slots_) {
-    Tensor g = Tensor::empty(p->value.shape(), DType::f32);
-    std::memcpy(g.raw_data(), src, g.nbytes());
-    src += g.numel();
+  for (size_t i = 0; i < np; ++i) {
+    Tensor g = Tensor::empty(slots_[i]->value.shape(), DType::f32);
+    std::memcpy(g.raw_data(), sum + dp_offset_[i], g.nbytes());
     grads.push_back(std::move(g));
   }
   apply_update(grads);

@@ -39,6 +39,7 @@ class Plan;
 }
 namespace spore::parallel {
 class Communicator;
+class CommThread;
 }
 
 namespace spore::train {
@@ -76,13 +77,24 @@ struct LossScale {
 // whose reduced (accumulated) gradient is not finite is skipped on every rank - the allreduce carries any rank's
 // overflow to all. Buffers (BatchNorm's running statistics): each shard normalizes with its own batch statistics (no
 // synchronised BatchNorm yet) and updates the running statistics from the step's values; the new values are the mean
-// of the M shards' (reduced with the gradients), so they do not depend on N either. Not yet: synchronised BatchNorm
-// statistics, overlapping the allreduce with backward.
+// of the M shards' (reduced with the gradients), so they do not depend on N either.
+// Overlap (bucket_mb > 0): the flat vector is laid out in the order backward produces the gradients and cut into
+// buckets of about bucket_mb MiB (PyTorch DDP's bucket_cap_mb); a bucket's local shard sum and allreduce run on a
+// communication thread (parallel::CommThread) as soon as the last shard's plan has produced its last gradient
+// (Plan::run's output callback), while backward computes the rest. Each element is still the same tree over the same
+// shards, so the bits do not change with the bucket size. PyNative mode has no per-gradient callback: its buckets
+// start after backward. bucket_mb 0: one allreduce of the whole vector after backward, on the calling thread.
+// sync_bn (SyncBatchNorm): BatchNorm's batch mean and variance are those of the global batch - each rank's sums
+// are allreduced inside the forward (and their gradients inside the backward), so N ranks match one process with
+// the whole batch and ordinary BatchNorm within f32 rounding (the sums associate differently). It needs one shard
+// per rank (grad_shards = the world size): shards that run one after another cannot share statistics.
 struct ParallelContext {
   std::string parallel_mode = "stand_alone";  // "stand_alone" | "data_parallel"
   int64_t grad_shards = 0;                    // M; 0: the world size
   bool gradients_mean = true;
   parallel::Communicator* comm = nullptr;  // null: parallel::world()
+  double bucket_mb = 25;                   // gradient bucket size in MiB; 0: one allreduce after backward
+  bool sync_bn = false;                    // BatchNorm statistics over the global batch
 };
 
 struct ModelOptions {
@@ -162,8 +174,11 @@ class Model {
   double train_step_graph(const Tensor& x, const Tensor& y);
   double train_micro_graph(const Tensor& x, const Tensor& y);
   double train_step_data_parallel(const Tensor& x, const Tensor& y);
-  // One shard's loss and gradients (graph: a cached plan; PyNative: eager), buffers updated.
-  std::pair<Tensor, std::vector<Tensor>> shard_loss_and_grads(const Tensor& x, const Tensor& y, int64_t counter);
+  // One shard's forward and backward (graph: a cached plan; PyNative: eager), buffers updated. on_item gets each
+  // item of the flat layout (gradient i, buffer np + i, the loss np + nb) once, as soon as it is final: in graph mode
+  // while the plan runs, in PyNative mode after backward, in layout order. Makes the layout (dp_make_layout) first.
+  using ItemFn = std::function<void(size_t item, const Tensor& value)>;
+  void shard_forward_backward(const Tensor& x, const Tensor& y, int64_t counter, const ItemFn& on_item);
   // Data parallel: the start-up check that every rank runs the same model and settings (+ extra fields).
   void check_ranks_agree(std::vector<std::pair<std::string, std::string>> extra) const;
   // Under a trace: the forward and backward with parameters and buffers bound to the symbolic inputs.
@@ -187,6 +202,14 @@ class Model {
   // Data parallel: each of this rank's shards' flat gradients (+ buffers, + the loss), kept between steps - a fresh
   // zeroed vector per shard and step page-faulted its megabytes in every step (glibc trims the freed heap top).
   std::vector<std::vector<float>> dp_flat_;
+  // Its layout: items are the gradients (optimizer order), the buffers, then the loss; dp_offset_[item] is where an
+  // item starts in the flat vector, in the order backward produces them; bucket b is [dp_bucket_end_[b-1],
+  // dp_bucket_end_[b]). Made for the plan in dp_layout_for_ (PyNative: this Model).
+  std::vector<int64_t> dp_offset_, dp_bucket_end_;
+  std::vector<int> dp_item_bucket_;
+  const void* dp_layout_for_ = nullptr;
+  void dp_make_layout(const std::vector<int>& ready, const void* key);
+  std::unique_ptr<parallel::CommThread> comm_thread_;  // data parallel with bucket_mb > 0
   int64_t micro_ = 0;
   int64_t step_ = 0, epoch_ = 0;
   // Within the epoch in progress: batches done, and their loss sum and samples (for the epoch's mean loss); all 0

@@ -5,7 +5,13 @@ step's allreduce is a "comm" event with args bytes (the gradient vector + loss, 
 wait_ms (blocked on the peer, at most the duration); the traces merge - both count time from one instant of rank 0's
 clock (each rank's offset from ping-pongs), so rank 0's k-th allreduce and rank 1's overlap in time (neither can
 finish before the other has started); and the final JSON's
-comm stats carry wait_seconds. Without mpirun: SKIPPED (exit 77), a failure when CI=true.
+comm stats carry wait_seconds.
+
+Overlap: with --bucket-mb 0.01 (10 KiB buckets: SimpleNet's 23 KiB of gradients make 3) each step's allreduces are
+several buckets that together carry the whole vector, on the communication thread (not the main thread), and in
+most steps a bucket's allreduce starts while the shard's forward+backward plan (a "run" span on the main thread) is
+still running - backward computes the first layers' gradients while the last layers' are reduced. Without mpirun:
+SKIPPED (exit 77), a failure when CI=true.
 
 usage: dp_trace_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
 import json
@@ -77,11 +83,56 @@ def main():
         else:
             print("  merged: every step's allreduce overlaps in time on the two ranks' timelines", flush=True)
 
+    check_overlap(spore, digits, mpirun, env, tmp, ar["bytes"] / ar["calls"], failures)
     shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:
         print("FAIL", f)
     print("collectives on the per-rank timelines:", "FAILED" if failures else "all checks passed")
     return 1 if failures else 0
+
+
+def check_overlap(spore, digits, mpirun, env, tmp, vector_bytes, failures):
+    trace = os.path.join(tmp, "b.json")
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", spore, "train", "--model", "simplenet",
+           "--dataset", "digits:" + digits, "--epochs", "1", "--batch", "64", "--parallel", "data", "--grad-shards",
+           "2", "--json", "--threads", "1", "--bucket-mb", "0.01", "--profile", trace]
+    print("$", " ".join(cmd), flush=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    except subprocess.TimeoutExpired:
+        failures.append("bucketed run timed out")
+        return
+    if r.returncode != 0:
+        failures.append(f"bucketed run: exit {r.returncode}\n{r.stderr[-2000:]}")
+        return
+    steps = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")][-1]["steps"]
+    for rank in (0, 1):
+        with open(os.path.join(tmp, f"b.rank{rank}.json")) as f:
+            events = json.load(f)["traceEvents"]
+        main_tid = [e["tid"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+                    and e["args"]["name"].startswith("main")]
+        runs = [e for e in events if e.get("cat") == "run" and e["tid"] in main_tid]
+        comm = sorted((e for e in events if e.get("cat") == "comm" and e["name"].startswith("allreduce")),
+                      key=lambda e: e["ts"])
+        if not comm or len(comm) % steps or any(e["tid"] in main_tid for e in comm):
+            failures.append(f"rank {rank}: {len(comm)} bucket allreduces for {steps} steps, or some on the main "
+                            "thread")
+            continue
+        per_step = len(comm) // steps
+        sizes = [sum(e["args"]["bytes"] for e in comm[k * per_step:(k + 1) * per_step]) for k in range(steps)]
+        if per_step < 2 or any(b != vector_bytes for b in sizes):
+            failures.append(f"rank {rank}: {per_step} buckets per step carrying {set(sizes)} bytes, expected >= 2 "
+                            f"carrying the {vector_bytes:.0f}-byte vector")
+            continue
+        overlapped = 0
+        for k in range(steps):
+            if any(r["ts"] <= a["ts"] <= r["ts"] + r["dur"] for a in comm[k * per_step:(k + 1) * per_step]
+                   for r in runs):
+                overlapped += 1
+        print(f"  rank {rank}: {per_step} buckets per step on the communication thread; in {overlapped} of {steps} "
+              "steps a bucket's allreduce started while the step's backward was still running", flush=True)
+        if overlapped * 2 < steps:
+            failures.append(f"rank {rank}: allreduces overlap backward in only {overlapped} of {steps} steps")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@
 #include "runtime/runtime.h"
 #include "runtime/trace.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <thread>
 #include <random>
+#include <thread>
 
 #include "base/thread_pool.h"
 
@@ -174,6 +175,52 @@ TEST(CompiledFunction, OutputsThatAreInputsConstantsOrDuplicates) {
     EXPECT_EQ(out[4].to_doubles(), (std::vector<double>{0, 0}));
     EXPECT_EQ(out[5].to_doubles(), (std::vector<double>{base, base + 1}));
   }
+}
+
+// Plan::run's output callback (data parallelism starts a gradient's allreduce there): every output once, with its
+// final value, in the order output_ready_steps() gives; inputs and constants before the first step; a duplicate
+// with its source; a throwing callback stops the calls and its error comes out of run() after the run.
+TEST(CompiledFunction, OutputReadyCallbackReportsEachFinalOutputOnce) {
+  const auto& t = test_ops();
+  Tensor k = f32_tensor({10, 20}, {2});
+  CompiledFunction f([&](std::span<const Tensor> in) {
+    Tensor y = call1(t.neg, {in[0]});
+    Tensor z = call1(t.add, {y, k});
+    Tensor w = call1(t.scale, {z}, Attrs{{"alpha", 0.5}});
+    return std::vector<Tensor>{w, in[0], k, y, y, z};
+  });
+  const std::vector<Tensor> xs{Tensor::from_doubles({0.75, -1.5}, {2}, DType::f32)};
+  Plan& plan = f.plan_for(xs);
+  const std::vector<int>& steps = plan.output_ready_steps();
+  ASSERT_EQ(steps.size(), 6u);
+  EXPECT_EQ(steps[1], -1);
+  EXPECT_EQ(steps[2], -1);
+  EXPECT_EQ(steps[3], steps[4]);
+  EXPECT_LT(steps[3], steps[5]);
+  EXPECT_LT(steps[5], steps[0]);
+  std::vector<int> order;
+  std::vector<std::vector<double>> seen(6);
+  std::vector<Tensor> out = plan.run(xs, [&](size_t i, const Tensor& v) {
+    order.push_back(static_cast<int>(i));
+    seen[i] = v.to_doubles();  // a copy now: the value must already be final
+  });
+  ASSERT_EQ(order.size(), 6u);
+  for (size_t j = 1; j < order.size(); ++j) EXPECT_LE(steps[order[j - 1]], steps[order[j]]) << j;
+  std::vector<int> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(seen[i], out[i].to_doubles()) << "output " << i;
+  EXPECT_EQ(out[0].to_doubles(), (std::vector<double>{4.625, 10.75}));
+
+  int calls = 0;
+  EXPECT_THROW(plan.run(xs,
+                        [&](size_t, const Tensor&) {
+                          ++calls;
+                          SPORE_FAIL(ErrorCode::invalid_argument, "stop");
+                        }),
+               Error);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(plan.run(xs)[5].to_doubles(), (std::vector<double>{9.25, 21.5}));  // still runs
 }
 
 TEST(CompiledFunction, ConstantOnlyFunctionFoldsToNoKernels) {

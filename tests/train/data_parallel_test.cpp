@@ -9,6 +9,8 @@
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
+#include "parallel/comm_thread.h"
+#include "parallel/communicator.h"
 #include "runtime/runtime.h"
 #include "test_util.h"
 #include "train/model.h"
@@ -143,6 +145,111 @@ TEST(DataParallel, BatchNormBuffersAreTheShardsMeanInBothModes) {
     if (name.find("moving_mean") != std::string::npos)
       for (double v : p->to_doubles()) moved |= v != 0.0;
   EXPECT_TRUE(moved);
+}
+
+// Gradient buckets: the flat vector laid out in backward's order and cut into buckets that a communication thread
+// reduces while backward runs (graph mode: as each bucket's last gradient is produced) give the same bits as one
+// reduction after backward, whatever the bucket size - with 4 shards (a local tree before each bucket's allreduce),
+// in both modes, with accumulation and clipping.
+TEST(DataParallel, GradientBucketsGiveTheSameBitsAsOneReduction) {
+  init();
+  for (const char* mode : {"graph", "pynative"}) {
+    SCOPED_TRACE(mode);
+    std::vector<std::unique_ptr<DpRun>> runs;
+    std::vector<std::vector<double>> losses;
+    for (double mb : {0.0, 25.0, 0.001, 1e-7}) {  // one bucket after backward; one; several; one per item
+      train::ModelOptions o = dp(mode, 4);
+      o.grad_accumulation = 2;
+      o.parallel.bucket_mb = mb;
+      runs.push_back(std::make_unique<DpRun>(o));
+      const data::Dataset ds = quadrants(64, 16);
+      losses.emplace_back();
+      for (int64_t s = 0; s < 4; ++s) {
+        const data::Batch batch = ds.make_batch(0, s);
+        losses.back().push_back(runs.back()->model->train_step(batch.x, batch.y));
+      }
+    }
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(losses[r], losses[0]) << "run " << r;
+      expect_same_parameters(*runs[0]->net, *runs[r]->net);
+      EXPECT_EQ(runs[r]->model->global_step(), 2);
+    }
+  }
+}
+
+// The communication thread: jobs run one at a time in submission order; a job's error comes out of drain() (later
+// jobs skipped), after which the thread runs jobs again.
+TEST(DataParallel, CommThreadRunsJobsInOrderAndReportsErrors) {
+  std::unique_ptr<parallel::Communicator> comm = parallel::make_single_communicator();
+  parallel::CommThread ct(*comm);
+  EXPECT_TRUE(ct.threaded());
+  std::vector<int> order;
+  for (int i = 0; i < 100; ++i) ct.submit([&order, i] { order.push_back(i); });
+  ct.drain();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+  bool ran_after = false;
+  ct.submit([] { SPORE_FAIL(ErrorCode::unavailable, "allreduce: rank 1 timed out"); });
+  ct.submit([&ran_after] { ran_after = true; });
+  EXPECT_NE(testing::error_of([&] { ct.drain(); }).find("rank 1 timed out"), std::string::npos);
+  EXPECT_FALSE(ran_after);
+  int x = 0;
+  ct.call([&x] { x = 7; });
+  EXPECT_EQ(x, 7);
+  ct.submit([&x] { x = 8; });  // the destructor waits for it
+}
+
+// SyncBatchNorm on one process (the single communicator, one shard): the statistics summed "over the ranks" and
+// divided by the global count give stand-alone BatchNorm's training within f32 rounding (reduce_sum / n against
+// reduce_mean), in both modes; with more shards than ranks, or outside data parallelism, it is refused.
+TEST(DataParallel, SyncBatchNormOnOneRankMatchesStandAloneBatchNorm) {
+  init();
+  nn::SoftmaxCrossEntropyWithLogits ce(true, "mean");
+  for (const char* mode : {"pynative", "graph"}) {
+    SCOPED_TRACE(mode);
+    std::vector<std::unique_ptr<nn::Cell>> nets;
+    std::vector<std::unique_ptr<train::Optimizer>> opts;
+    std::vector<std::unique_ptr<train::Model>> models;
+    for (bool sync : {false, true}) {
+      nn::set_seed(11);
+      nets.push_back(train::make_model("simplenet_bn", {1, 8, 8}, 4));
+      opts.push_back(train::make_optimizer("sgd", train::trainable_names(*nets.back()), 0.05));
+      train::ModelOptions o;
+      o.mode = mode;
+      if (sync) {
+        o = dp(mode, 1);
+        o.clip_norm = 0;
+        o.parallel.sync_bn = true;
+      }
+      models.push_back(std::make_unique<train::Model>(*nets.back(), train::loss_of(ce), *opts.back(),
+                                                      std::vector<std::string>{}, o));
+    }
+    const data::Dataset ds = quadrants(64, 16);
+    for (int64_t s = 0; s < 4; ++s) {
+      const data::Batch batch = ds.make_batch(0, s);
+      const double a = models[0]->train_step(batch.x, batch.y), b = models[1]->train_step(batch.x, batch.y);
+      EXPECT_NEAR(a, b, 1e-5 * std::abs(a)) << "step " << s;
+    }
+    const auto pa = nets[0]->parameters_and_names(), pb = nets[1]->parameters_and_names();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      const std::vector<double> va = pa[i].second->to_doubles(), vb = pb[i].second->to_doubles();
+      for (size_t e = 0; e < va.size(); ++e)
+        ASSERT_NEAR(va[e], vb[e], 1e-4 + 1e-4 * std::abs(va[e])) << pa[i].first << "[" << e << "]";
+    }
+  }
+  EXPECT_NE(testing::error_of([] {
+              train::ModelOptions o = dp("graph", 2);
+              o.parallel.sync_bn = true;
+              DpRun r(o);
+            }).find("sync_bn needs one shard per rank"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              train::ModelOptions o;
+              o.parallel.sync_bn = true;
+              DpRun r(o);
+            }).find("needs parallel_mode data_parallel"),
+            std::string::npos);
 }
 
 TEST(DataParallel, UnsupportedSettingsFailClearly) {

@@ -138,6 +138,15 @@ int cmd_train(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--grad-reduce", grad_reduce, "data parallel: mean (the shards' gradient sum / M) | sum")
       ->check(CLI::IsMember({"mean", "sum"}));
+  double bucket_mb = 25;
+  bool sync_bn = false;
+  app.add_option("--bucket-mb", bucket_mb,
+                 "data parallel: allreduce the gradients in buckets of about this many MiB, each as soon as backward "
+                 "has produced it, overlapping the rest of backward (0: one allreduce after backward); bits unchanged")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--sync-bn", sync_bn,
+               "data parallel: BatchNorm's batch statistics over the global batch (SyncBatchNorm), allreduced across "
+               "the ranks; needs one shard per rank (--grad-shards = the rank count)");
   app.add_option("--resume", resume, "a checkpoint of this model to continue from (its epoch counts toward --epochs)");
   std::string profile_path;
   app.add_option(
@@ -149,6 +158,8 @@ int cmd_train(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  SPORE_CHECK(!sync_bn || parallel_mode == "data", ErrorCode::invalid_argument,
+              "--sync-bn synchronises BatchNorm across data-parallel ranks: it needs --parallel data");
   set_threads(threads);
   train::LossScale ls;
   {
@@ -185,8 +196,11 @@ int cmd_train(int argc, char** argv) {
   mo.grad_accumulation = accum;
   const bool data_parallel = parallel_mode == "data";
   if (data_parallel) {
-    mo.parallel = {
-        .parallel_mode = "data_parallel", .grad_shards = grad_shards, .gradients_mean = grad_reduce == "mean"};
+    mo.parallel = {.parallel_mode = "data_parallel",
+                   .grad_shards = grad_shards,
+                   .gradients_mean = grad_reduce == "mean",
+                   .bucket_mb = bucket_mb,
+                   .sync_bn = sync_bn};
     start_data_parallel();
   }
   train::Model model(*net, train::loss_of(ce), *opt, {"accuracy"}, mo);

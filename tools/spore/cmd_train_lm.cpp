@@ -98,6 +98,10 @@ int cmd_train_lm(int argc, char** argv) {
                  "data parallel: each step's --batch windows as M fixed shards summed in one tree order (default: the "
                  "rank count); N ranks need N | M and M/N a power of two")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--bucket-mb", o.bucket_mb,
+                 "data parallel: allreduce the gradients in buckets of about this many MiB as backward produces them "
+                 "(0: one allreduce after backward); bits unchanged")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "one JSON object per step and evaluation, then {\"final\": true, ...}");
   try {
     app.parse(argc, argv);

@@ -21,15 +21,21 @@ int fail(const char* what, int code) {
   return -1;
 }
 
-int init(int* rank, int* size) {
+int init(int* rank, int* size, int* thread_level) {
   int inited = 0;
   MPI_Initialized(&inited);
+  int provided = MPI_THREAD_SINGLE;
   if (!inited) {
-    int provided = 0;
-    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return fail("MPI_Init_thread", rc);
     g_we_initialized = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
+  *thread_level = provided == MPI_THREAD_MULTIPLE     ? 3
+                  : provided == MPI_THREAD_SERIALIZED ? 2
+                  : provided == MPI_THREAD_FUNNELED   ? 1
+                                                      : 0;
   // Errors come back as codes (and become spore::Error), instead of MPI aborting the job.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, rank);
