@@ -184,11 +184,33 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
       copy_step(g->inputs()[i], Tensor(), device_io.at(g->inputs()[i]), "copy to device");
     }
 
+  // For the schedule below: the step that computes each value (-1: graph inputs, constants, views of them), each
+  // step's latest input producer, and whether it is a sink (every output a graph output no node reads).
+  std::unordered_map<const Value*, int> value_step;
+  std::vector<int> anchor;
+  std::vector<bool> sink;
+  const auto step_of = [&](const Value* v) {
+    auto it = value_step.find(v);
+    return it == value_step.end() ? -1 : it->second;
+  };
   for (Node* n : g->nodes()) {
     const OpDef& def = op_registry().get(n->op);
     if (def.traits.has(Trait::graph_structure)) continue;
-    if (is_arena_alias(*n)) continue;  // its output is a view of its input's arena bytes: nothing to run
-    if (view_of_input.count(n->outputs[0])) continue;  // a view of a graph input: its users read the input
+    if (is_arena_alias(*n) || view_of_input.count(n->outputs[0])) {  // no step: its output is its input's bytes
+      value_step[n->outputs[0]] = step_of(n->inputs[0]);
+      continue;
+    }
+    {
+      int a = -1;
+      bool only_outputs = true;
+      for (const Value* v : n->inputs) a = std::max(a, step_of(v));
+      for (const Value* v : n->outputs) {
+        only_outputs = only_outputs && output_index.count(v) && v->uses.empty();
+        value_step[v] = static_cast<int>(p.steps_.size());
+      }
+      anchor.push_back(a);
+      sink.push_back(only_outputs && !on_device);
+    }
     Plan::Step st;
     st.def = &def;
     st.attrs = &n->attrs;
@@ -225,6 +247,34 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
       }
     }
     p.steps_.push_back(std::move(st));
+  }
+  // Sinks run right after their last input is computed rather than where the graph order left them (rewrites append
+  // their replacements at the end): an output is final as early as possible - data parallelism allreduces a gradient
+  // while backward computes the rest - and the values are the same. Their inputs are live until the old position
+  // anyway, so the memory plan stays valid; their outputs are graph outputs, outside the arena.
+  if (!on_device && !p.steps_.empty()) {
+    const size_t ns = p.steps_.size();
+    // after[a + 1]: the sinks whose latest input comes from step a (a sink never feeds a step, so a is no sink).
+    std::vector<std::vector<int>> after(ns + 1);
+    for (size_t i = 0; i < ns; ++i)
+      if (sink[i]) after[static_cast<size_t>(anchor[i] + 1)].push_back(static_cast<int>(i));
+    std::vector<int> order(after[0].begin(), after[0].end());
+    order.reserve(ns);
+    for (size_t i = 0; i < ns; ++i) {
+      if (sink[i]) continue;
+      order.push_back(static_cast<int>(i));
+      order.insert(order.end(), after[i + 1].begin(), after[i + 1].end());
+    }
+    SPORE_ASSERT(order.size() == ns, "plan schedule: every step once");
+    std::vector<int> new_index(ns);
+    std::vector<Plan::Step> steps;
+    steps.reserve(ns);
+    for (size_t k = 0; k < ns; ++k) {
+      new_index[static_cast<size_t>(order[k])] = static_cast<int>(k);
+      steps.push_back(std::move(p.steps_[static_cast<size_t>(order[k])]));
+    }
+    p.steps_ = std::move(steps);
+    for (Plan::Patch& pt : p.patches_) pt.step = new_index[static_cast<size_t>(pt.step)];
   }
   if (on_device)
     for (size_t j = 0; j < g->outputs().size(); ++j) {

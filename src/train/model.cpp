@@ -518,8 +518,21 @@ double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {
       // Buckets start in order (every rank's allreduces pair up by order), each once all before it are complete.
       while (next_bucket < pending.size() && pending[next_bucket] == 0) {
         const size_t b = next_bucket++;
-        if (comm_thread_) comm_thread_->submit([reduce_bucket, b] { reduce_bucket(b); });
-        else ready_buckets.push_back(b);
+        if (!comm_thread_) {
+          ready_buckets.push_back(b);
+          continue;
+        }
+        if (Profiler* prof = Profiler::active()) {  // when backward handed the bucket over (an instant)
+          const int64_t now = Profiler::now_ns();
+          const int64_t count = dp_bucket_end_[b] - (b == 0 ? 0 : dp_bucket_end_[b - 1]);
+          prof->record_span({fmt::format("bucket {} ready", b),
+                             "bucket",
+                             now,
+                             now,
+                             Profiler::thread_number(),
+                             {{"bytes", static_cast<double>(count * static_cast<int64_t>(sizeof(float)))}}});
+        }
+        comm_thread_->submit([reduce_bucket, b] { reduce_bucket(b); });
       }
     });
   }
