@@ -75,8 +75,8 @@ struct LossScale {
 // train_step is a micro-batch (reduced as above), the reduced gradients are summed in order and divided by A before
 // the update. Loss scaling: the shards' backward runs on loss * scale, the gradients are divided by it, and a step
 // whose reduced (accumulated) gradient is not finite is skipped on every rank - the allreduce carries any rank's
-// overflow to all. Buffers (BatchNorm's running statistics): each shard normalizes with its own batch statistics (no
-// synchronised BatchNorm yet) and updates the running statistics from the step's values; the new values are the mean
+// overflow to all. Buffers (BatchNorm's running statistics): each shard normalizes with its own batch statistics (unless
+// sync_bn, below) and updates the running statistics from the step's values; the new values are the mean
 // of the M shards' (reduced with the gradients), so they do not depend on N either.
 // Overlap (bucket_mb > 0): the flat vector is laid out in the order backward produces the gradients and cut into
 // buckets of about bucket_mb MiB (PyTorch DDP's bucket_cap_mb); a bucket's local shard sum and allreduce run on a

@@ -2,9 +2,9 @@
 """Data-parallel `spore train --parallel data` under mpirun: SimpleNet on the bundled digits with 4 gradient shards
 gives, on 2 and 4 ranks (mpirun --oversubscribe, 2 cores in CI), the same per-step losses (JSON, printed in full
 precision) and the same final checkpoint bytes as one process; a 2-rank run resumed from epoch 1's checkpoint ends
-with the uninterrupted run's checkpoint; mismatched ranks (seeds), shard counts the ranks cannot split and a missing
-MPI module fail with one clear error, never a hang; 3 ranks (6 shards) and PyNative mode match too; a rank stopped
-mid-run (SIGSTOP) makes the other fail within SPORE_COMM_TIMEOUT with an error naming the collective and the rank.
+with the uninterrupted run's checkpoint; mismatched ranks (seeds, bucket sizes), shard counts the ranks cannot split
+(or --sync-bn with several shards per rank) and a missing MPI module fail with one clear error, never a hang;
+3 ranks (6 shards) and PyNative mode match too; a rank stopped mid-run (SIGSTOP) makes the other fail within SPORE_COMM_TIMEOUT with an error naming the collective and the rank.
 Without mpirun: SKIPPED (exit 77), a failure when CI=true.
 
 usage: dp_train_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
@@ -163,6 +163,9 @@ def main():
     # Ranks that disagree (here: the seed, so the initial parameters too) stop at start-up.
     expect_error(["-np", "1", spore] + args("bad") + ["--seed", "1"] + [":", "-np", "1", spore] + args("bad"),
                  "configuration mismatch across ranks")
+    expect_error(["-np", "1", spore] + args("bad") + ["--bucket-mb", "1"] + [":", "-np", "1", spore] + args("bad"),
+                 "rank 1's bucket_mb")
+    expect_error(["-np", "2", spore] + args("bad") + ["--sync-bn"], "sync_bn needs one shard per rank")
     expect_error(["-np", "4", spore] + args("bad", shards=2), "grad_shards 2 on 4 ranks")
     expect_error(["-np", "3", spore] + args("bad"), "grad_shards 4 on 3 ranks")
     no_module = dict(env)
