@@ -4,8 +4,9 @@ gives, on 2 and 4 ranks (mpirun --oversubscribe, 2 cores in CI), the same per-st
 precision) and the same final checkpoint bytes as one process; a 2-rank run resumed from epoch 1's checkpoint ends
 with the uninterrupted run's checkpoint; mismatched ranks (seeds, bucket sizes), shard counts the ranks cannot split
 (or --sync-bn with several shards per rank) and a missing MPI module fail with one clear error, never a hang;
-3 ranks (6 shards) and PyNative mode match too; a rank stopped mid-run (SIGSTOP) makes the other fail within SPORE_COMM_TIMEOUT with an error naming the collective and the rank.
-Without mpirun: SKIPPED (exit 77), a failure when CI=true.
+3 ranks (6 shards) and PyNative mode match too; a rank stopped mid-run (SIGSTOP) makes the other fail within
+SPORE_COMM_TIMEOUT with an error naming the collective and the rank. Without mpirun: SKIPPED (exit 77), a failure
+when CI=true.
 
 usage: dp_train_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
 import json
