@@ -122,7 +122,7 @@ OpId dp_allreduce_op() {
       CustomOp("dp_allreduce_sum")
           .doc("data parallel: the elementwise sum over the ranks (SyncBatchNorm's statistics)")
           .inputs({"x"})
-          .attr("seq", AttrKind::i64, AttrValue(int64_t{0}))
+          .attr("seq", AttrKind::i64)
           .traits(Trait::random)
           .grad([](const GradContext& g) { return std::vector<Tensor>{dp_allreduce_sum(g.output_grads[0])}; })
           .kernel({DType::f32}, dp_allreduce_kernel, "dp_allreduce")
