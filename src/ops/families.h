@@ -16,4 +16,5 @@ void register_fused_elementwise_ops(OpRegistry& r);  // fused_elementwise.cpp: f
 void register_fused_ops(OpRegistry& r);       // fused.cpp: conv2d_fused, linear_fused (epilogue fusion)
 void register_attention_ops(OpRegistry& r);   // attention.cpp: attention (fuse_attention)
 void register_rnn_ops(OpRegistry& r);         // rnn.cpp: rnn_sequence (ONNX LSTM / GRU / RNN)
+void register_index_ops(OpRegistry& r);       // index.cpp: scatter_nd, gather_nd, grid_sample, roi_align, einsum
 }  // namespace spore

@@ -147,7 +147,7 @@ std::vector<Tensor> split(const Tensor& x, const Ints& sizes, int64_t axis);
 Tensor slice(const Tensor& x, const Ints& starts, const Ints& ends, const Ints& axes = {}, const Ints& steps = {});
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis = 0);  // numpy take; negative indices wrap
 Tensor gather_elements(const Tensor& x, const Tensor& indices, int64_t axis);
-// ONNX ScatterElements: reduction "none" | "add" | "mul".
+// ONNX ScatterElements: reduction "none" | "add" | "mul" | "max" | "min".
 Tensor scatter(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis,
                const std::string& reduction = "none");
 Tensor index_select(const Tensor& x, const Tensor& indices, int64_t axis);  // indices 1-D
@@ -164,6 +164,24 @@ Tensor flatten(const Tensor& x, int64_t axis = 1);  // -> [prod(dims[:axis]), pr
 Tensor tile(const Tensor& x, const Ints& repeats);
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = DType::f32, int64_t axis = -1,
                double on_value = 1.0, double off_value = 0.0);
+
+// ---- indexing (src/ops/index.cpp)
+// ONNX ScatterND: a copy of x with updates written (or reduced: "add" | "mul" | "max" | "min") at the index tuples in
+// the last dim of indices; updates = indices.shape[:-1] + x.shape[k:].
+Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates, const std::string& reduction = "none");
+// ONNX GatherND: slices of x at the index tuples in the last dim of indices, the first batch_dims dims shared.
+Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims = 0);
+// ONNX GridSample / torch.nn.functional.grid_sample on [N, C, H, W] with grid [N, Ho, Wo, 2] (x, y in [-1, 1]).
+// mode "bilinear" | "nearest" | "bicubic"; padding_mode "zeros" | "border" | "reflection".
+Tensor grid_sample(const Tensor& x, const Tensor& grid, const std::string& mode = "bilinear",
+                   const std::string& padding_mode = "zeros", bool align_corners = false);
+// ONNX RoiAlign: x [N, C, H, W], rois [R, 4] (x1, y1, x2, y2), batch_indices [R] -> [R, C, oh, ow].
+// mode "avg" | "max"; coordinate_transformation_mode "half_pixel" | "output_half_pixel".
+Tensor roi_align(const Tensor& x, const Tensor& rois, const Tensor& batch_indices, int64_t output_height = 1,
+                 int64_t output_width = 1, int64_t sampling_ratio = 0, double spatial_scale = 1.0,
+                 const std::string& mode = "avg", const std::string& coordinate_transformation_mode = "half_pixel");
+// numpy.einsum: "ij,jk->ik", implicit output (sorted labels that appear once), "..." broadcast dims.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& inputs);
 
 // ---- creation
 Tensor arange(double start, double stop, double step = 1.0, DType dtype = DType::f32);

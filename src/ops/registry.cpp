@@ -69,6 +69,7 @@ OpRegistry& op_registry() {
     register_attention_ops(*reg);
     register_rnn_ops(*reg);
     register_llm_ops(*reg);
+    register_index_ops(*reg);
     return reg;
   }();
   return *r;

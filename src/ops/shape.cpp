@@ -475,7 +475,7 @@ Tensor pad_grad(const Tensor& x, const Tensor& g, const Ints& pads, PadMode mode
 // scatter's gradients. "none": positions written get no gradient to x, and of repeated indices only the update
 // that won (the last, as the kernels apply them in order) gets one. "mul": out[t] = x[t] * prod of the updates at t,
 // so x gets g * that product and update k gets g * x[t] * the product of the other updates at t (zeros counted,
-// as PyTorch's scatter_reduce "prod" does, without dividing by a zero).
+// as PyTorch's scatter_reduce "prod" does, without dividing by a zero). "max"/"min": as PyTorch's amax/amin.
 std::vector<Tensor> scatter_grad(const GradContext& c) {
   std::vector<Tensor> gs(3);
   const Tensor& g = c.output_grads[0];
@@ -495,6 +495,14 @@ std::vector<Tensor> scatter_grad(const GradContext& c) {
     const Tensor winner = ops::scatter(ops::full(x.shape(), -1.0, DType::i64), idx, ids, axis, "none");
     const Tensor won = ops::eq(ops::gather_elements(winner, idx, axis), ids);
     gs[2] = ops::where(won, ops::gather_elements(g, idx, axis), ops::zeros(upd.shape(), dt));
+  } else if (red == "max" || red == "min") {  // shared evenly by x and the updates that equal the result (PyTorch)
+    const Tensor& out = c.outputs[0];
+    const Tensor hit_x = ops::cast(ops::eq(x, out), dt);
+    const Tensor hit_u = ops::cast(ops::eq(upd, ops::gather_elements(out, idx, axis)), dt);
+    const Tensor count = ops::add(hit_x, ops::scatter(ops::zeros(x.shape(), dt), idx, hit_u, axis, "add"));
+    const Tensor share = ops::div(g, ops::maximum(count, ops::ones(x.shape(), dt)));
+    gs[0] = ops::mul(share, hit_x);
+    gs[2] = ops::mul(ops::gather_elements(share, idx, axis), hit_u);
   } else {  // mul
     gs[0] = ops::mul(g, ops::scatter(ops::ones(x.shape(), dt), idx, upd, axis, "mul"));
     const Tensor zero = ops::zeros(upd.shape(), dt), one = ops::ones(upd.shape(), dt);
@@ -784,7 +792,7 @@ void register_shape_ops(OpRegistry& r) {
       .doc("ONNX ScatterElements: writes updates into a copy of x at indices along axis.")
       .inputs({"x", "indices", "updates"})
       .attr("axis", K::i64)
-      .choice("reduction", {"none", "add", "mul"})
+      .choice("reduction", {"none", "add", "mul", "max", "min"})
       .dtypes(dtypes::all)
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_scatter)

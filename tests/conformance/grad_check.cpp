@@ -36,6 +36,7 @@ const CaseList& grad_cases() {
     add_shape_cases(all, errors);
     add_attention_cases(all, errors);
     add_rnn_cases(all, errors);
+    add_index_cases(all, errors);
     for (auto& c : all) {
       const OpDef& def = op_registry().get(c.op);
       if (def.traits.has(Trait::no_grad) || def.traits.has(Trait::graph_structure)) continue;
@@ -100,6 +101,16 @@ const std::map<std::string, std::string>& skipped_cases() {
       {"minimum/ties", "ties: min is not differentiable there"},
       {"topk/ties", "ties: topk is not differentiable there"},
       {"topk/ties_smallest", "ties: topk is not differentiable there"},
+      // roi_align gives the rois no gradient (torchvision's rule); its x gradient is checked against finite
+      // differences in tests/ops/index_ops_test.cpp.
+      {"roi_align/avg_half_pixel_0", "rois get no gradient"},
+      {"roi_align/avg_half_pixel_2", "rois get no gradient"},
+      {"roi_align/avg_output_half_pixel_0", "rois get no gradient"},
+      {"roi_align/avg_output_half_pixel_2", "rois get no gradient"},
+      {"roi_align/max_half_pixel_0", "rois get no gradient"},
+      {"roi_align/max_half_pixel_2", "rois get no gradient"},
+      {"roi_align/max_output_half_pixel_0", "rois get no gradient"},
+      {"roi_align/max_output_half_pixel_2", "rois get no gradient"},
   };
   return m;
 }

@@ -114,6 +114,7 @@ void build_lists() {
   add_attention_cases(cases(), error_cases());
   add_rnn_cases(cases(), error_cases());
   add_llm_cases(cases(), error_cases());
+  add_index_cases(cases(), error_cases());
 }
 
 DTypeSet case_dtypes(const OpCase& c) {

@@ -17,6 +17,7 @@ void register_attention(KernelRegistry& r);  // attention.cpp: attention
 void register_rnn(KernelRegistry& r);        // rnn.cpp: rnn_sequence
 void register_blockq(KernelRegistry& r);     // blockq.cpp: linear_blockq, embed_blockq
 void register_llm_attention(KernelRegistry& r);  // llm_attention.cpp: rope, attention_kv
+void register_sample(KernelRegistry& r);         // sample.cpp: grid_sample, roi_align and their gradients
 // shape.cpp: dst [cols, rows] = src [rows, cols] transposed (es-byte elements), as the transpose op copies: tiles
 // that keep both sides in cache, over the threads.
 void transpose_2d(const void* src, void* dst, int64_t rows, int64_t cols, size_t es);

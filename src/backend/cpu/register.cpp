@@ -54,6 +54,7 @@ void register_cpu_kernels(KernelRegistry& r) {
   cpu::register_rnn(r);
   cpu::register_blockq(r);
   cpu::register_llm_attention(r);
+  cpu::register_sample(r);
 }
 
 void cpu_set_num_threads(int n) { omp_set_num_threads(n); }

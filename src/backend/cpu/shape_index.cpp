@@ -1,5 +1,5 @@
-// CPU kernels of the index ops (gather, index_select, embedding, gather_elements, scatter, one_hot) and the
-// creation ops (arange, full). Indices are checked serially before anything is written, so a bad index
+// CPU kernels of the index ops (gather, index_select, embedding, gather_elements, scatter, scatter_nd, gather_nd,
+// one_hot) and the creation ops (arange, full). Indices are checked serially before anything is written, so a bad index
 // gives the same error for any thread count; the copies then run in fixed-size chunks with disjoint outputs.
 #include <algorithm>
 #include <cstring>
@@ -242,19 +242,28 @@ void gather_elements(KernelContext& k) {
   });
 }
 
-// Scatter reductions in the dtype's compute type: f32 for f16/bf16, wrapping integers, or/and for bool.
+// Scatter reductions in the dtype's compute type: f32 for f16/bf16, wrapping integers, or/and for bool (max/min of
+// bools are or/and too). mode 1 add, 2 mul, 3 max, 4 min; max/min keep `a` unless `b` compares larger/smaller, as
+// std::max/min do (so a NaN update never replaces, and a NaN in x stays), the same as the reference.
 template <typename T>
-T reduce_pair(T a, T b, bool mul) {
+T reduce_pair(T a, T b, int mode) {
   if constexpr (std::is_same_v<T, bool>) {
-    return mul ? (a && b) : (a || b);
+    return mode == 2 || mode == 4 ? (a && b) : (a || b);
   } else if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
-    return T(mul ? float(a) * float(b) : float(a) + float(b));
+    const float x = float(a), y = float(b);
+    if (mode == 3) return x < y ? b : a;
+    if (mode == 4) return y < x ? b : a;
+    return T(mode == 2 ? x * y : x + y);
   } else if constexpr (std::is_integral_v<T>) {
+    if (mode == 3) return a < b ? b : a;
+    if (mode == 4) return b < a ? b : a;
     using U = std::make_unsigned_t<T>;
-    return static_cast<T>(mul ? static_cast<U>(static_cast<U>(a) * static_cast<U>(b))
-                              : static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    return static_cast<T>(mode == 2 ? static_cast<U>(static_cast<U>(a) * static_cast<U>(b))
+                                    : static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
   } else {
-    return mul ? a * b : a + b;
+    if (mode == 3) return a < b ? b : a;
+    if (mode == 4) return b < a ? b : a;
+    return mode == 2 ? a * b : a + b;
   }
 }
 
@@ -265,7 +274,7 @@ void scatter_line(T* out, const T* upd, Indices ix, int64_t e0, int64_t us, int6
   for (int64_t a = 0; a < na; ++a) {
     T& dst = out[wrap(ix[e0 + a * us], n) * xstride];
     const T u = upd[a * us];
-    dst = red == 0 ? u : reduce_pair<T>(dst, u, red == 2);
+    dst = red == 0 ? u : reduce_pair<T>(dst, u, red);
   }
 }
 
@@ -306,8 +315,101 @@ void scatter(KernelContext& k) {
   parallel_memcpy(out_bytes(k.out()), in_bytes(x), static_cast<int64_t>(x.nbytes()));
   if (k.in(2).numel() == 0) return;
   const std::string& red = k.attrs.s("reduction");
-  const int mode = red == "add" ? 1 : red == "mul" ? 2 : 0;
+  const int mode = red == "add" ? 1 : red == "mul" ? 2 : red == "max" ? 3 : red == "min" ? 4 : 0;
   visit_dtype(x.dtype(), [&](auto t) { scatter_typed<decltype(t)>(k, axis, mode); });
+}
+
+// ---- scatter_nd / gather_nd. x is viewed as [batches, L, S]: L rows addressed by a k-component index tuple (the dims
+// after the batch dims), S elements per row. The tuples are checked and turned into rows serially, in order, so a bad
+// index gives the same error for any thread count.
+std::vector<int64_t> tuple_rows(const Tensor& idx, const Shape& xs, int64_t first, int64_t depth, OpId op) {
+  const Indices ix(idx);
+  const int64_t tuples = prod(idx.shape(), 0, idx.shape().size() - 1);
+  std::vector<int64_t> rows(static_cast<size_t>(tuples));
+  for (int64_t m = 0; m < tuples; ++m) {
+    int64_t row = 0;
+    for (int64_t j = 0; j < depth; ++j) {
+      const int64_t n = xs[static_cast<size_t>(first + j)], v = ix[m * depth + j];
+      SPORE_CHECK(v >= -n && v < n, ErrorCode::invalid_argument,
+                  "[{}] index {} (tuple {}, component {}) is out of range for dim {} of size {}", op_name(op), v, m, j,
+                  first + j, n);
+      row = row * n + wrap(v, n);
+    }
+    rows[static_cast<size_t>(m)] = row;
+  }
+  return rows;
+}
+
+// Every destination element is written by one task, which applies the tuples that reach it in order (with "none"
+// the last repeated tuple wins). Wide rows split by columns; narrow rows by row ranges, each task skipping the
+// tuples outside its range.
+template <typename T>
+void scatter_nd_typed(T* out, const T* upd, const std::vector<int64_t>& rows, int64_t L, int64_t S, int mode) {
+  const int64_t M = static_cast<int64_t>(rows.size());
+  const int64_t* rp = rows.data();
+  const auto apply = [=](int64_t m, int64_t s0, int64_t s1) {
+    T* dst = out + rp[m] * S;
+    const T* src = upd + m * S;
+    if (mode == 0)
+      std::memcpy(dst + s0, src + s0, static_cast<size_t>(s1 - s0) * sizeof(T));
+    else
+      for (int64_t s = s0; s < s1; ++s) dst[s] = reduce_pair<T>(dst[s], src[s], mode);
+  };
+  constexpr int64_t kCols = 1024, kElems = 16384;
+  if (S >= kCols) {
+    parallel_for(num_chunks(S, kCols), [&](int64_t c) {
+      const int64_t s0 = c * kCols, s1 = std::min(S, s0 + kCols);
+      for (int64_t m = 0; m < M; ++m) apply(m, s0, s1);
+    });
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kElems / std::max<int64_t>(S, 1));
+  parallel_for(num_chunks(L, grain), [&](int64_t c) {
+    const int64_t r0 = c * grain, r1 = std::min(L, r0 + grain);
+    for (int64_t m = 0; m < M; ++m)
+      if (rp[m] >= r0 && rp[m] < r1) apply(m, 0, S);
+  });
+}
+
+void scatter_nd(KernelContext& k) {
+  const Tensor &x = k.in(0), &idx = k.in(1);
+  const Shape& xs = x.shape();
+  const int64_t depth = idx.shape().back();
+  const std::vector<int64_t> rows = tuple_rows(idx, xs, 0, depth, k.op);
+  parallel_memcpy(out_bytes(k.out()), in_bytes(x), static_cast<int64_t>(x.nbytes()));
+  const int64_t L = prod(xs, 0, static_cast<size_t>(depth)), S = prod(xs, static_cast<size_t>(depth), xs.size());
+  if (rows.empty() || S == 0) return;
+  const std::string& red = k.attrs.s("reduction");
+  const int mode = red == "add" ? 1 : red == "mul" ? 2 : red == "max" ? 3 : red == "min" ? 4 : 0;
+  visit_dtype(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    scatter_nd_typed<T>(k.out().data<T>(), k.in(2).data<T>(), rows, L, S, mode);
+  });
+}
+
+// out row m (S elements) = x row (batch of m) * L + tuple row m: one copy per row, in fixed-size chunks.
+void gather_nd(KernelContext& k) {
+  const Tensor &x = k.in(0), &idx = k.in(1);
+  const Shape& xs = x.shape();
+  const int64_t b = k.attrs.i("batch_dims"), depth = idx.shape().back();
+  std::vector<int64_t> rows = tuple_rows(idx, xs, b, depth, k.op);
+  const int64_t M = static_cast<int64_t>(rows.size());
+  const int64_t batches = prod(xs, 0, static_cast<size_t>(b));
+  const int64_t L = prod(xs, static_cast<size_t>(b), static_cast<size_t>(b + depth));
+  const int64_t S = prod(xs, static_cast<size_t>(b + depth), xs.size());
+  if (M == 0 || S == 0) return;
+  const int64_t per_batch = M / batches;
+  for (int64_t m = 0; m < M; ++m) rows[static_cast<size_t>(m)] += (m / per_batch) * L;
+  const int64_t row_bytes = S * static_cast<int64_t>(dtype_size(x.dtype()));
+  const int64_t grain = std::max<int64_t>(1, chunk_bytes / row_bytes);
+  const char* xp = in_bytes(x);
+  char* op_ = out_bytes(k.out());
+  const int64_t* rp = rows.data();
+  parallel_for(num_chunks(M, grain), [&](int64_t c) {
+    const int64_t m0 = c * grain, m1 = std::min(M, m0 + grain);
+    for (int64_t m = m0; m < m1; ++m)
+      std::memcpy(op_ + m * row_bytes, xp + rp[m] * row_bytes, static_cast<size_t>(row_bytes));
+  });
 }
 
 // Positions [i0, i1) of one outer row of one_hot, the row holding `depth` runs of `inner` elements.
@@ -401,6 +503,8 @@ void register_shape_index(KernelRegistry& r) {
   r.add(Backend::cpu, "embedding"_op, dtypes::all, embedding, "memcpy");
   r.add(Backend::cpu, "gather_elements"_op, dtypes::all, gather_elements, "copy");
   r.add(Backend::cpu, "scatter"_op, dtypes::all, scatter, "copy");
+  r.add(Backend::cpu, "scatter_nd"_op, dtypes::all, scatter_nd, "rows");
+  r.add(Backend::cpu, "gather_nd"_op, dtypes::all, gather_nd, "memcpy");
   r.add(Backend::cpu, "one_hot"_op, dtypes::index, one_hot, "fill");
   r.add(Backend::cpu, "arange"_op, dtypes::numeric, arange, "fill");
   r.add(Backend::cpu, "full"_op, dtypes::numeric, full, "fill");

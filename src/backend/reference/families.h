@@ -16,4 +16,5 @@ void register_attention(KernelRegistry& r);  // attention.cpp: attention
 void register_rnn(KernelRegistry& r);        // rnn.cpp: rnn_sequence
 void register_blockq(KernelRegistry& r);     // blockq.cpp: linear_blockq, embed_blockq
 void register_llm_attention(KernelRegistry& r);  // llm_attention.cpp: rope, attention_kv
+void register_index(KernelRegistry& r);          // index.cpp: scatter_nd, gather_nd, grid_sample, roi_align, einsum
 }  // namespace spore::reference

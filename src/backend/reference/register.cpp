@@ -24,6 +24,7 @@ void register_reference_kernels(KernelRegistry& r) {
   reference::register_rnn(r);
   reference::register_blockq(r);
   reference::register_llm_attention(r);
+  reference::register_index(r);
 }
 
 void register_reference_backend() {

@@ -480,10 +480,40 @@ class Exporter {
       case "scatter"_op: {
         onnx::NodeProto* p = simple("ScatterElements");
         attr_i(p, "axis", a.i("axis"));
-        if (a.s("reduction") != "none") attr_s(p, "reduction", a.s("reduction"));
+        const std::string& r = a.s("reduction");
+        SPORE_CHECK(opts_.opset >= 18 || (r != "max" && r != "min"), ErrorCode::unsupported,
+                    "export_onnx: node {}: ScatterElements reduction '{}' needs opset 18", n.label(), r);
+        if (r != "none") attr_s(p, "reduction", r);
         return;
       }
       case "index_select"_op: attr_i(simple("Gather"), "axis", a.i("axis")); return;  // 1-D indices
+      case "scatter_nd"_op: {  // reductions max/min are ScatterND-18's
+        const std::string& r = a.s("reduction");
+        SPORE_CHECK(opts_.opset >= 18 || (r != "max" && r != "min"), ErrorCode::unsupported,
+                    "export_onnx: node {}: ScatterND reduction '{}' needs opset 18", n.label(), r);
+        onnx::NodeProto* p = simple("ScatterND");
+        if (r != "none") attr_s(p, "reduction", r);
+        return;
+      }
+      case "gather_nd"_op: attr_i(simple("GatherND"), "batch_dims", a.i("batch_dims")); return;
+      case "grid_sample"_op: {
+        onnx::NodeProto* p = simple("GridSample");
+        attr_s(p, "mode", a.s("mode"));
+        attr_s(p, "padding_mode", a.s("padding_mode"));
+        attr_i(p, "align_corners", a.b("align_corners") ? 1 : 0);
+        return;
+      }
+      case "roi_align"_op: {
+        onnx::NodeProto* p = simple("RoiAlign");
+        attr_i(p, "output_height", a.i("output_height"));
+        attr_i(p, "output_width", a.i("output_width"));
+        attr_i(p, "sampling_ratio", a.i("sampling_ratio"));
+        attr_f(p, "spatial_scale", a.f("spatial_scale"));
+        attr_s(p, "mode", a.s("mode"));
+        attr_s(p, "coordinate_transformation_mode", a.s("coordinate_transformation_mode"));
+        return;
+      }
+      case "einsum"_op: attr_s(simple("Einsum"), "equation", a.s("equation")); return;
       case "resample"_op: return export_resample(n, a, in, y);
       case "embedding"_op: attr_i(simple("Gather"), "axis", 0); return;
       case "pad"_op: {

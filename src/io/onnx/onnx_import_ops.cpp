@@ -702,35 +702,61 @@ V emit_scatter_elements(NodeCtx& c) {
 }
 std::string check_scatter(const onnx::NodeProto& n, int, const NodeInfo&) {
   const std::string r = node_attr_s(n, "reduction", "none");
-  if (r != "none" && r != "add" && r != "mul") return "reduction '" + r + "'";
+  if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min") return "reduction '" + r + "'";
   return "";
 }
 
-// GatherND (batch_dims = 0): flatten the indexed leading dims and gather with linear indices.
 V emit_gather_nd(NodeCtx& c) {
+  return {c.op("gather_nd"_op, {c.in(0), c.in(1)}, {{"batch_dims", c.attr_i("batch_dims", 0)}})};
+}
+V emit_scatter_nd(NodeCtx& c) {
+  return {c.op("scatter_nd"_op, {c.in(0), c.in(1), c.in(2)}, {{"reduction", c.attr_s("reduction", "none")}})};
+}
+
+// GridSample: opset 16's mode names (bilinear, bicubic) and opset 20's (linear, cubic); 4-D input only.
+std::string grid_sample_mode(const std::string& m) {
+  if (m == "linear" || m == "bilinear") return "bilinear";
+  if (m == "cubic" || m == "bicubic") return "bicubic";
+  if (m == "nearest") return m;
+  return "";
+}
+V emit_grid_sample(NodeCtx& c) {
   Value* x = c.in(0);
-  Value* idx = c.cast(c.in(1), DType::i64);
-  if (c.attr_i("batch_dims", 0) != 0) c.fail(ErrorCode::unsupported, "batch_dims != 0");
-  const Shape xs = c.static_shape(x, "data");
-  const Shape is = c.static_shape(idx, "indices");
-  const int64_t k = is.back();
-  if (k > static_cast<int64_t>(xs.size())) c.fail(ErrorCode::invalid_argument, "index depth {} > data rank {}", k, xs.size());
-  std::vector<int64_t> strides(k), dims(k);
-  int64_t lead = 1;
-  for (int64_t i = k - 1; i >= 0; --i) {
-    strides[i] = lead;
-    dims[i] = xs[i];
-    lead *= xs[i];
-  }
-  // Negative indices count from the end of their dim.
-  Value* dimv = c.konst(Tensor::from_vector<int64_t>(dims, {k}));
-  Value* neg = c.op("lt"_op, {idx, c.scalar(0, DType::i64)});
-  idx = c.op("where"_op, {neg, c.op("add"_op, {idx, dimv}), idx});
-  Value* lin = c.op("reduce_sum"_op, {c.op("mul"_op, {idx, c.konst(Tensor::from_vector<int64_t>(strides, {k}))})},
-                    {{"axes", Ints{static_cast<int64_t>(is.size()) - 1}}, {"keepdims", false}});
-  Ints flat{lead};
-  for (size_t i = k; i < xs.size(); ++i) flat.push_back(xs[i]);
-  return {c.op("gather"_op, {c.reshape(x, flat), lin}, {{"axis", int64_t{0}}})};
+  if (c.rank(x) != 4)
+    c.fail(ErrorCode::unsupported, "a {}-D input (spore's grid_sample takes [N, C, H, W]; volumetric sampling is not "
+           "supported)", c.rank(x));
+  const std::string mode = grid_sample_mode(c.attr_s("mode", c.since >= 20 ? "linear" : "bilinear"));
+  if (mode.empty()) c.fail(ErrorCode::unsupported, "mode '{}'", c.attr_s("mode", ""));
+  return {c.op("grid_sample"_op, {x, c.in(1)},
+               {{"mode", mode},
+                {"padding_mode", c.attr_s("padding_mode", "zeros")},
+                {"align_corners", c.attr_i("align_corners", 0) != 0}})};
+}
+std::string check_grid_sample(const onnx::NodeProto& n, int, const NodeInfo& info) {
+  const std::string m = node_attr_s(n, "mode", "bilinear");
+  if (grid_sample_mode(m).empty()) return "mode '" + m + "'";
+  const std::string p = node_attr_s(n, "padding_mode", "zeros");
+  if (p != "zeros" && p != "border" && p != "reflection") return "padding_mode '" + p + "'";
+  if (const int r = info.rank(0); r >= 0 && r != 4) return "a " + std::to_string(r) + "-D input (4-D only)";
+  return "";
+}
+
+// RoiAlign: opset 10 has no coordinate_transformation_mode and behaves as "output_half_pixel".
+V emit_roi_align(NodeCtx& c) {
+  return {c.op("roi_align"_op, {c.in(0), c.in(1), c.in(2)},
+               {{"output_height", c.attr_i("output_height", 1)},
+                {"output_width", c.attr_i("output_width", 1)},
+                {"sampling_ratio", c.attr_i("sampling_ratio", 0)},
+                {"spatial_scale", c.attr_f("spatial_scale", 1.0)},
+                {"mode", c.attr_s("mode", "avg")},
+                {"coordinate_transformation_mode",
+                 c.attr_s("coordinate_transformation_mode", c.since >= 16 ? "half_pixel" : "output_half_pixel")}})};
+}
+
+V emit_einsum(NodeCtx& c) {
+  std::vector<Value*> ins;
+  for (int i = 0; i < c.num_inputs(); ++i) ins.push_back(c.in(i));
+  return {c.op("einsum"_op, ins, {{"equation", c.attr_s("equation", "")}})};
 }
 
 V emit_expand(NodeCtx& c) { return {c.op("expand"_op, {c.in(0)}, {{"shape", c.ints_in(1)}})}; }
@@ -1457,9 +1483,14 @@ std::map<std::string, OpMapping> build_table() {
   add("Transpose", 1, false, "transpose", emit_transpose);
   add("Gather", 1, false, "gather", emit_gather);
   add("GatherElements", 11, false, "gather_elements", emit_gather_elements);
-  add("GatherND", 11, true, "gather on linearized indices", emit_gather_nd, [](const onnx::NodeProto& n, int, const NodeInfo&) {
-    return node_attr_i(n, "batch_dims", 0) != 0 ? std::string("batch_dims != 0") : std::string();
+  add("GatherND", 11, false, "gather_nd", emit_gather_nd);
+  add("ScatterND", 11, false, "scatter_nd", emit_scatter_nd, check_scatter);
+  add("GridSample", 16, false, "grid_sample (4-D)", emit_grid_sample, check_grid_sample);
+  add("RoiAlign", 10, false, "roi_align", emit_roi_align, [](const onnx::NodeProto& n, int, const NodeInfo&) {
+    const std::string m = node_attr_s(n, "mode", "avg");
+    return m == "avg" || m == "max" ? std::string() : "mode '" + m + "'";
   });
+  add("Einsum", 12, true, "einsum: transpose, reshape, matmul, reduce_sum", emit_einsum);
   add("ScatterElements", 11, false, "scatter", emit_scatter_elements, check_scatter);
   add("Scatter", 9, false, "scatter", emit_scatter_elements, check_scatter);
   add("Pad", 2, false, "pad", emit_pad, check_pad);
