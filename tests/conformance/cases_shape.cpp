@@ -102,7 +102,7 @@ void add_shape_cases(CaseList& c, ErrorList& e) {
                   .attr("axis", I(1))
                   .input_dtype(1, i64)
                   .gen(1, Gen::index(6, true)));
-  for (const char* red : {"none", "add", "mul"}) {
+  for (const char* red : {"none", "add", "mul", "max", "min"}) {
     const std::string r(red);
     c.push_back(OpCase("scatter/axis0_" + r, "scatter"_op, {{5, 4}, {3, 4}, {3, 4}})
                     .attr("axis", I(0))
@@ -300,7 +300,7 @@ void add_shape_cases(CaseList& c, ErrorList& e) {
                "scatter"_op,
                {{5, 3}, {2, 3}, {2, 3}},
                {f32, i64, f32},
-               {{"axis", I(0)}, {"reduction", std::string("max")}},
+               {{"axis", I(0)}, {"reduction", std::string("maximum")}},
                ErrorCode::invalid_argument});
   e.push_back({"index_select/2d",
                "index_select"_op,
