@@ -264,6 +264,100 @@ TEST(OnnxImport, Opset18To21Forms) {
   }
 }
 
+void attr_s(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+// The indexing ops' later forms: ScatterND / ScatterElements 18 with max and min, GridSample 20's mode names, and
+// Col2Im 18 against a loop that adds every column entry onto the image element it covers.
+TEST(OnnxImport, IndexingOpsLaterForms) {
+  {
+    ModelBuilder b(18);
+    b.input("x", onnx::TensorProto::FLOAT, {"4", "3"});
+    b.input("u", onnx::TensorProto::FLOAT, {"2", "3"});
+    b.init_i64("i", {2, 0});
+    auto* r = b.g().mutable_initializer(0);
+    r->clear_dims();
+    r->add_dims(2);
+    r->add_dims(1);
+    attr_s(b.node("ScatterND", {"x", "i", "u"}, {"y"}), "reduction", "max");
+    b.output("y");
+    const Tensor x = testing::patterned_tensor({4, 3}, DType::f32, 1), u = testing::patterned_tensor({2, 3}, DType::f32, 2);
+    const Tensor y = run(*io::import_onnx_bytes(b.bytes(), "snd"), {x, u}).at(0);
+    const Tensor idx = Tensor::from_vector<int64_t>({2, 0}, {2, 1});
+    expect_close(y, ops::scatter_nd(x, idx, u, "max"));
+    EXPECT_EQ(y.item_at(6), std::max(x.item_at(6), u.item_at(0)));
+  }
+  {
+    ModelBuilder b(18);
+    b.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+    b.input("u", onnx::TensorProto::FLOAT, {"3", "2"});
+    b.init_i64("i", {0, 3, 1, 1, 2, -1});
+    auto* r = b.g().mutable_initializer(0);
+    r->clear_dims();
+    r->add_dims(3);
+    r->add_dims(2);
+    auto* n = b.node("ScatterElements", {"x", "i", "u"}, {"y"});
+    attr_s(n, "reduction", "min");
+    ModelBuilder::attr_i(n, "axis", 1);
+    b.output("y");
+    const Tensor x = testing::patterned_tensor({3, 4}, DType::f32, 3), u = testing::patterned_tensor({3, 2}, DType::f32, 4);
+    const Tensor idx = Tensor::from_vector<int64_t>({0, 3, 1, 1, 2, -1}, {3, 2});
+    expect_close(run(*io::import_onnx_bytes(b.bytes(), "se"), {x, u}).at(0), ops::scatter(x, idx, u, 1, "min"));
+  }
+  for (const char* mode : {"linear", "cubic", "nearest"}) {
+    ModelBuilder b(20);
+    b.input("x", onnx::TensorProto::FLOAT, {"1", "2", "4", "5"});
+    b.input("g", onnx::TensorProto::FLOAT, {"1", "3", "3", "2"});
+    auto* n = b.node("GridSample", {"x", "g"}, {"y"});
+    attr_s(n, "mode", mode);
+    attr_s(n, "padding_mode", "border");
+    b.output("y");
+    const Tensor x = testing::patterned_tensor({1, 2, 4, 5}, DType::f32, 5);
+    const Tensor g = ops::div(testing::patterned_tensor({1, 3, 3, 2}, DType::f32, 6), Tensor::scalar(10.0, DType::f32));
+    const std::string m = std::string(mode) == "linear" ? "bilinear" : std::string(mode) == "cubic" ? "bicubic" : mode;
+    expect_close(run(*io::import_onnx_bytes(b.bytes(), "gs"), {x, g}).at(0), ops::grid_sample(x, g, m, "border", false));
+  }
+  {  // Col2Im: image 5 x 6, block 2 x 3, dilation (1, 2), stride (2, 1), pads (1, 0, 0, 1)
+    const int64_t H = 5, W = 6, kh = 2, kw = 3, dh = 1, dw = 2, sh = 2, sw = 1, pt = 1, pl = 0, pb = 0, pr = 1;
+    const int64_t Lh = (H + pt + pb - (dh * (kh - 1) + 1)) / sh + 1, Lw = (W + pl + pr - (dw * (kw - 1) + 1)) / sw + 1;
+    const int64_t N = 2, C = 2, K = kh * kw;
+    ModelBuilder b(18);
+    b.input("x", onnx::TensorProto::FLOAT, {"2", std::to_string(C * K), std::to_string(Lh * Lw)});
+    b.init_i64("image", {H, W});
+    b.init_i64("block", {kh, kw});
+    auto* n = b.node("Col2Im", {"x", "image", "block"}, {"y"});
+    attr_ints(n, "dilations", {dh, dw});
+    attr_ints(n, "strides", {sh, sw});
+    attr_ints(n, "pads", {pt, pl, pb, pr});
+    b.output("y");
+    const Tensor x = testing::patterned_tensor({N, C * K, Lh * Lw}, DType::f32, 7);
+    std::vector<double> want(static_cast<size_t>(N * C * H * W), 0.0);
+    for (int64_t nn = 0; nn < N; ++nn)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < kh; ++i)
+          for (int64_t j = 0; j < kw; ++j)
+            for (int64_t bh = 0; bh < Lh; ++bh)
+              for (int64_t bw = 0; bw < Lw; ++bw) {
+                const int64_t y = bh * sh - pt + i * dh, xw = bw * sw - pl + j * dw;
+                if (y < 0 || y >= H || xw < 0 || xw >= W) continue;
+                want[static_cast<size_t>(((nn * C + c) * H + y) * W + xw)] +=
+                    x.item_at((nn * C * K + c * K + i * kw + j) * Lh * Lw + bh * Lw + bw);
+              }
+    expect_close(run(*io::import_onnx_bytes(b.bytes(), "col2im"), {x}).at(0),
+                 Tensor::from_doubles(want, {N, C, H, W}, DType::f32));
+  }
+}
+
 // Loop with a constant trip count and Scan over a static sequence unroll; their results match the definitions.
 TEST(OnnxImport, LoopAndScanUnroll) {
   using B = ModelBuilder;

@@ -753,6 +753,40 @@ V emit_roi_align(NodeCtx& c) {
                  c.attr_s("coordinate_transformation_mode", c.since >= 16 ? "half_pixel" : "output_half_pixel")}})};
 }
 
+// Col2Im (opset 18), 2-D images: the columns [N, C*kh*kw, L] as [N, C*K, Lh, Lw], put back by a depthwise
+// conv_transpose2d whose kernel for channel c*K + k is one-hot at block offset k, so each image element sums the
+// column entries that cover it (what Col2Im adds).
+V emit_col2im(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Ints image = c.ints_in(1), block = c.ints_in(2);
+  if (image.size() != 2 || block.size() != 2)
+    c.fail(ErrorCode::unsupported, "a {}-D image (spore's Col2Im is 2-D)", image.size());
+  const Ints dil = c.attr_ints("dilations", {1, 1}), strides = c.attr_ints("strides", {1, 1});
+  const Ints pads = c.attr_ints("pads", {0, 0, 0, 0});
+  if (dil.size() != 2 || strides.size() != 2 || pads.size() != 4)
+    c.fail(ErrorCode::invalid_argument, "dilations, strides and pads must have 2, 2 and 4 values");
+  const Shape xs = c.static_shape(x, "input");
+  if (xs.size() != 3) c.fail(ErrorCode::invalid_argument, "input of rank {} (want [N, C * block size, L])", xs.size());
+  const int64_t K = block[0] * block[1];
+  if (K <= 0 || xs[1] % K != 0)
+    c.fail(ErrorCode::invalid_argument, "input dim 1 ({}) is not a multiple of the block size {}", xs[1], K);
+  Ints L(2), out_pad(2);
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t span = dil[i] * (block[i] - 1) + 1;
+    L[i] = (image[i] + pads[i] + pads[i + 2] - span) / strides[i] + 1;
+    out_pad[i] = image[i] - ((L[i] - 1) * strides[i] - pads[i] - pads[i + 2] + span);
+  }
+  if (L[0] < 1 || L[1] < 1 || L[0] * L[1] != xs[2])
+    c.fail(ErrorCode::invalid_argument, "input dim 2 ({}) is not the {} x {} blocks of the image", xs[2], L[0], L[1]);
+  const int64_t C = xs[1] / K;
+  std::vector<double> w(static_cast<size_t>(C * K * K), 0.0);
+  for (int64_t ch = 0; ch < C; ++ch)
+    for (int64_t k = 0; k < K; ++k) w[static_cast<size_t>((ch * K + k) * K + k)] = 1.0;
+  Value* wv = c.konst(Tensor::from_doubles(w, {C * K, 1, block[0], block[1]}, c.dtype(x)));
+  return {c.op("conv_transpose2d"_op, {c.reshape(x, {xs[0], xs[1], L[0], L[1]}), wv},
+               {{"stride", strides}, {"padding", pads}, {"output_padding", out_pad}, {"dilation", dil}, {"groups", C}})};
+}
+
 V emit_einsum(NodeCtx& c) {
   std::vector<Value*> ins;
   for (int i = 0; i < c.num_inputs(); ++i) ins.push_back(c.in(i));
@@ -1491,6 +1525,7 @@ std::map<std::string, OpMapping> build_table() {
     return m == "avg" || m == "max" ? std::string() : "mode '" + m + "'";
   });
   add("Einsum", 12, true, "einsum: transpose, reshape, matmul, reduce_sum", emit_einsum);
+  add("Col2Im", 18, true, "conv_transpose2d with a one-hot depthwise kernel (2-D images)", emit_col2im);
   add("ScatterElements", 11, false, "scatter", emit_scatter_elements, check_scatter);
   add("Scatter", 9, false, "scatter", emit_scatter_elements, check_scatter);
   add("Pad", 2, false, "pad", emit_pad, check_pad);
