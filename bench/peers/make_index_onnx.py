@@ -6,7 +6,7 @@ initializers. Batch 1, opset 17.
 
   /usr/bin/python3 bench/peers/make_index_onnx.py [--out out/bench/index]
   /usr/bin/python3 bench/peers/infer_vs_ort.py --batches 1 --threads 1,2 \\
-      --model out/bench/index/gridsample.onnx:x:32,96,96 --model out/bench/index/scatternd.onnx:x:3136,96 ...
+      --model gridsample=out/bench/index/gridsample.onnx:x:32,96,96 --model scatternd=out/bench/index/scatternd.onnx:x:3136,96 ...
 """
 import argparse
 import os
