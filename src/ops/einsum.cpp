@@ -55,8 +55,8 @@ EinsumSpec parse_einsum(std::string_view equation, std::span<const int> ranks) {
   std::vector<Term> terms;
   for (size_t start = 0;;) {
     const size_t comma = lhs.find(',', start);
-    terms.push_back(parse_term(lhs.substr(start, comma == std::string_view::npos ? lhs.size() - start : comma - start),
-                               equation));
+    terms.push_back(
+        parse_term(lhs.substr(start, comma == std::string_view::npos ? lhs.size() - start : comma - start), equation));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -69,10 +69,12 @@ EinsumSpec parse_einsum(std::string_view equation, std::span<const int> ranks) {
     const int letters = static_cast<int>(terms[i].letters.size());
     if (terms[i].ellipsis_at < 0) {
       SPORE_CHECK(letters == ranks[i], ErrorCode::invalid_argument,
-                  "einsum equation '{}': term {} has {} labels for an input of rank {}", equation, i, letters, ranks[i]);
+                  "einsum equation '{}': term {} has {} labels for an input of rank {}", equation, i, letters,
+                  ranks[i]);
     } else {
       SPORE_CHECK(letters <= ranks[i], ErrorCode::invalid_argument,
-                  "einsum equation '{}': term {} has {} labels for an input of rank {}", equation, i, letters, ranks[i]);
+                  "einsum equation '{}': term {} has {} labels for an input of rank {}", equation, i, letters,
+                  ranks[i]);
       ell_len[i] = ranks[i] - letters;
       ell = std::max(ell, ell_len[i]);
     }
@@ -98,8 +100,9 @@ EinsumSpec parse_einsum(std::string_view equation, std::span<const int> ranks) {
       if (count[static_cast<size_t>(id)] == 1) spec.output.push_back(id);
   } else {
     const Term out = parse_term(equation.substr(arrow + 2), equation);
-    SPORE_CHECK(ell == 0 || out.ellipsis_at >= 0 || std::all_of(ell_len.begin(), ell_len.end(), [](int l) { return l == 0; }),
-                ErrorCode::invalid_argument, "einsum equation '{}': the output must keep the ellipsis", equation);
+    SPORE_CHECK(
+        ell == 0 || out.ellipsis_at >= 0 || std::all_of(ell_len.begin(), ell_len.end(), [](int l) { return l == 0; }),
+        ErrorCode::invalid_argument, "einsum equation '{}': the output must keep the ellipsis", equation);
     spec.output = expand(out, ell);
     for (size_t j = 0; j < out.letters.size(); ++j) {
       const int id = out.letters[j];

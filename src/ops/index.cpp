@@ -121,7 +121,8 @@ Grads scatter_nd_grad(const GradContext& c) {
     const Tensor is_zero = ops::eq(upd, zero);
     const Tensor safe_upd = ops::where(is_zero, one, upd);
     const Tensor prod_nz = ops::gather_nd(ops::scatter_nd(ops::ones(x.shape(), dt), idx, safe_upd, "mul"), idx);
-    const Tensor zeros_at = ops::gather_nd(ops::scatter_nd(ops::zeros(x.shape(), dt), idx, ops::cast(is_zero, dt), "add"), idx);
+    const Tensor zeros_at =
+        ops::gather_nd(ops::scatter_nd(ops::zeros(x.shape(), dt), idx, ops::cast(is_zero, dt), "add"), idx);
     const Tensor others = ops::where(is_zero, ops::where(ops::eq(zeros_at, one), prod_nz, zero),
                                      ops::where(ops::eq(zeros_at, zero), ops::div(prod_nz, safe_upd), zero));
     gs[2] = ops::mul(ops::gather_nd(ops::mul(g, x), idx), others);
@@ -149,13 +150,14 @@ Grads gather_nd_grad(const GradContext& c) {
 
 std::vector<TensorType> infer_grid_sample(const InferContext& c) {
   const TensorType &x = c.in(0), &grid = c.in(1);
-  c.check(x.rank() == 4, ErrorCode::unsupported, "x must be [N, C, H, W] (4-D; volumetric grid_sample is not supported), got {}",
-          x.str());
+  c.check(x.rank() == 4, ErrorCode::unsupported,
+          "x must be [N, C, H, W] (4-D; volumetric grid_sample is not supported), got {}", x.str());
   c.check(grid.dtype == x.dtype, ErrorCode::dtype_mismatch, "grid must have x's dtype {}, got {}", dtype_name(x.dtype),
           dtype_name(grid.dtype));
   const bool ok = grid.rank() == 4 && infer::dims_compatible(grid.dims[0], x.dims[0]) && grid.dims[3].is_static() &&
                   grid.dims[3].size == 2;
-  c.check(ok, ErrorCode::shape_mismatch, "grid must be [N, Ho, Wo, 2] with x's N ({}), got {}", x.dims[0].str(), grid.str());
+  c.check(ok, ErrorCode::shape_mismatch, "grid must be [N, Ho, Wo, 2] with x's N ({}), got {}", x.dims[0].str(),
+          grid.str());
   return {TensorType(x.dtype, {x.dims[0], x.dims[1], grid.dims[1], grid.dims[2]})};
 }
 
@@ -163,7 +165,8 @@ std::vector<TensorType> infer_grid_sample_grad(const InferContext& c) {
   const TensorType y = infer_grid_sample(c)[0];
   const TensorType& dy = c.in(2);
   bool ok = dy.dtype == y.dtype && dy.rank() == 4;
-  for (int i = 0; ok && i < 4; ++i) ok = infer::dims_compatible(dy.dims[static_cast<size_t>(i)], y.dims[static_cast<size_t>(i)]);
+  for (int i = 0; ok && i < 4; ++i)
+    ok = infer::dims_compatible(dy.dims[static_cast<size_t>(i)], y.dims[static_cast<size_t>(i)]);
   c.check(ok, ErrorCode::shape_mismatch, "dy must be grid_sample's output {}, got {}", y.str(), dy.str());
   return {c.in(0), c.in(1)};
 }
@@ -185,8 +188,8 @@ std::vector<TensorType> infer_roi_align(const InferContext& c) {
   c.check(bi.rank() == 1 && infer::dims_compatible(bi.dims[0], rois.dims[0]), ErrorCode::shape_mismatch,
           "batch_indices must be [R] with R = {}, got {}", rois.dims[0].str(), bi.str());
   const int64_t oh = c.attrs.i("output_height"), ow = c.attrs.i("output_width");
-  c.check(oh > 0 && ow > 0, ErrorCode::invalid_argument, "output_height and output_width must be > 0, got {} and {}", oh,
-          ow);
+  c.check(oh > 0 && ow > 0, ErrorCode::invalid_argument, "output_height and output_width must be > 0, got {} and {}",
+          oh, ow);
   c.check(c.attrs.i("sampling_ratio") >= 0, ErrorCode::invalid_argument, "sampling_ratio must be >= 0, got {}",
           c.attrs.i("sampling_ratio"));
   return {TensorType(x.dtype, {rois.dims[0], x.dims[1], Dim(oh), Dim(ow)})};
@@ -196,7 +199,8 @@ std::vector<TensorType> infer_roi_align_grad(const InferContext& c) {
   const TensorType y = infer_roi_align(c)[0];
   const TensorType& dy = c.in(3);
   bool ok = dy.dtype == y.dtype && dy.rank() == 4;
-  for (int i = 0; ok && i < 4; ++i) ok = infer::dims_compatible(dy.dims[static_cast<size_t>(i)], y.dims[static_cast<size_t>(i)]);
+  for (int i = 0; ok && i < 4; ++i)
+    ok = infer::dims_compatible(dy.dims[static_cast<size_t>(i)], y.dims[static_cast<size_t>(i)]);
   c.check(ok, ErrorCode::shape_mismatch, "dy must be roi_align's output {}, got {}", y.str(), dy.str());
   return {c.in(0)};
 }
@@ -287,10 +291,8 @@ void sum_unused(Operand& o, const std::vector<int>& keep) {
   Ints axes;
   std::vector<int> labels;
   for (size_t d = 0; d < o.labels.size(); ++d) {
-    if (has(keep, o.labels[d]))
-      labels.push_back(o.labels[d]);
-    else
-      axes.push_back(static_cast<int64_t>(d));
+    if (has(keep, o.labels[d])) labels.push_back(o.labels[d]);
+    else axes.push_back(static_cast<int64_t>(d));
   }
   if (axes.empty()) return;
   o = {ops::reduce_sum(o.t, axes, false), labels};
@@ -301,10 +303,8 @@ void sum_unused(Operand& o, const std::vector<int>& keep) {
 Operand contract(const Operand& a, const Operand& b, const std::vector<int>& keep, const std::vector<int64_t>& size) {
   std::vector<int> batch, contracted, a_only, b_only;
   for (int id : a.labels) {
-    if (has(b.labels, id))
-      (has(keep, id) ? batch : contracted).push_back(id);
-    else
-      a_only.push_back(id);
+    if (has(b.labels, id)) (has(keep, id) ? batch : contracted).push_back(id);
+    else a_only.push_back(id);
   }
   for (int id : b.labels)
     if (!has(a.labels, id)) b_only.push_back(id);
@@ -341,7 +341,8 @@ Tensor einsum_labels(std::vector<Operand> ops_in, const std::vector<int>& out, i
       size[static_cast<size_t>(o.labels[d])] = std::max(size[static_cast<size_t>(o.labels[d])], o.t.shape()[d]);
   const auto keep_after = [&](size_t i) {  // labels still needed after operand i: the output's and later operands'
     std::vector<int> keep = out;
-    for (size_t j = i + 1; j < ops_in.size(); ++j) keep.insert(keep.end(), ops_in[j].labels.begin(), ops_in[j].labels.end());
+    for (size_t j = i + 1; j < ops_in.size(); ++j)
+      keep.insert(keep.end(), ops_in[j].labels.begin(), ops_in[j].labels.end());
     return keep;
   };
   for (size_t i = 0; i < ops_in.size(); ++i) {
@@ -439,7 +440,8 @@ Grads einsum_grad(const GradContext& c) {
         for (size_t p = 0; p < li.size() && on; ++p)
           for (size_t q = p + 1; q < li.size() && on; ++q) on = li[p] != li[q] || at[p] == at[q];
         mask[f] = on ? 1.0 : 0.0;
-        for (int d = static_cast<int>(xs.size()) - 1; d >= 0 && ++at[static_cast<size_t>(d)] == xs[static_cast<size_t>(d)]; --d)
+        for (int d = static_cast<int>(xs.size()) - 1;
+             d >= 0 && ++at[static_cast<size_t>(d)] == xs[static_cast<size_t>(d)]; --d)
           at[static_cast<size_t>(d)] = 0;
       }
       r = ops::mul(r, Tensor::from_doubles(mask, xs, r.dtype()));
@@ -454,8 +456,9 @@ Grads einsum_grad(const GradContext& c) {
 void register_index_ops(OpRegistry& r) {
   using K = AttrKind;
   r.def("scatter_nd"_op)
-      .doc("ONNX ScatterND: a copy of x with updates written (or reduced) at the index tuples in the last dim of "
-           "indices, applied in order; negative indices wrap.")
+      .doc(
+          "ONNX ScatterND: a copy of x with updates written (or reduced) at the index tuples in the last dim of "
+          "indices, applied in order; negative indices wrap.")
       .inputs({"x", "indices", "updates"})
       .choice("reduction", {"none", "add", "mul", "max", "min"})
       .dtypes(dtypes::all)
@@ -464,8 +467,9 @@ void register_index_ops(OpRegistry& r) {
       .grad(scatter_nd_grad);
 
   r.def("gather_nd"_op)
-      .doc("ONNX GatherND: the slices of x at the index tuples in the last dim of indices; the first batch_dims dims "
-           "of x and indices are shared. Negative indices wrap.")
+      .doc(
+          "ONNX GatherND: the slices of x at the index tuples in the last dim of indices; the first batch_dims dims "
+          "of x and indices are shared. Negative indices wrap.")
       .inputs({"x", "indices"})
       .attr("batch_dims", K::i64, int64_t{0})
       .dtypes(dtypes::all)
@@ -474,8 +478,9 @@ void register_index_ops(OpRegistry& r) {
       .grad(gather_nd_grad);
 
   r.def("grid_sample"_op)
-      .doc("ONNX GridSample (opset 16) / PyTorch grid_sample: x [N, C, H, W] sampled at grid [N, Ho, Wo, 2] "
-           "(x then y, -1..1) -> [N, C, Ho, Wo].")
+      .doc(
+          "ONNX GridSample (opset 16) / PyTorch grid_sample: x [N, C, H, W] sampled at grid [N, Ho, Wo, 2] "
+          "(x then y, -1..1) -> [N, C, Ho, Wo].")
       .inputs({"x", "grid"})
       .choice("mode", {"bilinear", "nearest", "bicubic"})
       .choice("padding_mode", {"zeros", "border", "reflection"})
@@ -527,8 +532,9 @@ void register_index_ops(OpRegistry& r) {
       .infer(infer_roi_align_grad);
 
   r.def("einsum"_op)
-      .doc("numpy.einsum over the inputs by `equation` (\"ij,jk->ik\", \"...\" dims broadcast, implicit outputs). "
-           "Decomposed into transpose, reshape, matmul and reduce_sum (diagonals by a strided slice).")
+      .doc(
+          "numpy.einsum over the inputs by `equation` (\"ij,jk->ik\", \"...\" dims broadcast, implicit outputs). "
+          "Decomposed into transpose, reshape, matmul and reduce_sum (diagonals by a strided slice).")
       .variadic_inputs("inputs", 1)
       .attr("equation", K::str)
       .dtypes(dtypes::floating)
@@ -550,7 +556,8 @@ Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims) {
 Tensor grid_sample(const Tensor& x, const Tensor& grid, const std::string& mode, const std::string& padding_mode,
                    bool align_corners) {
   const Tensor in[] = {x, grid};
-  return call1("grid_sample"_op, in, {{"mode", mode}, {"padding_mode", padding_mode}, {"align_corners", align_corners}});
+  return call1("grid_sample"_op, in,
+               {{"mode", mode}, {"padding_mode", padding_mode}, {"align_corners", align_corners}});
 }
 Tensor roi_align(const Tensor& x, const Tensor& rois, const Tensor& batch_indices, int64_t output_height,
                  int64_t output_width, int64_t sampling_ratio, double spatial_scale, const std::string& mode,

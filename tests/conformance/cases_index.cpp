@@ -32,8 +32,11 @@ void add_index_cases(CaseList& c, ErrorList& e) {
   }
 
   // ---- gather_nd: batch_dims 0, 1, 2.
-  c.push_back(OpCase("gather_nd/depth2", "gather_nd"_op, {{5, 6, 7}, {4, 2}}).input_dtype(1, i64).gen(1, Gen::index(5, true)));
-  c.push_back(OpCase("gather_nd/full_i32", "gather_nd"_op, {{5, 6}, {3, 2, 2}}).input_dtype(1, i32).gen(1, Gen::index(5, true)));
+  c.push_back(
+      OpCase("gather_nd/depth2", "gather_nd"_op, {{5, 6, 7}, {4, 2}}).input_dtype(1, i64).gen(1, Gen::index(5, true)));
+  c.push_back(OpCase("gather_nd/full_i32", "gather_nd"_op, {{5, 6}, {3, 2, 2}})
+                  .input_dtype(1, i32)
+                  .gen(1, Gen::index(5, true)));
   c.push_back(OpCase("gather_nd/batch1", "gather_nd"_op, {{3, 5, 6}, {3, 4, 1}})
                   .attr("batch_dims", I(1))
                   .input_dtype(1, i64)
@@ -82,8 +85,9 @@ void add_index_cases(CaseList& c, ErrorList& e) {
               .gen(2, Gen::index(2));
         };
         c.push_back(make(name, "roi_align"_op, {{2, 3, 9, 10}, {5, 4}, {5}}));
-        c.push_back(make("roi_align_grad/" + name.substr(10), "roi_align_grad"_op, {{2, 3, 9, 10}, {5, 4}, {5}, {5, 3, 3, 4}})
-                        .tol(4));
+        c.push_back(
+            make("roi_align_grad/" + name.substr(10), "roi_align_grad"_op, {{2, 3, 9, 10}, {5, 4}, {5}, {5, 3, 3, 4}})
+                .tol(4));
       }
 
   // ---- einsum
@@ -103,23 +107,57 @@ void add_index_cases(CaseList& c, ErrorList& e) {
   ein("attention_scores", "bhqd,bhkd->bhqk", {{1, 2, 3, 8}, {1, 2, 5, 8}});
   ein("summed_label", "ijk,jl->il", {{3, 4, 2}, {4, 5}});
 
-  e.push_back({"scatter_nd/depth", "scatter_nd"_op, {{5, 3}, {2, 3}, {2}}, {f32, i64, f32}, {}, ErrorCode::shape_mismatch});
-  e.push_back({"scatter_nd/updates", "scatter_nd"_op, {{5, 3}, {2, 1}, {2, 4}}, {f32, i64, f32}, {}, ErrorCode::shape_mismatch});
-  e.push_back({"scatter_nd/float_indices", "scatter_nd"_op, {{5, 3}, {2, 1}, {2, 3}}, {f32, f32, f32}, {},
+  e.push_back(
+      {"scatter_nd/depth", "scatter_nd"_op, {{5, 3}, {2, 3}, {2}}, {f32, i64, f32}, {}, ErrorCode::shape_mismatch});
+  e.push_back({"scatter_nd/updates",
+               "scatter_nd"_op,
+               {{5, 3}, {2, 1}, {2, 4}},
+               {f32, i64, f32},
+               {},
+               ErrorCode::shape_mismatch});
+  e.push_back({"scatter_nd/float_indices",
+               "scatter_nd"_op,
+               {{5, 3}, {2, 1}, {2, 3}},
+               {f32, f32, f32},
+               {},
                ErrorCode::dtype_mismatch});
-  e.push_back({"gather_nd/batch_dims", "gather_nd"_op, {{5, 3}, {2, 1}}, {f32, i64}, {{"batch_dims", I(2)}},
+  e.push_back({"gather_nd/batch_dims",
+               "gather_nd"_op,
+               {{5, 3}, {2, 1}},
+               {f32, i64},
+               {{"batch_dims", I(2)}},
                ErrorCode::invalid_argument});
-  e.push_back({"gather_nd/batch_mismatch", "gather_nd"_op, {{5, 3}, {4, 1}}, {f32, i64}, {{"batch_dims", I(1)}},
+  e.push_back({"gather_nd/batch_mismatch",
+               "gather_nd"_op,
+               {{5, 3}, {4, 1}},
+               {f32, i64},
+               {{"batch_dims", I(1)}},
                ErrorCode::shape_mismatch});
-  e.push_back({"grid_sample/grid_shape", "grid_sample"_op, {{1, 2, 4, 4}, {1, 3, 3, 3}}, {f32, f32}, {},
+  e.push_back({"grid_sample/grid_shape",
+               "grid_sample"_op,
+               {{1, 2, 4, 4}, {1, 3, 3, 3}},
+               {f32, f32},
+               {},
                ErrorCode::shape_mismatch});
-  e.push_back({"grid_sample/volumetric", "grid_sample"_op, {{1, 2, 4, 4, 4}, {1, 3, 3, 3, 3}}, {f32, f32}, {},
+  e.push_back({"grid_sample/volumetric",
+               "grid_sample"_op,
+               {{1, 2, 4, 4, 4}, {1, 3, 3, 3, 3}},
+               {f32, f32},
+               {},
                ErrorCode::unsupported});
-  e.push_back({"roi_align/rois", "roi_align"_op, {{1, 2, 4, 4}, {3, 5}, {3}}, {f32, f32, i64}, {},
-               ErrorCode::shape_mismatch});
-  e.push_back({"einsum/terms", "einsum"_op, {{3, 4}}, {f32}, {{"equation", std::string("ij,jk->ik")}},
+  e.push_back(
+      {"roi_align/rois", "roi_align"_op, {{1, 2, 4, 4}, {3, 5}, {3}}, {f32, f32, i64}, {}, ErrorCode::shape_mismatch});
+  e.push_back({"einsum/terms",
+               "einsum"_op,
+               {{3, 4}},
+               {f32},
+               {{"equation", std::string("ij,jk->ik")}},
                ErrorCode::invalid_argument});
-  e.push_back({"einsum/sizes", "einsum"_op, {{3, 4}, {5, 6}}, {f32, f32}, {{"equation", std::string("ij,jk->ik")}},
+  e.push_back({"einsum/sizes",
+               "einsum"_op,
+               {{3, 4}, {5, 6}},
+               {f32, f32},
+               {{"equation", std::string("ij,jk->ik")}},
                ErrorCode::shape_mismatch});
 }
 

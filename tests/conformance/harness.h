@@ -90,7 +90,7 @@ void add_fused_cases(CaseList& c, ErrorList& e);  // cases_fused.cpp: conv2d_fus
 void add_attention_cases(CaseList& c, ErrorList& e);  // cases_attention.cpp: attention
 void add_rnn_cases(CaseList& c, ErrorList& e);        // cases_rnn.cpp: rnn_sequence
 void add_llm_cases(CaseList& c, ErrorList& e);        // cases_llm.cpp: linear_blockq(_multi), embed_blockq, rope, attention_kv
-void add_index_cases(CaseList& c, ErrorList& e);      // cases_index.cpp: scatter_nd, gather_nd, grid_sample, roi_align, einsum
+void add_index_cases(CaseList& c, ErrorList& e);      // cases_index.cpp: scatter_nd ... einsum
 
 // Tolerance for comparing cpu results to the reference: |a-b| <= atol + rtol*|ref|.
 struct Tolerance {

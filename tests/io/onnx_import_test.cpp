@@ -291,7 +291,8 @@ TEST(OnnxImport, IndexingOpsLaterForms) {
     r->add_dims(1);
     attr_s(b.node("ScatterND", {"x", "i", "u"}, {"y"}), "reduction", "max");
     b.output("y");
-    const Tensor x = testing::patterned_tensor({4, 3}, DType::f32, 1), u = testing::patterned_tensor({2, 3}, DType::f32, 2);
+    const Tensor x = testing::patterned_tensor({4, 3}, DType::f32, 1),
+                 u = testing::patterned_tensor({2, 3}, DType::f32, 2);
     const Tensor y = run(*io::import_onnx_bytes(b.bytes(), "snd"), {x, u}).at(0);
     const Tensor idx = Tensor::from_vector<int64_t>({2, 0}, {2, 1});
     expect_close(y, ops::scatter_nd(x, idx, u, "max"));
@@ -310,7 +311,8 @@ TEST(OnnxImport, IndexingOpsLaterForms) {
     attr_s(n, "reduction", "min");
     ModelBuilder::attr_i(n, "axis", 1);
     b.output("y");
-    const Tensor x = testing::patterned_tensor({3, 4}, DType::f32, 3), u = testing::patterned_tensor({3, 2}, DType::f32, 4);
+    const Tensor x = testing::patterned_tensor({3, 4}, DType::f32, 3),
+                 u = testing::patterned_tensor({3, 2}, DType::f32, 4);
     const Tensor idx = Tensor::from_vector<int64_t>({0, 3, 1, 1, 2, -1}, {3, 2});
     expect_close(run(*io::import_onnx_bytes(b.bytes(), "se"), {x, u}).at(0), ops::scatter(x, idx, u, 1, "min"));
   }
@@ -325,7 +327,8 @@ TEST(OnnxImport, IndexingOpsLaterForms) {
     const Tensor x = testing::patterned_tensor({1, 2, 4, 5}, DType::f32, 5);
     const Tensor g = ops::div(testing::patterned_tensor({1, 3, 3, 2}, DType::f32, 6), Tensor::scalar(10.0, DType::f32));
     const std::string m = std::string(mode) == "linear" ? "bilinear" : std::string(mode) == "cubic" ? "bicubic" : mode;
-    expect_close(run(*io::import_onnx_bytes(b.bytes(), "gs"), {x, g}).at(0), ops::grid_sample(x, g, m, "border", false));
+    expect_close(run(*io::import_onnx_bytes(b.bytes(), "gs"), {x, g}).at(0),
+                 ops::grid_sample(x, g, m, "border", false));
   }
   {  // Col2Im: image 5 x 6, block 2 x 3, dilation (1, 2), stride (2, 1), pads (1, 0, 0, 1)
     const int64_t H = 5, W = 6, kh = 2, kw = 3, dh = 1, dw = 2, sh = 2, sw = 1, pt = 1, pl = 0, pb = 0, pr = 1;

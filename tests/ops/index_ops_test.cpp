@@ -91,7 +91,8 @@ TEST(IndexOps, RoiAlignInputGradientMatchesFiniteDifferences) {
   init();
   BackendScope scope(Backend::reference);
   const Tensor x = rnd({2, 2, 7, 8}, 5, -1, 1);
-  const Tensor rois = Tensor::from_doubles({0.5, 1.0, 6.0, 5.5, 2.0, 0.0, 7.5, 6.5, -1.0, 2.0, 3.0, 9.0}, {3, 4}, DType::f64);
+  const Tensor rois =
+      Tensor::from_doubles({0.5, 1.0, 6.0, 5.5, 2.0, 0.0, 7.5, 6.5, -1.0, 2.0, 3.0, 9.0}, {3, 4}, DType::f64);
   const Tensor bi = i64({0, 1, 1}, {3});
   for (const char* mode : {"avg", "max"}) {
     const Tensor w = rnd({3, 2, 2, 3}, 6, -1, 1);
@@ -145,9 +146,12 @@ TEST(IndexOps, EinsumDecompositionMatchesReference) {
     std::vector<Shape> shapes;
   };
   const std::vector<Case> cases = {
-      {"ij,jk->ik", {{3, 4}, {4, 5}}},         {"bii->bi", {{2, 3, 3}}},
-      {"ii->", {{4, 4}}},                      {"...ij,...jk", {{2, 1, 3, 4}, {5, 4, 2}}},
-      {"ijk,ikl,il->jl", {{2, 3, 4}, {2, 4, 5}, {2, 5}}}, {"iij,jk->ik", {{3, 3, 2}, {2, 4}}},
+      {"ij,jk->ik", {{3, 4}, {4, 5}}},
+      {"bii->bi", {{2, 3, 3}}},
+      {"ii->", {{4, 4}}},
+      {"...ij,...jk", {{2, 1, 3, 4}, {5, 4, 2}}},
+      {"ijk,ikl,il->jl", {{2, 3, 4}, {2, 4, 5}, {2, 5}}},
+      {"iij,jk->ik", {{3, 3, 2}, {2, 4}}},
   };
   for (size_t n = 0; n < cases.size(); ++n) {
     std::vector<Tensor> ins;

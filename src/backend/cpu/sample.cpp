@@ -33,8 +33,12 @@ struct GridAttrs {
   Pad pad;
   bool align;
   explicit GridAttrs(const Attrs& a)
-      : mode(a.s("mode") == "nearest" ? Mode::nearest : a.s("mode") == "bicubic" ? Mode::bicubic : Mode::bilinear),
-        pad(a.s("padding_mode") == "border" ? Pad::border : a.s("padding_mode") == "reflection" ? Pad::reflection : Pad::zeros),
+      : mode(a.s("mode") == "nearest"   ? Mode::nearest
+             : a.s("mode") == "bicubic" ? Mode::bicubic
+                                        : Mode::bilinear),
+        pad(a.s("padding_mode") == "border"       ? Pad::border
+            : a.s("padding_mode") == "reflection" ? Pad::reflection
+                                                  : Pad::zeros),
         align(a.b("align_corners")) {}
   int taps() const { return mode == Mode::nearest ? 1 : mode == Mode::bilinear ? 4 : 16; }
 };
@@ -471,10 +475,22 @@ void by_float(KernelContext& k, DType t) {
     default: SPORE_FAIL(ErrorCode::dtype_mismatch, "[{}] no CPU kernel for {}", op_name(k.op), dtype_name(t));
   }
 }
-template <typename T> struct GridSampleK { static void run(KernelContext& k) { grid_sample_typed<T>(k); } };
-template <typename T> struct GridSampleGradK { static void run(KernelContext& k) { grid_sample_grad_typed<T>(k); } };
-template <typename T> struct RoiAlignK { static void run(KernelContext& k) { roi_align_typed<T>(k); } };
-template <typename T> struct RoiAlignGradK { static void run(KernelContext& k) { roi_align_grad_typed<T>(k); } };
+template <typename T>
+struct GridSampleK {
+  static void run(KernelContext& k) { grid_sample_typed<T>(k); }
+};
+template <typename T>
+struct GridSampleGradK {
+  static void run(KernelContext& k) { grid_sample_grad_typed<T>(k); }
+};
+template <typename T>
+struct RoiAlignK {
+  static void run(KernelContext& k) { roi_align_typed<T>(k); }
+};
+template <typename T>
+struct RoiAlignGradK {
+  static void run(KernelContext& k) { roi_align_grad_typed<T>(k); }
+};
 
 void grid_sample(KernelContext& k) { by_float<GridSampleK>(k, k.in(0).dtype()); }
 void grid_sample_grad(KernelContext& k) { by_float<GridSampleGradK>(k, k.in(0).dtype()); }

@@ -350,8 +350,7 @@ void scatter_nd_typed(T* out, const T* upd, const std::vector<int64_t>& rows, in
   const auto apply = [=](int64_t m, int64_t s0, int64_t s1) {
     T* dst = out + rp[m] * S;
     const T* src = upd + m * S;
-    if (mode == 0)
-      std::memcpy(dst + s0, src + s0, static_cast<size_t>(s1 - s0) * sizeof(T));
+    if (mode == 0) std::memcpy(dst + s0, src + s0, static_cast<size_t>(s1 - s0) * sizeof(T));
     else
       for (int64_t s = s0; s < s1; ++s) dst[s] = reduce_pair<T>(dst[s], src[s], mode);
   };

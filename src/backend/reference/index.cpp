@@ -18,7 +18,8 @@ int64_t tuple_at(const Tensor& idx, int64_t m, int64_t j, int64_t k, int64_t bou
   const int64_t raw = static_cast<int64_t>(get(idx, m * k + j));
   const int64_t v = raw < 0 ? raw + bound : raw;
   SPORE_CHECK(v >= 0 && v < bound, ErrorCode::invalid_argument,
-              "[{}] index {} (tuple {}, component {}) is out of range for dim {} of size {}", op, raw, m, j, dim, bound);
+              "[{}] index {} (tuple {}, component {}) is out of range for dim {} of size {}", op, raw, m, j, dim,
+              bound);
   return v;
 }
 
@@ -74,7 +75,9 @@ void gather_nd(KernelContext& k) {
 double unnormalize(double g, int64_t size, bool align) {
   return align ? (g + 1) / 2 * static_cast<double>(size - 1) : ((g + 1) * static_cast<double>(size) - 1) / 2;
 }
-double d_unnormalize(int64_t size, bool align) { return align ? static_cast<double>(size - 1) / 2 : static_cast<double>(size) / 2; }
+double d_unnormalize(int64_t size, bool align) {
+  return align ? static_cast<double>(size - 1) / 2 : static_cast<double>(size) / 2;
+}
 
 // Border / reflection padding of a source coordinate, and d(result)/d(coord).
 double pad_coord(double c, int64_t size, const std::string& pm, bool align, double* dc) {
@@ -102,7 +105,10 @@ double pad_coord(double c, int64_t size, const std::string& pm, bool align, doub
       const double mn = lo2 / 2, span = (hi2 - lo2) / 2;
       double v = c - mn;
       double sgn = 1;
-      if (v < 0) { v = -v; sgn = -1; }
+      if (v < 0) {
+        v = -v;
+        sgn = -1;
+      }
       const double extra = std::fmod(v, span);
       const int64_t flips = static_cast<int64_t>(std::floor(v / span));
       if (flips % 2 == 0) {
@@ -132,7 +138,8 @@ struct Tap {
 };
 
 // The taps of the point at grid (gx, gy) in an H x W image, and d(source coordinate)/d(grid) per axis.
-std::vector<Tap> taps_of(double gx, double gy, int64_t H, int64_t W, const Attrs& a, double* sx_scale, double* sy_scale) {
+std::vector<Tap> taps_of(double gx, double gy, int64_t H, int64_t W, const Attrs& a, double* sx_scale,
+                         double* sy_scale) {
   const std::string& mode = a.s("mode");
   const std::string& pm = a.s("padding_mode");
   const bool align = a.b("align_corners");
@@ -151,7 +158,8 @@ std::vector<Tap> taps_of(double gx, double gy, int64_t H, int64_t W, const Attrs
     for (int j = 0; j < 4; ++j)
       for (int i = 0; i < 4; ++i) {
         // Each tap is padded on its own (an integer position: no derivative through it).
-        const double px = pad_coord(x0 - 1 + i, W, pm, align, nullptr), py = pad_coord(y0 - 1 + j, H, pm, align, nullptr);
+        const double px = pad_coord(x0 - 1 + i, W, pm, align, nullptr),
+                     py = pad_coord(y0 - 1 + j, H, pm, align, nullptr);
         const int64_t xi = static_cast<int64_t>(px), yi = static_cast<int64_t>(py);
         const bool in = inside(yi, xi);
         taps.push_back({in ? yi : -1, in ? xi : -1, cx[i] * cy[j], dx[i] * cy[j], cx[i] * dy[j]});
@@ -187,7 +195,8 @@ void grid_sample(KernelContext& k) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t p = 0; p < Ho * Wo; ++p) {
       double sx = 0, sy = 0;
-      const auto taps = taps_of(get(grid, (n * Ho * Wo + p) * 2), get(grid, (n * Ho * Wo + p) * 2 + 1), H, W, k.attrs, &sx, &sy);
+      const auto taps =
+          taps_of(get(grid, (n * Ho * Wo + p) * 2), get(grid, (n * Ho * Wo + p) * 2 + 1), H, W, k.attrs, &sx, &sy);
       for (int64_t c = 0; c < C; ++c) {
         double acc = 0;
         for (const Tap& t : taps)
@@ -283,8 +292,8 @@ std::vector<Sample> roi_samples(const Tensor& rois, int64_t r, int64_t ph, int64
 
 int64_t roi_batch(const Tensor& bi, int64_t r, int64_t n) {
   const int64_t b = static_cast<int64_t>(get(bi, r));
-  SPORE_CHECK(b >= 0 && b < n, ErrorCode::invalid_argument, "[roi_align] batch index {} of roi {} is out of range for {} images",
-              b, r, n);
+  SPORE_CHECK(b >= 0 && b < n, ErrorCode::invalid_argument,
+              "[roi_align] batch index {} of roi {} is out of range for {} images", b, r, n);
   return b;
 }
 
@@ -395,7 +404,8 @@ void einsum(KernelContext& k) {
       prod *= get(t, flat);
     }
     int64_t o = 0;
-    for (size_t d = 0; d < s.output.size(); ++d) o = o * size[static_cast<size_t>(s.output[d])] + value[static_cast<size_t>(s.output[d])];
+    for (size_t d = 0; d < s.output.size(); ++d)
+      o = o * size[static_cast<size_t>(s.output[d])] + value[static_cast<size_t>(s.output[d])];
     out[static_cast<size_t>(o)] += prod;
   }
   for (size_t i = 0; i < out.size(); ++i) put(k.out(), static_cast<int64_t>(i), out[i]);

@@ -161,10 +161,8 @@ void scatter(KernelContext& k) {
       v = is_bool ? double(cur != 0 || u != 0) : cur + u;
     else if (red == "mul")
       v = is_bool ? double(cur != 0 && u != 0) : cur * u;
-    else if (red == "max")
-      v = std::max(cur, u);
-    else if (red == "min")
-      v = std::min(cur, u);
+    else if (red == "max") v = std::max(cur, u);
+    else if (red == "min") v = std::min(cur, u);
     put(k.out(), dst, v);
   }
 }

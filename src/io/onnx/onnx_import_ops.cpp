@@ -723,8 +723,7 @@ std::string grid_sample_mode(const std::string& m) {
 V emit_grid_sample(NodeCtx& c) {
   Value* x = c.in(0);
   if (c.rank(x) != 4)
-    c.fail(ErrorCode::unsupported, "a {}-D input (spore's grid_sample takes [N, C, H, W]; volumetric sampling is not "
-           "supported)", c.rank(x));
+    c.fail(ErrorCode::unsupported, "a {}-D input (grid_sample takes [N, C, H, W]; no volumetric sampling)", c.rank(x));
   const std::string mode = grid_sample_mode(c.attr_s("mode", c.since >= 20 ? "linear" : "bilinear"));
   if (mode.empty()) c.fail(ErrorCode::unsupported, "mode '{}'", c.attr_s("mode", ""));
   return {c.op("grid_sample"_op, {x, c.in(1)},
@@ -783,8 +782,9 @@ V emit_col2im(NodeCtx& c) {
   for (int64_t ch = 0; ch < C; ++ch)
     for (int64_t k = 0; k < K; ++k) w[static_cast<size_t>((ch * K + k) * K + k)] = 1.0;
   Value* wv = c.konst(Tensor::from_doubles(w, {C * K, 1, block[0], block[1]}, c.dtype(x)));
-  return {c.op("conv_transpose2d"_op, {c.reshape(x, {xs[0], xs[1], L[0], L[1]}), wv},
-               {{"stride", strides}, {"padding", pads}, {"output_padding", out_pad}, {"dilation", dil}, {"groups", C}})};
+  return {
+      c.op("conv_transpose2d"_op, {c.reshape(x, {xs[0], xs[1], L[0], L[1]}), wv},
+           {{"stride", strides}, {"padding", pads}, {"output_padding", out_pad}, {"dilation", dil}, {"groups", C}})};
 }
 
 V emit_einsum(NodeCtx& c) {
