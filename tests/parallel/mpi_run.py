@@ -3,7 +3,8 @@
 limit. Without mpirun it exits 77 (ctest's SKIP), unless CI=true, where a missing mpirun is a failure.
 
 usage: mpi_run.py N TIMEOUT_S COMMAND [ARGS...]   (N = 0: run COMMAND alone, without mpirun)
-The other mpi tests import mpi_setup, launch, run_checked, write_ducks_text and load_safetensors from here."""
+The other mpi tests import mpi_setup, launch, run_checked, write_ducks_text, load_safetensors and (the model-parallel LM
+tests) train_lm and gguf_bytes from here."""
 import array
 import json
 import os
@@ -81,6 +82,34 @@ def load_safetensors(path):
         a.frombytes(data[v["data_offsets"][0]:v["data_offsets"][1]])
         out[k] = a
     return out
+
+
+def train_lm(spore, mpirun, np, env, failures, limit, tmp, text, name, extra=(), arch="llama", layers=2,
+             expect_fail=False):
+    """The small `spore train-lm` the model-parallel tests compare (dim 32, 4 heads, 2 kv heads, 6 steps of batch 4,
+    evaluated at steps 3 and 6, checkpoints in tmp/NAME, the GGUF at tmp/NAME.gguf) on np ranks (0: no mpirun), with
+    `extra` arguments. Returns (losses, output): losses are ("step", step, loss) then ("eval", step, val_loss);
+    with expect_fail, ([], stdout + stderr)."""
+    argv = [spore, "train-lm", "--arch", arch, "--dim", "32", "--layers", str(layers), "--heads", "4", "--kv-heads",
+            "2", "--ffn", "48", "--ctx", "16", "--data", text, "--train-tokenizer", "--vocab", "300", "--batch", "4",
+            "--steps", "6", "--lr", "0.005", "--warmup", "2", "--eval-every", "3", "--eval-batches", "2",
+            "--seed", "3", "--threads", "1", "--json", "--log-every", "1",
+            "--ckpt-dir", os.path.join(tmp, name), "-o", os.path.join(tmp, name + ".gguf")]
+    r = run_checked(launch(mpirun, np, argv) + list(extra), env, failures, limit, expect_fail)
+    if r is None:
+        return [], ""
+    if expect_fail:
+        return [], r.stdout + r.stderr
+    lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    steps = [("step", l["step"], l["loss"]) for l in lines if "loss" in l and "eval" not in l and not l.get("final")]
+    evals = [("eval", l["step"], l["val_loss"]) for l in lines if l.get("eval")]
+    return steps + evals, r.stdout
+
+
+def gguf_bytes(tmp, name):
+    """tmp/NAME.gguf's bytes, or b"" when the run wrote none."""
+    path = os.path.join(tmp, name + ".gguf")
+    return open(path, "rb").read() if os.path.exists(path) else b""
 
 
 def main():

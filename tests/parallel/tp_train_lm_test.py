@@ -9,13 +9,12 @@ ranks resumes in one process to the same tolerance; heads that do not divide by 
 clear error. Without mpirun: SKIPPED (exit 77), a failure when CI=true.
 
 usage: tp_train_lm_test.py SPORE [MPI_MODULE]"""
-import json
 import os
 import shutil
 import sys
 import tempfile
 
-from mpi_run import launch, load_safetensors, mpi_setup, run_checked, write_ducks_text
+from mpi_run import load_safetensors, mpi_setup, train_lm, write_ducks_text
 
 LIMIT = 180
 LOSS_RTOL = 1e-5
@@ -33,20 +32,8 @@ def main():
     failures = []
 
     def run(np, name, arch, *extra, expect_fail=False):
-        argv = [spore, "train-lm", "--arch", arch, "--dim", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2",
-                "--ffn", "48", "--ctx", "16", "--data", text, "--train-tokenizer", "--vocab", "300", "--batch", "4",
-                "--steps", "6", "--lr", "0.005", "--warmup", "2", "--eval-every", "3", "--eval-batches", "2",
-                "--accum", "2", "--seed", "3", "--threads", "1", "--json", "--log-every", "1",
-                "--ckpt-dir", os.path.join(tmp, name), "-o", os.path.join(tmp, name + ".gguf")]
-        r = run_checked(launch(mpirun, np, argv) + list(extra), env, failures, LIMIT, expect_fail)
-        if r is None:
-            return [], ""
-        if expect_fail:
-            return [], r.stdout + r.stderr
-        lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-        steps = [("step", l["step"], l["loss"]) for l in lines if "loss" in l and "eval" not in l and not l.get("final")]
-        evals = [("eval", l["step"], l["val_loss"]) for l in lines if l.get("eval")]
-        return steps + evals, r.stdout
+        return train_lm(spore, mpirun, np, env, failures, LIMIT, tmp, text, name, ("--accum", "2") + extra, arch=arch,
+                        layers=2, expect_fail=expect_fail)
 
     def close_losses(what, got, ref):
         ok = len(got) == len(ref) and all(g[:2] == r[:2] and abs(g[2] - r[2]) <= LOSS_RTOL * abs(r[2])
