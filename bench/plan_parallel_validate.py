@@ -46,14 +46,17 @@ def main():
             f.write(f"{names[i % 8]} little ducks went out one day, over the hills and far away; "
                     f"{names[(i + 3) % 8]} came back.\n")
 
-    # Communication: spore's allreduce at 2 ranks.
-    r = subprocess.run(mpirun + ["-np", "2", "--bind-to", "core", os.path.join(build, "bench", "allreduce_bench"),
-                                 "--json", "--max-mib", "1"], capture_output=True, text=True, env=env, check=True)
-    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    row256 = min(rows, key=lambda x: abs(x["bytes"] - 256 * 1024))
-    small = min(rows, key=lambda x: x["bytes"])
-    bandwidth = row256["spore_busbw_gbps"] * 1e9
-    latency = small["spore_us"] * 1e-6 / 2  # an allreduce of 2 ranks: 2 message latencies
+    # Communication: spore's allreduce at N ranks, placed as the configurations of N ranks are (pinned to cores when
+    # N <= cores, unpinned and time-sharing them otherwise): bus bandwidth at 256 KiB, and the 4 KiB time as the
+    # latency of the ring's 2 (N - 1) messages. Each configuration is predicted with its rank count's figures.
+    def comm(n):
+        r = subprocess.run(mpirun + ["-np", str(n), "--bind-to", "core" if n <= cores else "none",
+                                     os.path.join(build, "bench", "allreduce_bench"), "--json", "--max-mib", "1"],
+                           capture_output=True, text=True, env=env, check=True)
+        rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+        row256 = min(rows, key=lambda x: abs(x["bytes"] - 256 * 1024))
+        small = min(rows, key=lambda x: x["bytes"])
+        return row256["spore_busbw_gbps"] * 1e9, small["spore_us"] * 1e-6 / (2 * (n - 1))
 
     base = [spore, "train-lm", "--arch", "llama", "--dim", str(MODEL["dim"]), "--layers", str(MODEL["layers"]),
             "--heads", str(MODEL["heads"]), "--kv-heads", str(MODEL["kv_heads"]), "--ffn", str(MODEL["ffn"]),
@@ -81,8 +84,32 @@ def main():
     if only:  # the calibration runs always
         configs = [c for c in configs if c[0] in ("1 rank", "1 rank, batch 2") or c[0] in only]
 
+    # The host: the cores N busy processes really get (other sessions share this machine, and 4 ranks on 2 cores
+    # time-share them): N one-process runs at once, placed as mpirun places N ranks (pinned to different cores when
+    # N <= cores, unpinned otherwise); effective cores = N x alone / together (at most the core count). Each
+    # configuration of N ranks is predicted with the figure for N. Measured in every round, between the
+    # configurations, so it sees the host as they do.
+    groups = sorted({c[1] for c in configs if c[1] > 1})
+    together = {n: [] for n in groups}
+
+    def run_group(n, k):
+        procs = []
+        for j in range(n):
+            ck = os.path.join(tmp, f"ck_group{n}_{k}_{j}")
+            cmd = base + ["--batch", "8", "--ckpt-dir", ck, "-o", ck + ".gguf"]
+            if n <= cores:
+                cmd = ["taskset", "-c", str(j % cores)] + cmd
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env))
+        for p in procs:
+            lines = [json.loads(l) for l in p.communicate()[0].splitlines() if l.startswith("{")]
+            st = [l for l in lines if "tokens_per_s" in l and not l.get("final")]
+            ends = [l["step"] * 8 * MODEL["ctx"] / l["tokens_per_s"] for l in st]
+            together[n].append(statistics.median([b - a for a, b in zip(ends, ends[1:])]))
+
     runs = {name: [] for name, _, _, _ in configs}
-    for k in range(repeat):  # alternating: one run of every configuration per round
+    for k in range(repeat):  # alternating: one run of every configuration and host measurement per round
+        for n in groups:
+            run_group(n, k)
         for i, (name, n, extra, _) in enumerate(configs):
             ck = os.path.join(tmp, f"ck_{i}_{k}")
             cmd = base + extra + ["--ckpt-dir", ck, "-o", ck + ".gguf"]
@@ -102,21 +129,8 @@ def main():
             per_step = [b - a for a, b in zip(ends, ends[1:])]
             runs[name].append(statistics.median(per_step))
     measured = {name: statistics.median(t) for name, t in runs.items()}
-    # The host: the cores two busy processes really get (other sessions share this machine): two one-process runs at
-    # once, pinned to different cores; effective cores = 2 x alone / together (at most the core count).
-    together = []
-    for k in range(repeat):
-        procs = []
-        for core in range(2):
-            ck = os.path.join(tmp, f"ck_pair_{k}_{core}")
-            cmd = ["taskset", "-c", str(core % cores)] + base + ["--batch", "8", "--ckpt-dir", ck, "-o", ck + ".gguf"]
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env))
-        for p in procs:
-            lines = [json.loads(l) for l in p.communicate()[0].splitlines() if l.startswith("{")]
-            st = [l for l in lines if "tokens_per_s" in l and not l.get("final")]
-            ends = [l["step"] * 8 * MODEL["ctx"] / l["tokens_per_s"] for l in st]
-            together.append(statistics.median([b - a for a, b in zip(ends, ends[1:])]))
-    eff_cores = min(float(cores), 2 * measured["1 rank"] / statistics.median(together))
+    links = {n: comm(n) for n in groups}
+    eff_cores = {n: min(float(cores), n * measured["1 rank"] / statistics.median(t)) for n, t in together.items()}
     spec = ",".join(f"{k}={v}" for k, v in MODEL.items()) + f",vocab={VOCAB}"
     # The device: t(b) = ops x overhead + b T x FLOPs per token / rate, from the one-process steps at b = 8 and 2 (one
     # micro-batch each); ops = the step's ops as the model counts them (forward + backward, accumulation, update).
@@ -136,31 +150,36 @@ def main():
         if strat is None:
             continue
         dp, pp, tp, micro = strat
+        bandwidth, latency = links.get(n, links[min(groups)])
         cmd = [spore, "plan-parallel", spec, "--devices", str(n), "--bandwidth", f"{bandwidth:.6g}",
-               "--latency", f"{latency:.6g}", "--global-batch", str(GLOBAL_BATCH), "--shared-cores", f"{eff_cores:.3g}",
-               "--strategy", f"{dp},{pp},{tp},{micro}", "--json"] + device
+               "--latency", f"{latency:.6g}", "--global-batch", str(GLOBAL_BATCH), "--shared-cores",
+               f"{eff_cores.get(n, 1.0):.3g}", "--strategy", f"{dp},{pp},{tp},{micro}", "--json"] + device
         p = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
         pred = p["chosen"]["step_s"]
         out.append({"config": name, "ranks": n, "measured_s": measured[name], "runs_s": runs[name], "predicted_s": pred,
                     "error": pred / measured[name] - 1})
     best = {}
     for n in sorted({c[1] for c in configs}):
+        bandwidth, latency = links.get(n, links[min(groups)])
         cmd = [spore, "plan-parallel", spec, "--devices", str(n), "--bandwidth", f"{bandwidth:.6g}",
-               "--latency", f"{latency:.6g}", "--global-batch", str(GLOBAL_BATCH), "--shared-cores", f"{eff_cores:.3g}",
-               "--json"] + device
+               "--latency", f"{latency:.6g}", "--global-batch", str(GLOBAL_BATCH), "--json"] + device
+        if n > 1:
+            cmd += ["--shared-cores", f"{eff_cores[n]:.3g}"]
         p = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
         c = p["chosen"]
         best[n] = f"dp {c['dp']} x pp {c['pp']} x tp {c['tp']}, {c['micro_batches']} micro-batches"
     load = open("/proc/loadavg").read().split()[:3]
     if as_json:
-        print(json.dumps({"bandwidth": bandwidth, "latency": latency, "one_rank_tokens_per_s": one_tps,
+        print(json.dumps({"links": {n: {"bandwidth": b, "latency": l} for n, (b, l) in links.items()}, "one_rank_tokens_per_s": one_tps,
                           "flops_per_s": rate, "op_overhead_s": overhead, "ops_per_step": ops,
                           "cores": cores, "effective_cores": eff_cores, "repeat": repeat, "steps": steps, "loadavg": load, "rows": out,
                           "chosen": best}))
         return 0
-    print(f"allreduce (2 ranks): {bandwidth / 1e9:.3f} GB/s bus bandwidth at 256 KiB, latency {latency * 1e6:.1f} us; "
+    print("allreduce: " + ", ".join(f"{n} ranks {b / 1e9:.3f} GB/s bus bandwidth at 256 KiB, latency {l * 1e6:.1f} us"
+                                    for n, (b, l) in links.items()) + "; "
           f"1 rank: {one_tps:.0f} tokens/s; device: {rate / 1e9:.2f} GFLOP/s + {overhead * 1e6:.1f} us per op "
-          f"({ops:.0f} ops per step); {cores} cores, {eff_cores:.2f} effective (2 processes at once); load average {' '.join(load)}")
+          f"({ops:.0f} ops per step); {cores} cores, effective "
+          f"{', '.join(f'{v:.2f} for {n} processes at once' for n, v in eff_cores.items())}; load average {' '.join(load)}")
     print(f"{'config':<16} {'ranks':>5} {'measured':>11} {'predicted':>11} {'error':>8}  runs (ms)")
     for o in out:
         print(f"{o['config']:<16} {o['ranks']:>5} {o['measured_s'] * 1e3:>9.1f}ms {o['predicted_s'] * 1e3:>9.1f}ms "

@@ -86,6 +86,61 @@ double traced_update_ops(int64_t k) {
 
 double ceil_div(double a, double b) { return std::ceil(a / b); }
 
+// One pipeline's step on `cores` cores shared by its stages (processor sharing: k runnable stages each run at
+// min(1, cores / k)). Stage s runs its micro-batch slots in 1F1B order - min(pp - 1 - s, M) forwards, then one
+// forward and one backward alternately, then the remaining backwards - and then its optimizer update. A slot is split
+// into a forward (1/3) and a backward (2/3: backward = 2 forwards); F(s, m) waits for F(s - 1, m), B(s, m) for
+// B(s + 1, m). Returns the time the last stage's update ends. With cores >= pp every task runs at full speed and
+// this is the critical path of the schedule.
+double simulate_pipeline(const std::vector<double>& slot, const std::vector<double>& update, int64_t micro,
+                         double cores) {
+  const size_t pp = slot.size();
+  struct Task {
+    bool backward;
+    int64_t m;  // micro-batch; -1: the update
+  };
+  std::vector<std::vector<Task>> order(pp);
+  for (size_t s = 0; s < pp; ++s) {
+    const int64_t warm = std::min<int64_t>(static_cast<int64_t>(pp - 1 - s), micro);
+    for (int64_t m = 0; m < warm; ++m) order[s].push_back({false, m});
+    for (int64_t i = 0; i < micro - warm; ++i) {
+      order[s].push_back({false, warm + i});
+      order[s].push_back({true, i});
+    }
+    for (int64_t m = micro - warm; m < micro; ++m) order[s].push_back({true, m});
+    order[s].push_back({false, -1});
+  }
+  std::vector<size_t> next(pp, 0);
+  std::vector<int64_t> fwd_done(pp, 0), bwd_done(pp, 0);  // micro-batches finished (in order) per stage
+  std::vector<double> left(pp, -1);                        // remaining work of the running task, -1: not started
+  double now = 0;
+  for (;;) {
+    std::vector<size_t> ready;
+    for (size_t s = 0; s < pp; ++s) {
+      if (next[s] == order[s].size()) continue;
+      const Task& t = order[s][next[s]];
+      const bool ok = t.m < 0 || (t.backward ? (s + 1 == pp || bwd_done[s + 1] > t.m) : (s == 0 || fwd_done[s - 1] > t.m));
+      if (!ok) continue;
+      if (left[s] < 0) left[s] = t.m < 0 ? update[s] : (t.backward ? 2.0 : 1.0) / 3.0 * slot[s];
+      ready.push_back(s);
+    }
+    if (ready.empty()) break;
+    const double rate = std::min(1.0, cores / static_cast<double>(ready.size()));
+    double dt = INFINITY;
+    for (size_t s : ready) dt = std::min(dt, left[s] / rate);
+    now += dt;
+    for (size_t s : ready) {
+      left[s] -= dt * rate;
+      if (left[s] > 1e-12 * (1 + slot[s])) continue;
+      const Task& t = order[s][next[s]];
+      if (t.m >= 0) (t.backward ? bwd_done[s] : fwd_done[s]) = t.m + 1;
+      left[s] = -1;
+      ++next[s];
+    }
+  }
+  return now;
+}
+
 }  // namespace
 
 LmFlops formula_lm_flops(const nn::LlamaConfig& c, int64_t T) {
@@ -157,7 +212,8 @@ Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlo
   // Each stage's micro-batch slot on one device: its blocks' FLOPs (tp splits them; the head is replicated) and ops,
   // the last stage also the head's, plus one accumulation add per parameter tensor it holds; and its optimizer step
   // (ops: the mean, the clipping and AdamW per tensor). Ops do not shrink with tp: a split matrix is still one op.
-  double t_max = 0, t_sum = 0, update_ops_max = 0, ops_max = 0, work = 0;
+  double t_max = 0, t_sum = 0, update_ops_max = 0, ops_max = 0;
+  std::vector<double> slots, updates;
   for (int64_t st = 0; st < pp; ++st) {
     const double blocks = static_cast<double>(m.layers / pp + (st < m.layers % pp ? 1 : 0));
     const bool last = st == pp - 1;
@@ -172,17 +228,22 @@ Strategy predict_strategy(const PlanInput& in, const ClusterSpec& c, const LmFlo
     }
     t_sum += t;
     update_ops_max = std::max(update_ops_max, update_ops);
-    work += static_cast<double>(micro) * t + update_ops * overhead;
+    slots.push_back(t);
+    updates.push_back(update_ops * overhead);
   }
   // 1F1B and GPipe: the first micro-batch passes every stage forward and back (the sum of the slots), the other M - 1
   // follow at the pace of the slowest stage; so the bubble is the other stages' slots (pp - 1 slots when balanced).
-  // Devices sharing C < n cores (validation on one host): a step takes at least the critical path at full speed and
-  // at least all devices' work (each replica's and tensor slice's stages) spread over the C cores. Ranks that all work
-  // at once (dp, tp) are slowed by n / C; a pipeline's stages idle in the bubble and give their core to the others.
+  // Devices sharing C < n cores (validation on one host): the dp x tp copies of the pipeline run at once, so each gets
+  // C / (dp tp) cores, shared by its stages as they become runnable: simulated (simulate_pipeline), which slows ranks
+  // that are busy at once (dp, tp, overlapping stages) and lets stages idle in the bubble give their core away. The
+  // simulated time scales the three terms.
   const double critical = static_cast<double>(micro) * t_max + (t_sum - t_max) + update_ops_max * overhead;
-  const double slow = c.shared_cores > 0 && n > 1 && n > c.shared_cores && critical > 0
-                          ? std::max(1.0, static_cast<double>(dp * tp) * work / c.shared_cores / critical)
-                          : 1.0;
+  double slow = 1.0;
+  if (c.shared_cores > 0 && n > 1 && n > c.shared_cores && critical > 0) {
+    const double cores = c.shared_cores / static_cast<double>(dp * tp);
+    slow = std::max(1.0, simulate_pipeline(slots, updates, micro, cores) /
+                             simulate_pipeline(slots, updates, micro, static_cast<double>(pp)));
+  }
   s.compute_s = static_cast<double>(micro) * t_max * slow;
   s.bubble_s = (t_sum - t_max) * slow;
   s.update_s = update_ops_max * overhead * slow;

@@ -17,8 +17,9 @@
 //   accumulation add per parameter tensor); a step = M slots of the slowest stage + the other stages' slots once
 //   (the GPipe/1F1B bubble: pp - 1 slots when balanced) + the optimizer step, whose ops (mean, clipping, AdamW per
 //   parameter tensor, traced) run once per step and not per micro-batch; with shared_cores C (validation on one
-//   host), N > C devices share C cores: the step is the longer of the critical path at full speed and all devices'
-//   work over C cores (so dp and tp ranks, busy at once, run at C / N; a pipeline's stages idle in its bubble);
+//   host), N > C devices share C cores: each of the dp x tp copies of the pipeline gets C / (dp tp) cores, and its
+//   1F1B schedule is simulated with the stages that are runnable at once sharing them (so dp and tp ranks, busy at
+//   once, run at C / N; a pipeline's stages share cores only while they overlap and idle in its bubble);
 // - communication (alpha-beta, spore's own algorithms, nothing overlapped as spore runs them today): TP's 2
 //   activation allreduces forward and 2 backward per block and micro-batch (plus the norm gradients'), PP's
 //   activation and gradient messages per micro-batch and stage boundary, DP's one gradient allreduce per step;
