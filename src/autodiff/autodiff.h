@@ -33,7 +33,12 @@ class GradientTape {
   bool is_watched(const Tensor& t) const;
   // d(sum(target * seed)) / d(source) for each source (seed defaults to ones). Sources that do not
   // influence the target get zeros. Recording stops first: a tape computes gradients once.
-  std::vector<Tensor> gradient(const Tensor& target, std::span<const Tensor> sources, const Tensor& seed = Tensor());
+  // `ready`, if given, is called once per source with its final gradient as soon as the walk has passed the
+  // source's first use (so later layers' gradients come out while earlier layers' backward still runs: data
+  // parallelism allreduces them meanwhile); sources the target does not reach come last, as zeros.
+  using ReadyFn = std::function<void(size_t source, const Tensor& grad)>;
+  std::vector<Tensor> gradient(const Tensor& target, std::span<const Tensor> sources, const Tensor& seed = Tensor(),
+                               const ReadyFn& ready = nullptr);
 
   // Called by the dispatcher after an op ran (or was traced); `outputs` are marked when recorded.
   void record(const OpDef& def, std::span<const Tensor> inputs, const Attrs& attrs, std::vector<Tensor>& outputs);

@@ -84,7 +84,8 @@ void GradientTape::record(const OpDef& def, std::span<const Tensor> inputs, cons
   nodes_.push_back(std::move(n));
 }
 
-std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources, const Tensor& seed) {
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources, const Tensor& seed,
+                                           const ReadyFn& ready) {
   SPORE_CHECK(target.defined() && is_floating(target.dtype()), ErrorCode::invalid_argument,
               "autodiff: the differentiated value must be a floating tensor");
   recording_ = false;
@@ -100,7 +101,28 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const
     }
     grads[tid] = seed.defined() ? seed : ones_like(target);
   }
+  // With `ready`: the sources whose first use is record r are final once the walk has done r.
+  std::vector<std::vector<size_t>> final_after;
+  std::vector<uint8_t> handed(sources.size(), 0);
+  if (ready && tid >= 0) {
+    std::unordered_map<int64_t, size_t> first_use;  // source id -> record
+    for (size_t r = 0; r < nodes_.size(); ++r)
+      for (int64_t id : nodes_[r].input_ids)
+        if (id >= 0 && keep.count(id)) first_use.try_emplace(id, r);
+    final_after.resize(nodes_.size());
+    for (size_t k = 0; k < sources.size(); ++k)
+      if (auto f = first_use.find(id_of(sources[k])); f != first_use.end()) final_after[f->second].push_back(k);
+  }
+  const auto hand = [&](size_t r) {
+    for (size_t k : final_after[r]) {
+      if (handed[k]) continue;  // a source listed twice
+      handed[k] = 1;
+      auto g = grads.find(id_of(sources[k]));
+      ready(k, g != grads.end() ? g->second : zeros_like(sources[k]));
+    }
+  };
   for (auto it = nodes_.rbegin(); it != nodes_.rend() && tid >= 0; ++it) {
+    const size_t r = static_cast<size_t>(nodes_.rend() - it) - 1;
     Node& n = *it;
     std::vector<Tensor> out_grads(n.outputs.size());
     bool any = false;
@@ -112,7 +134,10 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const
       any = true;
       if (!keep.count(n.output_ids[i])) grads.erase(g);  // consumed: free it early
     }
-    if (!any) continue;
+    if (!any) {
+      if (!final_after.empty()) hand(r);
+      continue;
+    }
     SPORE_CHECK(static_cast<bool>(n.def->grad), ErrorCode::unsupported,
                 "[{}] has no gradient rule, but a gradient flows through it", n.def->name);
     // Multi-output rules get zeros for floating outputs that received no gradient.
@@ -139,12 +164,14 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const
       if (!fresh) slot->second = ops::add(slot->second, g);
     }
     n = Node{};  // the record is spent; drop its tensors
+    if (!final_after.empty()) hand(r);
   }
   std::vector<Tensor> out;
   out.reserve(sources.size());
-  for (const Tensor& s : sources) {
-    auto g = grads.find(id_of(s));
-    out.push_back(g != grads.end() ? g->second : zeros_like(s));
+  for (size_t k = 0; k < sources.size(); ++k) {
+    auto g = grads.find(id_of(sources[k]));
+    out.push_back(g != grads.end() ? g->second : zeros_like(sources[k]));
+    if (ready && !handed[k]) ready(k, out.back());
   }
   nodes_.clear();
   return out;

@@ -167,7 +167,8 @@ int64_t StepScope::next_call(const void* key) {
   return 0;
 }
 
-LossAndGrads value_and_grad(Cell& cell, const std::function<Tensor()>& loss_fn) {
+LossAndGrads value_and_grad(Cell& cell, const std::function<Tensor()>& loss_fn,
+                            const std::function<void(const std::string& name, const Tensor& grad)>& on_grad) {
   std::vector<std::pair<std::string, Parameter*>> all;
   {
     std::vector<std::pair<std::string, Tensor*>> named = cell.parameters_and_names();
@@ -195,7 +196,9 @@ LossAndGrads value_and_grad(Cell& cell, const std::function<Tensor()>& loss_fn) 
     }
     r.loss = loss_fn();
     SPORE_CHECK(r.loss.defined(), ErrorCode::invalid_argument, "nn::value_and_grad: the loss is undefined");
-    std::vector<Tensor> g = tape.gradient(r.loss, sources);
+    autodiff::GradientTape::ReadyFn ready;
+    if (on_grad) ready = [&](size_t k, const Tensor& g) { on_grad(all[k].first, g); };
+    std::vector<Tensor> g = tape.gradient(r.loss, sources, Tensor(), ready);
     for (size_t i = 0; i < all.size(); ++i) r.grads[all[i].first] = g[i];
   }
   r.loss.autograd_slot().reset();

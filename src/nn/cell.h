@@ -160,6 +160,9 @@ struct LossAndGrads {
 // In a trace the parameters are captured as constants today: the plan's gradients are right for the
 // values at trace time, but an update made afterwards is not seen by the cached plan. Training in graph
 // mode needs parameters bound as graph inputs by reference (DESIGN.md §2), a runtime change.
-LossAndGrads value_and_grad(Cell& cell, const std::function<Tensor()>& loss_fn);
+// `on_grad(name, grad)`, if given, gets each gradient as soon as backward has finished it (GradientTape::gradient's
+// `ready`), after loss_fn has returned; every trainable parameter once, those the loss does not reach last (zeros).
+LossAndGrads value_and_grad(Cell& cell, const std::function<Tensor()>& loss_fn,
+                            const std::function<void(const std::string& name, const Tensor& grad)>& on_grad = nullptr);
 
 }  // namespace spore::nn

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "autodiff/autodiff.h"
@@ -398,36 +399,53 @@ void Model::shard_forward_backward(const Tensor& x, const Tensor& y, int64_t cou
     for (size_t i = 0; i < nb; ++i) buffers_[i]->value = out[1 + i];
     return;
   }
-  nn::LossAndGrads r;
-  Tensor loss_t;
-  {
-    nn::StepScope scope(counter_tensor(counter));
-    AmpScope amp(amp_level_, opts_.amp_dtype);
-    r = nn::value_and_grad(net_, [&] {
-      loss_t = loss_fn_(net_(x), y);
-      return scaling_ ? ops::mul(loss_t, scale_) : loss_t;
-    });
-  }
-  std::vector<Tensor> grads;
-  for (const std::string& n : names_) grads.push_back(r.grads.at(n));
-  if (scaling_) {  // as graph mode's trace: divided by the scale (a tensor input there, the same f32 value)
-    autodiff::NoGradGuard no_grad;
-    const Tensor scale = Tensor::scalar(scale_, DType::f32);
-    for (Tensor& g : grads)
-      if (g.defined()) g = ops::div(g, scale);
-  }
-  or_zeros(grads);
   if (dp_layout_for_ != this) {
-    // No per-gradient callback here: backward's order is about the reverse of the parameters'.
+    // Backward's order is about the reverse of the parameters'; the buckets follow it, and one goes out once all of
+    // its gradients have (the loss and the buffers come first: they are known when backward starts).
     std::vector<int> ready(np + nb + 1, -1);
     for (size_t i = 0; i < np; ++i) ready[i] = static_cast<int>(np - i);
     dp_make_layout(ready, this);
   }
-  std::vector<size_t> order(np + nb + 1);
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return dp_offset_[a] < dp_offset_[b]; });
-  for (size_t item : order)
-    on_item(item, item < np ? grads[item] : item < np + nb ? buffers_[item - np]->value : loss_t);
+  // Each gradient is handed on as soon as backward has finished it (the tape's first-use rule), so the buckets'
+  // allreduces overlap the rest of backward as in graph mode; the values are the ones the whole walk returns.
+  std::map<std::string, size_t> item_of;
+  for (size_t i = 0; i < np; ++i) item_of.emplace(names_[i], i);
+  std::vector<uint8_t> handed(np, 0);
+  bool front = false;
+  Tensor loss_t;
+  const auto hand_front = [&] {  // the loss and the buffers' new values: final once the forward has run
+    if (front) return;
+    front = true;
+    for (size_t i = 0; i < nb; ++i) on_item(np + i, buffers_[i]->value);
+    on_item(np + nb, loss_t);
+  };
+  const auto hand_grad = [&](size_t i, Tensor g) {
+    if (scaling_) {  // as graph mode's trace: divided by the scale (a tensor input there, the same f32 value)
+      autodiff::NoGradGuard no_grad;
+      g = ops::div(g, Tensor::scalar(scale_, DType::f32));
+    }
+    handed[i] = 1;
+    on_item(i, g);
+  };
+  {
+    nn::StepScope scope(counter_tensor(counter));
+    AmpScope amp(amp_level_, opts_.amp_dtype);
+    nn::value_and_grad(
+        net_,
+        [&] {
+          loss_t = loss_fn_(net_(x), y);
+          return scaling_ ? ops::mul(loss_t, scale_) : loss_t;
+        },
+        [&](const std::string& name, const Tensor& g) {
+          hand_front();
+          const auto it = item_of.find(name);
+          SPORE_ASSERT(it != item_of.end(), "data parallel: a gradient for an unknown parameter");
+          hand_grad(it->second, g);
+        });
+  }
+  hand_front();
+  for (size_t i = 0; i < np; ++i)  // a parameter the loss does not reach: zeros
+    if (!handed[i]) hand_grad(i, Tensor::zeros(slots_[i]->value.shape(), slots_[i]->value.dtype()));
 }
 
 double Model::train_step_data_parallel(const Tensor& x, const Tensor& y) {

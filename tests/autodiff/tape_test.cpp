@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -86,6 +87,37 @@ TEST(Autodiff, UnusedInputGetsZerosAndNoGradOpsStopFlow) {
       std::vector{x, y});
   EXPECT_EQ(g[0].to_doubles(), (std::vector<double>{1, 1}));
   EXPECT_EQ(g[1].to_doubles(), (std::vector<double>{0, 0}));
+}
+
+// `ready` hands each source's gradient on once backward has passed the source's first use: the last layer's weight
+// before the first layer's (so data parallelism can reduce it while the rest of backward runs), a weight used by
+// two layers only after the earlier one, an unreached source last as zeros - each once, equal to what gradient()
+// returns.
+TEST(Autodiff, ReadyHandsGradientsAsBackwardFinishesThem) {
+  init();
+  const Tensor x = vec({0.5, -1.5, 2.0, 0.25}, {1, 4});
+  const Tensor w1 = vec({0.3, -0.2, 0.7, 0.1, -0.4, 0.9, 0.6, -0.8}, {4, 2});
+  const Tensor w2 = vec({1.3, -0.7, 0.2, 0.5}, {2, 2});
+  const Tensor shared = vec({0.9, -1.1}, {2}), unused = vec({2, 3}, {2});
+  autodiff::GradientTape tape;
+  const Tensor a = tape.watch(w1), b = tape.watch(w2), c = tape.watch(shared), d = tape.watch(unused);
+  const Tensor h = ops::relu(ops::add(ops::matmul(x, a), c));  // layer 1 uses the shared bias
+  const Tensor loss = ops::reduce_sum(ops::mul(ops::add(ops::matmul(h, b), c), 2.0));  // layer 2 uses it again
+  std::vector<size_t> order;
+  std::vector<Tensor> handed(4);
+  const std::vector<Tensor> sources{a, b, c, d};
+  const std::vector<Tensor> g =
+      tape.gradient(loss, sources, Tensor(), [&](size_t k, const Tensor& grad) {
+        order.push_back(k);
+        handed[k] = grad;
+      });
+  ASSERT_EQ(order.size(), 4u);
+  EXPECT_EQ(order.back(), 3u);  // unreached: last
+  const auto pos = [&](size_t k) { return std::find(order.begin(), order.end(), k) - order.begin(); };
+  EXPECT_LT(pos(1), pos(0));  // w2 (layer 2) before w1 (layer 1)
+  EXPECT_LT(pos(1), pos(2));  // the shared bias waits for its use in layer 1
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(handed[k].to_doubles(), g[k].to_doubles()) << k;
+  EXPECT_EQ(g[3].to_doubles(), (std::vector<double>{0, 0}));
 }
 
 TEST(Autodiff, MultiOutputUndefinedGradsAreZeros) {

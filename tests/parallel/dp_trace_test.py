@@ -12,7 +12,9 @@ several buckets that together carry the whole vector, on the communication threa
 step backward hands the first bucket over (its "bucket 0 ready" instant) while the shard's forward+backward plan (a
 "run" span on the main thread) is still running, and in some steps its allreduce starts before that run ends (how
 many depends on scheduling: printed, at least one required) - backward computes the first layers' gradients while
-the last layers' are reduced. Without mpirun: SKIPPED (exit 77), a failure when CI=true.
+the last layers' are reduced. In PyNative mode (--mode pynative) the tape hands each gradient on as soon as backward
+has finished it: in every step backward's kernels still run on the main thread between the first bucket's "ready"
+instant and the last's, and the buckets are reduced on the communication thread. Without mpirun: SKIPPED (exit 77), a failure when CI=true.
 
 usage: dp_trace_test.py SPORE DIGITS_CSV_GZ [MPI_MODULE]"""
 import json
@@ -85,6 +87,7 @@ def main():
             print("  merged: every step's allreduce overlaps in time on the two ranks' timelines", flush=True)
 
     check_overlap(spore, digits, mpirun, env, tmp, ar["bytes"] / ar["calls"], failures)
+    check_overlap_pynative(spore, digits, mpirun, env, tmp, ar["bytes"] / ar["calls"], failures)
     shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:
         print("FAIL", f)
@@ -141,6 +144,51 @@ def check_overlap(spore, digits, mpirun, env, tmp, vector_bytes, failures):
               "started while backward was still running", flush=True)
         if overlapped == 0:
             failures.append(f"rank {rank}: no allreduce overlapped backward in {steps} steps")
+
+
+def check_overlap_pynative(spore, digits, mpirun, env, tmp, vector_bytes, failures):
+    trace = os.path.join(tmp, "p.json")
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", spore, "train", "--model", "simplenet",
+           "--dataset", "digits:" + digits, "--epochs", "1", "--batch", "64", "--parallel", "data", "--grad-shards",
+           "2", "--json", "--threads", "1", "--bucket-mb", "0.01", "--mode", "pynative", "--profile", trace]
+    print("$", " ".join(cmd), flush=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    except subprocess.TimeoutExpired:
+        failures.append("pynative bucketed run timed out")
+        return
+    if r.returncode != 0:
+        failures.append(f"pynative bucketed run: exit {r.returncode}\n{r.stderr[-2000:]}")
+        return
+    steps = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")][-1]["steps"]
+    for rank in (0, 1):
+        with open(os.path.join(tmp, f"p.rank{rank}.json")) as f:
+            events = json.load(f)["traceEvents"]
+        main_tid = [e["tid"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+                    and e["args"]["name"].startswith("main")]
+        kernels = [e["ts"] for e in events if e.get("cat") == "kernel" and e["tid"] in main_tid]
+        comm = [e for e in events if e.get("cat") == "comm" and e["name"].startswith("allreduce")]
+        ready = sorted((e for e in events if e.get("cat") == "bucket"), key=lambda e: e["ts"])
+        per_step = len(ready) // steps if steps else 0
+        if (per_step < 2 or len(ready) != per_step * steps or len(comm) != len(ready)
+                or any(e["tid"] in main_tid for e in comm)):
+            failures.append(f"pynative rank {rank}: {len(ready)} buckets handed and {len(comm)} reduced for {steps} "
+                            "steps (expected >= 2 a step, reduced off the main thread)")
+            continue
+        sizes = [sum(e["args"]["bytes"] for e in comm[k * per_step:(k + 1) * per_step]) for k in range(steps)]
+        if any(b != vector_bytes for b in sizes):
+            failures.append(f"pynative rank {rank}: a step's buckets carry {set(sizes)} bytes, not the vector's "
+                            f"{vector_bytes:.0f}")
+        during = 0
+        for k in range(steps):
+            first, last = ready[k * per_step], ready[(k + 1) * per_step - 1]
+            if first["name"] == "bucket 0 ready" and any(first["ts"] < t < last["ts"] for t in kernels):
+                during += 1
+        print(f"  pynative rank {rank}: {per_step} buckets per step; backward kernels ran after the first was handed "
+              f"over in {during} of {steps} steps", flush=True)
+        if during != steps:
+            failures.append(f"pynative rank {rank}: backward still running after the first bucket in only {during} "
+                            f"of {steps} steps")
 
 
 if __name__ == "__main__":
