@@ -18,9 +18,9 @@ class SingleCommunicator final : public Communicator {
   int size() const override { return 1; }
   std::string backend() const override { return "single"; }
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
-  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SingleCommunicator>(); }
 
  protected:
+  std::unique_ptr<Communicator> do_split(int, int) override { return std::make_unique<SingleCommunicator>(); }
   void do_allreduce(void*, int64_t count, DType dtype, ReduceOp) override { check(count, dtype, "allreduce"); }
   void do_reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp) override {
     check(count, dtype, "reduce_scatter");
@@ -59,22 +59,43 @@ bool env_set(const char* name) {
 
 }  // namespace
 
+namespace {
+std::function<void(const CollectiveEvent&)>& observer() {
+  static std::function<void(const CollectiveEvent&)> fn;
+  return fn;
+}
+}  // namespace
+
+void Communicator::set_observer(std::function<void(const CollectiveEvent&)> fn) { observer() = std::move(fn); }
+
+std::map<std::string, CollectiveStats> Communicator::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Communicator::count(const char* op, int64_t bytes, double seconds, double wait_seconds) {
+  for (Communicator* c = this; c != nullptr; c = c->parent_) {
+    std::lock_guard<std::mutex> lock(c->stats_mu_);
+    CollectiveStats& st = c->stats_[op];
+    ++st.calls;
+    st.bytes += bytes;
+    st.seconds += seconds;
+    st.wait_seconds += wait_seconds;
+  }
+}
+
 template <typename Fn>
 void Communicator::timed(const char* op, int64_t bytes, Fn&& fn) {
   wait_s_ = 0;
   const auto t0 = std::chrono::steady_clock::now();
   fn();
   const auto t1 = std::chrono::steady_clock::now();
-  CollectiveStats& st = stats_[op];
-  ++st.calls;
-  st.bytes += bytes;
-  st.seconds += std::chrono::duration<double>(t1 - t0).count();
-  st.wait_seconds += wait_s_;
-  if (observer_) {
+  count(op, bytes, std::chrono::duration<double>(t1 - t0).count(), wait_s_);
+  if (const auto& obs = observer()) {
     const auto ns = [](std::chrono::steady_clock::time_point t) {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
     };
-    observer_({op, bytes, ns(t0), ns(t1), wait_s_});
+    obs({op, bytes, ns(t0), ns(t1), wait_s_});
   }
 }
 
@@ -106,7 +127,13 @@ void Communicator::barrier() {
   timed("barrier", 0, [&] { do_barrier(); });
 }
 
-std::unique_ptr<Communicator> Communicator::split(int, int) {
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  std::unique_ptr<Communicator> g = do_split(color, key);
+  g->parent_ = this;
+  return g;
+}
+
+std::unique_ptr<Communicator> Communicator::do_split(int, int) {
   SPORE_FAIL(ErrorCode::unsupported, "the '{}' communicator cannot be split into groups", backend());
 }
 

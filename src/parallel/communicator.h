@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,14 +70,17 @@ class Communicator {
   // Collective over this communicator (MPI_Comm_split): the ranks passing the same color form a new communicator,
   // ranked by key (ties by their rank here); its collectives and messages never match this one's. Data x model
   // parallelism builds its replica and stage groups this way. The result must be destroyed before world() ends.
-  virtual std::unique_ptr<Communicator> split(int color, int key);
+  // A group's operations also count in this communicator's stats(), so world().stats() is all this rank did.
+  std::unique_ptr<Communicator> split(int color, int key);
   // Ends every rank of the job now (MPI_Abort); for a rank that failed while the others may wait on it.
   [[noreturn]] virtual void abort(int code) = 0;
 
-  const std::map<std::string, CollectiveStats>& stats() const { return stats_; }
-  // Called after every operation on the calling thread (null: none). train::Model puts collectives on the active
-  // profiler's timeline this way (parallel sits below runtime and knows no profiler).
-  void set_observer(std::function<void(const CollectiveEvent&)> fn) { observer_ = std::move(fn); }
+  // A copy: the communication thread may be counting an operation meanwhile.
+  std::map<std::string, CollectiveStats> stats() const;
+  // Called after every operation of any communicator of this process (a group's too), on the calling thread (null:
+  // none). The trainers put collectives on the active profiler's timeline this way (parallel sits below runtime and
+  // knows no profiler). Set it before operations start on other threads.
+  static void set_observer(std::function<void(const CollectiveEvent&)> fn);
 
  protected:
   // Implementations add the seconds they spend blocked on peers during the current operation.
@@ -91,12 +95,15 @@ class Communicator {
   virtual void do_sendrecv(const void* send_data, int64_t send_bytes, int dest, void* recv_data, int64_t recv_bytes,
                            int source, int send_tag, int recv_tag) = 0;
   virtual void do_barrier() = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key);
 
  private:
   template <typename Fn>
   void timed(const char* op, int64_t bytes, Fn&& fn);
+  void count(const char* op, int64_t bytes, double seconds, double wait_seconds);
+  mutable std::mutex stats_mu_;
   std::map<std::string, CollectiveStats> stats_;
-  std::function<void(const CollectiveEvent&)> observer_;
+  Communicator* parent_ = nullptr;  // the communicator this group was split from
   double wait_s_ = 0;
 };
 

@@ -169,7 +169,7 @@ class MpiCommunicator final : public Communicator {
     else api_->finalize();
   }
 
-  std::unique_ptr<Communicator> split(int color, int key) override {
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
     check_usable();
     SPORE_CHECK(color >= 0, ErrorCode::invalid_argument, "split: color {} must be >= 0", color);
     void* comm = nullptr;

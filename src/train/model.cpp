@@ -90,6 +90,12 @@ void record_collective(const parallel::CollectiveEvent& e) {
                      {{"bytes", bytes}, {"gbps", s > 0 ? bytes / s / 1e9 : 0.0}, {"wait_ms", e.wait_seconds * 1e3}}});
 }
 
+}  // namespace
+
+void put_collectives_on_timeline() { parallel::Communicator::set_observer(record_collective); }
+
+namespace {
+
 Tensor dp_allreduce_sum(const Tensor& t);
 
 // SyncBatchNorm's collective: the data-parallel step in progress (set by Model::train_step_data_parallel around its
@@ -219,7 +225,7 @@ Model::Model(nn::Cell& net, LossFn loss_fn, Optimizer& opt, std::vector<std::str
               "data_parallel");
   if (pc.parallel_mode == "data_parallel") {
     comm_ = pc.comm ? pc.comm : &parallel::world();
-    comm_->set_observer(record_collective);
+    put_collectives_on_timeline();
     const int64_t n = comm_->size();
     SPORE_CHECK(pc.grad_shards >= 0, ErrorCode::invalid_argument, "data parallel: grad_shards {} < 0", pc.grad_shards);
     shards_ = pc.grad_shards > 0 ? pc.grad_shards : n;

@@ -88,6 +88,11 @@ struct LossScale {
 // are allreduced inside the forward (and their gradients inside the backward), so N ranks match one process with
 // the whole batch and ordinary BatchNorm within f32 rounding (the sums associate differently). It needs one shard
 // per rank (grad_shards = the world size): shards that run one after another cannot share statistics.
+// Puts every collective of this process's communicators (world and its groups) on the active profiler's timeline
+// (`--profile`: one Chrome trace per rank) with its bytes, achieved bandwidth and time blocked on peers. The
+// data-parallel Model and the model-parallel trainers call it before their first collective.
+void put_collectives_on_timeline();
+
 struct ParallelContext {
   std::string parallel_mode = "stand_alone";  // "stand_alone" | "data_parallel"
   int64_t grad_shards = 0;                    // M; 0: the world size

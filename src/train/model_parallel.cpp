@@ -12,6 +12,7 @@
 #include "nn/loss.h"
 #include "ops/ops.h"
 #include "parallel/communicator.h"
+#include "train/model.h"
 
 namespace spore::train {
 namespace {
@@ -48,6 +49,7 @@ void LmParallelTrainer::sum_replicas(std::vector<Tensor>& accum) const {
 
 ModelParallelGroups split_model_parallel(parallel::Communicator& world, int64_t ranks_per_replica,
                                          const LmRunOptions& o, const std::string& what) {
+  put_collectives_on_timeline();
   const int64_t W = world.size(), S = ranks_per_replica > 0 ? ranks_per_replica : W;
   SPORE_CHECK(S <= W && W % S == 0, ErrorCode::invalid_argument,
               "{} parallel: {} ranks per model replica do not divide the {} ranks (mpirun -np must be a multiple)",

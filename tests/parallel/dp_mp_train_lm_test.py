@@ -13,9 +13,12 @@ counterparts in the other replica sum their gradients. Replica d runs micro-batc
   is not bit-exact).
 - A DP2 x PP2 run stopped after step 3 resumes in one process to the uninterrupted GGUF; --stages 3 on 4 ranks and 3
   micro-batches over 2 replicas are clear errors.
+- Observability: the groups' collectives count in the final --json line's "comm" stats and, with --profile, are on
+  each rank's own trace (trace.rank<R>.json).
 Without mpirun: SKIPPED (exit 77), a failure when CI=true.
 
 usage: dp_mp_train_lm_test.py SPORE [MPI_MODULE]"""
+import json
 import os
 import shutil
 import sys
@@ -78,8 +81,12 @@ def main():
               "with --accum 2", flush=True)
     for schedule in ("1f1b", "gpipe"):
         name = f"dp2pp2_{schedule}"
-        got, _ = run(4, name, "--parallel", "pipeline", "--stages", "2", "--micro-batches", "4", "--schedule", schedule)
+        trace = ["--profile", os.path.join(tmp, "trace.json")] if schedule == "gpipe" else []
+        got, out = run(4, name, "--parallel", "pipeline", "--stages", "2", "--micro-batches", "4", "--schedule",
+                       schedule, *trace)
         close(f"DP2 x PP2 {schedule}, 4 micro-batches vs 1 process --accum 4", name, got, "one_a4", ref4)
+        if trace:
+            check_group_observability(tmp, out, failures)
     got, _ = run(4, "dp2tp2", "--parallel", "tensor", "--tp", "2", "--accum", "2")
     close("DP2 x TP2, 2 micro-batches vs 1 process --accum 2", "dp2tp2", got, "one_a2", ref2)
     if not gguf("dp2tp2"):
@@ -100,6 +107,30 @@ def main():
         print("FAIL", f)
     print("data x model parallel train-lm:", "FAILED" if failures else "all checks passed")
     return 1 if failures else 0
+
+
+def check_group_observability(tmp, out, failures):
+    """The collectives of the replica and stage groups (Communicator::split) count in the final line's "comm" (rank
+    0: the pipeline's messages and one gradient allreduce over the replicas per step) and are on each rank's trace
+    (--profile writes trace.rank<R>.json, process "spore rank R", "comm" spans with bytes)."""
+    final = [json.loads(l) for l in out.splitlines() if l.startswith("{") and '"final"' in l]
+    comm = final[-1].get("comm", {}) if final else {}
+    if comm.get("allreduce", {}).get("calls", 0) < 6 or not comm.get("send") or not comm.get("recv"):
+        failures.append(f"DP2 x PP2 --json comm stats miss the groups' collectives: {comm}")
+        return
+    for rank in range(4):
+        path = os.path.join(tmp, f"trace.rank{rank}.json")
+        if not os.path.exists(path):
+            failures.append(f"DP2 x PP2 --profile: no {path}")
+            continue
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        names = [e["args"]["name"] for e in events if e.get("name") == "process_name"]
+        ops = {e["name"].split()[0] for e in events if e.get("cat") == "comm" and e["args"].get("bytes", 0) > 0}
+        if names != [f"spore rank {rank}"] or "allreduce" not in ops or not ops & {"send", "recv", "sendrecv"}:
+            failures.append(f"DP2 x PP2 rank {rank} trace: process {names}, comm spans {sorted(ops)}")
+    print(f"DP2 x PP2 --profile: 4 per-rank traces with the groups' collectives; rank 0 comm stats "
+          f"{ {k: v['calls'] for k, v in comm.items()} }", flush=True)
 
 
 if __name__ == "__main__":

@@ -41,34 +41,6 @@ class StepLog : public train::Callback {
   bool json_;
 };
 
-// What to add to this rank's Profiler::now_ns() to read rank 0's clock: 8 ping-pongs with rank 0, the estimate of the
-// one with the shortest round trip (its error is at most half that trip; a barrier's exit skew is unbounded when a
-// rank is descheduled right after it, which made merged traces disagree by milliseconds under load). Rank 0: 0.
-int64_t offset_to_rank0(parallel::Communicator& c) {
-  constexpr int kTag = 7, kRounds = 8;
-  int64_t best_trip = -1, best = 0;
-  for (int peer = 1; peer < c.size(); ++peer)
-    for (int i = 0; i < kRounds; ++i) {
-      if (c.rank() == 0) {
-        int64_t ping = 0;
-        c.recv(&ping, sizeof ping, peer, kTag);
-        const int64_t t0 = Profiler::now_ns();
-        c.send(&t0, sizeof t0, peer, kTag);
-      } else if (c.rank() == peer) {
-        const int64_t a = Profiler::now_ns();
-        c.send(&a, sizeof a, 0, kTag);
-        int64_t t0 = 0;
-        c.recv(&t0, sizeof t0, 0, kTag);
-        const int64_t b = Profiler::now_ns();
-        if (best_trip < 0 || b - a < best_trip) {
-          best_trip = b - a;
-          best = t0 - (a + (b - a) / 2);
-        }
-      }
-    }
-  return best;
-}
-
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
@@ -284,20 +256,7 @@ int cmd_train(int argc, char** argv) {
 
   std::unique_ptr<Profiler> prof;
   if (!profile_path.empty()) prof = std::make_unique<Profiler>();
-  if (prof && data_parallel) {  // one trace per rank: trace.json -> trace.rank0.json, trace.rank1.json, ...
-    std::filesystem::path p(profile_path);
-    const std::string ext = p.extension().string();
-    const int rank = model.communicator()->rank();
-    profile_path = p.replace_extension(fmt::format(".rank{}{}", rank, ext)).string();
-    // Mergeable: each rank is its own process (pid rank + 1) and all count time from one instant of rank 0's clock,
-    // each rank's clock mapped onto rank 0's (offset_to_rank0).
-    prof->set_process(rank + 1, fmt::format("spore rank {}", rank));
-    parallel::Communicator& c = *model.communicator();
-    const int64_t offset = offset_to_rank0(c);
-    int64_t origin0 = Profiler::now_ns();  // rank 0's
-    c.broadcast(&origin0, sizeof origin0, 0);
-    prof->set_origin_ns(origin0 - offset);
-  }
+  if (prof && data_parallel) profile_path = profile_per_rank(*prof, profile_path, *model.communicator());
   double total_s = 0;
   std::string last_ckpt;
   std::map<std::string, double> m;

@@ -151,6 +151,8 @@ int cmd_train_lm(int argc, char** argv) {
   const auto on_progress = [&](const train::LmProgress& p) { print_lm_progress(p, json, tty, log_every); };
   std::unique_ptr<Profiler> prof;
   if (!profile_path.empty()) prof = std::make_unique<Profiler>();
+  if (prof && (o.data_parallel || !o.model_parallel.empty()))
+    profile_path = profile_per_rank(*prof, profile_path, parallel::world());
   const train::LmReport r = train::train_lm(o, on_progress);
   if (prof) {
     prof->write_chrome_trace(profile_path);

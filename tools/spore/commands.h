@@ -8,6 +8,12 @@
 namespace CLI {
 class App;
 }
+namespace spore {
+class Profiler;
+}
+namespace spore::parallel {
+class Communicator;
+}
 namespace spore::train {
 struct LmProgress;
 struct LmRunOptions;
@@ -56,5 +62,9 @@ void start_data_parallel();
 // final --json line's "comm"), and as one line of text; empty when no communicator was started.
 nlohmann::json comm_stats_json();
 std::string comm_stats_text();
+// A run over several ranks with --profile: one trace per rank (trace.json -> trace.rank0.json, ...), mergeable - each
+// rank is its own process (pid rank + 1) and all count time from one instant of rank 0's clock (8 ping-pongs per
+// rank estimate the offset). A collective over `c`, so every rank calls it; returns this rank's path.
+std::string profile_per_rank(Profiler& prof, const std::string& path, parallel::Communicator& c);
 
 }  // namespace spore::cli
