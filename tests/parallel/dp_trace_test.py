@@ -95,26 +95,38 @@ def main():
     return 1 if failures else 0
 
 
-def check_overlap(spore, digits, mpirun, env, tmp, vector_bytes, failures):
-    trace = os.path.join(tmp, "b.json")
+def bucketed_run(spore, digits, mpirun, env, tmp, name, mode, failures):
+    """2 ranks of SimpleNet with 10 KiB buckets and --profile in `mode`: (steps, [(events, main thread ids) per
+    rank]), or None after a failure."""
+    trace = os.path.join(tmp, name + ".json")
     cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", spore, "train", "--model", "simplenet",
            "--dataset", "digits:" + digits, "--epochs", "1", "--batch", "64", "--parallel", "data", "--grad-shards",
-           "2", "--json", "--threads", "1", "--bucket-mb", "0.01", "--profile", trace]
+           "2", "--json", "--threads", "1", "--bucket-mb", "0.01", "--mode", mode, "--profile", trace]
     print("$", " ".join(cmd), flush=True)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     except subprocess.TimeoutExpired:
-        failures.append("bucketed run timed out")
-        return
+        failures.append(f"{mode} bucketed run timed out")
+        return None
     if r.returncode != 0:
-        failures.append(f"bucketed run: exit {r.returncode}\n{r.stderr[-2000:]}")
-        return
+        failures.append(f"{mode} bucketed run: exit {r.returncode}\n{r.stderr[-2000:]}")
+        return None
     steps = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")][-1]["steps"]
+    ranks = []
     for rank in (0, 1):
-        with open(os.path.join(tmp, f"b.rank{rank}.json")) as f:
+        with open(os.path.join(tmp, f"{name}.rank{rank}.json")) as f:
             events = json.load(f)["traceEvents"]
-        main_tid = [e["tid"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
-                    and e["args"]["name"].startswith("main")]
+        ranks.append((events, [e["tid"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+                               and e["args"]["name"].startswith("main")]))
+    return steps, ranks
+
+
+def check_overlap(spore, digits, mpirun, env, tmp, vector_bytes, failures):
+    run = bucketed_run(spore, digits, mpirun, env, tmp, "b", "graph", failures)
+    if run is None:
+        return
+    steps, ranks = run
+    for rank, (events, main_tid) in enumerate(ranks):
         runs = [e for e in events if e.get("cat") == "run" and e["tid"] in main_tid]
         comm = sorted((e for e in events if e.get("cat") == "comm" and e["name"].startswith("allreduce")),
                       key=lambda e: e["ts"])
@@ -147,25 +159,11 @@ def check_overlap(spore, digits, mpirun, env, tmp, vector_bytes, failures):
 
 
 def check_overlap_pynative(spore, digits, mpirun, env, tmp, vector_bytes, failures):
-    trace = os.path.join(tmp, "p.json")
-    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", spore, "train", "--model", "simplenet",
-           "--dataset", "digits:" + digits, "--epochs", "1", "--batch", "64", "--parallel", "data", "--grad-shards",
-           "2", "--json", "--threads", "1", "--bucket-mb", "0.01", "--mode", "pynative", "--profile", trace]
-    print("$", " ".join(cmd), flush=True)
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
-    except subprocess.TimeoutExpired:
-        failures.append("pynative bucketed run timed out")
+    run = bucketed_run(spore, digits, mpirun, env, tmp, "p", "pynative", failures)
+    if run is None:
         return
-    if r.returncode != 0:
-        failures.append(f"pynative bucketed run: exit {r.returncode}\n{r.stderr[-2000:]}")
-        return
-    steps = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")][-1]["steps"]
-    for rank in (0, 1):
-        with open(os.path.join(tmp, f"p.rank{rank}.json")) as f:
-            events = json.load(f)["traceEvents"]
-        main_tid = [e["tid"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
-                    and e["args"]["name"].startswith("main")]
+    steps, ranks = run
+    for rank, (events, main_tid) in enumerate(ranks):
         kernels = [e["ts"] for e in events if e.get("cat") == "kernel" and e["tid"] in main_tid]
         comm = [e for e in events if e.get("cat") == "comm" and e["name"].startswith("allreduce")]
         ready = sorted((e for e in events if e.get("cat") == "bucket"), key=lambda e: e["ts"])
