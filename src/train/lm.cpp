@@ -445,8 +445,7 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
     progress(e);
   }
 
-  double train_s = 0, interval_loss = 0;
-  int64_t interval_steps = 0, tokens_done = 0;
+  LmStepLog log(o, rep, progress, evaluate, save);
   const int64_t last = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
   for (int64_t step = model.global_step(); step < last; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -460,49 +459,57 @@ LmReport train_decoder(nn::LlamaModel& net, const LmTokens& data, int64_t ctx, c
       loss += model.train_step(x, y);
     }
     loss /= static_cast<double>(o.accum);
-    train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tokens_done += B * T * o.accum;
-    rep.step_losses.push_back(loss);
-    interval_loss += loss;
-    ++interval_steps;
-    LmProgress p;
-    p.kind = "step";
-    p.step = step + 1;
-    p.steps = o.steps;
-    p.loss = loss;
-    p.lr = opt->lr_at(step);
-    p.tokens_per_s = static_cast<double>(tokens_done) / train_s;
-    p.elapsed_s = train_s;
-    progress(p);
-    const bool at_end = step + 1 == last;
-    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == o.steps) {
-      LmProgress e = p;
-      e.kind = "eval";
-      e.train_loss = interval_loss / static_cast<double>(interval_steps);
-      e.train_ppl = std::exp(e.train_loss);
-      e.val_loss = evaluate();
-      e.val_ppl = std::exp(e.val_loss);
-      rep.val_curve.emplace_back(step + 1, e.val_loss);
-      rep.val_loss = e.val_loss;
-      rep.val_ppl = e.val_ppl;
-      interval_loss = 0;
-      interval_steps = 0;
-      save();
-      progress(e);
-    } else if (at_end) {
-      save();
-    }
+    log.step_done(step, last, loss, opt->lr_at(step),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), B * T * o.accum);
   }
-  rep.steps = model.global_step();
-  rep.last_loss = rep.step_losses.empty() ? 0.0 : rep.step_losses.back();
-  rep.train_seconds = train_s;
-  rep.tokens_per_s = train_s > 0 ? static_cast<double>(tokens_done) / train_s : 0.0;
-  rep.checkpoint = ckpt.string();
-  if (rep.steps == o.steps && !rep.val_curve.empty() && rep.val_curve.back().first == o.steps) {
-    rep.val_loss = rep.val_curve.back().second;
-    rep.val_ppl = std::exp(rep.val_loss);
-  }
+  log.finish(model.global_step(), ckpt.string());
   return rep;
+}
+
+void LmStepLog::step_done(int64_t step, int64_t last, double loss, double lr, double seconds, int64_t tokens) {
+  train_s_ += seconds;
+  tokens_done_ += tokens;
+  rep_.step_losses.push_back(loss);
+  interval_loss_ += loss;
+  ++interval_steps_;
+  LmProgress p;
+  p.kind = "step";
+  p.step = step + 1;
+  p.steps = o_.steps;
+  p.loss = loss;
+  p.lr = lr;
+  p.tokens_per_s = static_cast<double>(tokens_done_) / train_s_;
+  p.elapsed_s = train_s_;
+  progress_(p);
+  if ((o_.eval_every > 0 && (step + 1) % o_.eval_every == 0) || step + 1 == o_.steps) {
+    LmProgress e = p;
+    e.kind = "eval";
+    e.train_loss = interval_loss_ / static_cast<double>(interval_steps_);
+    e.train_ppl = std::exp(e.train_loss);
+    e.val_loss = evaluate_();
+    e.val_ppl = std::exp(e.val_loss);
+    rep_.val_curve.emplace_back(step + 1, e.val_loss);
+    rep_.val_loss = e.val_loss;
+    rep_.val_ppl = e.val_ppl;
+    interval_loss_ = 0;
+    interval_steps_ = 0;
+    save_();
+    progress_(e);
+  } else if (step + 1 == last) {
+    save_();
+  }
+}
+
+void LmStepLog::finish(int64_t steps, const std::string& checkpoint) {
+  rep_.steps = steps;
+  rep_.last_loss = rep_.step_losses.empty() ? 0.0 : rep_.step_losses.back();
+  rep_.train_seconds = train_s_;
+  rep_.tokens_per_s = train_s_ > 0 ? static_cast<double>(tokens_done_) / train_s_ : 0.0;
+  rep_.checkpoint = checkpoint;
+  if (rep_.steps == o_.steps && !rep_.val_curve.empty() && rep_.val_curve.back().first == o_.steps) {
+    rep_.val_loss = rep_.val_curve.back().second;
+    rep_.val_ppl = std::exp(rep_.val_loss);
+  }
 }
 
 namespace {

@@ -155,8 +155,7 @@ LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicato
     return targets > 0 ? total / static_cast<double>(targets) : 0.0;
   };
 
-  double train_s = 0, interval_loss = 0;
-  int64_t interval_steps = 0, tokens_done = 0;
+  LmStepLog log(o, rep, progress, evaluate, save);
   const int64_t last = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
   for (int64_t step = trainer.step(); step < last; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -178,48 +177,11 @@ LmReport run_model_parallel_lm(LmParallelTrainer& trainer, parallel::Communicato
     double loss = 0;
     for (double l : losses) loss += l;
     loss /= static_cast<double>(o.accum);
-    train_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tokens_done += B * T * o.accum;
-    rep.step_losses.push_back(loss);
-    interval_loss += loss;
-    ++interval_steps;
-    LmProgress p;
-    p.kind = "step";
-    p.step = step + 1;
-    p.steps = o.steps;
-    p.loss = loss;
-    p.lr = trainer.lr_at(step);
-    p.tokens_per_s = static_cast<double>(tokens_done) / train_s;
-    p.elapsed_s = train_s;
-    progress(p);
-    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == o.steps) {
-      LmProgress e = p;
-      e.kind = "eval";
-      e.train_loss = interval_loss / static_cast<double>(interval_steps);
-      e.train_ppl = std::exp(e.train_loss);
-      e.val_loss = evaluate();
-      e.val_ppl = std::exp(e.val_loss);
-      rep.val_curve.emplace_back(step + 1, e.val_loss);
-      rep.val_loss = e.val_loss;
-      rep.val_ppl = e.val_ppl;
-      interval_loss = 0;
-      interval_steps = 0;
-      save();
-      progress(e);
-    } else if (step + 1 == last) {
-      save();
-    }
+    log.step_done(step, last, loss, trainer.lr_at(step),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), B * T * o.accum);
   }
   if (trainer.step() == rep.start_step && trainer.step() > 0) trainer.gather_parameters();  // resumed a finished run
-  rep.steps = trainer.step();
-  rep.last_loss = rep.step_losses.empty() ? 0.0 : rep.step_losses.back();
-  rep.train_seconds = train_s;
-  rep.tokens_per_s = train_s > 0 ? static_cast<double>(tokens_done) / train_s : 0.0;
-  rep.checkpoint = ckpt.string();
-  if (rep.steps == o.steps && !rep.val_curve.empty() && rep.val_curve.back().first == o.steps) {
-    rep.val_loss = rep.val_curve.back().second;
-    rep.val_ppl = std::exp(rep.val_loss);
-  }
+  log.finish(trainer.step(), ckpt.string());
   return rep;
 }
 

@@ -98,5 +98,26 @@ bool resume_lm_run(const LmRunOptions& o, const std::string& data_key,
 // Rank 0 after a checkpoint was saved to <ckpt_dir>/checkpoint.safetensors.tmp: moves it in place and writes state.json
 // (atomically) for `step`.
 void commit_lm_checkpoint(const LmRunOptions& o, const std::string& data_key, int64_t step, const LmReport& rep);
+// The steps' bookkeeping of a training loop: after step `step` (0-based) took `seconds` over `tokens` tokens with the
+// mean loss `loss`, records it in rep, reports a "step" progress, and every eval_every steps and at the last step
+// evaluates (an "eval" progress with the interval's mean training loss) and saves; at `last` (an interrupted run's
+// stop) it saves without evaluating. finish() fills the report's totals once the loop is done.
+class LmStepLog {
+ public:
+  LmStepLog(const LmRunOptions& o, LmReport& rep, std::function<void(const LmProgress&)> progress,
+            std::function<double()> evaluate, std::function<void()> save)
+      : o_(o), rep_(rep), progress_(std::move(progress)), evaluate_(std::move(evaluate)), save_(std::move(save)) {}
+  void step_done(int64_t step, int64_t last, double loss, double lr, double seconds, int64_t tokens);
+  void finish(int64_t steps, const std::string& checkpoint);
+
+ private:
+  const LmRunOptions& o_;
+  LmReport& rep_;
+  std::function<void(const LmProgress&)> progress_;
+  std::function<double()> evaluate_;
+  std::function<void()> save_;
+  double train_s_ = 0, interval_loss_ = 0;
+  int64_t interval_steps_ = 0, tokens_done_ = 0;
+};
 
 }  // namespace spore::train
