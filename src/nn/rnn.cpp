@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "autodiff/autodiff.h"
 #include "nn/init.h"
 #include "ops/ops.h"
 
@@ -70,12 +72,82 @@ Tensor RnnBase::prepare(const Tensor& x, const Tensor& h0, const Tensor& c0, std
   return seq;
 }
 
-Tensor RnnBase::finish(const std::vector<Tensor>& steps) const {
+namespace {
+
+// PyTorch's gate blocks of a [G*H, ...] weight or [G*H] bias in ONNX's order (rnn_sequence's): `order[k]` is the
+// PyTorch block that goes k-th.
+Tensor gates_in_order(const Tensor& t, int64_t hs, const std::vector<int64_t>& order) {
+  std::vector<Tensor> parts;
+  for (int64_t g : order) parts.push_back(ops::slice(t, {g * hs}, {(g + 1) * hs}, {0}));
+  return ops::concat(parts, 0);
+}
+
+}  // namespace
+
+// One rnn_sequence per layer (ops/rnn.h, the op ONNX's LSTM and GRU import as): the input projection of every step
+// by one matmul, then the whole recurrence in one op - on the CPU one fused f32 kernel without per-step dispatch,
+// other dtypes through its decomposition; its gradient is backpropagation through time. PyTorch's gate order (LSTM
+// i f g o, GRU r z n) is permuted to ONNX's (i o f c, z r h); PyTorch's GRU is ONNX's linear_before_reset form, its
+// b_hh added inside r's product.
+RnnOutput RnnBase::run_layers(const Tensor& x, const Tensor& h0, const Tensor& c0, bool lstm) {
+  std::vector<Tensor> h, c;
+  Tensor seq = prepare(x, h0, c0, h, c);
+  const int64_t steps = seq.dim(0), n = seq.dim(1), hs = hidden_size_;
+  const std::vector<int64_t> order = lstm ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{1, 0, 2};
+  const int64_t G = lstm ? 4 : 3;
+  std::vector<Tensor> hn, cn;
+  for (int64_t k = 0; k < num_layers_; ++k) {
+    const Layer& l = layers_[static_cast<size_t>(k)];
+    const Tensor w = gates_in_order(*l.w_ih, hs, order), r = gates_in_order(*l.w_hh, hs, order);
+    Tensor xb, rb;
+    if (l.b_ih) {
+      xb = gates_in_order(*l.b_ih, hs, order);
+      rb = gates_in_order(*l.b_hh, hs, order);
+      if (lstm) {  // both biases outside the products
+        xb = ops::add(xb, rb);
+        rb = Tensor();
+      }
+    }
+    const Tensor xw = xb.defined() ? ops::linear(seq, w, xb) : ops::linear(seq, w);
+    std::vector<Tensor> ins{xw, ops::unsqueeze(r, {0}), ops::unsqueeze(h[static_cast<size_t>(k)], {0}),
+                            rb.defined() ? ops::unsqueeze(rb, {0}) : ops::zeros({1, G * hs}, x.dtype())};
+    if (lstm) {
+      ins.push_back(ops::full({n}, static_cast<double>(steps), DType::i32));
+      ins.push_back(ops::unsqueeze(c[static_cast<size_t>(k)], {0}));
+    }
+    const std::vector<Tensor> res =
+        ops::call("rnn_sequence"_op, ins,
+                  {{"cell", std::string(lstm ? "lstm" : "gru")},
+                   {"direction", std::string("forward")},
+                   {"activations", std::string(lstm ? "Sigmoid,Tanh,Tanh" : "Sigmoid,Tanh")},
+                   {"linear_before_reset", !lstm}});
+    seq = ops::reshape(res[0], {steps, n, hs});  // [S, 1, B, H]
+    hn.push_back(res[1]);                        // [1, B, H]
+    if (lstm) cn.push_back(res[2]);
+  }
+  const Tensor out = batch_first_ ? ops::transpose(seq, {1, 0, 2}) : seq;
+  return RnnOutput{out, ops::concat(hn, 0), lstm ? ops::concat(cn, 0) : Tensor()};
+}
+
+Tensor RnnBase::steps_output(const std::vector<Tensor>& steps) const {
   const Tensor out = stack0(steps);
   return batch_first_ ? ops::transpose(out, {1, 0, 2}) : out;
 }
 
+// While a tape records (training), the per-step ops below: their backward costs less than rnn_sequence's BPTT rule,
+// which runs the forward steps again (measured eagerly, GRU / LSTM 32 -> 64 over 20 steps of 32 rows: forward +
+// backward 2.6 / 3.0 ms per step ops against 4.6 / 5.1 ms through rnn_sequence; its forward alone 0.35 / 0.47 ms
+// against 0.56 / 0.64). The two agree within rounding, not bit for bit.
 RnnOutput LSTM::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
+  return autodiff::GradientTape::active() ? forward_steps(x, h0, c0) : run_layers(x, h0, c0, true);
+}
+
+RnnOutput GRU::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
+  SPORE_CHECK(!c0.defined(), ErrorCode::invalid_argument, "nn::GRU: has no cell state, but c0 was given");
+  return autodiff::GradientTape::active() ? forward_steps(x, h0) : run_layers(x, h0, Tensor(), false);
+}
+
+RnnOutput LSTM::forward_steps(const Tensor& x, const Tensor& h0, const Tensor& c0) {
   std::vector<Tensor> h, c;
   Tensor seq = prepare(x, h0, c0, h, c);
   const int64_t steps = seq.dim(0), hs = hidden_size_;
@@ -96,11 +168,10 @@ RnnOutput LSTM::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
     }
     seq = stack0(outs);
   }
-  return RnnOutput{finish(outs), stack0(h), stack0(c)};
+  return RnnOutput{steps_output(outs), stack0(h), stack0(c)};
 }
 
-RnnOutput GRU::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
-  SPORE_CHECK(!c0.defined(), ErrorCode::invalid_argument, "nn::GRU: has no cell state, but c0 was given");
+RnnOutput GRU::forward_steps(const Tensor& x, const Tensor& h0) {
   std::vector<Tensor> h, c;
   Tensor seq = prepare(x, h0, Tensor(), h, c);
   const int64_t steps = seq.dim(0), hs = hidden_size_;
@@ -121,7 +192,7 @@ RnnOutput GRU::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) {
     }
     seq = stack0(outs);
   }
-  return RnnOutput{finish(outs), stack0(h), Tensor()};
+  return RnnOutput{steps_output(outs), stack0(h), Tensor()};
 }
 
 }  // namespace spore::nn

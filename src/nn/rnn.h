@@ -1,6 +1,8 @@
 #pragma once
-// Multi-layer LSTM and GRU (PyTorch parameter layout and gate order), unrolled over time with ops::,
-// so autodiff and tracing see plain ops. Sequences are [T, N, in], or [N, T, in] with batch_first.
+// Multi-layer LSTM and GRU (PyTorch parameter layout and gate order). Inference: each layer one input-projection
+// matmul and one fused rnn_sequence op (ops/rnn.h), the op ONNX's LSTM/GRU import as. While a gradient tape records
+// (training), the steps unrolled with ops:: instead, whose backward is cheaper (rnn.cpp). Sequences are [T, N, in], or
+// [N, T, in] with batch_first.
 // Parameters per layer k: weight_ih_l{k} [G*H, in], weight_hh_l{k} [G*H, H], bias_ih_l{k}, bias_hh_l{k}
 // [G*H] (G = 4 for LSTM: i, f, g, o; G = 3 for GRU: r, z, n), all U(+-1/sqrt(H)).
 #include <cstdint>
@@ -27,7 +29,9 @@ class RnnBase : public Cell {
           bool batch_first, DType dtype);
   // Checks x and the initial states; returns x as [T, N, in] and per-layer initial states (zeros if absent).
   Tensor prepare(const Tensor& x, const Tensor& h0, const Tensor& c0, std::vector<Tensor>& h, std::vector<Tensor>& c);
-  Tensor finish(const std::vector<Tensor>& steps) const;  // [T, N, H] (transposed back for batch_first)
+  // Every layer through rnn_sequence (LSTM or GRU); the output [T, N, H] (transposed back for batch_first).
+  RnnOutput run_layers(const Tensor& x, const Tensor& h0, const Tensor& c0, bool lstm);
+  Tensor steps_output(const std::vector<Tensor>& steps) const;  // the unrolled path's [T, N, H]
 
   const char* name_;
   int64_t input_size_, hidden_size_, num_layers_;
@@ -44,6 +48,9 @@ class LSTM : public RnnBase {
        bool batch_first = false, DType dtype = DType::f32)
       : RnnBase("LSTM", 4, input_size, hidden_size, num_layers, has_bias, batch_first, dtype) {}
   RnnOutput forward(const Tensor& x, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor()) override;
+
+ private:
+  RnnOutput forward_steps(const Tensor& x, const Tensor& h0, const Tensor& c0);
 };
 
 class GRU : public RnnBase {
@@ -52,6 +59,9 @@ class GRU : public RnnBase {
       DType dtype = DType::f32)
       : RnnBase("GRU", 3, input_size, hidden_size, num_layers, has_bias, batch_first, dtype) {}
   RnnOutput forward(const Tensor& x, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor()) override;
+
+ private:
+  RnnOutput forward_steps(const Tensor& x, const Tensor& h0);
 };
 
 }  // namespace spore::nn

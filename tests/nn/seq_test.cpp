@@ -1,13 +1,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <set>
 
+#include "autodiff/autodiff.h"
 #include "nn/loss.h"
 #include "nn/rnn.h"
 #include "nn/transformer.h"
 #include "nn_util.h"
 #include "ops/ops.h"
+#include "runtime/profiler.h"
 #include "runtime/runtime.h"
 #include "test_util.h"
 
@@ -132,6 +136,42 @@ TEST(NnRnn, BatchFirstGradientsAndErrors) {
   nn::GRU gru(3, 4);
   EXPECT_NE(testing::error_of([&] { gru.forward(x, Tensor(), rnd({1, 5, 4}, 1)); }).find("no cell state"),
             std::string::npos);
+}
+
+// Inference runs each layer as one rnn_sequence (the fused f32 kernel here); while a tape records, the unrolled steps
+// (cheaper to differentiate). Both match the scalar reference within f32 rounding.
+TEST(NnRnn, InferenceRunsTheFusedOpTrainingTheSteps) {
+  init();
+  for (bool lstm : {true, false}) {
+    const int64_t T = 6, N = 3, in = 5, H = 16, L = 2;
+    std::unique_ptr<nn::RnnBase> net;
+    if (lstm) net = std::make_unique<nn::LSTM>(in, H, L);
+    else net = std::make_unique<nn::GRU>(in, H, L);
+    const Tensor x = rnd({T, N, in}, 30), h0 = rnd({L, N, H}, 31), c0 = rnd({L, N, H}, 32);
+    const auto ops_run = [](const std::function<nn::RnnOutput()>& f, nn::RnnOutput& out) {
+      Profiler prof;
+      out = f();
+      std::set<std::string> names;
+      for (const auto& s : prof.summarize()) names.insert(s.op);
+      return names;
+    };
+    nn::RnnOutput inf, train;
+    const auto inf_ops = ops_run([&] { return lstm ? net->forward(x, h0, c0) : net->forward(x, h0); }, inf);
+    const auto train_ops = ops_run(
+        [&] {
+          autodiff::GradientTape tape;
+          return lstm ? net->forward(x, h0, c0) : net->forward(x, h0);
+        },
+        train);
+    EXPECT_TRUE(inf_ops.count("rnn_sequence")) << lstm;
+    EXPECT_FALSE(train_ops.count("rnn_sequence")) << lstm;
+    const RefOut ref = reference(*net, lstm, L, H, to3(x), to3(h0), to3(c0));
+    for (const nn::RnnOutput* r : {&inf, &train}) {
+      expect_nested(r->output, ref.out, 2e-6);
+      expect_nested(r->h_n, ref.h, 2e-6);
+      if (lstm) expect_nested(r->c_n, ref.c, 2e-6);
+    }
+  }
 }
 
 TEST(NnAttention, MultiHeadAttentionMatchesScalarReference) {
