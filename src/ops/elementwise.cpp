@@ -73,6 +73,21 @@ GradFn grad_rule_for(OpId id) {
       return [](const GradContext& g) { return Grads{mul(g.output_grads[0], ops::cos(g.inputs[0]))}; };
     case "cos"_op:
       return [](const GradContext& g) { return Grads{ops::neg(mul(g.output_grads[0], ops::sin(g.inputs[0])))}; };
+    case "asin"_op:  // 1 / sqrt(1 - x^2)
+      return [](const GradContext& g) {
+        const Tensor& x = g.inputs[0];
+        return Grads{div(g.output_grads[0], ops::sqrt(sub(sc(1.0, x), mul(x, x))))};
+      };
+    case "acos"_op:  // -1 / sqrt(1 - x^2)
+      return [](const GradContext& g) {
+        const Tensor& x = g.inputs[0];
+        return Grads{ops::neg(div(g.output_grads[0], ops::sqrt(sub(sc(1.0, x), mul(x, x)))))};
+      };
+    case "atan"_op:  // 1 / (1 + x^2)
+      return [](const GradContext& g) {
+        const Tensor& x = g.inputs[0];
+        return Grads{div(g.output_grads[0], add(mul(x, x), 1.0))};
+      };
     default: return nullptr;
   }
 }
@@ -178,9 +193,11 @@ void register_elementwise_ops(OpRegistry& r) {
   };
   const Simple simple[] = {
       {"neg"_op, "-x (integers wrap like two's complement)", dtypes::signed_numeric, ew, AmpPolicy::follow},
-      {"abs"_op, "|x| (abs of the most negative integer wraps to itself)", dtypes::signed_numeric, ew, AmpPolicy::follow},
+      {"abs"_op, "|x| (abs of the most negative integer wraps to itself)", dtypes::signed_numeric, ew,
+       AmpPolicy::follow},
       {"exp"_op, "e^x", dtypes::floating, ew, AmpPolicy::keep_f32},
-      {"log"_op, "natural logarithm (log 0 = -inf, log of a negative = nan)", dtypes::floating, ew, AmpPolicy::keep_f32},
+      {"log"_op, "natural logarithm (log 0 = -inf, log of a negative = nan)", dtypes::floating, ew,
+       AmpPolicy::keep_f32},
       {"sqrt"_op, "square root", dtypes::floating, ew, AmpPolicy::follow},
       {"rsqrt"_op, "1 / sqrt(x)", dtypes::floating, ew, AmpPolicy::keep_f32},
       {"reciprocal"_op, "1 / x", dtypes::floating, ew, AmpPolicy::keep_f32},
@@ -191,6 +208,9 @@ void register_elementwise_ops(OpRegistry& r) {
       {"erf"_op, "Gauss error function", dtypes::floating, ew, AmpPolicy::keep_f32},
       {"sin"_op, "sine (radians)", dtypes::floating, ew, AmpPolicy::follow},
       {"cos"_op, "cosine (radians)", dtypes::floating, ew, AmpPolicy::follow},
+      {"asin"_op, "arcsine in [-pi/2, pi/2] (nan outside [-1, 1])", dtypes::floating, ew, AmpPolicy::follow},
+      {"acos"_op, "arccosine in [0, pi] (nan outside [-1, 1])", dtypes::floating, ew, AmpPolicy::follow},
+      {"atan"_op, "arctangent in (-pi/2, pi/2)", dtypes::floating, ew, AmpPolicy::follow},
       {"floor"_op, "largest integer <= x", dtypes::floating, ew_no_grad, AmpPolicy::follow},
       {"ceil"_op, "smallest integer >= x", dtypes::floating, ew_no_grad, AmpPolicy::follow},
       {"round"_op, "nearest integer, ties to even", dtypes::floating, ew_no_grad, AmpPolicy::follow},

@@ -14,17 +14,31 @@ void add_elementwise_cases(CaseList& c, ErrorList& e) {
     Gen gen;
   };
   const Unary unary[] = {
-      {"neg", "neg"_op, Gen::uniform(-4, 4)},           {"abs", "abs"_op, Gen::uniform(-4, 4)},
-      {"exp", "exp"_op, Gen::uniform(-10, 10)},         {"log", "log"_op, Gen::positive(0.01, 100)},
-      {"sqrt", "sqrt"_op, Gen::positive(0, 50)},        {"rsqrt", "rsqrt"_op, Gen::positive(0.01, 50)},
-      {"reciprocal", "reciprocal"_op, Gen::uniform(-3, 3)}, {"tanh", "tanh"_op, Gen::uniform(-6, 6)},
-      {"sigmoid", "sigmoid"_op, Gen::uniform(-12, 12)}, {"relu", "relu"_op, Gen::uniform(-3, 3)},
-      {"silu", "silu"_op, Gen::uniform(-12, 12)},       {"erf", "erf"_op, Gen::uniform(-4.5, 4.5)},
-      {"sin", "sin"_op, Gen::uniform(-10, 10)},         {"cos", "cos"_op, Gen::uniform(-10, 10)},
-      {"floor", "floor"_op, Gen::uniform(-6, 6)},       {"ceil", "ceil"_op, Gen::uniform(-6, 6)},
-      {"round", "round"_op, Gen::uniform(-6, 6)},       {"sign", "sign"_op, Gen::uniform(-3, 3)},
-      {"hardsigmoid", "hardsigmoid"_op, Gen::uniform(-5, 5)}, {"hardswish", "hardswish"_op, Gen::uniform(-6, 6)},
-      {"softplus", "softplus"_op, Gen::uniform(-30, 30)}, {"mish", "mish"_op, Gen::uniform(-12, 12)},
+      {"neg", "neg"_op, Gen::uniform(-4, 4)},
+      {"abs", "abs"_op, Gen::uniform(-4, 4)},
+      {"exp", "exp"_op, Gen::uniform(-10, 10)},
+      {"log", "log"_op, Gen::positive(0.01, 100)},
+      {"sqrt", "sqrt"_op, Gen::positive(0, 50)},
+      {"rsqrt", "rsqrt"_op, Gen::positive(0.01, 50)},
+      {"reciprocal", "reciprocal"_op, Gen::uniform(-3, 3)},
+      {"tanh", "tanh"_op, Gen::uniform(-6, 6)},
+      {"sigmoid", "sigmoid"_op, Gen::uniform(-12, 12)},
+      {"relu", "relu"_op, Gen::uniform(-3, 3)},
+      {"silu", "silu"_op, Gen::uniform(-12, 12)},
+      {"erf", "erf"_op, Gen::uniform(-4.5, 4.5)},
+      {"sin", "sin"_op, Gen::uniform(-10, 10)},
+      {"cos", "cos"_op, Gen::uniform(-10, 10)},
+      {"asin", "asin"_op, Gen::uniform(-0.99, 0.99)},
+      {"acos", "acos"_op, Gen::uniform(-0.99, 0.99)},
+      {"atan", "atan"_op, Gen::uniform(-20, 20)},
+      {"floor", "floor"_op, Gen::uniform(-6, 6)},
+      {"ceil", "ceil"_op, Gen::uniform(-6, 6)},
+      {"round", "round"_op, Gen::uniform(-6, 6)},
+      {"sign", "sign"_op, Gen::uniform(-3, 3)},
+      {"hardsigmoid", "hardsigmoid"_op, Gen::uniform(-5, 5)},
+      {"hardswish", "hardswish"_op, Gen::uniform(-6, 6)},
+      {"softplus", "softplus"_op, Gen::uniform(-30, 30)},
+      {"mish", "mish"_op, Gen::uniform(-12, 12)},
   };
   for (const Unary& u : unary) {
     const std::string n = u.name;
@@ -41,6 +55,10 @@ void add_elementwise_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("log/wide", "log"_op, {{1000}}).gen(0, Gen::positive(1e-30, 1e30)).only(wide));
   c.push_back(OpCase("sin/wide", "sin"_op, {{1000}}).gen(0, Gen::uniform(-1e5, 1e5)).only(wide));
   c.push_back(OpCase("cos/wide", "cos"_op, {{1000}}).gen(0, Gen::uniform(-1e5, 1e5)).only(wide));
+  // asin/acos outside [-1, 1] are nan; atan far out approaches +-pi/2.
+  c.push_back(OpCase("asin/outside", "asin"_op, {{1000}}).gen(0, Gen::uniform(-1.5, 1.5)).only(wide));
+  c.push_back(OpCase("acos/outside", "acos"_op, {{1000}}).gen(0, Gen::uniform(-1.5, 1.5)).only(wide));
+  c.push_back(OpCase("atan/wide", "atan"_op, {{1000}}).gen(0, Gen::uniform(-1e6, 1e6)).only(wide));
   c.push_back(OpCase("tanh/wide", "tanh"_op, {{1000}}).gen(0, Gen::uniform(-30, 30)));
   c.push_back(OpCase("sigmoid/wide", "sigmoid"_op, {{1000}}).gen(0, Gen::uniform(-300, 300)));
   c.push_back(OpCase("silu/wide", "silu"_op, {{1000}}).gen(0, Gen::uniform(-300, 300)));

@@ -82,9 +82,9 @@ std::unique_ptr<Graph> unary_graph() {
   auto g = std::make_unique<Graph>("unary");
   Value* x = g->add_input(TensorType(DType::f32, {2, 5}), "x");
   std::vector<Value*> outs;
-  for (OpId op : {"neg"_op, "abs"_op, "exp"_op, "log"_op, "sqrt"_op, "rsqrt"_op, "reciprocal"_op, "tanh"_op,
-                  "sigmoid"_op, "relu"_op, "silu"_op, "erf"_op, "sin"_op, "cos"_op, "floor"_op, "ceil"_op,
-                  "round"_op, "sign"_op, "identity"_op})
+  for (OpId op : {"neg"_op,     "abs"_op,   "exp"_op,  "log"_op,   "sqrt"_op, "rsqrt"_op,   "reciprocal"_op, "tanh"_op,
+                  "sigmoid"_op, "relu"_op,  "silu"_op, "erf"_op,   "sin"_op,  "cos"_op,     "asin"_op,       "acos"_op,
+                  "atan"_op,    "floor"_op, "ceil"_op, "round"_op, "sign"_op, "identity"_op})
     outs.push_back(node(*g, op, {x}));
   outs.push_back(node(*g, "leaky_relu"_op, {x}, {{"alpha", 0.2}}));
   outs.push_back(node(*g, "gelu"_op, {x}));

@@ -32,6 +32,9 @@ std::optional<UnaryOp> unary_op_for(OpId op, bool gelu_tanh) {
     case "erf"_op: return UnaryOp::erf;
     case "sin"_op: return UnaryOp::sin;
     case "cos"_op: return UnaryOp::cos;
+    case "asin"_op: return UnaryOp::asin;
+    case "acos"_op: return UnaryOp::acos;
+    case "atan"_op: return UnaryOp::atan;
     case "floor"_op: return UnaryOp::floor;
     case "ceil"_op: return UnaryOp::ceil;
     case "round"_op: return UnaryOp::round;
@@ -135,6 +138,9 @@ void unary_f64_kernel(KernelContext& k) {
     case UnaryOp::erf: return map_f64(k, [](double v) { return std::erf(v); });
     case UnaryOp::sin: return map_f64(k, [](double v) { return std::sin(v); });
     case UnaryOp::cos: return map_f64(k, [](double v) { return std::cos(v); });
+    case UnaryOp::asin: return map_f64(k, [](double v) { return std::asin(v); });
+    case UnaryOp::acos: return map_f64(k, [](double v) { return std::acos(v); });
+    case UnaryOp::atan: return map_f64(k, [](double v) { return std::atan(v); });
     case UnaryOp::floor: return map_f64(k, [](double v) { return std::floor(v); });
     case UnaryOp::ceil: return map_f64(k, [](double v) { return std::ceil(v); });
     case UnaryOp::round: return map_f64(k, [](double v) { return std::nearbyint(v); });
@@ -300,9 +306,10 @@ void cast_kernel(KernelContext& k) {
 }  // namespace
 
 void register_elementwise(KernelRegistry& r) {
-  for (OpId op : {"neg"_op, "abs"_op, "exp"_op, "log"_op, "sqrt"_op, "rsqrt"_op, "reciprocal"_op, "tanh"_op,
-                  "sigmoid"_op, "relu"_op, "leaky_relu"_op, "gelu"_op, "silu"_op, "erf"_op, "sin"_op, "cos"_op,
-                  "floor"_op, "ceil"_op, "round"_op, "sign"_op, "clip"_op, "hardsigmoid"_op, "hardswish"_op}) {
+  for (OpId op : {"neg"_op,   "abs"_op,     "exp"_op,  "log"_op,         "sqrt"_op,     "rsqrt"_op, "reciprocal"_op,
+                  "tanh"_op,  "sigmoid"_op, "relu"_op, "leaky_relu"_op,  "gelu"_op,     "silu"_op,  "erf"_op,
+                  "sin"_op,   "cos"_op,     "asin"_op, "acos"_op,        "atan"_op,     "floor"_op, "ceil"_op,
+                  "round"_op, "sign"_op,    "clip"_op, "hardsigmoid"_op, "hardswish"_op}) {
     r.add(Backend::cpu, op, {DType::f32}, unary_lowp_kernel<float>, "hwy");
     r.add(Backend::cpu, op, {DType::f16}, unary_lowp_kernel<f16>, "hwy");
     r.add(Backend::cpu, op, {DType::bf16}, unary_lowp_kernel<bf16>, "hwy");

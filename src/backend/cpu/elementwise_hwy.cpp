@@ -166,6 +166,10 @@ void UnaryF32(UnaryOp op, const float* x, float* y, size_t n, UnaryParams p) {
     case UnaryOp::erf: return Apply(x, y, n, [](DF d, VF v) { return ErfF(d, v); });
     case UnaryOp::sin: return Apply(x, y, n, [](DF d, VF v) { return SinCosF<true>(d, v); });
     case UnaryOp::cos: return Apply(x, y, n, [](DF d, VF v) { return SinCosF<false>(d, v); });
+    // Highway's inverse trig (<= 3 ULP); |x| > 1 gives nan for asin/acos (a square root of a negative).
+    case UnaryOp::asin: return Apply(x, y, n, [](DF d, VF v) { return hn::Asin(d, v); });
+    case UnaryOp::acos: return Apply(x, y, n, [](DF d, VF v) { return hn::Acos(d, v); });
+    case UnaryOp::atan: return Apply(x, y, n, [](DF d, VF v) { return hn::Atan(d, v); });
     case UnaryOp::floor: return Apply(x, y, n, [](DF, VF v) { return hn::Floor(v); });
     case UnaryOp::ceil: return Apply(x, y, n, [](DF, VF v) { return hn::Ceil(v); });
     case UnaryOp::round: return Apply(x, y, n, [](DF, VF v) { return hn::Round(v); });  // ties to even

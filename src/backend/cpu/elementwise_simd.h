@@ -13,7 +13,7 @@ namespace spore::cpu {
 
 enum class UnaryOp : int {
   neg, abs, exp, log, sqrt, rsqrt, reciprocal, tanh, sigmoid, relu, leaky_relu, gelu_erf, gelu_tanh, silu, erf,
-  sin, cos, floor, ceil, round, sign, clip, hardsigmoid, hardswish,
+  sin, cos, asin, acos, atan, floor, ceil, round, sign, clip, hardsigmoid, hardswish,
 };
 // leaky_relu: a = alpha; clip: a = min, b = max (already representable in the element dtype); hardsigmoid:
 // a = alpha, b = beta (as f32). hardsigmoid and hardswish do their decompositions' steps (ops/elementwise.cpp),

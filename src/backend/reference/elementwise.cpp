@@ -91,6 +91,9 @@ double apply_float(OpId op, double x, const Attrs& a) {
     case "erf"_op: return std::erf(x);
     case "sin"_op: return std::sin(x);
     case "cos"_op: return std::cos(x);
+    case "asin"_op: return std::asin(x);
+    case "acos"_op: return std::acos(x);
+    case "atan"_op: return std::atan(x);
     case "floor"_op: return std::floor(x);
     case "ceil"_op: return std::ceil(x);
     case "round"_op: return std::nearbyint(x);  // default rounding mode: to nearest, ties to even
@@ -176,9 +179,9 @@ void scalar_formula_kernel(KernelContext& k) {
 void register_elementwise(KernelRegistry& r) {
   for (const OpDef* def : op_registry().all())
     if (def->scalar != nullptr) r.add(Backend::reference, def->id, def->dtypes, scalar_formula_kernel);
-  for (OpId op : {"exp"_op, "log"_op, "sqrt"_op, "rsqrt"_op, "reciprocal"_op, "tanh"_op, "sigmoid"_op,
-                  "leaky_relu"_op, "gelu"_op, "silu"_op, "erf"_op, "sin"_op, "cos"_op, "floor"_op, "ceil"_op,
-                  "round"_op}) {
+  for (OpId op :
+       {"exp"_op, "log"_op, "sqrt"_op, "rsqrt"_op, "reciprocal"_op, "tanh"_op, "sigmoid"_op, "leaky_relu"_op, "gelu"_op,
+        "silu"_op, "erf"_op, "sin"_op, "cos"_op, "asin"_op, "acos"_op, "atan"_op, "floor"_op, "ceil"_op, "round"_op}) {
     r.add(Backend::reference, op, dtypes::floating, unary_kernel);
   }
   for (OpId op : {"neg"_op, "abs"_op, "relu"_op, "sign"_op}) r.add(Backend::reference, op, dtypes::signed_numeric, unary_kernel);

@@ -282,6 +282,9 @@ class Exporter {
       case "erf"_op: simple("Erf"); return;
       case "sin"_op: simple("Sin"); return;
       case "cos"_op: simple("Cos"); return;
+      case "asin"_op: simple("Asin"); return;
+      case "acos"_op: simple("Acos"); return;
+      case "atan"_op: simple("Atan"); return;
       case "floor"_op: simple("Floor"); return;
       case "ceil"_op: simple("Ceil"); return;
       case "round"_op: simple("Round"); return;  // both round half to even
