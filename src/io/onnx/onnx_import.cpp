@@ -379,8 +379,6 @@ Importer::Verdict Importer::classify(const onnx::NodeProto& n, const OpsetMap& o
     return {"decomposed", "model-local function (inlined)"};
   }
   if (dom.empty() && is_control_flow(n.op_type())) {
-    if (n.op_type() == "Scan" && schema_for(n, opsets) && schema_for(n, opsets)->SinceVersion() < 9)
-      return {"unsupported", "Scan-8 (with a batch axis); export at opset 9 or later"};
     for (const auto& a : n.attribute()) {
       if (a.type() != onnx::AttributeProto::GRAPH) continue;
       for (const auto& b : a.g().node()) {
@@ -679,7 +677,61 @@ std::vector<Value*> Importer::emit_control_flow_body(const onnx::NodeProto& n, c
     return result;
   }
   // Scan (opset 9+): the first N inputs are states, the last num_scan_inputs are sliced along their scan axes.
-  if (since < 9) c.fail(ErrorCode::unsupported, "Scan-8 (with a batch axis)");
+  if (since < 9) {
+    // Scan-8: every state and scan input (and output) has a batch axis 0, scan inputs are [batch, steps, ...];
+    // unrolled per batch row and step. A given sequence_lens (input 0) must be the full length of every row.
+    const onnx::GraphProto& g8 = body("body");
+    const int k8 = static_cast<int>(c.attr_i("num_scan_inputs", 0));
+    const int ns = c.num_inputs() - 1 - k8;
+    const int nout = g8.output_size() - ns;
+    const std::vector<int64_t> dirs =
+        c.attr_ints("directions", std::vector<int64_t>(static_cast<size_t>(std::max(k8, 0)), 0));
+    if (k8 <= 0 || ns < 0 || nout < 0 || static_cast<int>(dirs.size()) != k8)
+      c.fail(ErrorCode::invalid_argument, "num_scan_inputs {} and directions for {} inputs and {} body outputs", k8,
+             c.num_inputs(), g8.output_size());
+    const Shape s0 = c.static_shape(c.in(1 + ns), "scan input");
+    if (s0.size() < 2)
+      c.fail(ErrorCode::invalid_argument, "scan input is {}; Scan-8 takes [batch, steps, ...]", shape_str(s0));
+    const int64_t batch = s0[0], steps = s0[1];
+    for (int k = 0; k < k8; ++k) {
+      const Shape sk = c.static_shape(c.in(1 + ns + k), "scan input");
+      if (sk.size() < 2 || sk[0] != batch || sk[1] != steps)
+        c.fail(ErrorCode::invalid_argument, "scan inputs {} and {} differ in batch or steps", shape_str(s0),
+               shape_str(sk));
+    }
+    if (c.has_input(0))
+      for (int64_t l : c.ints_in(0))
+        if (l != steps)
+          c.fail(ErrorCode::unsupported, "sequence_lens {} for {} steps (Scan-8 over ragged sequences)", l, steps);
+    if (batch * steps > max_unroll)
+      c.fail(ErrorCode::unsupported, "{} x {} iterations (spore unrolls up to {})", batch, steps, max_unroll);
+    auto row = [&](Value* v, int64_t i) {
+      return c.op("gather"_op, {v, c.konst(Tensor::scalar(static_cast<double>(i), DType::i64))},
+                  {{"axis", int64_t{0}}});
+    };
+    std::vector<std::vector<Value*>> finals(static_cast<size_t>(ns)), outs8(static_cast<size_t>(nout));
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<Value*> state, xs;
+      for (int k = 0; k < ns; ++k) state.push_back(row(c.in(1 + k), b));
+      for (int k = 0; k < k8; ++k) xs.push_back(row(c.in(1 + ns + k), b));
+      std::vector<std::vector<Value*>> per_step(static_cast<size_t>(nout));
+      for (int64_t t = 0; t < steps; ++t) {
+        std::vector<Value*> args = state;
+        for (int k = 0; k < k8; ++k)
+          args.push_back(row(xs[static_cast<size_t>(k)], dirs[static_cast<size_t>(k)] ? steps - 1 - t : t));
+        std::vector<Value*> outs = emit_subgraph(g8, n, scope, args, opsets, depth);
+        for (int k = 0; k < ns; ++k) state[static_cast<size_t>(k)] = outs[static_cast<size_t>(k)];
+        for (int j = 0; j < nout; ++j) per_step[static_cast<size_t>(j)].push_back(outs[static_cast<size_t>(ns + j)]);
+      }
+      for (int k = 0; k < ns; ++k) finals[static_cast<size_t>(k)].push_back(state[static_cast<size_t>(k)]);
+      for (int j = 0; j < nout; ++j)
+        outs8[static_cast<size_t>(j)].push_back(stack(per_step[static_cast<size_t>(j)], 0));
+    }
+    std::vector<Value*> result;
+    for (const auto& f : finals) result.push_back(stack(f, 0));
+    for (const auto& o : outs8) result.push_back(stack(o, 0));
+    return result;
+  }
   const onnx::GraphProto& g = body("body");
   const int k_in = static_cast<int>(c.attr_i("num_scan_inputs", 0));
   const int n_state = c.num_inputs() - k_in;
