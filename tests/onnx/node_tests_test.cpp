@@ -246,7 +246,16 @@ struct Expected {
 // at run time" (757, 105 -> 758, 104); the 16 3-D Conv/ConvTranspose/MaxPool/AveragePool cases and 19 indexing
 // cases (Einsum 5, GatherND batch_dims 1, GridSample 8, RoiAlign 2, ScatterND 3) moved from unsupported to fed at run
 // time (758 -> 793, 190 -> 155).
-constexpr Expected kExpected{793, 104, 13, 5, 155};
+// Issue 41, the remaining families: 51 cases leave unsupported (793, 104, 13, 5, 155 -> 828, 109, 20, 9, 104).
+// Fed at run time +35: Acos/Asin/Atan 6, Det 2, BitShift uint8 2, ReverseSequence 2, DFT 3, ConvInteger 3,
+// MatMulInteger 1, QLinearConv 1, QLinearMatMul 2, BatchNormalization training outputs 2, MaxPool Indices 2,
+// TfIdfVectorizer 7, Scan-8 1, MaxUnpool without output_shape 1. By value +5: STFT 2 (frame_step), Dropout with a
+// run-time training_mode false/ratio 0 2, MaxUnpool with output_shape 1. Folded +7: the six plain windows and
+// MelWeightMatrix (scalar inputs). Failing +4: training-mode Dropout with ratio > 0 (test_training_dropout,
+// _default, _default_mask, _mask), whose expected masks are NumPy's random draws: spore refuses training-mode
+// Dropout at import naming the node. The 5 earlier failures stay: CastLike bf16 x4 (the data's 'like' is [1], the
+// model declares [3,4]) and test_range_float_type_positive_delta_expanded (a Loop count from a float input, refused).
+constexpr Expected kExpected{828, 109, 20, 9, 104};
 
 TEST(OnnxNodeTests, BackendConformance) {
   SPORE_SHARED_DATA_DIR(root, "onnx-node-tests");

@@ -113,6 +113,8 @@ struct OpMapping {
 
 // The op table (onnx_import_ops.cpp), keyed by ONNX op type of the default domain.
 const std::map<std::string, OpMapping>& op_table();
+// Adds the signal ops (onnx_import_signal.cpp: windows, MelWeightMatrix, DFT, STFT) to the table.
+void add_signal_ops(std::map<std::string, OpMapping>& table);
 
 // Attribute accessors on a raw NodeProto for CheckFns.
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name);

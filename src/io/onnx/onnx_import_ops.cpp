@@ -19,6 +19,8 @@ namespace {
 using V = std::vector<Value*>;
 using Ints = std::vector<int64_t>;
 
+Value* full_value(NodeCtx& c, const Ints& shape, double value, DType dt);  // a constant-filled tensor (below)
+
 Ints normalize_axes(const NodeCtx& c, Ints axes, int rank) {
   for (int64_t& a : axes) a = c.norm_axis(a, rank);
   return axes;
@@ -185,10 +187,8 @@ std::string check_spatial(const onnx::NodeProto& n, int, const NodeInfo& info) {
   return "";
 }
 
-V emit_conv(NodeCtx& c) {
-  Value* x = c.in(0);
-  Value* w = c.in(1);
-  Value* b = c.has_input(2) ? c.in(2) : nullptr;
+// Conv's attributes applied to x, w (and bias b, may be null); ConvInteger and QLinearConv share it.
+Value* conv_of(NodeCtx& c, Value* x, Value* w, Value* b) {
   const int nsp = c.rank(x) - 2;
   if (nsp < 1 || nsp > 3) c.fail(ErrorCode::unsupported, "{}-D convolution (spore has 1-D, 2-D and 3-D)", nsp);
   const Shape ws = c.static_shape(w, "weight W");
@@ -208,8 +208,10 @@ V emit_conv(NodeCtx& c) {
                    {"groups", c.attr_i("group", 1)},
                    {"pad_mode", pad_mode}});
   if (nsp == 1) y = c.op("squeeze"_op, {y}, {{"axes", Ints{2}}});
-  return {y};
+  return y;
 }
+
+V emit_conv(NodeCtx& c) { return {conv_of(c, c.in(0), c.in(1), c.has_input(2) ? c.in(2) : nullptr)}; }
 
 V emit_conv_transpose(NodeCtx& c) {
   Value* x = c.in(0);
@@ -267,8 +269,132 @@ V emit_conv_transpose(NodeCtx& c) {
   return {y};
 }
 
+// MaxPool with its Indices output: each window's elements gathered from the flattened input (padding reads a
+// -inf slot) by a constant [windows, window size] table, the first maximum's position taken by argmax and mapped
+// to the flat index ONNX defines: ((n * C + c) * D1 + d1) * D2 + d2 ... over the unpadded input (row-major), or
+// with the spatial dims in column-major order for storage_order = 1.
+V emit_max_pool_with_indices(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Shape s = c.static_shape(x, "input X");
+  const int nsp = static_cast<int>(s.size()) - 2;
+  if (nsp < 1 || nsp > 3) c.fail(ErrorCode::unsupported, "{}-D pooling (spore has 1-D, 2-D and 3-D)", nsp);
+  const Window win = read_window(c, x, c.attr_ints("kernel_shape"), nsp, nullptr);
+  const bool ceil_mode = c.attr_i("ceil_mode", 0) != 0, col_major = c.attr_i("storage_order", 0) != 0;
+  Ints in(s.begin() + 2, s.end()), out(static_cast<size_t>(nsp));
+  for (int i = 0; i < nsp; ++i) {
+    const int64_t eff = (win.kernel[i] - 1) * win.dilations[i] + 1;
+    const int64_t span = in[i] + win.pads[i] + win.pads[nsp + i] - eff;
+    if (span < 0) c.fail(ErrorCode::invalid_argument, "the window ({}) is larger than the padded input dim {}", eff, i);
+    int64_t o = (ceil_mode ? (span + win.strides[i] - 1) / win.strides[i] : span / win.strides[i]) + 1;
+    if (ceil_mode && (o - 1) * win.strides[i] >= in[i] + win.pads[i]) --o;  // the last window starts in the input
+    out[i] = o;
+  }
+  const int64_t n_win = std::accumulate(out.begin(), out.end(), int64_t{1}, std::multiplies<>());
+  const int64_t k_sz = std::accumulate(win.kernel.begin(), win.kernel.end(), int64_t{1}, std::multiplies<>());
+  const int64_t plane = std::accumulate(in.begin(), in.end(), int64_t{1}, std::multiplies<>());
+  // table[o * k_sz + j]: the row-major flat position of window o's element j (plane = padding);
+  // onnx_pos: the same element's index as ONNX reports it (storage order).
+  std::vector<int64_t> table(static_cast<size_t>(n_win * k_sz)), onnx_pos(table.size());
+  Ints oi(static_cast<size_t>(nsp), 0);
+  for (int64_t o = 0; o < n_win; ++o) {
+    for (int64_t j = 0, rem = o; j < nsp; ++j) {  // o -> multi-index (row-major)
+      const int64_t d = nsp - 1 - j;
+      oi[static_cast<size_t>(d)] = rem % out[d];
+      rem /= out[d];
+    }
+    for (int64_t kj = 0; kj < k_sz; ++kj) {
+      int64_t rest = kj, row = 0, col = 0, col_stride = 1;
+      bool inside = true;
+      Ints pos(static_cast<size_t>(nsp));
+      for (int d = nsp - 1; d >= 0; --d) {
+        const int64_t kd = rest % win.kernel[d];
+        rest /= win.kernel[d];
+        pos[static_cast<size_t>(d)] = oi[static_cast<size_t>(d)] * win.strides[d] - win.pads[d] + kd * win.dilations[d];
+        inside = inside && pos[static_cast<size_t>(d)] >= 0 && pos[static_cast<size_t>(d)] < in[d];
+      }
+      for (int d = 0; d < nsp; ++d) row = row * in[d] + pos[static_cast<size_t>(d)];
+      for (int d = 0; d < nsp; ++d) {
+        col += pos[static_cast<size_t>(d)] * col_stride;
+        col_stride *= in[d];
+      }
+      const auto at = static_cast<size_t>(o * k_sz + kj);
+      table[at] = inside ? row : plane;
+      onnx_pos[at] = inside ? (col_major ? col : row) : 0;
+    }
+  }
+  const DType dt = c.dtype(x);
+  const DType vt = is_floating(dt) ? dt : DType::f64;  // integers: exact in f64, -inf below every value
+  const int64_t n = s[0], ch = s[1];
+  Value* flat = c.reshape(c.cast(x, vt), {n, ch, plane});
+  flat = c.op("concat"_op, {flat, full_value(c, {n, ch, 1}, -std::numeric_limits<double>::infinity(), vt)},
+              {{"axis", int64_t{2}}});
+  Value* g = c.op("gather"_op, {flat, c.konst(Tensor::from_vector(table, {n_win, k_sz}))}, {{"axis", int64_t{2}}});
+  Value* am = c.op("argmax"_op, {g}, {{"axis", int64_t{3}}, {"keepdims", true}});  // first maximum
+  Value* y = c.reshape(c.op("gather_elements"_op, {g, am}, {{"axis", int64_t{3}}}), {n, ch, n_win});
+  std::vector<int64_t> base(static_cast<size_t>(n_win));
+  for (int64_t o = 0; o < n_win; ++o) base[static_cast<size_t>(o)] = o * k_sz;
+  Value* at = c.op("add"_op, {c.reshape(am, {n, ch, n_win}), c.konst(Tensor::from_vector(base, {n_win}))});
+  Value* idx = c.op("gather"_op, {c.konst(Tensor::from_vector(onnx_pos, {n_win * k_sz})), at}, {{"axis", int64_t{0}}});
+  std::vector<int64_t> offs(static_cast<size_t>(n * ch));
+  for (int64_t i = 0; i < n * ch; ++i) offs[static_cast<size_t>(i)] = i * plane;
+  idx = c.op("add"_op, {idx, c.konst(Tensor::from_vector(offs, {n, ch, 1}))});
+  Ints ys{n, ch};
+  ys.insert(ys.end(), out.begin(), out.end());
+  return {c.cast(c.reshape(y, ys), dt), c.reshape(idx, ys)};
+}
+
+// MaxUnpool: X scattered into a zero tensor of the inferred shape ((in - 1) * stride + kernel - pads) at the flat
+// indices I (MaxPool's, which span N and C too), then, for an output_shape larger than that, zero-padded up to it
+// (total / 2 before, the rest after, as ConvTranspose splits an output_shape's padding; the indices keep
+// addressing the inferred layout, as the ONNX test data has it).
+V emit_max_unpool(NodeCtx& c) {
+  Value* x = c.in(0);
+  Value* ind = c.in(1);
+  const Shape s = c.static_shape(x, "input X");
+  const int nsp = static_cast<int>(s.size()) - 2;
+  if (nsp < 1) c.fail(ErrorCode::invalid_argument, "input X is {}; it needs N, C and spatial dims", shape_str(s));
+  if (c.static_shape(ind, "input I") != s)
+    c.fail(ErrorCode::invalid_argument, "indices I are {}, X is {}", shape_str(c.static_shape(ind, "input I")),
+           shape_str(s));
+  const Ints k = c.attr_ints("kernel_shape"), st = c.attr_ints("strides", Ints(nsp, 1)),
+             pads = c.attr_ints("pads", Ints(2 * nsp, 0));
+  if (static_cast<int>(k.size()) != nsp || static_cast<int>(st.size()) != nsp ||
+      static_cast<int>(pads.size()) != 2 * nsp)
+    c.fail(ErrorCode::invalid_argument, "kernel_shape/strides/pads do not match {} spatial dims", nsp);
+  Ints inferred{s[0], s[1]};
+  for (int i = 0; i < nsp; ++i) inferred.push_back((s[2 + i] - 1) * st[i] + k[i] - pads[i] - pads[nsp + i]);
+  int64_t total = 1;
+  for (int64_t d : inferred) {
+    if (d <= 0) c.fail(ErrorCode::invalid_argument, "the unpooled shape {} has an empty dim", shape_str(inferred));
+    total *= d;
+  }
+  const int64_t count = std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
+  Value* y = c.op(
+      "scatter"_op,
+      {full_value(c, {total}, 0.0, c.dtype(x)), c.reshape(c.cast(ind, DType::i64), {count}), c.reshape(x, {count})},
+      {{"axis", int64_t{0}}, {"reduction", std::string("none")}});
+  y = c.reshape(y, inferred);
+  if (!c.has_input(2)) return {y};
+  const Ints out = c.ints_in(2);
+  if (static_cast<int>(out.size()) != nsp + 2)
+    c.fail(ErrorCode::invalid_argument, "output_shape has {} dims, X has {}", out.size(), nsp + 2);
+  Ints pad(static_cast<size_t>(2 * (nsp + 2)), 0);
+  bool any = false;
+  for (int i = 0; i < nsp + 2; ++i) {
+    const int64_t extra = out[static_cast<size_t>(i)] - inferred[static_cast<size_t>(i)];
+    if (extra < 0 || (i < 2 && extra != 0))
+      c.fail(ErrorCode::invalid_argument, "output_shape {} is smaller than the unpooled shape {} (or changes N or C)",
+             shape_str(out), shape_str(inferred));
+    pad[static_cast<size_t>(i)] = extra / 2;
+    pad[static_cast<size_t>(nsp + 2 + i)] = extra - extra / 2;
+    any = any || extra > 0;
+  }
+  return {any ? c.op("pad"_op, {y}, {{"pads", pad}}) : y};
+}
+
 EmitFn pool(bool is_max) {
   return [is_max](NodeCtx& c) -> V {
+    if (is_max && c.wants_output(1)) return emit_max_pool_with_indices(c);
     Value* x = c.in(0);
     const int nsp = c.rank(x) - 2;
     if (nsp < 1 || nsp > 3) c.fail(ErrorCode::unsupported, "{}-D pooling (spore has 1-D, 2-D and 3-D)", nsp);
@@ -303,9 +429,8 @@ EmitFn pool(bool is_max) {
   };
 }
 
+// storage_order only changes the Indices output, which emit_max_pool_with_indices honours.
 std::string check_maxpool(const onnx::NodeProto& n, int since, const NodeInfo& info) {
-  if (n.output_size() > 1 && !n.output(1).empty()) return "the Indices output (argmax positions) is not supported";
-  if (node_attr_i(n, "storage_order", 0) != 0) return "storage_order=1";
   return check_spatial(n, since, info);
 }
 
@@ -335,16 +460,39 @@ V emit_gemm(NodeCtx& c) {
 
 // ------------------------------------------------------------------------------------------- normalization
 
+// BatchNormalization-14/15 with training_mode = 1: Y normalised by the batch's own mean and (population) variance
+// over every axis but 1, and the running statistics updated as input * momentum + batch * (1 - momentum).
+V emit_batch_norm_training(NodeCtx& c) {
+  Value* x = c.in(0);
+  const int r = c.rank(x);
+  if (r < 2) c.fail(ErrorCode::invalid_argument, "input X has rank {}; it needs a channel dim", r);
+  Ints axes{0}, bshape(static_cast<size_t>(r), 1);
+  for (int i = 2; i < r; ++i) axes.push_back(i);
+  bshape[1] = -1;
+  Value* mean = c.op("reduce_mean"_op, {x}, {{"axes", axes}, {"keepdims", false}});
+  Value* d = c.op("sub"_op, {x, c.reshape(mean, bshape)});
+  Value* var = c.op("reduce_mean"_op, {c.op("mul"_op, {d, d})}, {{"axes", axes}, {"keepdims", false}});
+  V outs{c.op("batch_norm"_op, {x, c.in(1), c.in(2), mean, var}, {{"epsilon", c.attr_f("epsilon", 1e-5)}})};
+  const double momentum = c.attr_f("momentum", 0.9);
+  auto blend = [&](Value* running, Value* batch) {
+    return c.op("add"_op, {mulc(c, c.cast(running, c.dtype(batch)), momentum), mulc(c, batch, 1.0 - momentum)});
+  };
+  if (c.wants_output(1)) outs.push_back(blend(c.in(3), mean));
+  if (c.wants_output(2)) outs.push_back(blend(c.in(4), var));
+  return outs;
+}
+
 V emit_batch_norm(NodeCtx& c) {
-  if (c.since >= 14 && c.attr_i("training_mode", 0) != 0)
-    c.fail(ErrorCode::unsupported, "training_mode=1 (spore imports inference graphs)");
+  if (c.since >= 14 && c.attr_i("training_mode", 0) != 0) return emit_batch_norm_training(c);
   return {c.op("batch_norm"_op, {c.in(0), c.in(1), c.in(2), c.in(3), c.in(4)}, {{"epsilon", c.attr_f("epsilon", 1e-5)}})};
 }
 std::string check_batch_norm(const onnx::NodeProto& n, int since, const NodeInfo&) {
+  if (since >= 14 && node_attr_i(n, "training_mode", 0) != 0) return "";
   for (int i = 1; i < n.output_size(); ++i)
-    if (!n.output(i).empty()) return "training outputs (running mean/var, saved statistics)";
+    if (!n.output(i).empty())
+      return "training outputs without training_mode (BatchNormalization before opset 14: re-export at opset 14+, "
+             "where training_mode=1 gives the running mean/var)";
   if (since < 9 && node_attr_i(n, "spatial", 1) == 0) return "spatial=0 (per-activation statistics)";
-  if (node_attr_i(n, "training_mode", 0) != 0) return "training_mode=1";
   return "";
 }
 
@@ -874,11 +1022,17 @@ V emit_one_hot(NodeCtx& c) {
 
 V emit_where(NodeCtx& c) { return {c.op("where"_op, {c.in(0), c.in(1), c.in(2)})}; }
 
+// Dropout is the identity unless training_mode is true and ratio is not 0. A run-time training_mode (and then
+// ratio) is read by value: a deployed session binds such scalar inputs and compiles per value.
 V emit_dropout(NodeCtx& c) {
   Value* x = c.in(0);
-  if (c.since >= 12 && c.has_input(2) && c.is_const(c.in(2)) && c.floats_in(2).at(0) != 0) {
+  if (c.since >= 12 && c.has_input(2) && c.floats_in(2).at(0) != 0) {
     const double ratio = c.has_input(1) ? c.floats_in(1).at(0) : 0.5;
-    if (ratio != 0) c.fail(ErrorCode::unsupported, "training_mode=true with ratio {} (random masks)", ratio);
+    if (ratio != 0)
+      c.fail(ErrorCode::unsupported,
+             "training_mode=true with ratio {}: random masks (spore runs imported graphs for inference, and no two "
+             "engines draw the same masks); export with training_mode false or ratio 0",
+             ratio);
   }
   V outs{c.op("identity"_op, {x})};
   if (c.wants_output(1)) {
@@ -983,11 +1137,300 @@ std::string check_quantize(const onnx::NodeProto& n, int, const NodeInfo& info) 
   return "";
 }
 
-// Dropout in training mode draws random masks that no other implementation reproduces.
+// ---- integer ops with exact integer results. 8-bit codes minus their zero points are small integers, so every
+// product and every sum of up to 2^37 of them is exact in f64: the convolutions and matmuls run in f64 and their
+// results are exact int32 accumulators.
+
+// v with one entry per index of `axis` of a rank-`rank` tensor (a per-channel / per-row parameter) shaped to
+// broadcast there; one-element parameters broadcast as they are.
+Value* along_axis(NodeCtx& c, Value* v, int rank, int64_t axis, const char* what) {
+  const int64_t n = c.static_shape(v, what).empty() ? 1 : v->type.numel();
+  if (n == 1) return c.rank(v) == 0 ? v : c.reshape(v, {});
+  if (c.rank(v) != 1 || axis < 0 || axis >= rank)
+    c.fail(ErrorCode::invalid_argument, "{} has shape {}; it must be a scalar or 1-D along axis {} of a rank-{} tensor",
+           what, v->type.str(), axis, rank);
+  Ints shape(static_cast<size_t>(rank), 1);
+  shape[static_cast<size_t>(axis)] = n;
+  return c.reshape(v, shape);
+}
+
+Value* int8_input(NodeCtx& c, int i, const char* what) {
+  Value* v = c.in(i);
+  if (c.dtype(v) != DType::u8 && c.dtype(v) != DType::i8)
+    c.fail(ErrorCode::invalid_argument, "input {} ('{}', {}) is {}; it must be uint8 or int8", i, c.node.input(i), what,
+           dtype_name(c.dtype(v)));
+  return v;
+}
+
+// (q - zero_point) in f64; the zero point (input zp, optional) is per tensor or per index of `axis`.
+Value* centered(NodeCtx& c, int q_index, int zp_index, int64_t axis, const char* what) {
+  Value* q = int8_input(c, q_index, what);
+  Value* v = c.cast(q, DType::f64);
+  if (!c.has_input(zp_index)) return v;
+  Value* zp = c.in(zp_index);
+  if (c.dtype(zp) != c.dtype(q))
+    c.fail(ErrorCode::invalid_argument, "the zero point of {} is {}, the input is {}", what, dtype_name(c.dtype(zp)),
+           dtype_name(c.dtype(q)));
+  return c.op("sub"_op, {v, along_axis(c, c.cast(zp, DType::f64), c.rank(q), axis, "a zero point")});
+}
+
+// QLinear* outputs: saturate(round_half_even(v) + zero_point) into the zero point's type (uint8 when absent).
+Value* requantize(NodeCtx& c, Value* v, int zp_index) {
+  const DType qt = c.has_input(zp_index) ? c.dtype(c.in(zp_index)) : DType::u8;
+  if (qt != DType::u8 && qt != DType::i8)
+    c.fail(ErrorCode::invalid_argument, "the output zero point is {}; it must be uint8 or int8", dtype_name(qt));
+  Value* q = c.op("round"_op, {v});
+  if (c.has_input(zp_index))
+    q = c.op("add"_op, {q, along_axis(c, c.cast(c.in(zp_index), DType::f64), 0, 0, "y_zero_point")});
+  q = c.op("clip"_op, {q}, {{"min", qt == DType::u8 ? 0.0 : -128.0}, {"max", qt == DType::u8 ? 255.0 : 127.0}});
+  return c.cast(q, qt);
+}
+
+Value* f64_param(NodeCtx& c, int i, int rank, int64_t axis, const char* what) {
+  return along_axis(c, c.cast(c.in(i), DType::f64), rank, axis, what);
+}
+
+// MatMulInteger: (A - a_zero_point) (B - b_zero_point) as int32; a_zero_point per row of A, b_zero_point per column.
+V emit_matmul_integer(NodeCtx& c) {
+  const int ra = c.rank(c.in(0)), rb = c.rank(c.in(1));
+  Value* a = centered(c, 0, 2, ra - 2, "A");
+  Value* b = centered(c, 1, 3, rb - 1, "B");
+  return {c.cast(c.op("matmul"_op, {a, b}), DType::i32)};
+}
+
+// QLinearMatMul: requantize((A - a_zp)(B - b_zp) * a_scale * b_scale / y_scale) with y_zero_point.
+V emit_qlinear_matmul(NodeCtx& c) {
+  const int ra = c.rank(c.in(0)), rb = c.rank(c.in(3));
+  Value* acc = c.op("matmul"_op, {centered(c, 0, 2, ra - 2, "a"), centered(c, 3, 5, rb - 1, "b")});
+  const int r = c.rank(acc);
+  Value* scale = c.op("mul"_op, {f64_param(c, 1, r, r - 2, "a_scale"), f64_param(c, 4, r, r - 1, "b_scale")});
+  scale = c.op("div"_op, {scale, f64_param(c, 6, 0, 0, "y_scale")});
+  return {requantize(c, c.op("mul"_op, {acc, scale}), 7)};
+}
+
+// ConvInteger: Conv of (x - x_zero_point) and (w - w_zero_point) (per output channel) as int32. Padding adds the
+// zero point (a 0 after centering), as ONNX Runtime does.
+V emit_conv_integer(NodeCtx& c) {
+  Value* x = centered(c, 0, 2, 1, "x");
+  Value* w = centered(c, 1, 3, 0, "w");
+  return {c.cast(conv_of(c, x, w, nullptr), DType::i32)};
+}
+
+// QLinearConv: requantize((conv(x - x_zp, w - w_zp) + B) * x_scale * w_scale / y_scale) with y_zero_point;
+// w_scale/w_zero_point per tensor or per output channel, B int32 per output channel.
+V emit_qlinear_conv(NodeCtx& c) {
+  Value* acc = conv_of(c, centered(c, 0, 2, 1, "x"), centered(c, 3, 5, 0, "w"), nullptr);
+  const int r = c.rank(acc);
+  if (c.has_input(8)) acc = c.op("add"_op, {acc, f64_param(c, 8, r, 1, "B")});
+  Value* scale = c.op("mul"_op, {f64_param(c, 1, r, 1, "x_scale"), f64_param(c, 4, r, 1, "w_scale")});
+  scale = c.op("div"_op, {scale, f64_param(c, 6, 0, 0, "y_scale")});
+  return {requantize(c, c.op("mul"_op, {acc, scale}), 7)};
+}
+
+// BitShift on unsigned integers (spore's one is uint8): in f64, x * 2^y reduced modulo 2^bits, or floor(x / 2^y).
+// 2^y comes from a table (exact; a shift by >= bits gives 0 either way, as NumPy's shifts of unsigned integers do).
+V emit_bit_shift(NodeCtx& c) {
+  Value* x = c.in(0);
+  Value* y = c.in(1);
+  const DType dt = c.dtype(x);
+  if (dt != DType::u8 || c.dtype(y) != dt)
+    c.fail(ErrorCode::invalid_argument, "inputs are {} and {}; BitShift takes unsigned integers (uint8 in spore)",
+           dtype_name(dt), dtype_name(c.dtype(y)));
+  const std::string dir = c.attr_s("direction", "");
+  if (dir != "LEFT" && dir != "RIGHT") c.fail(ErrorCode::invalid_argument, "direction '{}' (LEFT or RIGHT)", dir);
+  const int bits = 8;
+  std::vector<double> pow2(256);
+  for (int i = 0; i < 256; ++i) pow2[static_cast<size_t>(i)] = std::ldexp(1.0, i);
+  Value* p = c.op("gather"_op, {c.konst(Tensor::from_doubles(pow2, {256}, DType::f64)), c.cast(y, DType::i64)},
+                  {{"axis", int64_t{0}}});
+  Value* xf = c.cast(x, DType::f64);
+  Value* v;
+  if (dir == "LEFT") {
+    const double m = std::ldexp(1.0, bits);
+    v = c.op("mul"_op, {xf, p});
+    v = c.op("sub"_op, {v, mulc(c, c.op("floor"_op, {mulc(c, v, 1.0 / m)}), m)});
+  } else {
+    v = c.op("floor"_op, {c.op("div"_op, {xf, p})});
+  }
+  return {c.cast(v, dt)};
+}
+
+// ReverseSequence: gather_elements along the time axis with index len[b] - 1 - t for t < len[b], else t.
+V emit_reverse_sequence(NodeCtx& c) {
+  Value* x = c.in(0);
+  const Shape s = c.static_shape(x, "input");
+  const int64_t batch_axis = c.attr_i("batch_axis", 1), time_axis = c.attr_i("time_axis", 0);
+  if (s.size() < 2 || batch_axis + time_axis != 1 || batch_axis * time_axis != 0)
+    c.fail(ErrorCode::invalid_argument, "batch_axis {} and time_axis {} for input {}: they must be 0 and 1", batch_axis,
+           time_axis, shape_str(s));
+  const int64_t t_len = s[static_cast<size_t>(time_axis)], b_len = s[static_cast<size_t>(batch_axis)];
+  Value* lens = c.in(1);
+  if (c.static_shape(lens, "sequence_lens") != Shape{b_len} || is_floating(c.dtype(lens)))
+    c.fail(ErrorCode::invalid_argument, "sequence_lens is {}; it must be integer [{}]", lens->type.str(), b_len);
+  std::vector<int64_t> ts(static_cast<size_t>(t_len));
+  std::iota(ts.begin(), ts.end(), int64_t{0});
+  Value* t = c.konst(Tensor::from_vector(ts, time_axis == 0 ? Shape{t_len, 1} : Shape{1, t_len}));
+  Value* l = c.reshape(c.cast(lens, DType::i64), batch_axis == 0 ? Ints{b_len, 1} : Ints{1, b_len});
+  Value* rev = c.op("sub"_op, {c.op("sub"_op, {l, c.scalar(1, DType::i64)}), t});
+  Value* idx = c.op("where"_op, {c.op("lt"_op, {t, l}), rev, t});
+  Ints full{s[0], s[1]}, ones{s[0], s[1]};
+  for (size_t i = 2; i < s.size(); ++i) {
+    ones.push_back(1);
+    full.push_back(s[i]);
+  }
+  if (s.size() > 2) idx = c.op("expand"_op, {c.reshape(idx, ones)}, {{"shape", full}});
+  return {c.op("gather_elements"_op, {x, idx}, {{"axis", time_axis}})};
+}
+
+// Det: LU decomposition with partial pivoting (LAPACK getrf's choice of pivot: the first largest |a|) unrolled
+// into the graph, batched over the leading dims. Step k takes the trailing (n-k)x(n-k) matrix M: the pivot row p,
+// the other rows with row p replaced by row 0 (one transposition, a sign flip when p != 0), det *= sign * pivot,
+// and M' = rest[:, 1:] - (rest[:, 0] / pivot) pivot_row[1:]. A zero pivot (a singular matrix) gives det 0.
+V emit_det(NodeCtx& c) {
+  Value* x = c.in(0);
+  const DType dt = c.dtype(x);
+  if (!is_floating(dt)) c.fail(ErrorCode::invalid_argument, "input is {}; Det takes floating-point", dtype_name(dt));
+  const Shape s = c.static_shape(x, "input");
+  const int r = static_cast<int>(s.size());
+  if (r < 2 || s[r - 1] != s[r - 2])
+    c.fail(ErrorCode::invalid_argument, "input is {}; Det takes [..., n, n]", shape_str(s));
+  const int64_t n = s.back();
+  constexpr int64_t kMaxN = 256;
+  if (n > kMaxN)
+    c.fail(ErrorCode::unsupported, "{}x{} matrices: spore unrolls Det's LU steps into the graph, up to {}x{}", n, n,
+           kMaxN, kMaxN);
+  const Shape batch(s.begin(), s.end() - 2);
+  const int64_t b = std::accumulate(batch.begin(), batch.end(), int64_t{1}, std::multiplies<>());
+  const DType ct = dt == DType::f64 ? DType::f64 : DType::f32;
+  Value* m = c.reshape(c.cast(x, ct), {b, n, n});
+  Value* det = full_value(c, {b, 1, 1}, 1.0, ct);
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t w = n - k;
+    auto cut = [&](Value* v, Ints starts, Ints ends) {
+      return c.op("slice"_op, {v}, {{"starts", starts}, {"ends", ends}, {"axes", Ints{1, 2}}});
+    };
+    Value* p =
+        c.op("argmax"_op, {c.op("abs"_op, {cut(m, {0, 0}, {w, 1})})}, {{"axis", int64_t{1}}, {"keepdims", true}});
+    Value* prow =
+        c.op("gather_elements"_op, {m, c.op("expand"_op, {p}, {{"shape", Ints{b, 1, w}}})}, {{"axis", int64_t{1}}});
+    Value* pivot = cut(prow, {0, 0}, {1, 1});
+    Value* swapped = c.op("ne"_op, {p, c.scalar(0, DType::i64)});
+    Value* sign = c.op("where"_op, {swapped, c.scalar(-1, ct), c.scalar(1, ct)});
+    det = c.op("mul"_op, {det, c.op("mul"_op, {pivot, sign})});
+    if (w == 1) break;
+    std::vector<int64_t> rows(static_cast<size_t>(w - 1));
+    std::iota(rows.begin(), rows.end(), int64_t{1});
+    Value* is_p = c.op("eq"_op, {c.konst(Tensor::from_vector(rows, {1, w - 1, 1})), p});
+    Value* rest = c.op("where"_op, {is_p, cut(m, {0, 0}, {1, w}), cut(m, {1, 0}, {w, w})});
+    Value* safe = c.op("where"_op, {c.op("eq"_op, {pivot, c.scalar(0, ct)}), c.scalar(1, ct), pivot});
+    Value* f = c.op("div"_op, {cut(rest, {0, 0}, {w - 1, 1}), safe});
+    m = c.op("sub"_op, {cut(rest, {0, 1}, {w - 1, w}), c.op("mul"_op, {f, cut(prow, {0, 1}, {1, w})})});
+  }
+  return {c.cast(c.reshape(det, batch), dt)};
+}
+
+// TfIdfVectorizer over integer pools. For each n-gram length n in [min_gram_length, max_gram_length] and skip
+// distance d in 1..max_skip_count + 1 (unigrams once, d = 1), as ONNX Runtime counts: the windows
+// X[b, i + j d] (j < n, i + (n-1) d < L) are compared with the pool's n-grams G_n [g, n], and count[b, g] is the
+// number of windows that match all n tokens. Counts (exact small integers in f32) are weighted per pool n-gram
+// (IDF: the weight where the count is nonzero; TFIDF: count * weight) and moved to their output columns
+// (ngram_indexes) by a 0/1 matmul.
+V emit_tfidf_vectorizer(NodeCtx& c) {
+  Value* x = c.in(0);
+  const DType dt = c.dtype(x);
+  if (dt != DType::i64 && dt != DType::i32)
+    c.fail(ErrorCode::invalid_argument, "input is {}; spore's TfIdfVectorizer takes int32/int64 (pool_int64s)",
+           dtype_name(dt));
+  const Shape s = c.static_shape(x, "input");
+  if (s.empty() || s.size() > 2)
+    c.fail(ErrorCode::invalid_argument, "input is {}; it must be [C] or [N, C]", shape_str(s));
+  const int64_t rows = s.size() == 2 ? s[0] : 1, len = s.back();
+  const int64_t min_n = c.attr_i("min_gram_length", 1), max_n = c.attr_i("max_gram_length", 1),
+                max_skip = c.attr_i("max_skip_count", 0);
+  const std::string mode = c.attr_s("mode", "TF");
+  const Ints counts = c.attr_ints("ngram_counts"), indexes = c.attr_ints("ngram_indexes"),
+             pool = c.attr_ints("pool_int64s");
+  const std::vector<double> weights = c.attr_floats("weights");
+  if (mode != "TF" && mode != "IDF" && mode != "TFIDF") c.fail(ErrorCode::invalid_argument, "mode '{}'", mode);
+  if (min_n < 1 || max_n < min_n || max_skip < 0)
+    c.fail(ErrorCode::invalid_argument, "min_gram_length {}, max_gram_length {}, max_skip_count {}", min_n, max_n,
+           max_skip);
+  // The pool's n-grams by length: [counts[n-1], counts[n]) of the pool's tokens.
+  int64_t n_grams = 0;
+  std::vector<std::pair<int64_t, int64_t>> levels;  // (first token, number of n-grams) for n = 1, 2, ...
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(i) + 1, b = counts[i];
+    const int64_t e = i + 1 < counts.size() ? counts[i + 1] : static_cast<int64_t>(pool.size());
+    if (b < 0 || e < b || e > static_cast<int64_t>(pool.size()) || (e - b) % n != 0)
+      c.fail(ErrorCode::invalid_argument, "ngram_counts {} do not split the pool of {} tokens into {}-grams", i,
+             pool.size(), n);
+    levels.emplace_back(b, (e - b) / n);
+    n_grams += (e - b) / n;
+  }
+  if (static_cast<int64_t>(indexes.size()) != n_grams)
+    c.fail(ErrorCode::invalid_argument, "{} ngram_indexes for {} n-grams in the pool", indexes.size(), n_grams);
+  if (!weights.empty() && static_cast<int64_t>(weights.size()) != n_grams)
+    c.fail(ErrorCode::invalid_argument, "{} weights for {} n-grams in the pool", weights.size(), n_grams);
+  int64_t out_dim = 0;
+  for (int64_t i : indexes) {
+    if (i < 0) c.fail(ErrorCode::invalid_argument, "ngram_indexes holds {}", i);
+    out_dim = std::max(out_dim, i + 1);
+  }
+  Value* xi = c.reshape(c.cast(x, DType::i64), {rows, len});
+  V parts;
+  for (size_t li = 0; li < levels.size(); ++li) {
+    const int64_t n = static_cast<int64_t>(li) + 1, first = levels[li].first, g = levels[li].second;
+    if (g == 0) continue;
+    Value* cnt = nullptr;
+    const int64_t max_d = n < min_n || n > max_n ? 0 : n == 1 ? 1 : max_skip + 1;
+    for (int64_t d = 1; d <= max_d; ++d) {
+      const int64_t positions = len - (n - 1) * d;
+      if (positions <= 0) break;
+      Value* match = nullptr;
+      for (int64_t j = 0; j < n; ++j) {
+        std::vector<int64_t> col(static_cast<size_t>(g));
+        for (int64_t k = 0; k < g; ++k) col[static_cast<size_t>(k)] = pool[static_cast<size_t>(first + k * n + j)];
+        Value* win =
+            c.op("slice"_op, {xi}, {{"starts", Ints{j * d}}, {"ends", Ints{j * d + positions}}, {"axes", Ints{1}}});
+        Value* e = c.op("eq"_op, {c.reshape(win, {rows, positions, 1}), c.konst(Tensor::from_vector(col, {1, 1, g}))});
+        match = match ? c.op("logical_and"_op, {match, e}) : e;
+      }
+      Value* m = c.op("reduce_sum"_op, {c.cast(match, DType::f32)}, {{"axes", Ints{1}}, {"keepdims", false}});
+      cnt = cnt ? c.op("add"_op, {cnt, m}) : m;
+    }
+    parts.push_back(cnt ? cnt : full_value(c, {rows, g}, 0.0, DType::f32));
+  }
+  Value* y;
+  if (parts.empty()) {
+    y = full_value(c, {rows, out_dim}, 0.0, DType::f32);
+  } else {
+    Value* all = parts.size() == 1 ? parts[0] : c.op("concat"_op, parts, {{"axis", int64_t{1}}});
+    if (mode != "TF") {
+      std::vector<double> w = weights.empty() ? std::vector<double>(static_cast<size_t>(n_grams), 1.0) : weights;
+      Value* wv = c.konst(Tensor::from_doubles(w, {n_grams}, DType::f32));
+      all = mode == "IDF"
+                ? c.op("where"_op, {c.op("gt"_op, {all, c.scalar(0, DType::f32)}), wv, c.scalar(0, DType::f32)})
+                : c.op("mul"_op, {all, wv});
+    }
+    std::vector<double> to_col(static_cast<size_t>(n_grams * out_dim), 0.0);
+    for (int64_t k = 0; k < n_grams; ++k)
+      to_col[static_cast<size_t>(k * out_dim + indexes[static_cast<size_t>(k)])] = 1.0;
+    y = c.op("matmul"_op, {all, c.konst(Tensor::from_doubles(to_col, {n_grams, out_dim}, DType::f32))});
+  }
+  return {s.size() == 1 ? c.reshape(y, {out_dim}) : y};
+}
+std::string check_tfidf(const onnx::NodeProto& n, int, const NodeInfo&) {
+  if (find_attr(n, "pool_strings"))
+    return "string pools (pool_strings): spore has no string tensors; map tokens to ids first and use pool_int64s";
+  return "";
+}
+
+// Dropout in training mode draws random masks that no other implementation reproduces. A run-time training_mode
+// is taken by value (emit_dropout refuses true with a nonzero ratio then).
 std::string check_dropout(const onnx::NodeProto& n, int since, const NodeInfo& info) {
   if (since < 12 || n.input_size() < 3 || n.input(2).empty()) return "";
   const auto* t = info.constant(2);
-  if (!t) return "training_mode given as a run-time input (spore imports inference graphs: it must be a constant false)";
+  if (!t) return "";
   const Tensor v = tensor_from_proto(*t, n.input(2));
   if (v.numel() == 1 && v.item_at(0) != 0) {
     const auto* r = info.constant(1);
@@ -1355,6 +1798,9 @@ std::map<std::string, OpMapping> build_table() {
   add("Erf", 9, false, "erf", unary("erf"_op));
   add("Sin", 7, false, "sin", unary("sin"_op));
   add("Cos", 7, false, "cos", unary("cos"_op));
+  add("Asin", 7, false, "asin", unary("asin"_op));
+  add("Acos", 7, false, "acos", unary("acos"_op));
+  add("Atan", 7, false, "atan", unary("atan"_op));
   add("Floor", 6, false, "floor", unary("floor"_op));
   add("Ceil", 6, false, "ceil", unary("ceil"_op));
   add("Round", 11, false, "round (half to even)", unary("round"_op));
@@ -1549,9 +1995,24 @@ std::map<std::string, OpMapping> build_table() {
   add("Upsample", 7, true, "index_select + weighted sums per axis (nearest, linear)", emit_resize, check_resize);
   add("DequantizeLinear", 10, true, "(cast(x) - zero_point) * scale", emit_dequantize);
   add("QuantizeLinear", 10, true, "clip(round(x / scale) + zero_point), cast", emit_quantize, check_quantize);
+  add("MatMulInteger", 10, true, "matmul of zero-point-centred codes in f64 (exact), cast to int32",
+      emit_matmul_integer);
+  add("ConvInteger", 10, true, "conv of zero-point-centred codes in f64 (exact), cast to int32", emit_conv_integer,
+      check_spatial);
+  add("QLinearMatMul", 10, true, "exact f64 matmul of centred codes, scaled, round half to even, saturate",
+      emit_qlinear_matmul);
+  add("QLinearConv", 10, true, "exact f64 conv of centred codes, + bias, scaled, round half to even, saturate",
+      emit_qlinear_conv, check_spatial);
+  add("BitShift", 11, true, "x * 2^y mod 2^bits or floor(x / 2^y), exact in f64", emit_bit_shift);
+  add("ReverseSequence", 10, true, "gather_elements with per-batch reversed time indices", emit_reverse_sequence);
+  add("Det", 11, true, "LU with partial pivoting, unrolled (n <= 256)", emit_det);
+  add("MaxUnpool", 9, true, "scatter into a zero tensor of the output shape", emit_max_unpool);
+  add("TfIdfVectorizer", 9, true, "n-gram matches (slice, eq) summed, weighted, matmul to columns",
+      emit_tfidf_vectorizer, check_tfidf);
   add("LSTM", 7, true, "matmul (input projections) + rnn_sequence", rnn(Cell::lstm));
   add("GRU", 7, true, "matmul (input projections) + rnn_sequence", rnn(Cell::gru));
   add("RNN", 7, true, "matmul (input projections) + rnn_sequence", rnn(Cell::rnn));
+  add_signal_ops(t);
   return t;
 }
 
