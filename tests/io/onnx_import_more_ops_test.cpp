@@ -247,31 +247,34 @@ TEST(OnnxImportMoreOps, WindowsMatchTheirFormulas) {
 
 // ---- integer ops
 
-// Exact int32 accumulators with per-row a_zero_point and per-column b_zero_point; u8 x i8.
+// Exact int32 accumulators with per-row a_zero_point and per-column b_zero_point; u8 x i8. K = 37 runs the matmul
+// in f32 (every partial sum an integer below 2^24), K = 300 in f64 (37 * 255^2 < 2^24 < 300 * 255^2).
 TEST(OnnxImportMoreOps, MatMulIntegerIsExact) {
   std::mt19937 rng(44);
-  const int64_t m = 5, k = 37, n = 6;
-  ModelBuilder b(10);
-  b.input("a", P::UINT8, {"5", "37"});
-  b.input("b", P::INT8, {"37", "6"});
-  b.input("az", P::UINT8, {"5"});
-  b.input("bz", P::INT8, {"6"});
-  b.node("MatMulInteger", {"a", "b", "az", "bz"}, {"y"});
-  b.output("y", P::INT32);
-  const Tensor a = random({m, k}, DType::u8, rng, 0, 256), bb = random({k, n}, DType::i8, rng, -128, 128),
-               az = random({m}, DType::u8, rng, 0, 256), bz = random({n}, DType::i8, rng, -128, 128);
-  const Tensor y = run(b, {a, bb, az, bz}).at(0);
-  EXPECT_EQ(y.dtype(), DType::i32);
-  std::vector<double> want;
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t acc = 0;
-      for (int64_t t = 0; t < k; ++t)
-        acc += (static_cast<int64_t>(a.item_at(i * k + t)) - static_cast<int64_t>(az.item_at(i))) *
-               (static_cast<int64_t>(bb.item_at(t * n + j)) - static_cast<int64_t>(bz.item_at(j)));
-      want.push_back(static_cast<double>(acc));
-    }
-  expect_exact(y, want, "MatMulInteger");
+  for (int64_t k : {37, 300}) {
+    const int64_t m = 5, n = 6;
+    ModelBuilder b(10);
+    b.input("a", P::UINT8, {"5", std::to_string(k)});
+    b.input("b", P::INT8, {std::to_string(k), "6"});
+    b.input("az", P::UINT8, {"5"});
+    b.input("bz", P::INT8, {"6"});
+    b.node("MatMulInteger", {"a", "b", "az", "bz"}, {"y"});
+    b.output("y", P::INT32);
+    const Tensor a = random({m, k}, DType::u8, rng, 0, 256), bb = random({k, n}, DType::i8, rng, -128, 128),
+                 az = random({m}, DType::u8, rng, 0, 256), bz = random({n}, DType::i8, rng, -128, 128);
+    const Tensor y = run(b, {a, bb, az, bz}).at(0);
+    EXPECT_EQ(y.dtype(), DType::i32);
+    std::vector<double> want;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t acc = 0;
+        for (int64_t t = 0; t < k; ++t)
+          acc += (static_cast<int64_t>(a.item_at(i * k + t)) - static_cast<int64_t>(az.item_at(i))) *
+                 (static_cast<int64_t>(bb.item_at(t * n + j)) - static_cast<int64_t>(bz.item_at(j)));
+        want.push_back(static_cast<double>(acc));
+      }
+    expect_exact(y, want, fmt::format("MatMulInteger K={}", k));
+  }
 }
 
 // y[n, m, oh, ow] = sum (x - xz)(w - wz[m]) over c, kh, kw, with padding reading xz (0 after centering).
@@ -688,6 +691,64 @@ TEST(OnnxImportMoreOps, DropoutWithRunTimeTrainingMode) {
   const std::string path = (testing::temp_dir("more_ops") / "dropout.onnx").string();
   b.save(path);
   EXPECT_FALSE(io::check_onnx_ops(path).has_unsupported());
+}
+
+// An int8 initializer (constant weights: what the int8-kernel path of the integer ops needs).
+void init_i8(ModelBuilder& b, const std::string& name, const Tensor& t) {
+  auto* p = b.g().add_initializer();
+  p->set_name(name);
+  p->set_data_type(P::INT8);
+  for (int64_t d : t.shape()) p->add_dims(d);
+  std::string raw(static_cast<size_t>(t.numel()), '\0');
+  for (int64_t i = 0; i < t.numel(); ++i)
+    raw[static_cast<size_t>(i)] = static_cast<char>(static_cast<int8_t>(t.item_at(i)));
+  p->set_raw_data(raw);
+}
+
+// Constant symmetric int8 weights take spore's int8 kernels (qconv2d / qlinear with unit scales), the reduction split
+// in chunks whose sums stay exact in f32 (130 input channels of 3x3 at |x - zp| <= 252, |w| <= 127: 3 chunks;
+// K = 1500 at |a - zp| <= 200: 3 chunks). The int32 results equal the direct integer loops exactly.
+TEST(OnnxImportMoreOps, IntegerOpsOnInt8KernelsAreExact) {
+  std::mt19937 rng(54);
+  {
+    const Shape xs{2, 130, 6, 5}, ws{5, 130, 3, 3};
+    const Tensor x = random(xs, DType::u8, rng, 0, 256), w = random(ws, DType::i8, rng, -127, 128);
+    ModelBuilder b(10);
+    b.input("x", P::UINT8, dims_of(xs));
+    init_i8(b, "w", w);
+    b.init_i64("xz", {3});
+    auto* xz = b.g().mutable_initializer(1);
+    xz->clear_dims();
+    xz->set_data_type(P::UINT8);
+    xz->set_raw_data(std::string(1, '\3'));
+    attr_ints(b.node("ConvInteger", {"x", "w", "xz"}, {"y"}), "pads", {1, 1, 1, 1});
+    b.output("y", P::INT32);
+    int64_t oh = 0, ow = 0;
+    const std::vector<int64_t> want = direct_conv_int(x, w, 3, std::vector<int64_t>(5, 0), 1, 1, &oh, &ow);
+    const Tensor y = run(b, {x}).at(0);
+    EXPECT_EQ(y.shape(), (Shape{2, 5, oh, ow}));
+    expect_exact(y, std::vector<double>(want.begin(), want.end()), "ConvInteger on qconv2d");
+  }
+  {
+    const int64_t m = 4, k = 1500, n = 3;
+    const Tensor a = random({m, k}, DType::u8, rng, 0, 256), bm = random({k, n}, DType::i8, rng, -127, 128);
+    ModelBuilder b(10);
+    b.input("a", P::UINT8, {"4", "1500"});
+    init_i8(b, "b", bm);
+    b.input("az", P::UINT8, {});
+    b.node("MatMulInteger", {"a", "b", "az"}, {"y"});
+    b.output("y", P::INT32);
+    const Tensor y = run(b, {a}, {{"az", Tensor::scalar(200, DType::u8)}}).at(0);
+    std::vector<double> want;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t acc = 0;
+        for (int64_t t = 0; t < k; ++t)
+          acc += (static_cast<int64_t>(a.item_at(i * k + t)) - 200) * static_cast<int64_t>(bm.item_at(t * n + j));
+        want.push_back(static_cast<double>(acc));
+      }
+    expect_exact(y, want, "MatMulInteger on qlinear");
+  }
 }
 
 // Scan-8 (batch axis 0, scan axis 1) with two batch rows and a reversed scan input: the running sum per row.

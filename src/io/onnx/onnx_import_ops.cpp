@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -1163,15 +1164,45 @@ Value* int8_input(NodeCtx& c, int i, const char* what) {
 }
 
 // (q - zero_point) in f64; the zero point (input zp, optional) is per tensor or per index of `axis`.
-Value* centered(NodeCtx& c, int q_index, int zp_index, int64_t axis, const char* what) {
+// (Any float dtype holds these small integers exactly; `ft` f32 serves where the sums are bounded, see below.)
+Value* centered(NodeCtx& c, int q_index, int zp_index, int64_t axis, const char* what, DType ft = DType::f64) {
   Value* q = int8_input(c, q_index, what);
-  Value* v = c.cast(q, DType::f64);
+  Value* v = c.cast(q, ft);
   if (!c.has_input(zp_index)) return v;
   Value* zp = c.in(zp_index);
   if (c.dtype(zp) != c.dtype(q))
     c.fail(ErrorCode::invalid_argument, "the zero point of {} is {}, the input is {}", what, dtype_name(c.dtype(zp)),
            dtype_name(c.dtype(q)));
-  return c.op("sub"_op, {v, along_axis(c, c.cast(zp, DType::f64), c.rank(q), axis, "a zero point")});
+  return c.op("sub"_op, {v, along_axis(c, c.cast(zp, ft), c.rank(q), axis, "a zero point")});
+}
+
+// Largest |q - zero_point| possible for input q: from the constant values when q and a one-element zero point are
+// constants, from the zero point and the code range when only it is, else 255.
+int64_t max_centered(NodeCtx& c, int q_i, int zp_i) {
+  Value* zp = c.has_input(zp_i) ? c.in(zp_i) : nullptr;
+  if (zp && (!c.is_const(zp) || zp->type.numel() != 1)) return 255;
+  const double z = zp ? c.floats_in(zp_i).at(0) : 0.0;
+  if (c.is_const(c.in(q_i))) {
+    double m = 0;
+    for (double v : c.floats_in(q_i)) m = std::max(m, std::abs(v - z));
+    return static_cast<int64_t>(m);
+  }
+  const bool u8 = c.dtype(c.in(q_i)) == DType::u8;
+  return static_cast<int64_t>(u8 ? std::max(z, 255 - z) : std::max(z + 128, 127 - z));
+}
+
+// The matmul of the centred codes: in f32 when every partial sum is an integer below 2^24 in magnitude
+// (K * max|a - az| * max|b - bz| < 2^24, so any summation order is exact), else in f64. Returns f64.
+Value* centered_matmul(NodeCtx& c, int a_i, int az_i, int b_i, int bz_i, const char* an, const char* bn) {
+  Value* a = c.in(a_i);
+  Value* b = c.in(b_i);
+  const int ra = c.rank(a), rb = c.rank(b);
+  const Dim& kd = b->type.dims.at(static_cast<size_t>(std::max(rb - 2, 0)));
+  const bool f32_exact =
+      kd.is_static() && kd.size * max_centered(c, a_i, az_i) * max_centered(c, b_i, bz_i) < (int64_t{1} << 24);
+  const DType ft = f32_exact ? DType::f32 : DType::f64;
+  return c.cast(c.op("matmul"_op, {centered(c, a_i, az_i, ra - 2, an, ft), centered(c, b_i, bz_i, rb - 1, bn, ft)}),
+                DType::f64);
 }
 
 // QLinear* outputs: saturate(round_half_even(v) + zero_point) into the zero point's type (uint8 when absent).
@@ -1190,18 +1221,110 @@ Value* f64_param(NodeCtx& c, int i, int rank, int64_t axis, const char* what) {
   return along_axis(c, c.cast(c.in(i), DType::f64), rank, axis, what);
 }
 
+// ---- the fast path: spore's int8 kernels (qconv2d / qlinear: oneDNN int8, int32 accumulation) with unit scales,
+// so their f32 output is the int32 sum itself, exact while every |sum| < 2^24. Taken when the activation zero point
+// is one constant, the weights are constant int8 with zero points all 0 (symmetric: what ONNX Runtime's quantizer
+// writes), and the reduction is split into chunks whose worst-case sum stays below 2^24 (the chunks' sums are
+// added in f64, exactly). Otherwise (and for what it does not cover) the f64 path above gives the same integers.
+
+// max |x - zero_point| over the codes of x's dtype, with the zero point (a scalar of x's dtype) for the kernel;
+// nullopt when the zero point is not one constant.
+std::optional<std::pair<int64_t, Value*>> act_zero_point(NodeCtx& c, int x_i, int xz_i) {
+  const DType dt = c.dtype(c.in(x_i));
+  const bool u8 = dt == DType::u8;
+  if (!c.has_input(xz_i)) return std::pair{u8 ? int64_t{255} : int64_t{128}, c.scalar(0, dt)};
+  Value* z = c.in(xz_i);
+  if (!c.is_const(z) || z->type.numel() != 1 || c.dtype(z) != dt) return std::nullopt;
+  const auto zv = static_cast<int64_t>(c.floats_in(xz_i).at(0));
+  return std::pair{u8 ? std::max(zv, 255 - zv) : std::max(zv + 128, 127 - zv), c.rank(z) ? c.reshape(z, {}) : z};
+}
+// max |w| of constant int8 weights whose zero points (if any) are all 0; nullopt otherwise.
+std::optional<int64_t> sym_int8_weights(NodeCtx& c, int w_i, int wz_i) {
+  Value* w = c.in(w_i);
+  if (c.dtype(w) != DType::i8 || !c.is_const(w)) return std::nullopt;
+  if (c.has_input(wz_i)) {
+    if (!c.is_const(c.in(wz_i))) return std::nullopt;
+    for (double z : c.floats_in(wz_i))
+      if (z != 0) return std::nullopt;
+  }
+  int64_t m = 1;
+  for (double v : c.floats_in(w_i)) m = std::max(m, static_cast<int64_t>(std::abs(v)));
+  return m;
+}
+constexpr int64_t kExactF32 = (int64_t{1} << 24) - 1;
+
+// conv(x - xz, w) (2-D, one group) as exact integers in f64 through qconv2d; nullptr where the path does not apply.
+Value* int8_conv_acc(NodeCtx& c, int x_i, int xz_i, int w_i, int wz_i) {
+  Value* x = c.in(x_i);
+  if (c.rank(x) != 4 || c.attr_i("group", 1) != 1) return nullptr;
+  const auto zp = act_zero_point(c, x_i, xz_i);
+  const auto wmax = sym_int8_weights(c, w_i, wz_i);
+  if (!zp || !wmax) return nullptr;
+  const Shape ws = c.static_shape(c.in(w_i), "weight w");
+  const int64_t per_channel = ws[2] * ws[3] * zp->first * *wmax;  // worst-case |sum| per input channel
+  if (per_channel > kExactF32) return nullptr;
+  const int64_t chunk = kExactF32 / per_channel, channels = ws[1];
+  std::string pad_mode = "pad";
+  const Window win = read_window(c, x, c.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end())), 2, &pad_mode);
+  const Attrs a{{"stride", win.strides},
+                {"padding", win.pads},
+                {"dilation", win.dilations},
+                {"groups", int64_t{1}},
+                {"pad_mode", pad_mode}};
+  Value* one = c.scalar(1, DType::f32);
+  Value* acc = nullptr;
+  for (int64_t c0 = 0; c0 < channels; c0 += chunk) {
+    const int64_t c1 = std::min(channels, c0 + chunk);
+    auto part = [&](Value* v) {
+      return c0 == 0 && c1 == channels
+                 ? v
+                 : c.op("slice"_op, {v}, {{"starts", Ints{c0}}, {"ends", Ints{c1}}, {"axes", Ints{1}}});
+    };
+    Value* q = c.cast(c.op("qconv2d"_op, {part(x), one, zp->second, part(c.in(w_i)), one}, a), DType::f64);
+    acc = acc ? c.op("add"_op, {acc, q}) : q;
+  }
+  return acc;
+}
+
+// (A - az) B as exact integers in f64 through qlinear (B constant 2-D int8, symmetric; A's zero point one
+// constant); nullptr where the path does not apply.
+Value* int8_matmul_acc(NodeCtx& c, int a_i, int az_i, int b_i, int bz_i) {
+  Value* a = c.in(a_i);
+  Value* b = c.in(b_i);
+  if (c.rank(a) < 2 || c.rank(b) != 2) return nullptr;
+  const auto zp = act_zero_point(c, a_i, az_i);
+  const auto bmax = sym_int8_weights(c, b_i, bz_i);
+  if (!zp || !bmax || zp->first * *bmax > kExactF32) return nullptr;
+  const int64_t chunk = kExactF32 / (zp->first * *bmax), k = c.static_shape(b, "B")[0];
+  Value* bt = c.op("transpose"_op, {b}, {{"perm", Ints{1, 0}}});  // [N, K], folded (B is constant)
+  Value* one = c.scalar(1, DType::f32);
+  Value* acc = nullptr;
+  for (int64_t k0 = 0; k0 < k; k0 += chunk) {
+    const int64_t k1 = std::min(k, k0 + chunk);
+    const bool all = k0 == 0 && k1 == k;
+    Value* ap =
+        all ? a : c.op("slice"_op, {a}, {{"starts", Ints{k0}}, {"ends", Ints{k1}}, {"axes", Ints{c.rank(a) - 1}}});
+    Value* bp = all ? bt : c.op("slice"_op, {bt}, {{"starts", Ints{k0}}, {"ends", Ints{k1}}, {"axes", Ints{1}}});
+    Value* q = c.cast(c.op("qlinear"_op, {ap, one, zp->second, bp, one}), DType::f64);
+    acc = acc ? c.op("add"_op, {acc, q}) : q;
+  }
+  return acc;
+}
+
 // MatMulInteger: (A - a_zero_point) (B - b_zero_point) as int32; a_zero_point per row of A, b_zero_point per column.
 V emit_matmul_integer(NodeCtx& c) {
-  const int ra = c.rank(c.in(0)), rb = c.rank(c.in(1));
-  Value* a = centered(c, 0, 2, ra - 2, "A");
-  Value* b = centered(c, 1, 3, rb - 1, "B");
-  return {c.cast(c.op("matmul"_op, {a, b}), DType::i32)};
+  int8_input(c, 0, "A");
+  int8_input(c, 1, "B");
+  if (Value* acc = int8_matmul_acc(c, 0, 2, 1, 3)) return {c.cast(acc, DType::i32)};
+  return {c.cast(centered_matmul(c, 0, 2, 1, 3, "A", "B"), DType::i32)};
 }
 
 // QLinearMatMul: requantize((A - a_zp)(B - b_zp) * a_scale * b_scale / y_scale) with y_zero_point.
 V emit_qlinear_matmul(NodeCtx& c) {
-  const int ra = c.rank(c.in(0)), rb = c.rank(c.in(3));
-  Value* acc = c.op("matmul"_op, {centered(c, 0, 2, ra - 2, "a"), centered(c, 3, 5, rb - 1, "b")});
+  int8_input(c, 0, "a");
+  int8_input(c, 3, "b");
+  Value* acc = int8_matmul_acc(c, 0, 2, 3, 5);
+  if (!acc) acc = centered_matmul(c, 0, 2, 3, 5, "a", "b");
   const int r = c.rank(acc);
   Value* scale = c.op("mul"_op, {f64_param(c, 1, r, r - 2, "a_scale"), f64_param(c, 4, r, r - 1, "b_scale")});
   scale = c.op("div"_op, {scale, f64_param(c, 6, 0, 0, "y_scale")});
@@ -1211,6 +1334,9 @@ V emit_qlinear_matmul(NodeCtx& c) {
 // ConvInteger: Conv of (x - x_zero_point) and (w - w_zero_point) (per output channel) as int32. Padding adds the
 // zero point (a 0 after centering), as ONNX Runtime does.
 V emit_conv_integer(NodeCtx& c) {
+  int8_input(c, 0, "x");
+  int8_input(c, 1, "w");
+  if (Value* acc = int8_conv_acc(c, 0, 2, 1, 3)) return {c.cast(acc, DType::i32)};
   Value* x = centered(c, 0, 2, 1, "x");
   Value* w = centered(c, 1, 3, 0, "w");
   return {c.cast(conv_of(c, x, w, nullptr), DType::i32)};
@@ -1219,7 +1345,10 @@ V emit_conv_integer(NodeCtx& c) {
 // QLinearConv: requantize((conv(x - x_zp, w - w_zp) + B) * x_scale * w_scale / y_scale) with y_zero_point;
 // w_scale/w_zero_point per tensor or per output channel, B int32 per output channel.
 V emit_qlinear_conv(NodeCtx& c) {
-  Value* acc = conv_of(c, centered(c, 0, 2, 1, "x"), centered(c, 3, 5, 0, "w"), nullptr);
+  int8_input(c, 0, "x");
+  int8_input(c, 3, "w");
+  Value* acc = int8_conv_acc(c, 0, 2, 3, 5);
+  if (!acc) acc = conv_of(c, centered(c, 0, 2, 1, "x"), centered(c, 3, 5, 0, "w"), nullptr);
   const int r = c.rank(acc);
   if (c.has_input(8)) acc = c.op("add"_op, {acc, f64_param(c, 8, r, 1, "B")});
   Value* scale = c.op("mul"_op, {f64_param(c, 1, r, 1, "x_scale"), f64_param(c, 4, r, 1, "w_scale")});
