@@ -687,6 +687,8 @@ TEST(OnnxImportMoreOps, DropoutWithRunTimeTrainingMode) {
   const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "m", o); });
   EXPECT_NE(msg.find("drop"), std::string::npos) << msg;
   EXPECT_NE(msg.find("random masks"), std::string::npos) << msg;
+  o.input_values["r"] = Tensor::scalar(1.5, DType::f32);
+  EXPECT_NE(error_of([&] { io::import_onnx_bytes(b.bytes(), "m", o); }).find("outside [0, 1)"), std::string::npos);
   // check-ops: a run-time training_mode is no longer refused up front.
   const std::string path = (testing::temp_dir("more_ops") / "dropout.onnx").string();
   b.save(path);

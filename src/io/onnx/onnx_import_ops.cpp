@@ -1029,6 +1029,7 @@ V emit_dropout(NodeCtx& c) {
   Value* x = c.in(0);
   if (c.since >= 12 && c.has_input(2) && c.floats_in(2).at(0) != 0) {
     const double ratio = c.has_input(1) ? c.floats_in(1).at(0) : 0.5;
+    if (!(ratio >= 0 && ratio < 1)) c.fail(ErrorCode::invalid_argument, "ratio {} is outside [0, 1)", ratio);
     if (ratio != 0)
       c.fail(ErrorCode::unsupported,
              "training_mode=true with ratio {}: random masks (spore runs imported graphs for inference, and no two "
