@@ -14,6 +14,23 @@
 
 namespace spore::io {
 
+// ONNX sequence and optional values (onnx_import_sequence.cpp). spore's IR has tensors only: the importer keeps a
+// sequence as a list of tensor values and an optional as what it holds, so such a graph input is given as its tensors
+// and such an output comes back as its tensors. A sequence NAME of length k is the graph tensors NAME.0 ... NAME.{k-1}
+// (sequence_element_name); an optional is what it holds (the tensor NAME, or a sequence's NAME.i), or nothing.
+// How many tensors each one is (its "count") is part of the input signature (OnnxImportOptions::input_counts) and
+// is reported for the outputs (OnnxImportReport::outputs): a tensor 1, a sequence its length, an optional tensor 1,
+// an optional sequence its length, and an optional that holds nothing `kOnnxAbsent`.
+enum class OnnxValueKind { tensor, sequence, optional, optional_sequence };
+constexpr int64_t kOnnxAbsent = -1;
+const char* onnx_value_kind_name(OnnxValueKind k);  // "tensor", "sequence", "optional", "optional sequence"
+std::string sequence_element_name(const std::string& name, int64_t i);  // "s.0"
+struct OnnxValueLayout {
+  std::string name;  // the ONNX output name
+  OnnxValueKind kind = OnnxValueKind::tensor;
+  int64_t count = 1;  // graph tensors it maps to, in order (kOnnxAbsent: an optional that holds nothing)
+};
+
 // One ONNX op type found in a model and how spore handles it.
 struct OnnxOpStatus {
   std::string domain;   // "" for the default domain
@@ -37,6 +54,9 @@ struct OnnxImportReport {
   // The import failed for a reason no input shapes or values fix (an If/Loop control input computed from a float
   // model input): deploy::Session fails at load instead of learning values.
   bool refused = false;
+  // Every graph output as the model declares it, and how many of the graph's (flat) outputs it took. Filled when the
+  // import succeeds.
+  std::vector<OnnxValueLayout> outputs;
   bool has_unsupported() const;
   // Multi-line table: op type, count, status, nodes of the unsupported ones, and what the user can do.
   std::string format() const;
@@ -52,13 +72,19 @@ struct OnnxImportOptions {
   // Graph inputs bound to values: they become constants (dtype and rank must match the declared input), so
   // everything computed from them folds. A model compiled this way is specialised to those values.
   std::map<std::string, Tensor> input_values;
+  // Sequence and optional graph inputs: how many tensors each is given as (see OnnxValueKind; kOnnxAbsent for an
+  // optional that holds nothing). Required for each such input: without it the import fails naming the input.
+  // `input_dims` and `input_values` name a sequence's tensors NAME.0, NAME.1, ...
+  std::map<std::string, int64_t> input_counts;
 };
 
 // A graph input as the model declares it (symbolic dims named as import_onnx names them), after `input_dims`
 // overrides; initializers that double as inputs are left out. Reads only the graph's inputs.
 struct OnnxInputInfo {
   std::string name;
-  TensorType type;
+  TensorType type;  // a sequence's (or optional's) element type
+  OnnxValueKind kind = OnnxValueKind::tensor;
+  bool rank_known = true;  // false: the model declares no shape for a sequence's elements (`type.dims` is empty)
 };
 std::vector<OnnxInputInfo> onnx_graph_inputs(const std::string& bytes, const std::string& name,
                                              const OnnxImportOptions& opts = {});

@@ -229,6 +229,7 @@ class Importer {
   // Graph inputs that a const_in needed the value of (OnnxImportReport::needs_values).
   std::set<std::string> needed_inputs;
   bool refused = false;  // OnnxImportReport::refused
+  Composites composites;  // sequence and optional handles (onnx_import_sequence.cpp)
 
   Value* track(Value* v) {
     max_value_id = std::max(max_value_id, v->id);
@@ -399,10 +400,9 @@ Importer::Verdict Importer::classify(const onnx::NodeProto& n, const OpsetMap& o
     const int since = node_since(n, opsets, s, &newer);
     if (since == 0) return {"unsupported", fmt::format("not an ONNX op at opset {}", opset)};
     if (newer) s = nullptr;  // the library's schema (and function body) is an older version's
-    const auto& table = onnx_import::op_table();
     std::string why_not;
-    if (auto t = table.find(n.op_type()); t != table.end()) {
-      const OpMapping& m = t->second;
+    if (const OpMapping* t = find_op_mapping(n.op_type())) {
+      const OpMapping& m = *t;
       if (since < m.min_since) {
         why_not = fmt::format("{}-{} (opset {}) predates the oldest version spore maps ({})", n.op_type(), since,
                               opset, m.min_since);
@@ -457,23 +457,6 @@ void Importer::name_value(Value* v, const std::string& name) {
   g.rename_value(v, name);
 }
 
-namespace {
-onnx::TypeProto type_proto_of(const Value* v) {
-  onnx::TypeProto t;
-  auto* tt = t.mutable_tensor_type();
-  tt->set_elem_type(onnx_type_of(v->type.dtype));
-  auto* sh = tt->mutable_shape();
-  for (const Dim& d : v->type.dims) {
-    auto* dim = sh->add_dim();
-    if (d.is_static())
-      dim->set_dim_value(d.size);
-    else
-      dim->set_dim_param(d.sym);
-  }
-  return t;
-}
-}  // namespace
-
 std::vector<Value*> Importer::inline_function(const onnx::FunctionProto& f, const onnx::NodeProto& caller,
                                               const std::vector<Value*>& ins, const OpsetMap& caller_opsets,
                                               int depth, const onnx::OpSchema* schema) {
@@ -517,24 +500,31 @@ void Importer::emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap&
     bool newer = false;
     const int since = dom.empty() ? node_since(n, opsets, s, &newer) : 0;
     if (newer) s = nullptr;  // an older version's schema: its function body is not this op's
-    const auto& table = op_table();
     auto lf = local_functions.find(n.domain() + ":" + n.op_type());
-    auto t = table.find(n.op_type());
+    const OpMapping* t = find_op_mapping(n.op_type());
     bool mapped = false;
+    // Only the sequence/optional ops (and control flow, functions) take handles; any other op names the input.
+    auto tensors_only = [&] {
+      for (size_t i = 0; i < ins.size(); ++i)
+        if (composites.is(ins[i]))
+          SPORE_FAIL(ErrorCode::invalid_argument, "input {} ('{}') is {}; this op takes tensors", i,
+                     n.input(static_cast<int>(i)), composites.describe(ins[i]));
+    };
     if (lf != local_functions.end()) {
       outs = inline_function(*lf->second, n, ins, opsets, depth, nullptr);
       mapped = true;
     } else if (dom.empty() && is_control_flow(n.op_type())) {
       outs = emit_control_flow(n, ins, scope, opsets, depth, since);
       mapped = true;
-    } else if (dom.empty() && since > 0 && t != table.end() && since >= t->second.min_since &&
-               (!t->second.check || t->second.check(n, since, info_of(n, depth)).empty())) {
+    } else if (dom.empty() && since > 0 && t && since >= t->min_since &&
+               (!t->check || t->check(n, since, info_of(n, depth)).empty())) {
+      if (!t->takes_composites) tensors_only();
       NodeCtx ctx(*this, n, since, ins);
-      outs = t->second.emit(ctx);
+      outs = t->emit(ctx);
       mapped = true;
     } else if (dom.empty() && schema_has_body(s)) {
       std::vector<onnx::TypeProto> types;
-      for (Value* v : ins) types.push_back(v ? type_proto_of(v) : onnx::TypeProto());
+      for (Value* v : ins) types.push_back(v ? type_proto_of(composites, v) : onnx::TypeProto());
       onnx::FunctionProto body;
       SPORE_CHECK(build_schema_body(s, n, types, body), ErrorCode::unsupported,
                   "could not build the ONNX function body of this op");
@@ -542,6 +532,7 @@ void Importer::emit_node(const onnx::NodeProto& n, Scope& scope, const OpsetMap&
       mapped = true;
     } else if (!dom.empty()) {
       if (const OpDef* d = custom_op_for(n, dom)) {
+        tensors_only();
         NodeCtx ctx(*this, n, 1, ins);
         Attrs attrs;
         for (const auto& a : n.attribute()) {
@@ -916,8 +907,12 @@ int64_t NodeCtx::norm_axis(int64_t axis, int r) const {
 }
 
 std::vector<Value*> NodeCtx::op_n(OpId id, std::vector<Value*> ins, const Attrs& attrs) {
-  for (Value* v : ins)
+  for (Value* v : ins) {
     SPORE_ASSERT(v != nullptr, "null input to {} in {}", op_name(id), label_);
+    if (im_.composites.is(v))
+      fail(ErrorCode::invalid_argument, "{} '{}' reaches {}, which takes tensors", im_.composites.describe(v), v->name,
+           op_name(id));
+  }
   const OpDef& def = op_registry().get(id);
   bool fold = current_dispatcher() != nullptr && !def.traits.has(Trait::random) && id != "constant"_op;
   for (Value* v : ins) fold = fold && is_const(v);
@@ -935,6 +930,8 @@ std::vector<Value*> NodeCtx::op_n(OpId id, std::vector<Value*> ins, const Attrs&
 }
 
 Value* NodeCtx::op(OpId id, std::vector<Value*> ins, const Attrs& attrs) { return op_n(id, std::move(ins), attrs).at(0); }
+
+Composites& NodeCtx::composites() { return im_.composites; }
 
 Value* NodeCtx::konst(const Tensor& t) { return im_.track(im_.graph->add_constant(t.contiguous(), node.name())); }
 
@@ -1039,13 +1036,27 @@ OnnxImportReport classify_model(const onnx::ModelProto& m, const oi::OpsetMap& o
   return rep;
 }
 
-TensorType value_type(const onnx::ValueInfoProto& vi, const std::string& input_name) {
-  SPORE_CHECK(vi.type().has_tensor_type(), ErrorCode::unsupported,
-              "graph input '{}' is not a tensor (sequence/map/optional types are not supported)", vi.name());
-  const auto& tt = vi.type().tensor_type();
+// A graph input as declared: a tensor, or the tensors of a sequence or optional (`rank_known` false: a sequence's or
+// optional's elements declare no shape, and the type's dims are empty).
+struct InputDecl {
+  OnnxValueKind kind = OnnxValueKind::tensor;
+  TensorType type;
+  bool rank_known = true;
+};
+
+InputDecl input_decl(const onnx::ValueInfoProto& vi, const std::string& input_name) {
+  InputDecl decl;
+  const oi::UnwrappedType u = oi::unwrap_type(vi.type(), fmt::format("graph input '{}'", vi.name()));
+  decl.kind = u.kind;
+  const auto& tt = *u.tensor;
   const std::optional<DType> dt = oi::dtype_from_onnx(tt.elem_type());
   SPORE_CHECK(dt.has_value(), ErrorCode::unsupported, "graph input '{}' has element type {}, which spore lacks",
               vi.name(), oi::onnx_type_name(tt.elem_type()));
+  decl.type.dtype = *dt;
+  if (!tt.has_shape() && u.kind != OnnxValueKind::tensor) {
+    decl.rank_known = false;
+    return decl;
+  }
   SPORE_CHECK(tt.has_shape(), ErrorCode::unsupported,
               "graph input '{}' has no shape (unknown rank); spore needs the rank at import", vi.name());
   std::vector<Dim> dims;
@@ -1058,7 +1069,8 @@ TensorType value_type(const onnx::ValueInfoProto& vi, const std::string& input_n
     else
       dims.push_back(Dim::symbol(oi::sanitize_symbol(fmt::format("{}_d{}", input_name, i))));
   }
-  return TensorType(*dt, std::move(dims));
+  decl.type.dims = std::move(dims);
+  return decl;
 }
 
 std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string& name, const OnnxImportOptions& opts,
@@ -1079,42 +1091,97 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string
   SPORE_CHECK(gp.sparse_initializer_size() == 0, ErrorCode::unsupported, "'{}': sparse initializers are not supported",
               name);
   // Inputs first (declaration order), then initializers as constants.
-  for (const auto& vi : gp.input()) {
-    if (init_names.count(vi.name())) continue;  // an initializer with a default value: a constant
-    TensorType t = value_type(vi, vi.name());
-    if (auto it = opts.input_dims.find(vi.name()); it != opts.input_dims.end()) {
-      SPORE_CHECK(it->second.size() == t.dims.size(), ErrorCode::shape_mismatch,
-                  "'{}': input shape for '{}' has {} dims, but the model's input is {} (rank {})", name, vi.name(),
-                  it->second.size(), t.str(), t.rank());
+  // One graph tensor input (a tensor input, or an element of a sequence/optional one): its dims overridden by
+  // input_dims, or bound to a value by input_values.
+  auto add_tensor_input = [&](const std::string& in_name, TensorType t, bool rank_known) -> Value* {
+    auto dims_it = opts.input_dims.find(in_name);
+    auto value_it = opts.input_values.find(in_name);
+    if (!rank_known) {  // the model declares no shape for these elements: the given dims or value are the shape
+      if (value_it != opts.input_values.end()) {
+        for (int64_t d : value_it->second.shape()) t.dims.emplace_back(d);
+      } else {
+        SPORE_CHECK(dims_it != opts.input_dims.end(), ErrorCode::unsupported,
+                    "'{}': input '{}' has no declared shape; give its dims (spore needs the rank at import)", name,
+                    in_name);
+        t.dims = dims_it->second;
+        for (const Dim& d : t.dims)
+          SPORE_CHECK(d.is_static() || !d.sym.empty(), ErrorCode::invalid_argument,
+                      "'{}': input '{}' has no declared shape, so every dim given for it must be a size or a name",
+                      name, in_name);
+      }
+    }
+    if (dims_it != opts.input_dims.end()) {
+      SPORE_CHECK(dims_it->second.size() == t.dims.size(), ErrorCode::shape_mismatch,
+                  "'{}': input shape for '{}' has {} dims, but the model's input is {} (rank {})", name, in_name,
+                  dims_it->second.size(), t.str(), t.rank());
       for (size_t i = 0; i < t.dims.size(); ++i) {
-        const Dim& want = it->second[i];
+        const Dim& want = dims_it->second[i];
         if (!want.is_static() && want.sym.empty()) continue;
-        SPORE_CHECK(!(t.dims[i].is_static() && want.is_static()) || t.dims[i].size == want.size, ErrorCode::shape_mismatch,
-                    "'{}': input '{}' dim {} is fixed to {} in the model, cannot become {}", name, vi.name(), i,
-                    t.dims[i].size, want.size);
+        SPORE_CHECK(!(t.dims[i].is_static() && want.is_static()) || t.dims[i].size == want.size,
+                    ErrorCode::shape_mismatch, "'{}': input '{}' dim {} is fixed to {} in the model, cannot become {}",
+                    name, in_name, i, t.dims[i].size, want.size);
         t.dims[i] = want;
       }
     }
-    if (auto it = opts.input_values.find(vi.name()); it != opts.input_values.end()) {
-      const Tensor& val = it->second;
+    if (value_it != opts.input_values.end()) {
+      const Tensor& val = value_it->second;
       SPORE_CHECK(val.dtype() == t.dtype && val.rank() == t.rank(), ErrorCode::shape_mismatch,
-                  "'{}': the value bound to input '{}' is {}{}, but the model's input is {}", name, vi.name(),
+                  "'{}': the value bound to input '{}' is {}{}, but the model's input is {}", name, in_name,
                   dtype_name(val.dtype()), shape_str(val.shape()), t.str());
       for (int i = 0; i < t.rank(); ++i)
         SPORE_CHECK(!t.dims[i].is_static() || t.dims[i].size == val.dim(i), ErrorCode::shape_mismatch,
-                    "'{}': the value bound to input '{}' has shape {}, but the model's input is {}", name, vi.name(),
+                    "'{}': the value bound to input '{}' has shape {}, but the model's input is {}", name, in_name,
                     shape_str(val.shape()), t.str());
-      Value* c = im.track(g.add_constant(val.contiguous(), vi.name()));
-      im.name_value(c, vi.name());
-      scope[vi.name()] = c;
-      continue;
+      Value* c = im.track(g.add_constant(val.contiguous(), in_name));
+      im.name_value(c, in_name);
+      return c;
     }
     if (!opts.keep_symbolic)
       for (Dim& d : t.dims)
         SPORE_CHECK(d.is_static(), ErrorCode::invalid_argument,
-                    "graph input '{}' has a dynamic dim '{}' and keep_symbolic is off", vi.name(), d.sym);
-    Value* v = im.track(g.add_input(std::move(t), vi.name()));
-    scope[vi.name()] = v;
+                    "graph input '{}' has a dynamic dim '{}' and keep_symbolic is off", in_name, d.sym);
+    return im.track(g.add_input(std::move(t), in_name));
+  };
+  for (const auto& vi : gp.input()) {
+    if (init_names.count(vi.name())) continue;  // an initializer with a default value: a constant
+    const InputDecl decl = input_decl(vi, vi.name());
+    if (decl.kind == OnnxValueKind::tensor) {
+      scope[vi.name()] = add_tensor_input(vi.name(), decl.type, true);
+      continue;
+    }
+    // A sequence or optional: as many tensors as input_counts says, each a graph input (OnnxValueKind).
+    const bool is_optional = decl.kind == OnnxValueKind::optional || decl.kind == OnnxValueKind::optional_sequence;
+    const bool is_sequence = decl.kind == OnnxValueKind::sequence || decl.kind == OnnxValueKind::optional_sequence;
+    auto cnt = opts.input_counts.find(vi.name());
+    SPORE_CHECK(cnt != opts.input_counts.end(), ErrorCode::invalid_argument,
+                "'{}': input '{}' is {} of {}; spore needs to know how many tensors it holds (a sequence's length, or "
+                "whether an optional holds one): give its tensors (`spore run --input`, deploy::Session) or set "
+                "OnnxImportOptions::input_counts",
+                name, vi.name(), is_optional ? (is_sequence ? "an optional sequence" : "an optional") : "a sequence",
+                decl.type.str());
+    const int64_t count = cnt->second;
+    if (count == kOnnxAbsent) {
+      SPORE_CHECK(is_optional, ErrorCode::invalid_argument, "'{}': input '{}' is a sequence; it cannot be absent", name,
+                  vi.name());
+      scope[vi.name()] = im.composites.make({false, {}, decl.type.dtype});
+      continue;
+    }
+    SPORE_CHECK(count >= 0 && (is_sequence || count == 1), ErrorCode::invalid_argument,
+                "'{}': input '{}' is an optional tensor: it holds 1 tensor or none, not {}", name, vi.name(), count);
+    Value* v = nullptr;
+    if (!is_sequence) {
+      v = add_tensor_input(vi.name(), decl.type, decl.rank_known);
+    } else {
+      oi::Composite seq{true, {}, decl.type.dtype};
+      for (int64_t i = 0; i < count; ++i) {
+        TensorType t = decl.type;
+        for (Dim& d : t.dims)  // each element has its own sizes: a dim named N in the model is N_0, N_1, ...
+          if (!d.is_static()) d = Dim::symbol(fmt::format("{}_{}", d.sym, i));
+        seq.elems.push_back(add_tensor_input(sequence_element_name(vi.name(), i), std::move(t), decl.rank_known));
+      }
+      v = im.composites.make(std::move(seq));
+    }
+    scope[vi.name()] = is_optional ? im.composites.make({false, {v}, decl.type.dtype}) : v;
   }
   for (const auto& t : gp.initializer()) {
     Value* v = im.track(g.add_constant(oi::tensor_from_proto(t, t.name()), t.name()));
@@ -1131,21 +1198,51 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& m, const std::string
     throw;
   }
   std::vector<Value*> outs;
+  std::vector<OnnxValueLayout> layouts;
+  // An output that is a graph input, an earlier-named value or a repeated output gets its own identity node
+  // so that it carries the ONNX output name.
+  auto add_output = [&](Value* v, const std::string& out_name) {
+    if (v->name != out_name) {
+      Node* idn = build_node(g, "identity"_op, {v}, {}, out_name);
+      im.name_value(idn->output(0), out_name);
+      v = idn->output(0);
+    }
+    outs.push_back(v);
+  };
   for (const auto& o : gp.output()) {
     auto it = scope.find(o.name());
     SPORE_CHECK(it != scope.end() && it->second, ErrorCode::invalid_argument,
                 "'{}': graph output '{}' is not produced by any node", name, o.name());
     Value* v = it->second;
-    // An output that is a graph input, an earlier-named value or a repeated output gets its own identity node
-    // so that it carries the ONNX output name.
-    if (v->name != o.name()) {
-      Node* idn = build_node(g, "identity"_op, {v}, {}, o.name());
-      im.name_value(idn->output(0), o.name());
-      v = idn->output(0);
+    // A sequence or optional output: its tensors, named as its inputs would be (OnnxValueKind).
+    OnnxValueLayout lay{o.name(), OnnxValueKind::tensor, 1};
+    const oi::Composite* c = im.composites.find(v);
+    bool optional = false;
+    if (c && !c->is_sequence) {
+      optional = true;
+      lay.kind = OnnxValueKind::optional;
+      if (c->elems.empty()) {
+        if (o.type().has_optional_type() && o.type().optional_type().elem_type().has_sequence_type())
+          lay.kind = OnnxValueKind::optional_sequence;
+        lay.count = kOnnxAbsent;
+        layouts.push_back(lay);
+        continue;
+      }
+      v = c->elems[0];
+      c = im.composites.find(v);
     }
-    outs.push_back(v);
+    if (c) {
+      lay.kind = optional ? OnnxValueKind::optional_sequence : OnnxValueKind::sequence;
+      lay.count = static_cast<int64_t>(c->elems.size());
+      for (size_t i = 0; i < c->elems.size(); ++i)
+        add_output(c->elems[i], sequence_element_name(o.name(), static_cast<int64_t>(i)));
+    } else {
+      add_output(v, o.name());
+    }
+    layouts.push_back(lay);
   }
   g.set_outputs(outs);
+  if (report) report->outputs = layouts;
   // Drop what folding left unused (dead constants and the nodes that only fed them).
   bool changed = true;
   while (changed) {
@@ -1186,11 +1283,12 @@ std::vector<OnnxInputInfo> onnx_graph_inputs(const std::string& bytes, const std
   std::vector<OnnxInputInfo> out;
   for (const auto& vi : m.graph().input()) {
     if (init_names.count(vi.name())) continue;
-    TensorType t = value_type(vi, vi.name());
+    InputDecl decl = input_decl(vi, vi.name());
+    TensorType& t = decl.type;
     if (auto it = opts.input_dims.find(vi.name()); it != opts.input_dims.end() && it->second.size() == t.dims.size())
       for (size_t i = 0; i < t.dims.size(); ++i)
         if (it->second[i].is_static() || !it->second[i].sym.empty()) t.dims[i] = it->second[i];
-    out.push_back({vi.name(), std::move(t)});
+    out.push_back({vi.name(), std::move(t), decl.kind, decl.rank_known});
   }
   return out;
 }

@@ -1,14 +1,17 @@
 #pragma once
 // Internal to the ONNX importer (onnx_import.cpp: model/graph/tensor/attribute plumbing and function
 // inlining; onnx_import_ops.cpp: the op table). Includes the protobuf types, so only .cpp files include it.
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
 #include "base/attrs.h"
+#include "io/onnx/onnx.h"
 #include "ir/graph.h"
 
 namespace spore::io::onnx_import {
@@ -22,6 +25,30 @@ std::string onnx_type_name(int32_t elem_type);
 int32_t onnx_type_of(DType d);
 
 class Importer;
+
+// ONNX sequences and optionals in the importer (onnx_import_sequence.cpp). spore's IR has tensors only, so such a
+// value is a *handle*: a Value that belongs to no graph (no producer, id -1), standing for a list of tensor values the
+// importer keeps here. Handles flow through the importer's scopes like tensors (so Identity, If branches and unrolled
+// Loop bodies carry them), only the sequence and optional ops look inside, and every other op refuses one with an
+// error naming the node and the input. A sequence's length is therefore known at import time: graph inputs fix it
+// (OnnxImportOptions::input_counts), and an index into it must be a constant once inputs bind.
+struct Composite {
+  bool is_sequence = true;        // else an optional
+  std::vector<Value*> elems;      // a sequence's tensors; an optional's content: none, or one tensor or sequence handle
+  DType elem_dtype = DType::f32;  // a sequence's element type (its elements', SequenceEmpty's dtype)
+};
+class Composites {
+ public:
+  Value* make(Composite c);  // a new handle
+  const Composite* find(const Value* v) const;
+  bool is(const Value* v) const { return find(v) != nullptr; }
+  // "a sequence of 3 tensors", "an optional that holds nothing", for error messages.
+  std::string describe(const Value* v) const;
+
+ private:
+  std::deque<Value> handles_;
+  std::unordered_map<const Value*, Composite> map_;
+};
 
 // What one op mapping sees: the node, its (resolved) inputs and helpers that build spore nodes.
 // Every builder folds at import time when all of its inputs are constants.
@@ -83,6 +110,11 @@ class NodeCtx {
   Value* reshape(Value* v, const std::vector<int64_t>& shape);
 
   Importer& importer() { return im_; }
+  Composites& composites();
+  bool is_composite(Value* v) const;
+  // Input i as a sequence / optional handle; an error naming the input otherwise.
+  const Composite& sequence_in(int i) const;
+  const Composite& optional_in(int i) const;
 
  private:
   Importer& im_;
@@ -109,12 +141,27 @@ struct OpMapping {
   std::string note;         // what it maps to
   CheckFn check;            // optional
   EmitFn emit;
+  bool takes_composites = false;  // its inputs may be sequence/optional handles (else the importer refuses them)
 };
 
 // The op table (onnx_import_ops.cpp), keyed by ONNX op type of the default domain.
 const std::map<std::string, OpMapping>& op_table();
 // Adds the signal ops (onnx_import_signal.cpp: windows, MelWeightMatrix, DFT, STFT) to the table.
 void add_signal_ops(std::map<std::string, OpMapping>& table);
+// The sequence and optional ops (onnx_import_sequence.cpp), and Identity of a handle.
+const std::map<std::string, OpMapping>& sequence_op_table();
+// The mapping of a default-domain op: sequence_op_table() first, then op_table(); null when neither has it.
+const OpMapping* find_op_mapping(const std::string& op_type);
+
+// The tensor type inside an ONNX sequence/optional/tensor TypeProto, and what wraps it. Errors name `what` for maps,
+// sequences of sequences and optionals of optionals.
+struct UnwrappedType {
+  OnnxValueKind kind = OnnxValueKind::tensor;
+  const onnx::TypeProto_Tensor* tensor = nullptr;
+};
+UnwrappedType unwrap_type(const onnx::TypeProto& t, const std::string& what);
+// A TypeProto for a tensor or handle value (function bodies that depend on input types, e.g. SequenceMap's).
+onnx::TypeProto type_proto_of(const Composites& cs, const Value* v);
 
 // Attribute accessors on a raw NodeProto for CheckFns.
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name);
