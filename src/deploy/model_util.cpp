@@ -217,8 +217,10 @@ RunInputs gather_run_inputs(const Session& session, const std::vector<std::strin
   }
   if (no_random) {
     std::string missing;
-    for (const SessionInput& in : model_inputs)
-      if (!files.count(in.name) && !given.count(in.name)) missing += (missing.empty() ? "" : ", ") + in.name;
+    for (const SessionInput& in : model_inputs)  // an optional input not given holds nothing
+      if (!files.count(in.name) && !given.count(in.name) && in.kind != io::OnnxValueKind::optional &&
+          in.kind != io::OnnxValueKind::optional_sequence)
+        missing += (missing.empty() ? "" : ", ") + in.name;
     SPORE_CHECK(missing.empty(), ErrorCode::invalid_argument, "--no-random: no --input NAME=FILE.npy for input(s) {}",
                 missing);
   }
@@ -231,31 +233,76 @@ RunInputs gather_run_inputs(const Session& session, const std::vector<std::strin
                 "--input files; see --input-shape)",
                 batch, model);
   }
-  const size_t n_in = model_inputs.size();
+  // Per model input its tensors: given, read, or undefined (random below); a sequence's from its file list.
   RunInputs r;
-  r.tensors.resize(n_in);
-  r.files.resize(n_in);
-  for (size_t i = 0; i < n_in; ++i) {
-    if (auto g = given.find(model_inputs[i].name); g != given.end()) r.tensors[i] = g->second;
-    auto it = files.find(model_inputs[i].name);
-    if (it == files.end()) continue;
-    try {
-      r.tensors[i] = io::read_npy(it->second);
-    } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("--input {}: {}", model_inputs[i].name, e.what()));
+  std::vector<size_t> owner;  // per tensor: its model input
+  for (size_t i = 0; i < model_inputs.size(); ++i) {
+    const SessionInput& in = model_inputs[i];
+    const bool seq = in.kind == io::OnnxValueKind::sequence || in.kind == io::OnnxValueKind::optional_sequence;
+    const bool optional = in.kind == io::OnnxValueKind::optional || in.kind == io::OnnxValueKind::optional_sequence;
+    auto g = given.find(in.name);
+    auto it = files.find(in.name);
+    auto read = [&](const std::string& file, const std::string& name) {
+      try {
+        return io::read_npy(file);
+      } catch (const Error& e) {
+        throw Error(e.code(), fmt::format("--input {}: {}", name, e.what()));
+      }
+    };
+    if (seq) {
+      SPORE_CHECK(g == given.end(), ErrorCode::invalid_argument,
+                  "input '{}' is a sequence; give its elements as files (--input {}=A.npy,B.npy)", in.name, in.name);
+      if (it == files.end()) {
+        SPORE_CHECK(optional, ErrorCode::invalid_argument,
+                    "input '{}' is a sequence of {} tensors: give its elements with --input {}=A.npy,B.npy,... "
+                    "(--input {}=[] for an empty one); spore makes no random sequences",
+                    in.name, in.rank_known ? in.type.str() : dtype_name(in.type.dtype), in.name, in.name);
+        r.layout.push_back(io::kOnnxAbsent);  // an optional not given holds nothing
+        continue;
+      }
+      std::vector<std::string> parts;
+      if (it->second != "[]") {
+        for (size_t start = 0;;) {
+          const size_t comma = it->second.find(',', start);
+          parts.push_back(it->second.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+      }
+      for (size_t e = 0; e < parts.size(); ++e) {
+        const std::string name = io::sequence_element_name(in.name, static_cast<int64_t>(e));
+        SPORE_CHECK(!parts[e].empty(), ErrorCode::invalid_argument,
+                    "--input {}={}: element {} has no file name (NAME=A.npy,B.npy; NAME=[] for an empty sequence)",
+                    in.name, it->second, e);
+        r.tensors.push_back(read(parts[e], name));
+        r.files.push_back(parts[e]);
+        r.names.push_back(name);
+        owner.push_back(i);
+      }
+      r.layout.push_back(static_cast<int64_t>(parts.size()));
+      continue;
     }
-    r.files[i] = it->second;
+    if (optional && g == given.end() && it == files.end()) {
+      r.layout.push_back(io::kOnnxAbsent);
+      continue;
+    }
+    r.layout.push_back(1);
+    r.names.push_back(in.name);
+    owner.push_back(i);
+    r.files.push_back(it == files.end() ? std::string() : it->second);
+    r.tensors.push_back(it != files.end() ? read(it->second, in.name) : g != given.end() ? g->second : Tensor());
   }
   // The given inputs bind the symbolic dims (session.bind checks them); the others get random values.
   std::map<std::string, int64_t> bound;
   try {
-    bound = session.bind(r.tensors, /*partial=*/true);
+    bound = session.bind(r.tensors, r.layout, /*partial=*/true);
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("{} (given with --input{})", e.what(), given.empty() ? "" : " or as a tensor"));
   }
-  for (size_t i = 0; i < n_in; ++i) {
+  for (size_t j = 0; j < r.tensors.size(); ++j) {
+    const size_t i = owner[j];
     const SessionInput& in = model_inputs[i];
-    if (r.tensors[i].defined()) continue;
+    if (r.tensors[j].defined()) continue;
     Shape shape;
     for (int d = 0; d < in.type.rank(); ++d) {
       const Dim& dim = in.type.dims[d];
@@ -272,7 +319,7 @@ RunInputs gather_run_inputs(const Session& session, const std::vector<std::strin
         bound.emplace(dim.sym, batch);
       }
     }
-    r.tensors[i] = random_input(shape, in.type.dtype, seed, i);
+    r.tensors[j] = random_input(shape, in.type.dtype, seed, i);
   }
   return r;
 }

@@ -45,9 +45,13 @@ std::vector<Shape> shapes_for_batch(const std::vector<SessionInput>& inputs, int
 // shapes bind the symbolic dims), and seeded random tensors (random_input.h) for the inputs not given, shaped by the
 // dims the given ones bound, `batch` for a free first dim. `batch_given` (the user passed --batch) needs an input
 // with a symbolic first dim; `no_random` needs every input given. Errors name the option, the input and the file.
+// ONNX sequence inputs are given as `--input NAME=A.npy,B.npy,...` (its elements in order; `NAME=[]` for an empty
+// one) and get no random values; an optional input not given holds nothing (Layout).
 struct RunInputs {
-  std::vector<Tensor> tensors;     // in the session's input order
-  std::vector<std::string> files;  // per input: the .npy it was read from, "" for a given or random one
+  std::vector<Tensor> tensors;     // in the session's input order (a sequence input: its elements; see `layout`)
+  std::vector<std::string> files;  // per tensor: the .npy it was read from, "" for a given or random one
+  std::vector<std::string> names;  // per tensor: the input's name (a sequence's elements NAME.0, NAME.1, ...)
+  Layout layout;                   // per model input: how many of `tensors` it is (Session::run(tensors, layout))
 };
 RunInputs gather_run_inputs(const Session& s, const std::vector<std::string>& input_specs, int64_t batch,
                             bool batch_given, uint64_t seed, bool no_random, const std::string& model,

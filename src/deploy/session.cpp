@@ -45,6 +45,41 @@ void apply_input_dims(Graph& g, const std::map<std::string, std::vector<Dim>>& d
   reinfer_types(g);
 }
 
+namespace {
+bool is_sequence_kind(io::OnnxValueKind k) {
+  return k == io::OnnxValueKind::sequence || k == io::OnnxValueKind::optional_sequence;
+}
+bool is_optional_kind(io::OnnxValueKind k) {
+  return k == io::OnnxValueKind::optional || k == io::OnnxValueKind::optional_sequence;
+}
+// Kept on a Specialization only when some output is not one tensor (Specialization::outputs).
+std::vector<io::OnnxValueLayout> composite_outputs(const std::vector<io::OnnxValueLayout>& outs) {
+  for (const io::OnnxValueLayout& o : outs)
+    if (o.kind != io::OnnxValueKind::tensor) return outs;
+  return {};
+}
+}  // namespace
+
+std::vector<std::string> flat_input_names(const std::vector<SessionInput>& inputs, const Layout& layout) {
+  SPORE_CHECK(layout.size() == inputs.size(), ErrorCode::invalid_argument,
+              "the layout gives {} counts for the model's {} input(s)", layout.size(), inputs.size());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const SessionInput& in = inputs[i];
+    const int64_t n = layout[i];
+    const bool ok = n == io::kOnnxAbsent ? is_optional_kind(in.kind) : is_sequence_kind(in.kind) ? n >= 0 : n == 1;
+    SPORE_CHECK(ok, ErrorCode::invalid_argument, "input '{}' is {} ({}); it cannot be given as {}", in.name,
+                io::onnx_value_kind_name(in.kind), in.type.str(),
+                n == io::kOnnxAbsent ? std::string("absent") : fmt::format("{} tensor(s)", n));
+    if (n == io::kOnnxAbsent) continue;
+    if (!is_sequence_kind(in.kind)) {
+      names.push_back(in.name);
+      continue;
+    }
+    for (int64_t e = 0; e < n; ++e) names.push_back(io::sequence_element_name(in.name, e));
+  }
+  return names;
+}
 
 struct Session::Impl {
   std::string path;
@@ -54,19 +89,39 @@ struct Session::Impl {
   std::unique_ptr<Graph> symbolic;  // one graph for every signature, when it imports (or is not ONNX)
   std::string onnx_bytes;           // kept when the model is re-imported per signature
   std::string reason;               // why it is
-  std::set<std::string> value_inputs;  // inputs learned to be needed as values
+  std::set<std::string> value_inputs;  // inputs learned to be needed as values (tensor names: a sequence's NAME.i)
+  std::vector<io::OnnxValueLayout> symbolic_outputs;  // the symbolic graph's sequence/optional outputs
   SessionStats stats;
+
+  // `layout` checked against the inputs' kinds and the `n` tensors given (empty: one tensor each, which a model with
+  // sequence or optional inputs cannot take).
+  Layout full_layout(size_t n, const Layout& layout) const {
+    if (layout.empty()) {
+      SPORE_CHECK(n == inputs.size(), ErrorCode::invalid_argument, "'{}' takes {} input(s), {} given", path,
+                  inputs.size(), n);
+      for (const SessionInput& in : inputs)
+        SPORE_CHECK(in.kind == io::OnnxValueKind::tensor, ErrorCode::invalid_argument,
+                    "'{}': input '{}' is {}; give its tensors with a layout (Session::run(tensors, layout); `spore "
+                    "run --input {}=A.npy,B.npy`)",
+                    path, in.name, io::onnx_value_kind_name(in.kind), in.name);
+      return Layout(inputs.size(), 1);
+    }
+    const size_t total = flat_input_names(inputs, layout).size();
+    SPORE_CHECK(total == n, ErrorCode::invalid_argument, "'{}': the layout holds {} tensor(s), {} given", path, total,
+                n);
+    return layout;
+  }
 
   using Entry = std::pair<std::string, std::unique_ptr<Specialization>>;
   std::list<Entry> lru;  // most recently used first
   std::unordered_map<std::string, std::list<Entry>::iterator> index;
 
-  std::string key_of(std::span<const Tensor> xs) const {
-    std::string k;
+  std::string key_of(std::span<const Tensor> xs, const Layout& layout, const std::vector<std::string>& names) const {
+    std::string k = fmt::format("{};", fmt::join(layout, ","));
     for (size_t i = 0; i < xs.size(); ++i) {
       const Tensor& x = xs[i];
       k += fmt::format("{}{};", dtype_name(x.dtype()), shape_str(x.shape()));
-      if (!value_inputs.count(inputs[i].name)) continue;
+      if (!value_inputs.count(names[i])) continue;
       const Tensor c = x.contiguous();
       const auto* p = static_cast<const unsigned char*>(c.raw_data());
       k += fmt::format("={:02x};", fmt::join(p, p + c.nbytes(), ""));
@@ -74,7 +129,8 @@ struct Session::Impl {
     return k;
   }
 
-  std::unique_ptr<Specialization> compile(std::span<const Tensor> xs) {
+  std::unique_ptr<Specialization> compile(std::span<const Tensor> xs, const Layout& layout,
+                                          const std::vector<std::string>& names) {
     CompileOptions co = opts.compile;
     co.inference = true;
     auto sp = std::make_unique<Specialization>();
@@ -86,6 +142,7 @@ struct Session::Impl {
       sp->plan = compile_plan(std::move(g), co);
       for (size_t i = 0; i < xs.size(); ++i) sp->plan_inputs.push_back(i);
       sp->how = "symbolic graph";
+      sp->outputs = symbolic_outputs;
       return sp;
     }
     // Re-import with the dims bound, and the values of the inputs ops take as attributes; learn new such inputs
@@ -93,8 +150,10 @@ struct Session::Impl {
     for (;;) {
       io::OnnxImportOptions o;
       o.input_dims = opts.input_dims;
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].kind != io::OnnxValueKind::tensor) o.input_counts[inputs[i].name] = layout[i];
       for (size_t i = 0; i < xs.size(); ++i) {
-        const std::string& n = inputs[i].name;
+        const std::string& n = names[i];
         if (value_inputs.count(n)) {
           SPORE_CHECK(xs[i].numel() <= max_bound_value_elements, ErrorCode::unsupported,
                       "'{}': input '{}' ({} elements) is taken as an attribute by an op; spore compiles such inputs "
@@ -119,9 +178,10 @@ struct Session::Impl {
       }
       ++stats.imports;
       sp->how = "imported for these shapes";
+      sp->outputs = composite_outputs(rep.outputs);
       for (size_t i = 0; i < xs.size(); ++i) {
-        if (value_inputs.count(inputs[i].name)) {
-          sp->bound_values.push_back(inputs[i].name);
+        if (value_inputs.count(names[i])) {
+          sp->bound_values.push_back(names[i]);
           continue;
         }
         sp->plan_inputs.push_back(i);
@@ -155,6 +215,7 @@ Session::Session(const std::string& path, SessionOptions opts) : impl_(std::make
     io::OnnxImportReport rep;
     try {
       m.symbolic = io::import_onnx_bytes(bytes, path, o, &rep);
+      m.symbolic_outputs = composite_outputs(rep.outputs);
     } catch (const Error& e) {
       // Unsupported ops and malformed files fail now; what concrete shapes or values may fix waits for them.
       if (rep.has_unsupported() || rep.refused || rep.opset == 0 || e.code() == ErrorCode::parse_error ||
@@ -173,7 +234,7 @@ Session::Session(const std::string& path, SessionOptions opts) : impl_(std::make
     io::OnnxImportOptions o;
     o.input_dims = m.opts.input_dims;
     for (io::OnnxInputInfo& in : io::onnx_graph_inputs(m.onnx_bytes, path, o))
-      m.inputs.push_back({std::move(in.name), std::move(in.type)});
+      m.inputs.push_back({std::move(in.name), std::move(in.type), in.kind, in.rank_known});
   }
 }
 
@@ -190,49 +251,65 @@ const std::set<std::string>& Session::value_inputs() const { return impl_->value
 size_t Session::cached_plans() const { return impl_->lru.size(); }
 
 std::map<std::string, int64_t> Session::bind(std::span<const Tensor> xs, bool partial) const {
+  return bind(xs, {}, partial);
+}
+
+std::map<std::string, int64_t> Session::bind(std::span<const Tensor> xs, const Layout& layout, bool partial) const {
   const std::vector<SessionInput>& ins = impl_->inputs;
-  SPORE_CHECK(xs.size() == ins.size(), ErrorCode::invalid_argument, "'{}' takes {} input(s), {} given", impl_->path,
-              ins.size(), xs.size());
+  const Layout lay = impl_->full_layout(xs.size(), layout);
   std::map<std::string, int64_t> bound;
-  for (size_t i = 0; i < xs.size(); ++i) {
+  size_t j = 0;
+  for (size_t i = 0; i < ins.size(); ++i) {
     const SessionInput& in = ins[i];
-    const Tensor& t = xs[i];
-    if (partial && !t.defined()) continue;
-    SPORE_CHECK(t.defined(), ErrorCode::invalid_argument, "input '{}' is not given", in.name);
-    SPORE_CHECK(t.dtype() == in.type.dtype, ErrorCode::dtype_mismatch, "input '{}' is {}{}, the model wants {}",
-                in.name, dtype_name(t.dtype()), shape_str(t.shape()), in.type.str());
-    SPORE_CHECK(t.rank() == in.type.rank(), ErrorCode::shape_mismatch, "input '{}' has shape {}, the model wants {}",
-                in.name, shape_str(t.shape()), in.type.str());
-    for (int d = 0; d < t.rank(); ++d) {
-      const Dim& dim = in.type.dims[d];
-      if (dim.is_static()) {
-        SPORE_CHECK(dim.size == t.dim(d), ErrorCode::shape_mismatch,
-                    "input '{}' has shape {}, the model wants {} (dim {} differs)", in.name, shape_str(t.shape()),
-                    in.type.str(), d);
-        continue;
+    const int64_t count = lay[i] == io::kOnnxAbsent ? 0 : lay[i];
+    const bool seq = is_sequence_kind(in.kind);
+    for (int64_t e = 0; e < count; ++e) {
+      const Tensor& t = xs[j++];
+      const std::string name = seq ? io::sequence_element_name(in.name, e) : in.name;
+      if (partial && !t.defined()) continue;
+      SPORE_CHECK(t.defined(), ErrorCode::invalid_argument, "input '{}' is not given", name);
+      SPORE_CHECK(t.dtype() == in.type.dtype, ErrorCode::dtype_mismatch, "input '{}' is {}{}, the model wants {}{}",
+                  name, dtype_name(t.dtype()), shape_str(t.shape()), in.rank_known ? "" : "a ",
+                  in.rank_known ? in.type.str() : dtype_name(in.type.dtype));
+      if (!in.rank_known) continue;
+      SPORE_CHECK(t.rank() == in.type.rank(), ErrorCode::shape_mismatch, "input '{}' has shape {}, the model wants {}",
+                  name, shape_str(t.shape()), in.type.str());
+      for (int d = 0; d < t.rank(); ++d) {
+        const Dim& dim = in.type.dims[d];
+        if (dim.is_static()) {
+          SPORE_CHECK(dim.size == t.dim(d), ErrorCode::shape_mismatch,
+                      "input '{}' has shape {}, the model wants {} (dim {} differs)", name, shape_str(t.shape()),
+                      in.type.str(), d);
+          continue;
+        }
+        if (seq) continue;  // each element of a sequence has its own sizes
+        auto [it, fresh] = bound.emplace(dim.sym, t.dim(d));
+        SPORE_CHECK(fresh || it->second == t.dim(d), ErrorCode::shape_mismatch,
+                    "input '{}' has shape {}, but dim '{}' is {} in another input", name, shape_str(t.shape()), dim.sym,
+                    it->second);
       }
-      auto [it, fresh] = bound.emplace(dim.sym, t.dim(d));
-      SPORE_CHECK(fresh || it->second == t.dim(d), ErrorCode::shape_mismatch,
-                  "input '{}' has shape {}, but dim '{}' is {} in another input", in.name, shape_str(t.shape()),
-                  dim.sym, it->second);
     }
   }
   return bound;
 }
 
-Specialization& Session::specialize(std::span<const Tensor> xs) {
+Specialization& Session::specialize(std::span<const Tensor> xs) { return specialize(xs, {}); }
+
+Specialization& Session::specialize(std::span<const Tensor> xs, const Layout& layout) {
   Impl& m = *impl_;
-  bind(xs);
+  bind(xs, layout);
   ++m.stats.runs;
-  const std::string key = m.key_of(xs);
+  const Layout lay = m.full_layout(xs.size(), layout);
+  const std::vector<std::string> names = flat_input_names(m.inputs, lay);
+  const std::string key = m.key_of(xs, lay, names);
   if (auto it = m.index.find(key); it != m.index.end()) {
     m.lru.splice(m.lru.begin(), m.lru, it->second);
     return *m.lru.front().second;
   }
-  std::unique_ptr<Specialization> sp = m.compile(xs);
+  std::unique_ptr<Specialization> sp = m.compile(xs, lay, names);
   ++m.stats.compiles;
   // compile may have learned value inputs: the key then includes their values
-  const std::string final_key = m.key_of(xs);
+  const std::string final_key = m.key_of(xs, lay, names);
   if (auto it = m.index.find(final_key); it != m.index.end()) {  // the same specialization, found under its new key
     m.lru.splice(m.lru.begin(), m.lru, it->second);
     return *m.lru.front().second;
@@ -247,24 +324,42 @@ Specialization& Session::specialize(std::span<const Tensor> xs) {
   return *m.lru.front().second;
 }
 
-std::vector<Tensor> Session::run(std::span<const Tensor> xs) {
-  Specialization& sp = specialize(xs);
+std::vector<Tensor> Session::run(std::span<const Tensor> xs) { return run(xs, {}); }
+
+std::vector<Tensor> Session::run(std::span<const Tensor> xs, const Layout& layout) {
+  Specialization& sp = specialize(xs, layout);
   const std::vector<Tensor> in = sp.select(xs);
   return sp.plan.run(in);
 }
 
-CompileCheck check_compiles(const std::string& path, const SessionOptions& opts, std::span<const Tensor> given) {
+CompileCheck check_compiles(const std::string& path, const SessionOptions& opts, std::span<const Tensor> given,
+                            const Layout& layout) {
   CompileCheck r;
   try {
     Session s(path, opts);
     std::vector<Tensor> xs;
+    Layout lay = layout;
     bool any_random = false;
-    for (size_t i = 0; i < s.inputs().size(); ++i) {
+    if (!layout.empty()) xs.assign(given.begin(), given.end());
+    for (size_t i = 0; i < s.inputs().size() && layout.empty(); ++i) {
+      const SessionInput& in = s.inputs()[i];
+      if (in.kind == io::OnnxValueKind::sequence) {
+        r.note = fmt::format(
+            "not compiled: input '{}' is a sequence; give its tensors (--input {}=A.npy,B.npy) to "
+            "check it",
+            in.name, in.name);
+        return r;
+      }
+      const bool optional = is_optional_kind(in.kind);
+      if (optional && !(i < given.size() && given[i].defined() && in.kind == io::OnnxValueKind::optional)) {
+        lay.push_back(io::kOnnxAbsent);  // an optional input not given holds nothing
+        continue;
+      }
+      lay.push_back(1);
       if (i < given.size() && given[i].defined()) {
         xs.push_back(given[i]);
         continue;
       }
-      const SessionInput& in = s.inputs()[i];
       Shape shape;
       for (int d = 0; d < in.type.rank(); ++d) {
         const Dim& dim = in.type.dims[d];
@@ -283,7 +378,7 @@ CompileCheck check_compiles(const std::string& path, const SessionOptions& opts,
       any_random = true;
     }
     try {
-      Specialization& sp = s.specialize(xs);
+      Specialization& sp = s.specialize(xs, lay);
       r.compiled = true;
       r.note = fmt::format("compiles for {} ({} kernels, {})", any_random ? "batch 1" : "the given inputs",
                            sp.plan.num_kernels(), sp.how);

@@ -11,6 +11,10 @@
 // (Reshape's shape, TopK's k, Resize's sizes, ... given as model inputs) becomes part of the signature: the model is
 // imported with that input bound to its value. What still cannot be compiled (a data-dependent output shape, an
 // unsupported op) fails with the importer's error, which names the node.
+//
+// ONNX sequence and optional inputs and outputs travel as their tensors (io::OnnxValueKind), with a Layout:
+//   s.run({a, b, x}, {2, 1});   // input 0 a sequence of 2 tensors (a, b), input 1 the tensor x
+// How many tensors each one holds is part of the signature, like a shape: a new sequence length is one compile.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "io/onnx/onnx.h"
 #include "ir/graph.h"
 #include "runtime/plan.h"
 
@@ -39,8 +44,18 @@ struct SessionStats {
 
 struct SessionInput {
   std::string name;
-  TensorType type;  // as the model declares it (symbolic dims named), after SessionOptions::input_dims
+  TensorType type;  // as the model declares it (symbolic dims named), after SessionOptions::input_dims; for an ONNX
+                    // sequence or optional input, its tensors' type
+  io::OnnxValueKind kind = io::OnnxValueKind::tensor;
+  bool rank_known = true;  // false: a sequence's (optional's) tensors declare no shape; `type.dims` is empty
 };
+
+// How many tensors each model input (or output) is, in order: a tensor 1; a sequence its length; an optional 1 (an
+// optional sequence its length) or io::kOnnxAbsent when it holds nothing. Empty: one tensor each.
+using Layout = std::vector<int64_t>;
+// The names of the tensors `layout` makes of `inputs`: NAME for a tensor or optional tensor, NAME.0, NAME.1, ...
+// for a sequence's; an error naming the input when a count does not fit its kind.
+std::vector<std::string> flat_input_names(const std::vector<SessionInput>& inputs, const Layout& layout);
 
 // One compiled form of the model for one input signature.
 struct Specialization {
@@ -48,6 +63,9 @@ struct Specialization {
   std::vector<size_t> plan_inputs;    // for each plan input, the session input it takes
   std::vector<std::string> bound_values;  // session inputs compiled in as constants (their values are the key)
   std::string how;                    // "symbolic graph" | "imported for these shapes" | "... and values of k"
+  // Each model output and how many of the plan's outputs it is (ONNX sequences and optionals; see Layout). Empty
+  // when every output is one tensor.
+  std::vector<io::OnnxValueLayout> outputs;
   // The plan's inputs picked from the session's.
   std::vector<Tensor> select(std::span<const Tensor> inputs) const;
 };
@@ -78,6 +96,12 @@ class Session {
   // The plan for these inputs' signature, compiled on a miss (and counted in stats).
   Specialization& specialize(std::span<const Tensor> inputs);
   std::vector<Tensor> run(std::span<const Tensor> inputs);
+  // The same for a model with sequence or optional inputs: `inputs` are the tensors `layout` says (Layout). A
+  // sequence's tensors are checked against its element type; each has its own sizes (its symbolic dims bind no other
+  // input's).
+  std::map<std::string, int64_t> bind(std::span<const Tensor> inputs, const Layout& layout, bool partial = false) const;
+  Specialization& specialize(std::span<const Tensor> inputs, const Layout& layout);
+  std::vector<Tensor> run(std::span<const Tensor> inputs, const Layout& layout);
 
   // Inputs learned to be taken as attributes (compiled in by value; part of the signature).
   const std::set<std::string>& value_inputs() const;
@@ -97,6 +121,9 @@ struct CompileCheck {
   bool compiled = false;
   std::string note;
 };
-CompileCheck check_compiles(const std::string& path, const SessionOptions& opts, std::span<const Tensor> given = {});
+// With `layout` (Layout), `given` are the tensors it says, all defined. Without, random inputs take optional inputs
+// as absent and cannot make a sequence (the note asks for one).
+CompileCheck check_compiles(const std::string& path, const SessionOptions& opts, std::span<const Tensor> given = {},
+                            const Layout& layout = {});
 
 }  // namespace spore::deploy

@@ -8,6 +8,10 @@ usage: onnx_import_test.py SPORE check-ops      builds two small models with onn
                                                 Concat -> Reshape; opset 18 ReduceMean with axes as an input):
                                                 spore run at two batch sizes and spore bench with no --input-shape,
                                                 outputs checked against NumPy; check-ops says it compiles
+       onnx_import_test.py SPORE sequence       a model with an ONNX sequence input and output (SequenceInsert,
+                                                SequenceLength, ConcatFromSequence): spore run feeds it as
+                                                --input s=A.npy,B.npy (and s=[]), writes y.0.npy, y.1.npy, ...;
+                                                checked against NumPy; a sequence not given is an error naming it
        onnx_import_test.py SPORE eval-mnist8    spore eval on the ONNX zoo mnist-8 over MNIST t10k (>= 98.5%);
                                                 exits 77 (skip) without $SPORE_SHARED_DATA unless CI=true
 """
@@ -189,6 +193,50 @@ def eval_mnist8(spore):
     print(f"mnist-8: accuracy {j['accuracy']:.4f} on {j['samples']} t10k images")
 
 
+def sequence(spore):
+    import numpy as np
+    tmp = tempfile.mkdtemp(prefix="spore_onnx_seq_")
+    seq_t = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["N"]))
+    g = helper.make_graph(
+        [helper.make_node("SequenceInsert", ["s", "x", "zero"], ["y"], name="insert"),
+         helper.make_node("SequenceLength", ["y"], ["n"], name="len"),
+         helper.make_node("ConcatFromSequence", ["y"], ["c"], name="cat", axis=0)],
+        "seq_io", [helper.make_value_info("s", seq_t), helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M"])],
+        [helper.make_value_info("y", seq_t), helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["K"])],
+        [helper.make_tensor("zero", TensorProto.INT64, [], [0])])
+    path = os.path.join(tmp, "seq.onnx")
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    rng = np.random.default_rng(3)
+    arrs = {"a": rng.standard_normal(3).astype(np.float32), "b": rng.standard_normal(5).astype(np.float32),
+            "x": rng.standard_normal(2).astype(np.float32)}
+    files = {}
+    for k, v in arrs.items():
+        files[k] = os.path.join(tmp, k + ".npy")
+        np.save(files[k], v)
+    for elems in (["a", "b"], []):
+        out = os.path.join(tmp, "out%d" % len(elems))
+        spec = ",".join(files[e] for e in elems) if elems else "[]"
+        p = run(spore, "run", path, "--input", f"s={spec}", "--input", f"x={files['x']}", "--output", out)
+        if p.returncode != 0 or f"output y: sequence of {len(elems) + 1}" not in p.stdout:
+            fail(f"spore run with a sequence of {len(elems)}", p)
+        want = [arrs["x"]] + [arrs[e] for e in elems]
+        for i, w in enumerate(want):
+            got = np.load(os.path.join(out, f"y.{i}.npy"))
+            if not np.array_equal(got, w):
+                fail(f"y.{i}: {got} vs {w}", p)
+        if os.path.exists(os.path.join(out, f"y.{len(want)}.npy")):
+            fail(f"y.{len(want)}.npy written for a sequence of {len(want)}", p)
+        if int(np.load(os.path.join(out, "n.npy"))) != len(want):
+            fail("n (SequenceLength) differs", p)
+        if not np.array_equal(np.load(os.path.join(out, "c.npy")), np.concatenate(want)):
+            fail("c (ConcatFromSequence) differs from numpy.concatenate", p)
+    p = run(spore, "run", path, "--input", f"x={files['x']}")
+    if p.returncode != 1 or "input 's' is a sequence" not in p.stderr:
+        fail("spore run without the sequence input should fail naming it", p)
+    print("sequence input and output through spore run: ok")
+
+
 if __name__ == "__main__":
     spore, what = sys.argv[1], sys.argv[2]
-    {"check-ops": check_ops, "dynamic": dynamic, "eval-mnist8": eval_mnist8}[what](spore)
+    {"check-ops": check_ops, "dynamic": dynamic, "sequence": sequence, "eval-mnist8": eval_mnist8}[what](spore)

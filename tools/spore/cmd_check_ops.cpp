@@ -46,12 +46,12 @@ int check_onnx(const std::string& path, bool json, const std::map<std::string, s
   if (!rep.has_unsupported()) {
     deploy::SessionOptions o;
     o.input_dims = dims;
-    std::vector<Tensor> given;
+    RunInputs given;
     if (!input_specs.empty()) {  // read against the model's inputs as `spore run` does
       const deploy::Session s(path, o);
-      given = gather_run_inputs(s, input_specs, 1, false, 0, false, path).tensors;
+      given = gather_run_inputs(s, input_specs, 1, false, 0, false, path);
     }
-    cc = deploy::check_compiles(path, o, given);
+    cc = deploy::check_compiles(path, o, given.tensors, given.layout);
   }
   const bool ok = !rep.has_unsupported() && cc.compiled;
   if (json) {

@@ -55,7 +55,10 @@ int cmd_run(int argc, char** argv) {
   int64_t batch = 1;
   bool no_random = false;
   app.add_option("model", model, "model file: .spore, .onnx or text IR")->required();
-  app.add_option("--input", input_specs, "NAME=FILE.npy (repeatable); inputs not given get random values")
+  app.add_option("--input", input_specs,
+                 "NAME=FILE.npy (repeatable); inputs not given get random values. An ONNX sequence input: "
+                 "NAME=A.npy,B.npy,... (its elements in order; NAME=[] for an empty one); an optional input not given "
+                 "holds nothing")
       ->allow_extra_args(false);
   app.add_option("--input-shape", shape_specs, "NAME:D0,D1,... fixes input dims (repeatable; ';' joins several)")
       ->allow_extra_args(false);
@@ -83,10 +86,9 @@ int cmd_run(int argc, char** argv) {
 
   const RunInputs given = gather_run_inputs(session, input_specs, batch, /*batch_given=*/false, seed, no_random, model);
   const std::vector<Tensor>& inputs = given.tensors;
-  const size_t n_in = model_inputs.size();
 
   t0 = std::chrono::steady_clock::now();
-  deploy::Specialization& spec = session.specialize(inputs);
+  deploy::Specialization& spec = session.specialize(inputs, given.layout);
   const double compile_ms = ms_since(t0);
   const std::vector<Tensor> plan_in = spec.select(inputs);
   t0 = std::chrono::steady_clock::now();
@@ -96,16 +98,38 @@ int cmd_run(int argc, char** argv) {
 
   std::cout << fmt::format("{}: {}, loaded in {:.1f} ms, compiled in {:.1f} ms ({} kernels, {}), ran in {:.3f} ms\n",
                            model, session.model_name(), load_ms, compile_ms, spec.plan.num_kernels(), spec.how, run_ms);
-  for (size_t i = 0; i < n_in; ++i) {
+  // A sequence or optional input prints its length (or that it holds nothing), then its tensors as NAME.i.
+  for (size_t i = 0; i < model_inputs.size(); ++i) {
     const deploy::SessionInput& in = model_inputs[i];
-    std::cout << fmt::format("input  {}: {}{} {}\n", in.name, dtype_name(inputs[i].dtype()), shape_str(inputs[i].shape()),
+    if (in.kind == io::OnnxValueKind::sequence || in.kind == io::OnnxValueKind::optional_sequence ||
+        given.layout[i] == io::kOnnxAbsent)
+      std::cout << fmt::format("input  {}: {}\n", in.name,
+                               given.layout[i] == io::kOnnxAbsent ? std::string("(optional, holds nothing)")
+                                                                  : fmt::format("sequence of {}", given.layout[i]));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    std::cout << fmt::format("input  {}: {}{} {}\n", given.names[i], dtype_name(inputs[i].dtype()),
+                             shape_str(inputs[i].shape()),
                              given.files[i].empty() ? fmt::format("random (seed {})", seed) : "from " + given.files[i]);
+  // The same for sequence and optional outputs (Specialization::outputs); their tensors are named NAME.i.
+  for (const io::OnnxValueLayout& o : spec.outputs)
+    if (o.kind != io::OnnxValueKind::tensor && (o.count == io::kOnnxAbsent || o.kind != io::OnnxValueKind::optional))
+      std::cout << fmt::format("output {}: {}\n", o.name,
+                               o.count == io::kOnnxAbsent ? std::string("(optional, holds nothing)")
+                                                          : fmt::format("sequence of {}", o.count));
+  // With sequence or optional outputs, each tensor is named after its model output (NAME, NAME.0, NAME.1, ...): the
+  // plan may have merged equal outputs into one value, which then has one name.
+  std::vector<std::string> out_names;
+  for (const io::OnnxValueLayout& o : spec.outputs) {
+    if (o.kind == io::OnnxValueKind::sequence || o.kind == io::OnnxValueKind::optional_sequence)
+      for (int64_t e = 0; e < o.count; ++e) out_names.push_back(io::sequence_element_name(o.name, e));
+    else if (o.count != io::kOnnxAbsent) out_names.push_back(o.name);
   }
   std::set<std::string> used;
   if (!output_dir.empty()) std::filesystem::create_directories(output_dir);
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor& t = outs[i];
-    const std::string& name = pg.outputs()[i]->name;
+    const std::string& name = out_names.empty() ? pg.outputs()[i]->name : out_names.at(i);
     std::cout << fmt::format("output {}: {}{} {}\n", name, dtype_name(t.dtype()), shape_str(t.shape()), first_values(t, 8));
     if (output_dir.empty()) continue;
     std::string file = safe_file_name(name, i);
