@@ -267,6 +267,26 @@ TEST(OnnxSequence, BadIndexEmptySequenceAndMisuseNameTheNode) {
     msg = error_of([&] { io::import_onnx_bytes(d.bytes(), "cat.onnx"); });
     EXPECT_NE(msg.find("ConcatFromSequence 'cat': concatenates an empty sequence"), std::string::npos) << msg;
   }
+  {  // a sequence as a Loop's scan output (the loop stacks its per-iteration tensors): refused naming the loop
+    ModelBuilder b(13);
+    b.input("x", onnx::TensorProto::FLOAT, {"2"});
+    b.init_i64("m", {2});
+    b.g().mutable_initializer(0)->clear_dims();
+    auto* loop = b.node("Loop", {"m", ""}, {"ys"}, "loop");
+    onnx::GraphProto* body = ModelBuilder::attr_graph(loop, "body");
+    ModelBuilder::graph_io(body, "i", onnx::TensorProto::INT64, false);
+    ModelBuilder::graph_io(body, "c", onnx::TensorProto::BOOL, false);
+    ModelBuilder::graph_node(body, "Identity", {"c"}, {"c_out"});
+    ModelBuilder::graph_node(body, "SequenceConstruct", {"x"}, {"s"});
+    ModelBuilder::graph_io(body, "c_out", onnx::TensorProto::BOOL, true);
+    ModelBuilder::graph_io(body, "s", onnx::TensorProto::FLOAT, true);
+    b.output("ys");
+    const std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "loop.onnx"); });
+    EXPECT_NE(msg.find("Loop 'loop'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("a sequence of 1 f32 tensor(s) reaches spore op unsqueeze, which takes tensors"),
+              std::string::npos)
+        << msg;
+  }
   {  // a sequence input without its length; an optional input that holds nothing, read
     const ModelBuilder b = insert_model();
     std::string msg = error_of([&] { io::import_onnx_bytes(b.bytes(), "insert.onnx"); });

@@ -910,7 +910,7 @@ std::vector<Value*> NodeCtx::op_n(OpId id, std::vector<Value*> ins, const Attrs&
   for (Value* v : ins) {
     SPORE_ASSERT(v != nullptr, "null input to {} in {}", op_name(id), label_);
     if (im_.composites.is(v))
-      fail(ErrorCode::invalid_argument, "{} '{}' reaches {}, which takes tensors", im_.composites.describe(v), v->name,
+      fail(ErrorCode::invalid_argument, "{} reaches spore op {}, which takes tensors", im_.composites.describe(v),
            op_name(id));
   }
   const OpDef& def = op_registry().get(id);
