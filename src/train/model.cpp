@@ -428,6 +428,7 @@ void Model::shard_forward_backward(const Tensor& x, const Tensor& y, int64_t cou
   const auto hand_grad = [&](size_t i, Tensor g) {
     if (scaling_) {  // as graph mode's trace: divided by the scale (a tensor input there, the same f32 value)
       autodiff::NoGradGuard no_grad;
+      ops::AutocastScope f32_here(ops::AmpLevel::O0, DType::f16);  // called inside the step's autocast
       g = ops::div(g, Tensor::scalar(scale_, DType::f32));
     }
     handed[i] = 1;
