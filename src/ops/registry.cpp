@@ -5,6 +5,10 @@
 
 namespace spore {
 
+// dynamic_shape.cpp: nonzero, compress, unique, non_max_suppression, topk_dynamic (data-dependent output shapes).
+// Declared here rather than in families.h, which every op family file includes (one declaration, one caller).
+void register_dynamic_shape_ops(OpRegistry& r);
+
 OpDefBuilder OpRegistry::def(OpId id) {
   std::lock_guard<std::mutex> lk(mu_);
   const int i = op_index(id);
@@ -70,6 +74,7 @@ OpRegistry& op_registry() {
     register_rnn_ops(*reg);
     register_llm_ops(*reg);
     register_index_ops(*reg);
+    register_dynamic_shape_ops(*reg);
     return reg;
   }();
   return *r;

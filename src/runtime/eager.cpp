@@ -2,6 +2,9 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "autodiff/autodiff.h"
 #include "runtime/profiler.h"
@@ -12,7 +15,7 @@ namespace spore {
 
 std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> inputs, const Attrs& attrs,
                                  std::span<const TensorType> in_types, std::span<const TensorType> out_types,
-                                 Backend backend) {
+                                 Backend backend, std::string_view node, bool dynamic) {
   if (def.view && def.traits.has(Trait::view) && backend != Backend::null) {
     Tensor v = def.view(inputs, attrs, out_types[0]);
     if (v.defined()) return {v};
@@ -35,7 +38,12 @@ std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> input
   std::span<const Tensor> ins = all_contiguous ? inputs : std::span<const Tensor>(packed);
   std::vector<Tensor> outs;
   outs.reserve(out_types.size());
-  for (const TensorType& t : out_types) outs.push_back(Tensor::empty(t.shape(), t.dtype));
+  bool sized_by_kernel = false;
+  for (const TensorType& t : out_types) {
+    const bool known = t.is_static();
+    sized_by_kernel = sized_by_kernel || !known;
+    outs.push_back(known ? Tensor::empty(t.shape(), t.dtype) : Tensor());
+  }
   KernelContext ctx{ins, outs, attrs, def.id, {}};
   if (Profiler* p = Profiler::active()) {
     take_kernel_impl();
@@ -43,10 +51,27 @@ std::vector<Tensor> run_op_eager(const OpDef& def, std::span<const Tensor> input
     k->fn(ctx);
     const int64_t t1 = Profiler::now_ns();
     const char* noted = take_kernel_impl();
-    p->record_kernel(def, "", noted ? noted : k->impl, in_types, out_types, attrs, t0, t1);
+    const char* impl = noted ? noted : k->impl;
+    if (dynamic) impl = intern_impl_name(fmt::format("dynamic:{}", impl));
+    if (!sized_by_kernel) {
+      p->record_kernel(def, node, impl, in_types, out_types, attrs, t0, t1);
+    } else {
+      std::vector<TensorType> got;
+      for (const Tensor& t : outs) got.push_back(t.defined() ? TensorType::of(t.dtype(), t.shape()) : TensorType());
+      p->record_kernel(def, node, impl, in_types, got, attrs, t0, t1);
+    }
   } else {
     k->fn(ctx);
   }
+  if (sized_by_kernel)
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const TensorType& t = out_types[i];
+      SPORE_CHECK(outs[i].defined() && outs[i].dtype() == t.dtype && outs[i].rank() == t.rank(), ErrorCode::internal,
+                  "[{}] the {} kernel did not size output {} as {} (got {})", def.name, backend_name(backend), i,
+                  t.str(),
+                  outs[i].defined() ? fmt::format("{}{}", dtype_name(outs[i].dtype()), shape_str(outs[i].shape()))
+                                    : std::string("none"));
+    }
   return outs;
 }
 

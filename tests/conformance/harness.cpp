@@ -115,6 +115,7 @@ void build_lists() {
   add_rnn_cases(cases(), error_cases());
   add_llm_cases(cases(), error_cases());
   add_index_cases(cases(), error_cases());
+  add_dynamic_cases(cases(), error_cases());
 }
 
 DTypeSet case_dtypes(const OpCase& c) {

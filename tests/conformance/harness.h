@@ -91,6 +91,7 @@ void add_attention_cases(CaseList& c, ErrorList& e);  // cases_attention.cpp: at
 void add_rnn_cases(CaseList& c, ErrorList& e);        // cases_rnn.cpp: rnn_sequence
 void add_llm_cases(CaseList& c, ErrorList& e);        // cases_llm.cpp: linear_blockq(_multi), embed_blockq, rope, attention_kv
 void add_index_cases(CaseList& c, ErrorList& e);      // cases_index.cpp: scatter_nd ... einsum
+void add_dynamic_cases(CaseList& c, ErrorList& e);    // cases_dynamic.cpp: nonzero ... topk_dynamic
 
 // Tolerance for comparing cpu results to the reference: |a-b| <= atol + rtol*|ref|.
 struct Tolerance {

@@ -15,6 +15,12 @@
 
 namespace spore {
 
+namespace cpu {
+// dynamic_shape.cpp: nonzero, compress, unique, non_max_suppression. Declared here rather than in families.h, which
+// every kernel file includes (one declaration, one caller).
+void register_dynamic_shape(KernelRegistry& r);
+}  // namespace cpu
+
 namespace {
 // identity: a plain copy (graph mode runs it as a kernel; eager mode returns a view).
 void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
@@ -55,6 +61,7 @@ void register_cpu_kernels(KernelRegistry& r) {
   cpu::register_blockq(r);
   cpu::register_llm_attention(r);
   cpu::register_sample(r);
+  cpu::register_dynamic_shape(r);
 }
 
 void cpu_set_num_threads(int n) { omp_set_num_threads(n); }

@@ -3,6 +3,12 @@
 #include "ops/backend.h"
 
 namespace spore {
+namespace reference {
+// dynamic_shape.cpp: nonzero, compress, unique, non_max_suppression. Declared here rather than in families.h, which
+// every reference kernel file includes (one declaration, one caller).
+void register_dynamic_shape(KernelRegistry& r);
+}  // namespace reference
+
 namespace {
 // identity: a plain copy (graph mode runs it as a kernel; eager mode returns a view).
 void identity_kernel(KernelContext& k) { copy_strided(k.in(0), k.out(0)); }
@@ -25,6 +31,7 @@ void register_reference_kernels(KernelRegistry& r) {
   reference::register_blockq(r);
   reference::register_llm_attention(r);
   reference::register_index(r);
+  reference::register_dynamic_shape(r);
 }
 
 void register_reference_backend() {
