@@ -332,7 +332,8 @@ PlannedMemory planned_memory(const Plan& plan) {
     if (n->op == "constant"_op && !n->dead) m.weights += tensor_bytes(n->outputs[0]->type);
   for (const Value* v : g.inputs()) m.io += tensor_bytes(v->type);
   for (const Value* v : g.outputs())
-    if (v->producer->op != "input"_op && v->producer->op != "constant"_op) m.io += tensor_bytes(v->type);
+    if (v->producer->op != "input"_op && v->producer->op != "constant"_op && v->type.is_static())  // else sized per run
+      m.io += tensor_bytes(v->type);
   return m;
 }
 

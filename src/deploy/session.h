@@ -9,8 +9,10 @@
 // whose shape computations (Shape -> Gather -> Concat -> Reshape, ...) need concrete sizes are imported again per
 // signature with the input dims bound, so those chains fold. An input whose *value* an op takes as an attribute
 // (Reshape's shape, TopK's k, Resize's sizes, ... given as model inputs) becomes part of the signature: the model is
-// imported with that input bound to its value. What still cannot be compiled (a data-dependent output shape, an
-// unsupported op) fails with the importer's error, which names the node.
+// imported with that input bound to its value. Output shapes that depend on the data (NonZero, Unique, NMS, TopK with
+// a computed k, ...) run in the plan's dynamic region (runtime/dynamic_region.h): new data never compiles a new plan.
+// What still cannot be compiled (an unsupported op, a shape the importer needs that depends on data) fails with the
+// importer's error, which names the node.
 //
 // ONNX sequence and optional inputs and outputs travel as their tensors (io::OnnxValueKind), with a Layout:
 //   s.run({a, b, x}, {2, 1});   // input 0 a sequence of 2 tensors (a, b), input 1 the tensor x

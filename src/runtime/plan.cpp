@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 
 #include "ops/graph_ops.h"
+#include "runtime/dynamic_region.h"
 #include "runtime/profiler.h"
 #include "runtime/trace.h"
 
@@ -80,6 +81,17 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
     SPORE_CHECK(v->type.is_static(), ErrorCode::shape_mismatch, "cannot compile: input %{} has symbolic type {}; bind its shape",
                 v->name, v->type.str());
   reinfer_types(*g);
+  // Nodes downstream of a data-dependent shape run in the plan's dynamic region; the rest compiles as usual.
+  std::unique_ptr<Graph> whole;
+  if (std::shared_ptr<DynamicRegion> region = split_dynamic_region(*g, o.backend, whole)) {
+    Plan p = compile_plan(std::move(g), o);
+    region->planned_graph = std::move(p.graph_);
+    p.graph_ = std::move(whole);
+    p.dynamic_ = std::move(region);
+    // Every output is final once the region ran: after the last step.
+    p.output_ready_step_.assign(p.graph_->outputs().size(), static_cast<int>(p.steps_.size()) - 1);
+    return p;
+  }
   auto missing = decompose_unsupported(*g, o.backend);
   if (!missing.empty()) {
     std::string list;
@@ -311,6 +323,19 @@ Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o) {
 std::vector<Tensor> Plan::run(std::span<const Tensor> inputs) { return run(inputs, OutputReady()); }
 
 std::vector<Tensor> Plan::run(std::span<const Tensor> inputs, const OutputReady& on_ready) {
+  if (!dynamic_) return run_planned(inputs, on_ready);
+  const std::vector<Tensor> planned = run_planned(inputs, OutputReady());
+  const std::vector<Tensor> region = dynamic_->run(planned);
+  std::vector<Tensor> outs;
+  outs.reserve(dynamic_->output_source.size());
+  for (int src : dynamic_->output_source)
+    outs.push_back(src >= 0 ? planned[static_cast<size_t>(src)] : region[static_cast<size_t>(-1 - src)]);
+  if (on_ready)
+    for (size_t i = 0; i < outs.size(); ++i) on_ready(i, outs[i]);
+  return outs;
+}
+
+std::vector<Tensor> Plan::run_planned(std::span<const Tensor> inputs, const OutputReady& on_ready) {
   SPORE_CHECK(inputs.size() == input_types_.size(), ErrorCode::invalid_argument, "plan takes {} inputs, got {}",
               input_types_.size(), inputs.size());
   std::vector<Tensor> ins(inputs.begin(), inputs.end());
@@ -397,10 +422,21 @@ bool Plan::calibrated() const { return executor_ && executor_->calibrated(); }
 
 int64_t Plan::serial_steps() const { return executor_ ? executor_->serial_steps() : 0; }
 
+int64_t Plan::dynamic_nodes() const { return dynamic_ ? dynamic_->num_nodes : 0; }
+
 std::string Plan::describe() const {
   std::string s = fmt::format("plan: {} kernels, arena {} bytes\n", steps_.size(), arena_bytes_);
   for (const Step& st : steps_)
     s += fmt::format("  {} [{}] {}\n", st.copy ? std::string_view("copy") : std::string_view(st.def->name), st.impl, st.label);
+  if (dynamic_) {
+    s += fmt::format(
+        "dynamic region: {} nodes downstream of a data-dependent shape, run one by one with memory "
+        "allocated per run\n",
+        dynamic_->num_nodes);
+    for (const Node* n : dynamic_->graph->nodes())
+      if (!n->is_input() && !n->is_constant())
+        s += fmt::format("  {} [dynamic] {}\n", op_name(n->op), n->name.empty() ? n->outputs[0]->name : n->name);
+  }
   return s;
 }
 

@@ -22,6 +22,8 @@
 
 namespace spore {
 
+struct DynamicRegion;  // runtime/dynamic_region.h
+
 struct CompileOptions {
   Backend backend = Backend::cpu;
   int opt_level = 1;
@@ -68,9 +70,14 @@ class Plan {
   // before the first run. spore bench keeps warming up until it is.
   bool calibrated() const;
   int64_t serial_steps() const;  // steps that run on the calling thread alone (after calibration)
+  // Nodes downstream of a data-dependent output shape (nonzero, unique, ...: runtime/dynamic_region.h). They run
+  // after the planned steps, one by one on the shapes the data gives, into memory allocated per run; 0 when the whole
+  // graph is planned. graph() is then the whole graph (its outputs are the plan's), num_kernels() the planned steps.
+  int64_t dynamic_nodes() const;
 
  private:
   friend Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o);
+  std::vector<Tensor> run_planned(std::span<const Tensor> inputs, const OutputReady& on_ready);
   struct Step {
     KernelFn fn;
     const OpDef* def;
@@ -110,11 +117,13 @@ class Plan {
   int64_t weights_bytes_ = 0;
   MemoryPlanInfo memory_plan_;
   std::vector<PassRecord> pass_records_;
+  std::shared_ptr<DynamicRegion> dynamic_;  // null: every node is planned
 };
 
 // Lowers a graph: binds nothing (input types must be static), decomposes ops without a kernel on
 // the backend, runs the pass pipeline and builds the schedule. Fails at compile time (never at run
-// time) when an op has neither a kernel nor a decomposition, listing every such node.
+// time) when an op has neither a kernel nor a decomposition, listing every such node. Nodes downstream of a
+// data-dependent output shape go to the plan's dynamic region (dynamic_nodes()) instead of the schedule.
 Plan compile_plan(std::unique_ptr<Graph> g, const CompileOptions& o);
 
 // Replaces nodes without a kernel on `backend` by their decomposition (repeatedly); returns the
