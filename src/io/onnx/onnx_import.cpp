@@ -621,6 +621,18 @@ std::vector<Value*> Importer::emit_control_flow_body(const onnx::NodeProto& n, c
   };
   constexpr int64_t max_unroll = 4096;
   if (n.op_type() == "If") {
+    // A condition computed from data-dependent sizes (detectors' If(boxes.numel() == 0) around NMS): both branches
+    // inlined, if_select picks at run time, and the plan's dynamic region runs only the branch taken.
+    if (c.has_input(0) && !c.is_const(c.in(0)) && onnx_import::computed_from_data_dependent(c.in(0))) {
+      const std::vector<Value*> a = emit_subgraph(body("then_branch"), n, scope, {}, opsets, depth);
+      const std::vector<Value*> b = emit_subgraph(body("else_branch"), n, scope, {}, opsets, depth);
+      if (static_cast<int>(a.size()) != n.output_size() || static_cast<int>(b.size()) != n.output_size())
+        c.fail(ErrorCode::invalid_argument, "the branches give {} and {} outputs, the node has {}", a.size(), b.size(),
+               n.output_size());
+      std::vector<Value*> outs;
+      for (size_t k = 0; k < a.size(); ++k) outs.push_back(c.op("if_select"_op, {c.in(0), a[k], b[k]}));
+      return outs;
+    }
     const bool cond = is_true(0);  // a model input here: the session compiles one plan per value
     std::vector<Value*> outs = emit_subgraph(body(cond ? "then_branch" : "else_branch"), n, scope, {}, opsets, depth);
     if (static_cast<int>(outs.size()) != n.output_size())

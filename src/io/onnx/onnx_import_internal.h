@@ -162,6 +162,12 @@ struct UnwrappedType {
 UnwrappedType unwrap_type(const onnx::TypeProto& t, const std::string& what);
 // A TypeProto for a tensor or handle value (function bodies that depend on input types, e.g. SequenceMap's).
 onnx::TypeProto type_proto_of(const Composites& cs, const Value* v);
+// The ops whose output size the data decides (onnx_import_dynamic.cpp): NonZero, Compress, Unique, NonMaxSuppression,
+// and TopK's form with k computed at run time (wrapping the TopK mapping already in `t`).
+void add_dynamic_shape_mappings(std::map<std::string, OpMapping>& t);
+// Whether v is computed from a value whose size the data decides (a NonZero output, ...): such a value is known only
+// when the plan runs, so an op that needs it (a shape, an If condition) takes its run-time form.
+bool computed_from_data_dependent(const Value* v);
 
 // Attribute accessors on a raw NodeProto for CheckFns.
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name);

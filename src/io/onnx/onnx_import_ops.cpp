@@ -2143,6 +2143,7 @@ std::map<std::string, OpMapping> build_table() {
   add("GRU", 7, true, "matmul (input projections) + rnn_sequence", rnn(Cell::gru));
   add("RNN", 7, true, "matmul (input projections) + rnn_sequence", rnn(Cell::rnn));
   add_signal_ops(t);
+  add_dynamic_shape_mappings(t);
   return t;
 }
 
