@@ -105,6 +105,26 @@ std::vector<Tensor> decompose_expand_dynamic(std::span<const Tensor> in, const A
   return {ops::expand(in[0], ints_of(in[1], "expand_dynamic", "shape"))};
 }
 
+// slice of a data-dependent dim: the sliced axes' sizes are decided when it runs.
+std::vector<TensorType> infer_slice_dynamic(const InferContext& c) {
+  const TensorType& x = c.in(0);
+  const std::vector<int64_t>& starts = c.attrs.ints("starts");
+  std::vector<int64_t> axes = c.attrs.ints("axes");
+  c.check(c.attrs.ints("ends").size() == starts.size(), ErrorCode::invalid_argument,
+          "starts and ends differ in length");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  c.check(axes.size() == starts.size(), ErrorCode::invalid_argument, "axes and starts differ in length");
+  std::vector<Dim> dims = x.dims;
+  for (int64_t a : axes)
+    dims[static_cast<size_t>(infer::normalize_axis(c, a, x.rank(), "axes"))] = Dim::symbol(kShapeValueDim);
+  return {TensorType(x.dtype, std::move(dims))};
+}
+
+std::vector<Tensor> decompose_slice_dynamic(std::span<const Tensor> in, const Attrs& a) {
+  return {ops::call1("slice"_op, in.first(1), a).contiguous()};
+}
+
 std::vector<TensorType> infer_full_dynamic(const InferContext& c) {
   const int64_t r = shape_input_rank(c, 0);
   return {TensorType(c.attrs.dtype("dtype"), std::vector<Dim>(static_cast<size_t>(r), Dim::symbol(kShapeValueDim)))};
@@ -311,6 +331,19 @@ void register_dynamic_shape_ops(OpRegistry& r) {
       .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
       .infer(infer_expand_dynamic)
       .decompose(decompose_expand_dynamic);
+  r.def("slice_dynamic"_op)
+      .doc(
+          "slice (ONNX Slice: negative indices, clamping, negative steps) of a tensor whose sliced dims the data "
+          "decides: the result's size along those axes is known when it runs.")
+      .inputs({"x"})
+      .attr("starts", K::i64s)
+      .attr("ends", K::i64s)
+      .attr("axes", K::i64s, std::vector<int64_t>{})
+      .attr("steps", K::i64s, std::vector<int64_t>{})
+      .dtypes(dtypes::all)
+      .traits(TraitSet(), FusionKind::opaque, AmpPolicy::follow)
+      .infer(infer_slice_dynamic)
+      .decompose(decompose_slice_dynamic);
   r.def("full_dynamic"_op)
       .doc(
           "A tensor of `dtype` filled with `value`, its shape a 1-D integer tensor read when the op runs (ONNX "

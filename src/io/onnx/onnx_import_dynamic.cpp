@@ -160,6 +160,32 @@ void add_dynamic_shape_mappings(std::map<std::string, OpMapping>& t) {
       return {c.op("full_dynamic"_op, {shape}, {{"value", value}, {"dtype", dt}})};
     });
   });
+  // Slice along a data-dependent dim (detectors' keep[:detections_per_img] after NMS): its size is known when it runs.
+  wrap("Slice", "slice_dynamic along data-dependent dims", [](EmitFn f) -> EmitFn {
+    return [f](NodeCtx& c) -> V {
+      Value* x = c.in(0);
+      std::vector<int64_t> starts, ends, axes, steps;
+      if (c.since < 10) {
+        starts = c.attr_ints("starts");
+        ends = c.attr_ints("ends");
+        axes = c.attr_ints("axes");
+      } else {
+        starts = c.ints_in(1);
+        ends = c.ints_in(2);
+        if (c.has_input(3)) axes = c.ints_in(3);
+        if (c.has_input(4)) steps = c.ints_in(4);
+      }
+      if (axes.empty())
+        for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+      bool dynamic = false;
+      for (int64_t& a : axes) {
+        a = c.norm_axis(a, c.rank(x));
+        dynamic = dynamic || is_data_dependent_dim(x->type.dims[static_cast<size_t>(a)]);
+      }
+      if (!dynamic) return f(c);
+      return {c.op("slice_dynamic"_op, {x}, {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}})};
+    };
+  });
   // TopK: k known at import -> topk (the existing mapping); k computed from data -> topk_dynamic, read at run time.
   auto it = t.find("TopK");
   SPORE_ASSERT(it != t.end(), "the TopK mapping must be in the table before its run-time form is added");
