@@ -98,6 +98,15 @@ void add_dynamic_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("expand_dynamic/broadcast", "expand_dynamic"_op, {{3, 1}, {2}})
                   .input_dtype(1, i64)
                   .gen(1, Gen::integers(3, 4)));
+  c.push_back(OpCase("slice_dynamic/clamped", "slice_dynamic"_op, {{6, 5}})
+                  .attr("starts", std::vector<int64_t>{1, -4})
+                  .attr("ends", std::vector<int64_t>{100, -1})
+                  .attr("axes", std::vector<int64_t>{0, 1}));
+  c.push_back(OpCase("slice_dynamic/step", "slice_dynamic"_op, {{7, 3}})
+                  .attr("starts", std::vector<int64_t>{-1})
+                  .attr("ends", std::vector<int64_t>{-100})
+                  .attr("steps", std::vector<int64_t>{-2})
+                  .only(DTypeSet{f32}));
   c.push_back(OpCase("full_dynamic/f32", "full_dynamic"_op, {{3}})
                   .attr("value", 1.5)
                   .attr("dtype", f32)
@@ -108,6 +117,13 @@ void add_dynamic_cases(CaseList& c, ErrorList& e) {
                   .gen(0, Gen::integers(1, 3))
                   .only(DTypeSet{i64}));
 
+  // ---- if_select: same shapes (a planned where) and different shapes (the condition read when it runs).
+  c.push_back(OpCase("if_select/same", "if_select"_op, {{}, {3, 4}, {3, 4}}).input_dtype(0, b8).gen(0, Gen::boolean()));
+  c.push_back(OpCase("if_select/different", "if_select"_op, {{1}, {2, 4}, {5, 4}})
+                  .input_dtype(0, b8)
+                  .gen(0, Gen::boolean())
+                  .only(DTypeSet{f32, i64}));
+  e.push_back({"if_select/ranks", "if_select"_op, {{}, {2, 4}, {8}}, {b8, f32, f32}, {}, ErrorCode::shape_mismatch});
   e.push_back(
       {"reshape_dynamic/float_shape", "reshape_dynamic"_op, {{2, 3}, {2}}, {f32, f32}, {}, ErrorCode::dtype_mismatch});
   e.push_back({"full_dynamic/shape_rank", "full_dynamic"_op, {{2, 2}}, {i64}, {}, ErrorCode::shape_mismatch});
