@@ -10,6 +10,14 @@ sees: with untouched or random statistics the signal of the deeper nets dies out
 the input (mobilenet_v3_large's logits varied by 1e-9 across inputs), which makes int8-vs-f32 top-1 agreement a coin
 toss between tied classes. Writes NAME.onnx, NAME.json ({"input","shape","opset"}) and seeded inputs NAME.x1.npy / NAME.x8.npy. Also an
 LSTM (2-layer nn.LSTM(64,128) over seq 32 + Linear); the transformer encoder lives in make_onnx_models.py.
+
+Issue 41's real exports (--out out/bench/real --models swin_t,raft_small): the Swin transformers (swin_t, swin_s at
+224x224; shifted windows, so index assignments -> ScatterND) and the RAFT optical-flow nets (raft_small, raft_large;
+two frames "image1", "image2" of 1x3x128x128, the second the first shifted by (2, 3) pixels plus noise; default 12
+flow updates unrolled by the tracer, GridSample over the correlation pyramid; output "flow" is the last update's
+upsampled flow, the one a user keeps). Models with several inputs list them in NAME.json's "inputs" and write
+NAME.INPUT.x{B}.npy per input. Every export also writes PyTorch's own output at batch 1 (NAME.torch.OUTPUT.npy), the
+reference tests/integration/real_exports_test.py checks spore against without ONNX Runtime.
 A subset is re-written at opsets 18-20 (NAME_opN.onnx) by a small converter (onnx 1.12 has no version_converter past
 17) and checked in ONNX Runtime (node) against the opset-17 file.
 """
@@ -37,6 +45,10 @@ SEG = ["lraspp_mobilenet_v3_large", "fcn_resnet50"]
 # 3-D video nets (issue 41), on an 8-frame 112x112 clip; exported with --out out/bench/video (tv_vs_ort.py --dir).
 # s3d is left out: its final AvgPool3d (2,7,7) needs 16 frames at 224x224.
 VIDEO = ["r3d_18", "mc3_18", "r2plus1d_18"]
+# Windowed-attention transformers and optical flow (issue 41), exported with --out out/bench/real.
+SWIN = ["swin_t", "swin_s"]
+FLOW = ["raft_small", "raft_large"]
+FLOW_HW = [128, 128]  # RAFT needs H, W divisible by 8; its coarsest correlation level is then (H/64) x (W/64)
 CONVERT = ["resnet18", "mobilenet_v3_small", "shufflenet_v2_x1_0", "vit_b_16", "efficientnet_b0"]
 
 
@@ -60,9 +72,41 @@ class LSTMNet(torch.nn.Module):
         return self.fc(y[:, -1])
 
 
+class FlowLast(torch.nn.Module):
+    """RAFT returns every update's upsampled flow; inference keeps the last one."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, image1, image2):
+        return self.m(image1, image2)[-1]
+
+
+def io_names(name):
+    """(input names, output names) of an export."""
+    return (["image1", "image2"], ["flow"]) if name in FLOW else (["x"], ["y"])
+
+
+def make_inputs(name, shape, batch, rng):
+    """Seeded inputs, one array per input name. RAFT's second frame is the first shifted by (2, 3) pixels plus a
+    little noise, so the two frames are related as video frames are."""
+    x = rng.standard_normal((batch, *shape)).astype(np.float32)
+    if name not in FLOW:
+        return [x]
+    y = np.roll(x, (2, 3), axis=(2, 3)) + 0.1 * rng.standard_normal(x.shape).astype(np.float32)
+    return [x, y.astype(np.float32)]
+
+
 def build(name):
     torch.manual_seed(0)
-    if name in CLS:
+    if name in SWIN:
+        m, shape = getattr(tvm, name)(weights=None), [3, 224, 224]
+    elif name in FLOW:
+        import torchvision.models.optical_flow as tvf
+
+        m, shape = FlowLast(getattr(tvf, name)(weights=None)), [3, *FLOW_HW]
+    elif name in CLS:
         kw = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
         m, shape = getattr(tvm, name)(weights=None, **kw), [3, 224, 224]
     elif name in SEG:
@@ -85,9 +129,30 @@ def build(name):
         g = torch.Generator().manual_seed(1)
         m.train()
         with torch.no_grad():
-            for _ in range(4):  # video clips: batches of 2 (a batch of 8 clips costs minutes on 2 cores)
-                m(torch.randn(2 if name in VIDEO else 8, *shape, generator=g))
+            for _ in range(4):  # video clips and frame pairs: batches of 2 (8 costs minutes on 2 cores)
+                b = 2 if name in VIDEO + FLOW else 8
+                m(*[torch.randn(b, *shape, generator=g) for _ in io_names(name)[0]])
     return m.eval(), shape
+
+
+def fix_int_sqrt(path):
+    """torch 1.13 writes `torch.sqrt(torch.tensor(C))` (RAFT's correlation scale, C from a traced shape) as
+    Cast(to=int64) -> Sqrt -> Cast(to=float): ONNX's Sqrt takes floats only, and ONNX Runtime refuses the file ("Type
+    Error: Type 'tensor(int64)' of input parameter ... of operator (Sqrt)"). PyTorch computes that square root in
+    float, so the first Cast is retyped to float: the graph then computes what PyTorch does. Returns the count."""
+    m = onnx.load(path)
+    prod = {o: n for n in m.graph.node for o in n.output}
+    fixed = 0
+    for n in m.graph.node:
+        c = prod.get(n.input[0]) if n.op_type == "Sqrt" else None
+        if c is not None and c.op_type == "Cast":
+            to = [a for a in c.attribute if a.name == "to"][0]
+            if to.i in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+                to.i = onnx.TensorProto.FLOAT
+                fixed += 1
+    if fixed:
+        onnx.save(m, path)
+    return fixed
 
 
 def export(name, out, force):
@@ -95,14 +160,30 @@ def export(name, out, force):
     if os.path.exists(path) and not force:
         return path
     m, shape = build(name)
+    ins, outs = io_names(name)
     # Not under torch.no_grad(): with grad disabled, nn.MultiheadAttention (vit_b_16) takes its fused fast path,
     # aten::_native_multi_head_attention, which the exporter cannot write.
-    torch.onnx.export(m, torch.randn(1, *shape), path, opset_version=17, input_names=["x"], output_names=["y"],
-                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, do_constant_folding=True)
-    json.dump({"input": "x", "shape": shape, "opset": 17}, open(os.path.join(out, f"{name}.json"), "w"))
+    args = tuple(torch.randn(1, *shape) for _ in ins)
+    torch.onnx.export(m, args if len(args) > 1 else args[0], path, opset_version=17, input_names=ins,
+                      output_names=outs, dynamic_axes={n: {0: "batch"} for n in ins + outs}, do_constant_folding=True)
+    meta = {"input": ins[0], "shape": shape, "opset": 17}
+    if fixed := fix_int_sqrt(path):
+        meta["fixed_int_sqrt"] = fixed
+    if len(ins) > 1:
+        meta["inputs"] = ins
+    if name in FLOW:
+        meta["flow_updates"] = 12
+    json.dump(meta, open(os.path.join(out, f"{name}.json"), "w"))
     rng = np.random.default_rng(0)
-    for b in (1, 2) if name in VIDEO else (1, 8):
-        np.save(os.path.join(out, f"{name}.x{b}.npy"), rng.standard_normal((b, *shape)).astype(np.float32))
+    for b in (1, 2) if name in VIDEO + FLOW else (1, 8):
+        xs = make_inputs(name, shape, b, rng)
+        for n, x in zip(ins, xs):
+            np.save(os.path.join(out, f"{name}.x{b}.npy" if len(ins) == 1 else f"{name}.{n}.x{b}.npy"), x)
+        if b == 1:
+            with torch.no_grad():
+                y = m(*[torch.from_numpy(x) for x in xs])
+            for n, v in zip(outs, y if isinstance(y, (list, tuple)) else [y]):
+                np.save(os.path.join(out, f"{name}.torch.{n}.npy"), v.numpy())
     print(f"exported {name}", flush=True)
     return path
 

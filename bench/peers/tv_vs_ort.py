@@ -6,6 +6,7 @@ out/bench/torchvision: outputs compared, then latency compared in the same run.
       [--threads 1,2] [--repeats 3] [--time-s 1.5] [--no-check] [--no-speed] [--json FILE] [--markdown]
       [--dir out/bench/rnn]   (another export folder: export_rnn.py's recurrent nets)
       [--dir out/bench/video] (export_torchvision.py --out out/bench/video: the 3-D video nets)
+      [--dir out/bench/real]  (export_torchvision.py --out out/bench/real: Swin, RAFT with two input frames)
 
 Correctness: for each model and batch, `spore run MODEL --input NAME=FILE.npy --output DIR` (no --input-shape: the
 dims bind from the file) and `node ort_bench.js MODEL --input-npy NAME=FILE.npy --save-output DIR` on the export's
@@ -68,17 +69,25 @@ def models_available(names):
     return found
 
 
+def inputs(name, meta, batch):
+    """NAME=FILE.npy per model input: NAME.x{B}.npy, or NAME.INPUT.x{B}.npy for exports with several inputs (meta
+    "inputs", e.g. RAFT's two frames)."""
+    base = name.split("_op")[0] if "_op" in name else name
+    if "inputs" not in meta:
+        return [f"{meta['input']}={os.path.join(TV_DIR, f'{base}.x{batch}.npy')}"]
+    return [f"{n}={os.path.join(TV_DIR, f'{base}.{n}.x{batch}.npy')}" for n in meta["inputs"]]
+
+
 def check(spore, name, meta, batch):
     """Worst |a-b| / (atol + rtol |b|) over all outputs (<= 1 passes)."""
     model = os.path.join(TV_DIR, name + ".onnx")
-    base = name.split("_op")[0] if "_op" in name else name
-    x = os.path.join(TV_DIR, f"{base}.x{batch}.npy")
+    xs = inputs(name, meta, batch)
     d = tempfile.mkdtemp(prefix="tv_check_")
     try:
-        run([spore, "run", model, "--input", f"{meta['input']}={x}", "--output", os.path.join(d, "spore"),
-             "--no-random"])
-        run(["node", ORT_JS, model, "--input-npy", f"{meta['input']}={x}",
-             "--save-output", os.path.join(d, "ort"), "--warmup", "0", "--iters", "1"])
+        run([spore, "run", model] + [a for x in xs for a in ("--input", x)] + ["--output", os.path.join(d, "spore"),
+                                                                            "--no-random"])
+        run(["node", ORT_JS, model] + [a for x in xs for a in ("--input-npy", x)] +
+            ["--save-output", os.path.join(d, "ort"), "--warmup", "0", "--iters", "1"])
         worst = 0.0
         outs = sorted(os.listdir(os.path.join(d, "ort")))
         if not outs:
@@ -100,18 +109,19 @@ def check(spore, name, meta, batch):
 def speed(spore, name, meta, batch, threads, repeats, time_s):
     """Median p50s over the repeats: spore, ORT (the smaller of its two timings per repeat), ORT wall, ORT native."""
     model = os.path.join(TV_DIR, name + ".onnx")
-    x = os.path.join(TV_DIR, f"{name}.x{batch}.npy")
-    if not os.path.exists(x):
-        raise RuntimeError(f"no {x} (export_torchvision.py writes the inputs)")
+    xs = inputs(name, meta, batch)
+    for x in xs:
+        if not os.path.exists(x.split("=", 1)[1]):
+            raise RuntimeError(f"no {x.split('=', 1)[1]} (export_torchvision.py writes the inputs)")
     avail = sorted(os.sched_getaffinity(0))
     cpus = set(avail[-threads:]) if threads < len(avail) else None
     s, o, js, nat = [], [], [], []
     for _ in range(repeats):
-        s.append(last_json(run([spore, "bench", model, "--json", "--threads", str(threads), "--input",
-                                f"{meta['input']}={x}", "--no-random", "--warmup", "3", "--time-s", str(time_s)],
-                               cpus))["p50_ms"])
-        r = last_json(run(["node", ORT_JS, model, "--native", "--input-npy", f"{meta['input']}={x}", "--threads",
-                           str(threads), "--warmup", "3", "--time-s", str(time_s)], cpus))
+        s.append(last_json(run([spore, "bench", model, "--json", "--threads", str(threads)] +
+                               [a for x in xs for a in ("--input", x)] +
+                               ["--no-random", "--warmup", "3", "--time-s", str(time_s)], cpus))["p50_ms"])
+        r = last_json(run(["node", ORT_JS, model, "--native"] + [a for x in xs for a in ("--input-npy", x)] +
+                          ["--threads", str(threads), "--warmup", "3", "--time-s", str(time_s)], cpus))
         js.append(r["p50_ms"])
         nat.append(r["native_p50_ms"])
         o.append(min(r["p50_ms"], r["native_p50_ms"]))
