@@ -65,6 +65,20 @@ void add_index_cases(CaseList& c, ErrorList& e) {
                         .gen(1, Gen::uniform(-1.3, 1.3))
                         .tol(std::string(mode) == "bicubic" ? 8 : 4));
       }
+  // Many images with small grids (RAFT's correlation lookup: one channel, 7 x 7 points per image), and grids of more
+  // points than one block of the CPU kernel (64), ending in a partial block.
+  c.push_back(OpCase("grid_sample/many_small_images", "grid_sample"_op, {{70, 1, 9, 9}, {70, 7, 7, 2}})
+                  .attr("mode", std::string("bilinear"))
+                  .attr("padding_mode", std::string("zeros"))
+                  .attr("align_corners", true)
+                  .gen(1, Gen::uniform(-1.3, 1.3)));
+  for (const char* mode : {"bilinear", "nearest", "bicubic"})
+    c.push_back(OpCase(std::string("grid_sample/partial_block_") + mode, "grid_sample"_op, {{3, 2, 6, 5}, {3, 13, 11, 2}})
+                    .attr("mode", std::string(mode))
+                    .attr("padding_mode", std::string("border"))
+                    .attr("align_corners", false)
+                    .gen(1, Gen::uniform(-1.3, 1.3))
+                    .tol(std::string(mode) == "bicubic" ? 4 : 1));
 
   // ---- roi_align: avg / max, both coordinate modes, fixed and adaptive sampling. Random corners give some
   // inverted rois (no samples) as well as ordinary ones.

@@ -43,6 +43,35 @@ std::pair<double, double> moments(const T* x, int64_t n, double eps) {
   return {mean, 1.0 / std::sqrt(var / static_cast<double>(n) + eps)};
 }
 
+// The same moments with the sums in 8 double lanes (element i in lane i % 8, lanes combined in a fixed tree), so the
+// compiler vectorises them: a per-channel InstanceNorm row of 4096 elements ran at ~1.5 GB/s as one dependent chain
+// of double adds. The order depends only on n, never on threads.
+template <typename T>
+std::pair<double, double> moments_lanes(const T* __restrict x, int64_t n, double eps) {
+  const auto lane_sum = [](double* a) {
+    for (int h = 4; h >= 1; h /= 2)
+      for (int i = 0; i < h; ++i) a[i] += a[i + h];
+    return a[0];
+  };
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += static_cast<double>(x[i + l]);
+  for (; i < n; ++i) acc[i % 8] += static_cast<double>(x[i]);
+  const double mean = lane_sum(acc) / static_cast<double>(n);
+  double sq[8] = {};
+  for (i = 0; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) {
+      const double d = static_cast<double>(x[i + l]) - mean;
+      sq[l] += d * d;
+    }
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - mean;
+    sq[i % 8] += d * d;
+  }
+  return {mean, 1.0 / std::sqrt(lane_sum(sq) / static_cast<double>(n) + eps)};
+}
+
 int64_t row_size(const Tensor& x, int64_t axis) {
   if (axis < 0) axis += x.rank();
   int64_t s = 1;
@@ -239,7 +268,7 @@ void loops_group_norm(KernelContext& k) {
   const T* b = k.num_inputs() > 2 ? k.in(2).data<T>() : nullptr;
   T* y = k.out(0).data<T>();
   for_rows(n * groups, size, [&](int64_t r) {
-    const auto [mean, inv] = moments(x + r * size, size, eps);
+    const auto [mean, inv] = moments_lanes(x + r * size, size, eps);
     const T m = static_cast<T>(mean), s = static_cast<T>(inv);
     for (int64_t j = 0; j < cg; ++j) {
       const int64_t ch = (r % groups) * cg + j;

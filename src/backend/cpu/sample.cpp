@@ -184,37 +184,67 @@ ImageTaps<T> alloc_taps(int64_t points, int nt) {
   return t;
 }
 
-// Output row (n, ho): taps of its Wo points once, then every channel's row.
+// Forward taps of one output point: the same offsets and weights as point_taps (the same double arithmetic, so the
+// same bits), without the derivatives the gradient needs.
+template <typename A>
+void point_taps_fwd(double gx, double gy, int64_t H, int64_t W, const GridAttrs& a, int64_t* off, A* wt) {
+  if (a.mode == Mode::bilinear) {
+    const double ix = pad_coord(unnormalize(gx, W, a.align), W, a.pad, a.align, nullptr);
+    const double iy = pad_coord(unnormalize(gy, H, a.align), H, a.pad, a.align, nullptr);
+    const double x0 = std::floor(ix), y0 = std::floor(iy), tx = ix - x0, ty = iy - y0;
+    const int64_t xi = static_cast<int64_t>(x0), yi = static_cast<int64_t>(y0);
+    const bool x0in = xi >= 0 && xi < W, x1in = xi + 1 >= 0 && xi + 1 < W;
+    const bool y0in = yi >= 0 && yi < H, y1in = yi + 1 >= 0 && yi + 1 < H;
+    off[0] = y0in && x0in ? yi * W + xi : -1;
+    off[1] = y0in && x1in ? yi * W + xi + 1 : -1;
+    off[2] = y1in && x0in ? (yi + 1) * W + xi : -1;
+    off[3] = y1in && x1in ? (yi + 1) * W + xi + 1 : -1;
+    wt[0] = static_cast<A>((1 - tx) * (1 - ty));
+    wt[1] = static_cast<A>(tx * (1 - ty));
+    wt[2] = static_cast<A>((1 - tx) * ty);
+    wt[3] = static_cast<A>(tx * ty);
+    return;
+  }
+  A dwx[16], dwy[16];
+  double sx = 0, sy = 0;
+  point_taps<A>(gx, gy, H, W, a, off, wt, dwx, dwy, &sx, &sy);
+}
+
+// Blocks of kFwdPoints output points of one image: their taps on the stack once, then every channel. Small grids
+// over many images (RAFT's correlation lookup: 7 x 7 points on each of H*W one-channel images) are cut into
+// tasks of enough points to outweigh a task's cost, with no allocation per task.
+constexpr int64_t kFwdPoints = 64;
+
 template <typename T>
 void grid_sample_typed(KernelContext& k) {
   using A = Acc<T>;
   const Tensor &x = k.in(0), &grid = k.in(1);
   const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
-  const int64_t Ho = grid.shape()[1], Wo = grid.shape()[2];
+  const int64_t Ho = grid.shape()[1], Wo = grid.shape()[2], P = Ho * Wo;
   const GridAttrs a(k.attrs);
   const int nt = a.taps();
   const T* xp = x.data<T>();
   const T* gp = grid.data<T>();
   T* yp = k.out().data<T>();
-  parallel_for(N * Ho, [&](int64_t task) {
-    const int64_t n = task / Ho, ho = task % Ho;
-    ImageTaps<T> t = alloc_taps<T>(Wo, nt);
-    for (int64_t wo = 0; wo < Wo; ++wo) {
-      const T* g = gp + ((n * Ho + ho) * Wo + wo) * 2;
-      const size_t b = static_cast<size_t>(wo * nt);
-      point_taps<A>(static_cast<double>(g[0]), static_cast<double>(g[1]), H, W, a, &t.off[b], &t.wt[b], &t.dwx[b],
-                    &t.dwy[b], &t.sx[static_cast<size_t>(wo)], &t.sy[static_cast<size_t>(wo)]);
+  const int64_t blocks = (P + kFwdPoints - 1) / kFwdPoints;
+  parallel_for(N * blocks, [&](int64_t task) {
+    const int64_t n = task / blocks, p0 = task % blocks * kFwdPoints, np = std::min(kFwdPoints, P - p0);
+    int64_t off[kFwdPoints * 16];
+    A wt[kFwdPoints * 16];
+    for (int64_t i = 0; i < np; ++i) {
+      const T* g = gp + (n * P + p0 + i) * 2;
+      point_taps_fwd<A>(static_cast<double>(g[0]), static_cast<double>(g[1]), H, W, a, &off[i * nt], &wt[i * nt]);
     }
     for (int64_t c = 0; c < C; ++c) {
       const T* plane = xp + (n * C + c) * H * W;
-      T* yr = yp + ((n * C + c) * Ho + ho) * Wo;
-      for (int64_t wo = 0; wo < Wo; ++wo) {
-        const int64_t* o = &t.off[static_cast<size_t>(wo * nt)];
-        const A* w = &t.wt[static_cast<size_t>(wo * nt)];
+      T* yr = yp + (n * C + c) * P + p0;
+      for (int64_t i = 0; i < np; ++i) {
+        const int64_t* o = &off[i * nt];
+        const A* w = &wt[i * nt];
         A acc = 0;
         for (int q = 0; q < nt; ++q)
           if (o[q] >= 0) acc += w[q] * ld(plane, o[q]);
-        yr[wo] = static_cast<T>(acc);
+        yr[i] = static_cast<T>(acc);
       }
     }
   });
@@ -500,7 +530,7 @@ void roi_align_grad(KernelContext& k) { by_float<RoiAlignGradK>(k, k.in(0).dtype
 }  // namespace
 
 void register_sample(KernelRegistry& r) {
-  r.add(Backend::cpu, "grid_sample"_op, dtypes::floating, grid_sample, "rows");
+  r.add(Backend::cpu, "grid_sample"_op, dtypes::floating, grid_sample, "blocks");
   r.add(Backend::cpu, "grid_sample_grad"_op, dtypes::floating, grid_sample_grad, "planes");
   r.add(Backend::cpu, "roi_align"_op, dtypes::floating, roi_align, "rois");
   r.add(Backend::cpu, "roi_align_grad"_op, dtypes::floating, roi_align_grad, "planes");
