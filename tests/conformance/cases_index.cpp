@@ -73,12 +73,13 @@ void add_index_cases(CaseList& c, ErrorList& e) {
                   .attr("align_corners", true)
                   .gen(1, Gen::uniform(-1.3, 1.3)));
   for (const char* mode : {"bilinear", "nearest", "bicubic"})
-    c.push_back(OpCase(std::string("grid_sample/partial_block_") + mode, "grid_sample"_op, {{3, 2, 6, 5}, {3, 13, 11, 2}})
-                    .attr("mode", std::string(mode))
-                    .attr("padding_mode", std::string("border"))
-                    .attr("align_corners", false)
-                    .gen(1, Gen::uniform(-1.3, 1.3))
-                    .tol(std::string(mode) == "bicubic" ? 4 : 1));
+    c.push_back(
+        OpCase(std::string("grid_sample/partial_block_") + mode, "grid_sample"_op, {{3, 2, 6, 5}, {3, 13, 11, 2}})
+            .attr("mode", std::string(mode))
+            .attr("padding_mode", std::string("border"))
+            .attr("align_corners", false)
+            .gen(1, Gen::uniform(-1.3, 1.3))
+            .tol(std::string(mode) == "bicubic" ? 4 : 1));
 
   // ---- roi_align: avg / max, both coordinate modes, fixed and adaptive sampling. Random corners give some
   // inverted rois (no samples) as well as ordinary ones.

@@ -34,8 +34,8 @@ void add_norm_cases(CaseList& c, ErrorList& e) {
                   .attr("epsilon", 1e-3));
   c.push_back(OpCase("group_norm/nc", "group_norm"_op, {{5, 6}, {6}, {6}}).attr("num_groups", int64_t{2}));
   // InstanceNorm rows longer than the CPU kernel's 8 sum lanes, with a remainder (19 x 23 = 437 per channel).
-  c.push_back(OpCase("group_norm/instance_rows", "group_norm"_op, {{2, 4, 19, 23}, {4}, {4}})
-                  .attr("num_groups", int64_t{4}));
+  c.push_back(
+      OpCase("group_norm/instance_rows", "group_norm"_op, {{2, 4, 19, 23}, {4}, {4}}).attr("num_groups", int64_t{4}));
   // dropout
   c.push_back(OpCase("dropout/eval", "dropout"_op, {{4, 33}}).attr("p", 0.5).attr("training", false));
   c.push_back(OpCase("dropout/train", "dropout"_op, {{7, 1001}})
