@@ -41,7 +41,7 @@ def per_run(events, key):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("model")
-    p.add_argument("--input", required=True, help="NAME=FILE.npy")
+    p.add_argument("--input", required=True, action="append", help="NAME=FILE.npy (repeatable: one per model input)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--top", type=int, default=25)
@@ -51,10 +51,12 @@ def main():
     pin = ["taskset", "-c", ",".join(map(str, avail[-a.threads:]))] if a.threads < len(avail) else []
     d = tempfile.mkdtemp(prefix="layers_")
     st, ot = os.path.join(d, "spore.json"), os.path.join(d, "ort.json")
-    subprocess.run(pin + [a.spore, "profile", a.model, "--input", a.input, "--threads", str(a.threads), "--iters",
-                          str(a.iters), "--warmup", "3", "--trace", st], check=True, capture_output=True)
-    subprocess.run(pin + ["node", ORT_JS, a.model, "--input-npy", a.input, "--threads", str(a.threads), "--warmup", "3",
-                          "--iters", str(a.iters), "--profile-out", ot], check=True, capture_output=True)
+    subprocess.run(pin + [a.spore, "profile", a.model] + [v for x in a.input for v in ("--input", x)] +
+                   ["--threads", str(a.threads), "--iters", str(a.iters), "--warmup", "3", "--trace", st], check=True,
+                   capture_output=True)
+    subprocess.run(pin + ["node", ORT_JS, a.model] + [v for x in a.input for v in ("--input-npy", x)] +
+                   ["--threads", str(a.threads), "--warmup", "3", "--iters", str(a.iters), "--profile-out", ot],
+                   check=True, capture_output=True)
     t = json.load(open(st))
     sev = [e for e in (t["traceEvents"] if isinstance(t, dict) else t)
            if e.get("ph") == "X" and e.get("name") in SPORE_OPS and "args" in e]
@@ -69,7 +71,7 @@ def main():
     for (s, se), (o, _) in zip(S, O):
         args = se["args"]
         rows.append((s - o, s, o, str(args.get("impl")), args.get("shapes", ""), args.get("flops", 0)))
-    print(f"{os.path.basename(a.model)} {a.input} threads {a.threads}: {len(rows)} layers, spore {sum(r[1] for r in rows) / 1e3:.2f} ms,"
+    print(f"{os.path.basename(a.model)} {' '.join(a.input)} threads {a.threads}: {len(rows)} layers, spore {sum(r[1] for r in rows) / 1e3:.2f} ms,"
           f" ORT {sum(r[2] for r in rows) / 1e3:.2f} ms (medians per layer)")
     agg = collections.defaultdict(lambda: [0.0, 0.0, 0])
     for r in rows:

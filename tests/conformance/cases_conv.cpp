@@ -52,6 +52,10 @@ void add_conv_cases(CaseList& c, ErrorList& e) {
   c.push_back(OpCase("conv2d/deep_small_spatial", "conv2d"_op, {{1, 256, 3, 3}, {16, 256, 3, 3}, {16}})
                   .attr("padding", V{1, 1, 1, 1})
                   .tol(8));
+  // Few outputs from many channels (an optical-flow head: the CPU kernel's im2col + sgemm path).
+  c.push_back(OpCase("conv2d/few_outputs", "conv2d"_op, {{2, 40, 9, 11}, {2, 40, 3, 3}, {2}})
+                  .attr("padding", V{1, 1, 1, 1})
+                  .tol(2));
   c.push_back(OpCase("conv2d/large", "conv2d"_op, {{2, 32, 28, 28}, {64, 32, 3, 3}, {64}})
                   .attr("padding", V{1, 1, 1, 1})
                   .tol(4));

@@ -304,7 +304,14 @@ WeightGradGeom im2col_geom(const ConvGeom& g) {
 // y_n,grp [O/g, P] = W_grp [O/g, K] x col_n,grp [K, P], written straight into NCHW. oneDNN's blocked-layout
 // kernel plus the reorder of its output back to NCHW ran at ~10 GFLOP/s on these. Each image is one task
 // and one sgemm per group, so results do not depend on the thread count or on the batch.
-bool use_im2col_forward(const ConvGeom& g) { return g.c / g.groups <= 4; }
+// Also convs with few output channels per group (optical flow's heads: 128 -> 2 channels, 3x3): oneDNN pads the
+// outputs to a 16-channel block and reorders, ~1 GFLOP/s on RAFT's [1,128,16,16] -> [1,2,16,16] (1.2 MFLOP, 24 per
+// run); the unfolded image of those (1152 x 256 floats) is cheap. Capped at 4M floats of col per image, so a
+// large image with few outputs stays on oneDNN.
+bool use_im2col_forward(const ConvGeom& g) {
+  const int64_t col = g.c / g.groups * g.kh * g.kw * g.oh * g.ow;
+  return g.c / g.groups <= 4 || (g.o / g.groups <= 4 && col <= (int64_t{1} << 22));
+}
 
 void im2col_conv_forward(const ConvGeom& cg, const float* x, const float* w, const float* b, float* y,
                          const ConvEpilogue* epi = nullptr) {
