@@ -96,4 +96,18 @@ struct ModelBuilder {
   }
 };
 
+// Attributes a node gets beyond ModelBuilder's ints: a string, a list of ints.
+inline void attr_s(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+inline void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
 }  // namespace spore::testing

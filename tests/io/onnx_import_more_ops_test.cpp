@@ -27,21 +27,11 @@ namespace spore {
 namespace {
 
 using testing::error_of;
+using testing::attr_ints;
+using testing::attr_s;
 using testing::ModelBuilder;
 using P = onnx::TensorProto;
 
-void attr_s(onnx::NodeProto* n, const std::string& name, const std::string& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRING);
-  a->set_s(v);
-}
-void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
 void attr_f(onnx::NodeProto* n, const std::string& name, float v) {
   auto* a = n->add_attribute();
   a->set_name(name);

@@ -20,6 +20,8 @@ namespace spore {
 namespace {
 
 using testing::error_of;
+using testing::attr_ints;
+using testing::attr_s;
 using testing::ModelBuilder;
 
 std::vector<Tensor> run(const Graph& g, const std::vector<Tensor>& inputs) {
@@ -264,18 +266,6 @@ TEST(OnnxImport, Opset18To21Forms) {
   }
 }
 
-void attr_s(onnx::NodeProto* n, const std::string& name, const std::string& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRING);
-  a->set_s(v);
-}
-void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
 
 // The indexing ops' later forms: ScatterND / ScatterElements 18 with max and min, GridSample 20's mode names, and
 // Col2Im 18 against a loop that adds every column entry onto the image element it covers.

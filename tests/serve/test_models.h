@@ -18,12 +18,7 @@ inline std::vector<float> pattern(size_t n, int salt) {
   return v;
 }
 
-inline void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
+using spore::testing::attr_ints;
 
 // y = relu(x W1 + b1) W2 + b2, x: f32[batch, in] -> y: f32[batch, 10]
 inline std::string mlp_model(int64_t in = 64, int64_t hidden = 96) {
