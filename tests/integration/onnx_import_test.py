@@ -58,14 +58,15 @@ def check_ops(spore):
     ok_path = os.path.join(tmp, "ok.onnx")
     save(ok, ok_path)
 
-    # Det has no spore mapping; two nodes so both names must be listed.
-    m = helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 3, 3])
-    det1 = helper.make_node("Det", ["m"], ["d1"], name="det_first")
-    det2 = helper.make_node("Det", ["m"], ["d2"], name="det_second")
+    # Bernoulli has no spore mapping (its values are random draws no other engine reproduces); two nodes so both names
+    # must be listed.
+    m = helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 3])
+    det1 = helper.make_node("Bernoulli", ["m"], ["d1"], name="det_first")
+    det2 = helper.make_node("Bernoulli", ["m"], ["d2"], name="det_second")
     add = helper.make_node("Add", ["d1", "d2"], ["z"], name="sum")
-    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])
     bad = helper.make_model(helper.make_graph([det1, det2, add], "bad", [m], [z]),
-                            opset_imports=[helper.make_opsetid("", 13)])
+                            opset_imports=[helper.make_opsetid("", 15)])
     bad_path = os.path.join(tmp, "bad.onnx")
     save(bad, bad_path)
 
@@ -80,12 +81,12 @@ def check_ops(spore):
     p = run(spore, "check-ops", bad_path)
     if p.returncode != 3:
         fail("check-ops on a model with an unsupported op must exit 3", p)
-    for want in ("Det", "unsupported", "det_first", "det_second", "--custom-ops"):
+    for want in ("Bernoulli", "unsupported", "det_first", "det_second", "--custom-ops"):
         if want not in p.stdout:
             fail(f"check-ops output lacks '{want}'", p)
     p = run(spore, "check-ops", bad_path, "--json")
     j = json.loads(p.stdout)
-    det = [o for o in j["ops"] if o["op"] == "Det"]
+    det = [o for o in j["ops"] if o["op"] == "Bernoulli"]
     if p.returncode != 3 or j["all_supported"] or not det or det[0]["status"] != "unsupported" \
             or sorted(det[0]["nodes"]) != ["det_first", "det_second"] or det[0]["count"] != 2:
         fail("check-ops --json on a model with an unsupported op", p)
